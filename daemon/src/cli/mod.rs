@@ -1,0 +1,77 @@
+//! Subcommands of the `archplace` binary. Output goes to stdout; logs and human notes to
+//! stderr.
+
+pub mod bench;
+pub mod model;
+pub mod space;
+pub mod validate;
+
+use anyhow::{Context, Result};
+use archplace::spec::{self, Spec};
+use std::io::Write;
+use std::path::Path;
+
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Loads the spec at `path`, or the embedded default. Invalid specs print their located
+/// errors on stderr.
+pub fn load_spec(path: Option<&Path>) -> Result<Spec> {
+    match path {
+        Some(p) => spec::load(p).map_err(|e| {
+            eprint!("{}", e.render());
+            anyhow::anyhow!("{e}")
+        }),
+        None => {
+            tracing::info!("using the embedded default spec");
+            spec::default_spec().map_err(|diags| {
+                for d in &diags {
+                    eprint!("{}", d.render(spec::DEFAULT_SPEC));
+                }
+                anyhow::anyhow!("the embedded default spec is invalid")
+            })
+        }
+    }
+}
+
+/// Writes `value` as pretty JSON and a newline to stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value).context("writing JSON")?;
+    writeln!(out).context("writing to stdout")?;
+    Ok(())
+}
+
+/// `1234567` → `"1,234,567"`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands() {
+        assert_eq!(super::thousands(0), "0");
+        assert_eq!(super::thousands(999), "999");
+        assert_eq!(super::thousands(1_234_567), "1,234,567");
+    }
+}

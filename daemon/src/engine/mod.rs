@@ -1,0 +1,7 @@
+//! The search engine. It does no I/O and knows nothing of the service around it: it takes
+//! validated inputs and cost-model traits, so tests drive it directly.
+
+pub mod estimate;
+pub mod model;
+pub mod space;
+pub mod training;

@@ -1,0 +1,253 @@
+//! Hyper-parameters of a transformer and the published presets.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    Gelu,
+    Relu,
+    Silu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Norm {
+    LayerNorm,
+    RmsNorm,
+}
+
+/// Where the norm sits relative to the residual connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NormPosition {
+    /// `x + f(norm(x))`, with a final norm before the head (GPT, Llama, OPT ≥ 1.3B).
+    Pre,
+    /// `norm(x + f(x))` (BERT, OPT-350m).
+    Post,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Positions {
+    /// A learned table of `max_positions` position embeddings.
+    Learned,
+    /// Rotary embeddings applied to queries and keys (no parameters).
+    Rotary,
+}
+
+/// What sits on top of the last block and produces the loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Head {
+    /// Language-model logits over the vocabulary and cross-entropy.
+    LanguageModel,
+    /// BERT-style pooler (dense + tanh on the first token) and a classifier.
+    Classifier { classes: u64 },
+}
+
+/// Every hyper-parameter of a model. Presets fill all of them; a spec may override any.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelConfig {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    /// Key/value heads (grouped-query attention); equal to `heads` for multi-head attention.
+    pub kv_heads: u64,
+    pub ffn: u64,
+    pub vocab: u64,
+    /// The vocabulary is padded to a multiple of `vocab_pad_multiple · t` (Megatron: 128).
+    pub vocab_pad_multiple: u64,
+    pub seq_len: u64,
+    pub max_positions: u64,
+    /// Gated MLP (SwiGLU): gate and up projections, their product, then down.
+    pub gated_mlp: bool,
+    pub activation: Activation,
+    pub norm: Norm,
+    pub norm_position: NormPosition,
+    pub positions: Positions,
+    pub biases: bool,
+    pub tied_embeddings: bool,
+    /// Token-type (segment) embeddings, 0 for none (BERT: 2).
+    pub token_types: u64,
+    /// Width of the word embedding when it differs from `hidden` (OPT-350m: 512, with
+    /// projections in and out).
+    pub embedding_dim: Option<u64>,
+    pub head: Head,
+    pub dropout: bool,
+    /// Largest tensor-parallel width to consider.
+    pub max_tensor_parallel: u64,
+}
+
+/// Names of all presets, in the order the docs list them.
+pub const PRESETS: [&str; 9] = [
+    "bert-large",
+    "gpt2-xl",
+    "opt-350m",
+    "opt-1.3b",
+    "llama2-7b",
+    "llama2-70b",
+    "megatron-gpt2-2.5b",
+    "megatron-gpt2-8.3b",
+    "gpt3-175b",
+];
+
+/// A GPT-style decoder: pre-LN, GELU MLP of 4 × hidden, learned positions, biases, tied
+/// embeddings, dropout, the GPT-2 vocabulary.
+fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelConfig {
+    ModelConfig {
+        name: name.into(),
+        layers,
+        hidden,
+        heads,
+        kv_heads: heads,
+        ffn: 4 * hidden,
+        vocab: 50257,
+        vocab_pad_multiple: 1,
+        seq_len,
+        max_positions: seq_len,
+        gated_mlp: false,
+        activation: Activation::Gelu,
+        norm: Norm::LayerNorm,
+        norm_position: NormPosition::Pre,
+        positions: Positions::Learned,
+        biases: true,
+        tied_embeddings: true,
+        token_types: 0,
+        embedding_dim: None,
+        head: Head::LanguageModel,
+        dropout: true,
+        max_tensor_parallel: 8,
+    }
+}
+
+/// Megatron-LM's GPT: the vocabulary padded to a multiple of 128 per rank.
+fn megatron(
+    name: &str,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    seq_len: u64,
+    max_t: u64,
+) -> ModelConfig {
+    ModelConfig {
+        vocab_pad_multiple: 128,
+        max_tensor_parallel: max_t,
+        ..gpt(name, layers, hidden, heads, seq_len)
+    }
+}
+
+fn llama(
+    name: &str,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    ffn: u64,
+    max_t: u64,
+) -> ModelConfig {
+    ModelConfig {
+        kv_heads,
+        ffn,
+        gated_mlp: true,
+        activation: Activation::Silu,
+        norm: Norm::RmsNorm,
+        positions: Positions::Rotary,
+        biases: false,
+        tied_embeddings: false,
+        dropout: false,
+        vocab: 32000,
+        max_tensor_parallel: max_t,
+        ..gpt(name, layers, hidden, heads, 4096)
+    }
+}
+
+/// The preset called `name`, if there is one.
+pub fn preset(name: &str) -> Option<ModelConfig> {
+    Some(match name {
+        // Devlin et al. 2019: 24 layers, 1024 wide, 16 heads, 30,522 word pieces, 512
+        // positions, 2 segments, post-LN, with the pooler and a 2-way classifier.
+        "bert-large" => ModelConfig {
+            vocab: 30522,
+            norm_position: NormPosition::Post,
+            token_types: 2,
+            tied_embeddings: false,
+            head: Head::Classifier { classes: 2 },
+            ..gpt("bert-large", 24, 1024, 16, 512)
+        },
+        "gpt2-xl" => ModelConfig {
+            max_tensor_parallel: 1,
+            ..gpt("gpt2-xl", 48, 1600, 25, 1024)
+        },
+        // Zhang et al. 2022. OPT-350m is post-LN with a 512-wide word embedding projected
+        // in and out, and no final norm; the learned positions have 2 extra slots.
+        "opt-350m" => ModelConfig {
+            activation: Activation::Relu,
+            norm_position: NormPosition::Post,
+            embedding_dim: Some(512),
+            vocab: 50272,
+            max_positions: 2050,
+            ..gpt("opt-350m", 24, 1024, 16, 2048)
+        },
+        "opt-1.3b" => ModelConfig {
+            activation: Activation::Relu,
+            vocab: 50272,
+            max_positions: 2050,
+            ..gpt("opt-1.3b", 24, 2048, 32, 2048)
+        },
+        "llama2-7b" => llama("llama2-7b", 32, 4096, 32, 32, 11008, 8),
+        "llama2-70b" => llama("llama2-70b", 80, 8192, 64, 8, 28672, 8),
+        "megatron-gpt2-2.5b" => megatron("megatron-gpt2-2.5b", 54, 1920, 20, 1024, 4),
+        "megatron-gpt2-8.3b" => megatron("megatron-gpt2-8.3b", 72, 3072, 24, 1024, 8),
+        "gpt3-175b" => megatron("gpt3-175b", 96, 12288, 96, 2048, 8),
+        _ => return None,
+    })
+}
+
+impl ModelConfig {
+    /// Defaults for a model given by its hyper-parameters: a GPT-style decoder (pre-LN,
+    /// GELU, learned positions, biases, tied embeddings, dropout). The shape (layers, hidden,
+    /// heads, vocab, sequence) is always given by the spec.
+    pub fn custom_base() -> ModelConfig {
+        ModelConfig {
+            max_tensor_parallel: 1,
+            ..gpt("custom", 0, 0, 0, 0)
+        }
+    }
+
+    pub fn head_dim(&self) -> u64 {
+        self.hidden / self.heads
+    }
+
+    /// Vocabulary rows per tensor-parallel rank, after padding.
+    pub fn vocab_per_rank(&self, t: u64) -> u64 {
+        let multiple = self.vocab_pad_multiple.max(1) * t;
+        self.vocab.div_ceil(multiple) * multiple / t
+    }
+
+    /// The tensor-parallel widths this model supports: powers of two up to
+    /// `max_tensor_parallel` that divide the heads, the key/value heads, the FFN width and
+    /// the hidden size.
+    pub fn tensor_parallel_widths(&self) -> Vec<u64> {
+        let mut widths = Vec::new();
+        let mut t = 1;
+        while t <= self.max_tensor_parallel {
+            if self.supports_tensor_parallel(t) {
+                widths.push(t);
+            }
+            t *= 2;
+        }
+        widths
+    }
+
+    pub fn supports_tensor_parallel(&self, t: u64) -> bool {
+        t >= 1
+            && t.is_power_of_two()
+            && self.heads.is_multiple_of(t)
+            && self.kv_heads.is_multiple_of(t)
+            && self.ffn.is_multiple_of(t)
+            && self.hidden.is_multiple_of(t)
+    }
+}

@@ -1,0 +1,730 @@
+//! Operator graphs of one layer: how they are built, differentiated and fused.
+//!
+//! A layer is first written as an *unfused* forward graph of [`FwdOp`]s — each GEMM, each
+//! element-wise operator, each collective — with its data operands (other operators or the
+//! layer's input) and the tensors it saves for the backward pass. From that:
+//! * the **stashed activation bytes** are the distinct saved tensors;
+//! * the **backward graph** is derived operator by operator: a weight GEMM gives an
+//!   input-gradient and a weight-gradient GEMM, an activation×activation GEMM gives the
+//!   gradients of both operands, element-wise operators their backward kernels, and the
+//!   Megatron conjugate collectives swap (an all-reduce in forward is an identity in
+//!   backward and vice versa);
+//! * both graphs are **fused** with the reference's rules (design doc §3.2), except that an
+//!   operator with an operand from outside the layer (a residual) is never taken for a
+//!   single-input one, and fused element-wise work keeps its element count.
+
+use archplace_plugin_sdk::{Direction, FusedOp, Gemm, Op, OpKind, VectorKind};
+use serde::Serialize;
+
+/// Which resources an operator occupies while it runs (the layer schedule's view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Core {
+    /// Tensor cores.
+    Tensor,
+    /// Vector cores.
+    Vector,
+    /// A GEMM with a fused element-wise epilogue: a tensor core and a vector core at once.
+    Fused,
+    /// The network links (tensor-parallel collectives); no core is occupied.
+    Link,
+}
+
+/// One operator of a (fused) layer graph.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpNode {
+    pub name: String,
+    pub core: Core,
+    pub op: Op,
+}
+
+impl OpNode {
+    /// Matrix-multiply FLOPs (2 per MAC) of this operator.
+    pub fn matmul_flops(&self) -> f64 {
+        match self.op.kind {
+            OpKind::Gemm(g) => g.flops(),
+            _ => 0.0,
+        }
+    }
+}
+
+/// A directed acyclic graph of operators; an edge `(a, b)` means `a` finishes before `b`
+/// starts. Node order is a topological order.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct OpGraph {
+    pub nodes: Vec<OpNode>,
+    pub edges: Vec<(usize, usize)>,
+}
+
+impl OpGraph {
+    pub fn matmul_flops(&self) -> f64 {
+        self.nodes.iter().map(OpNode::matmul_flops).sum()
+    }
+
+    pub fn count(&self, core: Core) -> usize {
+        self.nodes.iter().filter(|n| n.core == core).count()
+    }
+}
+
+/// A data operand of a forward operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// The output of operator `i` of the same layer.
+    Op(usize),
+    /// The layer's input (from the previous layer, or data such as token ids).
+    External,
+}
+
+/// Whether the second operand of a GEMM is a weight or another activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operand {
+    Weight,
+    Activation,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum FwdKind {
+    Gemm {
+        gemm: Gemm,
+        second: Operand,
+    },
+    Vector {
+        kind: VectorKind,
+        elements: u64,
+        row: u64,
+    },
+    /// Megatron's `g`: all-reduce in forward, identity in backward.
+    AllReduceForward {
+        bytes: u64,
+        group: u32,
+        link_bytes_per_second: u64,
+    },
+    /// Megatron's `f`: identity in forward, all-reduce in backward.
+    AllReduceBackward {
+        bytes: u64,
+        group: u32,
+        link_bytes_per_second: u64,
+    },
+}
+
+/// A tensor saved for the backward pass, identified by the operator that produced it (or
+/// the layer input) and a part name, so that two operators saving the same tensor count
+/// it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    pub producer: Input,
+    pub part: &'static str,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FwdOp {
+    pub name: String,
+    pub kind: FwdKind,
+    pub inputs: Vec<Input>,
+    pub saves: Vec<Saved>,
+}
+
+/// The unfused forward graph of a layer, written operator by operator.
+#[derive(Debug, Clone, Default)]
+pub struct LayerBuilder {
+    pub ops: Vec<FwdOp>,
+}
+
+impl LayerBuilder {
+    pub fn push(
+        &mut self,
+        name: &str,
+        kind: FwdKind,
+        inputs: Vec<Input>,
+        saves: Vec<Saved>,
+    ) -> Input {
+        self.ops.push(FwdOp {
+            name: name.to_string(),
+            kind,
+            inputs,
+            saves,
+        });
+        Input::Op(self.ops.len() - 1)
+    }
+
+    /// Records that operator `op` saves (part of) its own output for the backward pass.
+    pub fn save_output(&mut self, op: Input, part: &'static str, bytes: u64) {
+        if let Input::Op(i) = op {
+            self.ops[i].saves.push(Saved {
+                producer: op,
+                part,
+                bytes,
+            });
+        }
+    }
+
+    /// Bytes of the distinct tensors saved for the backward pass.
+    pub fn stash_bytes(&self) -> u64 {
+        let mut seen: Vec<(Input, &'static str)> = Vec::new();
+        let mut total = 0;
+        for s in self.ops.iter().flat_map(|o| &o.saves) {
+            if !seen.contains(&(s.producer, s.part)) {
+                seen.push((s.producer, s.part));
+                total += s.bytes;
+            }
+        }
+        total
+    }
+
+    /// The fused forward graph.
+    pub fn forward(&self) -> OpGraph {
+        let mut g = RawGraph::default();
+        for op in &self.ops {
+            let (core, kind) = match op.kind {
+                FwdKind::Gemm { gemm, .. } => (Some(Core::Tensor), Some(OpKind::Gemm(gemm))),
+                FwdKind::Vector {
+                    kind,
+                    elements,
+                    row,
+                } => (
+                    Some(Core::Vector),
+                    Some(OpKind::Vector {
+                        kind,
+                        elements,
+                        row,
+                    }),
+                ),
+                FwdKind::AllReduceForward {
+                    bytes,
+                    group,
+                    link_bytes_per_second,
+                } => (
+                    Some(Core::Link),
+                    Some(OpKind::AllReduce {
+                        bytes,
+                        group,
+                        link_bytes_per_second,
+                    }),
+                ),
+                FwdKind::AllReduceBackward { .. } => (None, None),
+            };
+            let id = g.add(&op.name, core, kind, Direction::Forward);
+            for input in &op.inputs {
+                match *input {
+                    Input::Op(p) => g.edge(p, id),
+                    Input::External => g.nodes[id].external += 1,
+                }
+            }
+        }
+        g.finish()
+    }
+
+    /// The fused backward graph.
+    pub fn backward(&self) -> OpGraph {
+        let n = self.ops.len();
+        let mut g = RawGraph::default();
+        // consumers[i] = (consumer, operand position) of operator i's output.
+        let mut consumers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
+        for (c, op) in self.ops.iter().enumerate() {
+            for (pos, input) in op.inputs.iter().enumerate() {
+                if let Input::Op(p) = *input {
+                    consumers[p].push((c, pos));
+                }
+            }
+        }
+        // grad_of[c][pos] = the backward node that produces the gradient of operand `pos`
+        // of operator c; filled in reverse topological order.
+        let mut grad_of: Vec<Vec<Option<usize>>> = self
+            .ops
+            .iter()
+            .map(|o| vec![None; o.inputs.len()])
+            .collect();
+        for i in (0..n).rev() {
+            let op = &self.ops[i];
+            let incoming: Vec<usize> = consumers[i]
+                .iter()
+                .filter_map(|&(c, pos)| grad_of[c][pos])
+                .collect();
+            // The layer's output (no consumer inside the layer) gets its gradient from the
+            // next layer.
+            let external = usize::from(consumers[i].is_empty());
+            let mut made = Vec::new();
+            match op.kind {
+                FwdKind::Gemm { gemm, second } => {
+                    let dx = Gemm {
+                        batch: gemm.batch,
+                        m: gemm.m,
+                        n: gemm.k,
+                        k: gemm.n,
+                    };
+                    let d_input = g.add(
+                        &format!("{}.grad_input", op.name),
+                        Some(Core::Tensor),
+                        Some(OpKind::Gemm(dx)),
+                        Direction::Backward,
+                    );
+                    made.push(d_input);
+                    let d_second = match second {
+                        Operand::Weight => Gemm {
+                            batch: 1,
+                            m: gemm.k,
+                            n: gemm.n,
+                            k: gemm.batch * gemm.m,
+                        },
+                        Operand::Activation => Gemm {
+                            batch: gemm.batch,
+                            m: gemm.k,
+                            n: gemm.n,
+                            k: gemm.m,
+                        },
+                    };
+                    let name = match second {
+                        Operand::Weight => format!("{}.grad_weight", op.name),
+                        Operand::Activation => format!("{}.grad_input2", op.name),
+                    };
+                    let d2 = g.add(
+                        &name,
+                        Some(Core::Tensor),
+                        Some(OpKind::Gemm(d_second)),
+                        Direction::Backward,
+                    );
+                    made.push(d2);
+                    grad_of[i][0] = Some(d_input);
+                    if op.inputs.len() > 1 {
+                        grad_of[i][1] = Some(d2);
+                    }
+                }
+                FwdKind::Vector {
+                    kind,
+                    elements,
+                    row,
+                } => {
+                    let node = g.add(
+                        &format!("{}.grad", op.name),
+                        Some(Core::Vector),
+                        Some(OpKind::Vector {
+                            kind,
+                            elements,
+                            row,
+                        }),
+                        Direction::Backward,
+                    );
+                    made.push(node);
+                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
+                }
+                FwdKind::AllReduceForward { .. } => {
+                    let node = g.add(
+                        &format!("{}.grad", op.name),
+                        None,
+                        None,
+                        Direction::Backward,
+                    );
+                    made.push(node);
+                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
+                }
+                FwdKind::AllReduceBackward {
+                    bytes,
+                    group,
+                    link_bytes_per_second,
+                } => {
+                    let node = g.add(
+                        &format!("{}.grad", op.name),
+                        Some(Core::Link),
+                        Some(OpKind::AllReduce {
+                            bytes,
+                            group,
+                            link_bytes_per_second,
+                        }),
+                        Direction::Backward,
+                    );
+                    made.push(node);
+                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
+                }
+            }
+            for &m in &made {
+                for &src in &incoming {
+                    g.edge(src, m);
+                }
+                g.nodes[m].external += external;
+            }
+        }
+        g.finish()
+    }
+}
+
+/// Fusion class of an operator (design doc §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Tensor,
+    Injective,
+    Activation,
+    Norm,
+    Dropout,
+    Other,
+}
+
+fn class_of(kind: &OpKind) -> Class {
+    match kind {
+        OpKind::Gemm(_) => Class::Tensor,
+        OpKind::Vector { kind, .. } => match kind {
+            VectorKind::Add
+            | VectorKind::Mul
+            | VectorKind::BiasAdd
+            | VectorKind::Scale
+            | VectorKind::Rotary => Class::Injective,
+            VectorKind::Gelu | VectorKind::Relu | VectorKind::Silu | VectorKind::Tanh => {
+                Class::Activation
+            }
+            VectorKind::LayerNorm | VectorKind::RmsNorm => Class::Norm,
+            VectorKind::Dropout => Class::Dropout,
+            VectorKind::Softmax | VectorKind::CrossEntropy | VectorKind::Embedding => Class::Other,
+        },
+        OpKind::AllReduce { .. } => Class::Other,
+    }
+}
+
+/// Rule A (a GEMM absorbs a following activation, injective, norm or dropout) and rule B
+/// (an injective operator absorbs a following injective operator or dropout).
+fn fusable(u: Class, v: Class) -> bool {
+    match u {
+        Class::Tensor => matches!(
+            v,
+            Class::Activation | Class::Injective | Class::Norm | Class::Dropout
+        ),
+        Class::Injective => matches!(v, Class::Injective | Class::Dropout),
+        _ => false,
+    }
+}
+
+#[derive(Debug, Clone)]
+struct RawNode {
+    name: String,
+    core: Option<Core>,
+    op: Option<Op>,
+    /// Operands that come from outside the layer.
+    external: usize,
+    alive: bool,
+}
+
+/// A graph under construction; `None` ops are identities to be contracted.
+#[derive(Debug, Clone, Default)]
+struct RawGraph {
+    nodes: Vec<RawNode>,
+    succ: Vec<Vec<usize>>,
+    pred: Vec<Vec<usize>>,
+}
+
+impl RawGraph {
+    fn add(
+        &mut self,
+        name: &str,
+        core: Option<Core>,
+        kind: Option<OpKind>,
+        direction: Direction,
+    ) -> usize {
+        self.nodes.push(RawNode {
+            name: name.to_string(),
+            core,
+            op: kind.map(|kind| Op {
+                kind,
+                direction,
+                fused: Vec::new(),
+            }),
+            external: 0,
+            alive: true,
+        });
+        self.succ.push(Vec::new());
+        self.pred.push(Vec::new());
+        self.nodes.len() - 1
+    }
+
+    /// Adds a data edge; a repeated edge is a second operand from the same producer.
+    fn edge(&mut self, a: usize, b: usize) {
+        self.succ[a].push(b);
+        self.pred[b].push(a);
+    }
+
+    fn operands(&self, v: usize) -> usize {
+        self.pred[v].len() + self.nodes[v].external
+    }
+
+    fn distinct(list: &[usize]) -> Vec<usize> {
+        let mut d = list.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// Replaces every identity node by edges from its producers to its consumers.
+    fn contract_identities(&mut self) {
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].op.is_some() || !self.nodes[n].alive {
+                continue;
+            }
+            let preds = std::mem::take(&mut self.pred[n]);
+            let succs = std::mem::take(&mut self.succ[n]);
+            for &s in &succs {
+                self.pred[s].retain(|&p| p != n);
+                self.nodes[s].external += self.nodes[n].external;
+            }
+            for &p in &preds {
+                self.succ[p].retain(|&x| x != n);
+            }
+            for &p in &preds {
+                for &s in &succs {
+                    self.edge(p, s);
+                }
+            }
+            self.nodes[n].alive = false;
+        }
+    }
+
+    /// Kahn's algorithm, lowest index first (deterministic).
+    fn topological(&self) -> Vec<usize> {
+        let alive: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].alive)
+            .collect();
+        let mut indeg: Vec<usize> = (0..self.nodes.len())
+            .map(|i| Self::distinct(&self.pred[i]).len())
+            .collect();
+        let mut ready: std::collections::BTreeSet<usize> =
+            alive.iter().copied().filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::with_capacity(alive.len());
+        while let Some(&i) = ready.iter().next() {
+            ready.remove(&i);
+            order.push(i);
+            for s in Self::distinct(&self.succ[i]) {
+                indeg[s] -= 1;
+                if indeg[s] == 0 {
+                    ready.insert(s);
+                }
+            }
+        }
+        order
+    }
+
+    /// Applies the fusion rules until nothing changes.
+    fn fuse(&mut self) {
+        'restart: loop {
+            for u in self.topological() {
+                let succs = Self::distinct(&self.succ[u]);
+                if succs.len() != 1 || self.succ[u].len() != 1 {
+                    continue;
+                }
+                let v = succs[0];
+                if self.operands(v) != 1 {
+                    continue;
+                }
+                let (Some(uop), Some(vop)) = (&self.nodes[u].op, &self.nodes[v].op) else {
+                    continue;
+                };
+                if !fusable(class_of(&uop.kind), class_of(&vop.kind)) {
+                    continue;
+                }
+                let OpKind::Vector { kind, elements, .. } = vop.kind else {
+                    continue;
+                };
+                let mut absorbed = vec![FusedOp { kind, elements }];
+                absorbed.extend(vop.fused.iter().copied());
+                let vname = self.nodes[v].name.clone();
+                let node = &mut self.nodes[u];
+                if let Some(op) = node.op.as_mut() {
+                    op.fused.extend(absorbed);
+                }
+                // "fc1" + "fc1.bias" → "fc1+bias"; "fc2.grad_input" + "act.grad" → "fc2.grad_input+act.grad".
+                let base = node.name.split(['+', '.']).next().unwrap_or("").to_string();
+                let short = vname.strip_prefix(&format!("{base}.")).unwrap_or(&vname);
+                node.name = format!("{}+{}", node.name, short);
+                if node.core == Some(Core::Tensor) {
+                    node.core = Some(Core::Fused);
+                }
+                // u takes over v's consumers.
+                let vsucc = std::mem::take(&mut self.succ[v]);
+                self.succ[u].clear();
+                for s in vsucc {
+                    for p in self.pred[s].iter_mut() {
+                        if *p == v {
+                            *p = u;
+                        }
+                    }
+                    self.succ[u].push(s);
+                }
+                self.pred[v].clear();
+                self.nodes[v].alive = false;
+                continue 'restart;
+            }
+            break;
+        }
+    }
+
+    fn finish(mut self) -> OpGraph {
+        self.contract_identities();
+        self.fuse();
+        let order = self.topological();
+        let mut index = vec![usize::MAX; self.nodes.len()];
+        for (k, &i) in order.iter().enumerate() {
+            index[i] = k;
+        }
+        let mut edges = Vec::new();
+        for &i in &order {
+            for s in Self::distinct(&self.succ[i]) {
+                edges.push((index[i], index[s]));
+            }
+        }
+        edges.sort_unstable();
+        let nodes = order
+            .iter()
+            .filter_map(|&i| {
+                let n = &self.nodes[i];
+                Some(OpNode {
+                    name: n.name.clone(),
+                    core: n.core?,
+                    op: n.op.clone()?,
+                })
+            })
+            .collect();
+        OpGraph { nodes, edges }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector(kind: VectorKind) -> FwdKind {
+        FwdKind::Vector {
+            kind,
+            elements: 10,
+            row: 1,
+        }
+    }
+    fn gemm() -> FwdKind {
+        FwdKind::Gemm {
+            gemm: Gemm {
+                batch: 1,
+                m: 4,
+                n: 8,
+                k: 2,
+            },
+            second: Operand::Weight,
+        }
+    }
+
+    #[test]
+    fn gemm_bias_gelu_fuses_but_residual_add_does_not() {
+        let mut b = LayerBuilder::default();
+        let fc = b.push("fc", gemm(), vec![Input::External], vec![]);
+        let bias = b.push("bias", vector(VectorKind::BiasAdd), vec![fc], vec![]);
+        let act = b.push("gelu", vector(VectorKind::Gelu), vec![bias], vec![]);
+        b.push(
+            "residual",
+            vector(VectorKind::Add),
+            vec![act, Input::External],
+            vec![],
+        );
+        let f = b.forward();
+        assert_eq!(f.nodes.len(), 2, "{f:#?}");
+        assert_eq!(f.nodes[0].core, Core::Fused);
+        assert_eq!(f.nodes[0].op.fused.len(), 2);
+        assert_eq!(
+            f.nodes[0].op.fused[1],
+            FusedOp {
+                kind: VectorKind::Gelu,
+                elements: 10
+            }
+        );
+        assert_eq!(f.nodes[1].core, Core::Vector);
+        assert_eq!(f.edges, vec![(0, 1)]);
+    }
+
+    #[test]
+    fn backward_has_input_and_weight_gradients() {
+        let mut b = LayerBuilder::default();
+        let x = b.push(
+            "x",
+            vector(VectorKind::Softmax),
+            vec![Input::External],
+            vec![],
+        );
+        b.push("fc", gemm(), vec![x], vec![]);
+        let g = b.backward();
+        let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["fc.grad_input", "fc.grad_weight", "x.grad"]);
+        // dX: m × k output from an m × n gradient; dW: k × n from reducing over m.
+        assert_eq!(
+            g.nodes[0].op.kind,
+            OpKind::Gemm(Gemm {
+                batch: 1,
+                m: 4,
+                n: 2,
+                k: 8
+            })
+        );
+        assert_eq!(
+            g.nodes[1].op.kind,
+            OpKind::Gemm(Gemm {
+                batch: 1,
+                m: 2,
+                n: 8,
+                k: 4
+            })
+        );
+        assert_eq!(g.edges, vec![(0, 2)]);
+        assert_eq!(g.matmul_flops(), 2.0 * b.forward().matmul_flops());
+
+        // A norm's backward is fused into the input-gradient GEMM that feeds it (rule A).
+        let mut b = LayerBuilder::default();
+        let x = b.push(
+            "x",
+            vector(VectorKind::LayerNorm),
+            vec![Input::External],
+            vec![],
+        );
+        b.push("fc", gemm(), vec![x], vec![]);
+        let names: Vec<String> = b.backward().nodes.iter().map(|n| n.name.clone()).collect();
+        assert_eq!(names, ["fc.grad_input+x.grad", "fc.grad_weight"]);
+    }
+
+    #[test]
+    fn conjugate_collectives_swap_between_passes() {
+        let link = |_: ()| (8, 2, 1);
+        let (bytes, group, bw) = link(());
+        let mut b = LayerBuilder::default();
+        let f = b.push(
+            "f",
+            FwdKind::AllReduceBackward {
+                bytes,
+                group,
+                link_bytes_per_second: bw,
+            },
+            vec![Input::External],
+            vec![],
+        );
+        let mm = b.push("mm", gemm(), vec![f], vec![]);
+        b.push(
+            "g",
+            FwdKind::AllReduceForward {
+                bytes,
+                group,
+                link_bytes_per_second: bw,
+            },
+            vec![mm],
+            vec![],
+        );
+        let fwd = b.forward();
+        assert_eq!(fwd.count(Core::Link), 1);
+        assert_eq!(fwd.nodes.last().unwrap().name, "g");
+        let bwd = b.backward();
+        assert_eq!(bwd.count(Core::Link), 1);
+        assert_eq!(bwd.nodes.last().unwrap().name, "f.grad");
+    }
+
+    #[test]
+    fn stash_counts_shared_tensors_once() {
+        let mut b = LayerBuilder::default();
+        let save = |bytes| Saved {
+            producer: Input::External,
+            part: "x",
+            bytes,
+        };
+        b.push("a", gemm(), vec![Input::External], vec![save(100)]);
+        b.push("b", gemm(), vec![Input::External], vec![save(100)]);
+        assert_eq!(b.stash_bytes(), 100);
+    }
+}

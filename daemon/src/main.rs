@@ -1,0 +1,90 @@
+//! The `archplace` command.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Which accelerator should we build, and how should a large model be split across
+/// 1,024 of them to train fastest?
+#[derive(Debug, Parser)]
+#[command(name = "archplace", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check spec files; print every problem with its location and exit 1 if any.
+    Validate {
+        /// Spec files (TOML). Without any, the embedded default spec is checked.
+        files: Vec<PathBuf>,
+        /// Print the problems as JSON (one array) on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of spec files.
+    Schema,
+    /// Print the layers of each model of a spec: parameters, stashed activations, FLOPs and
+    /// operator counts, per tensor-parallel width.
+    Model {
+        /// Spec file; the embedded default spec when omitted.
+        spec: Option<PathBuf>,
+        /// Micro-batch size (default: the spec's smallest).
+        #[arg(long)]
+        micro_batch: Option<u64>,
+        /// Machine-readable output: one JSON object per model and width.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the candidate accelerators of a spec in the order the search visits them.
+    Space {
+        /// Spec file; the embedded default spec when omitted.
+        spec: Option<PathBuf>,
+        /// One JSON object per candidate, then a summary object.
+        #[arg(long)]
+        json: bool,
+        /// Print at most this many candidates (the summary covers all).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Measure the engine's speed on fixed workloads (run with --release).
+    Bench {
+        /// What to measure.
+        #[arg(value_enum, default_value = "all")]
+        what: cli::bench::Workload,
+        /// Repetitions; the median is reported.
+        #[arg(long, default_value_t = 11)]
+        repeat: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cli::init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Validate { files, json } => cli::validate::run(&files, json),
+        Command::Schema => {
+            cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)
+        }
+        Command::Model {
+            spec,
+            micro_batch,
+            json,
+        } => cli::model::run(spec.as_deref(), micro_batch, json),
+        Command::Space { spec, json, limit } => cli::space::run(spec.as_deref(), json, limit),
+        Command::Bench { what, repeat } => cli::bench::run(what, repeat),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

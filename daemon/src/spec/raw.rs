@@ -1,0 +1,296 @@
+//! The spec file as written: serde types that mirror the TOML one to one. They are also
+//! the source of the JSON Schema (`archplace schema`). Quantities stay strings here
+//! (`"80 GiB"`) and are read, with every other rule, by [`super::validate`], so that
+//! every problem can be reported with its location.
+
+use crate::engine::model::{Activation, Norm, NormPosition, Positions};
+use crate::engine::training::Optimizer;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// A search spec: which models to train, on how many devices, and which accelerators to
+/// consider. Every section but `models` may be left out; defaults are the reference
+/// system's.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "archplace search spec, version 1")]
+pub struct RawSpec {
+    /// Version of the spec format. Must be 1.
+    pub schema_version: u32,
+    /// Name of the search: letters, digits, `-`, `_` and `.`. Results go to a folder of
+    /// this name.
+    pub name: String,
+    /// Free text for people.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// One or more models. The search maximises their mean throughput.
+    pub models: Vec<RawModel>,
+    #[serde(default)]
+    pub training: RawTraining,
+    #[serde(default)]
+    pub cluster: RawCluster,
+    #[serde(default)]
+    pub search: RawSearch,
+    #[serde(default)]
+    pub cost_model: RawCostModel,
+}
+
+/// The top-level keys of a spec, in the order the docs list them.
+pub const TOP_LEVEL_KEYS: [&str; 8] = [
+    "schema_version",
+    "name",
+    "description",
+    "models",
+    "training",
+    "cluster",
+    "search",
+    "cost_model",
+];
+
+/// Kind of head on top of the last block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawHead {
+    /// Logits over the vocabulary and cross-entropy.
+    LanguageModel,
+    /// Pooler (dense + tanh on the first token) and a classifier over `classes`.
+    Classifier,
+}
+
+/// A model: a preset, a preset with overrides, or every hyper-parameter given.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    /// One of: bert-large, gpt2-xl, opt-350m, opt-1.3b, llama2-7b, llama2-70b,
+    /// megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
+    pub preset: Option<String>,
+    /// Display name (default: the preset's).
+    pub name: Option<String>,
+    /// Transformer blocks.
+    pub layers: Option<u64>,
+    /// Hidden size.
+    pub hidden: Option<u64>,
+    /// Attention heads.
+    pub heads: Option<u64>,
+    /// Key/value heads for grouped-query attention (default: `heads`).
+    pub kv_heads: Option<u64>,
+    /// Width of the MLP (default: 4 × hidden).
+    pub ffn: Option<u64>,
+    /// Vocabulary size.
+    pub vocab: Option<u64>,
+    /// Pad the vocabulary to a multiple of this times the tensor-parallel width
+    /// (Megatron: 128; default 1).
+    pub vocab_pad_multiple: Option<u64>,
+    /// Sequence length of the training samples.
+    pub seq_len: Option<u64>,
+    /// Rows of a learned position table (default: `seq_len`).
+    pub max_positions: Option<u64>,
+    /// Gated MLP (SwiGLU-style gate and up projections).
+    pub gated_mlp: Option<bool>,
+    pub activation: Option<Activation>,
+    pub norm: Option<Norm>,
+    /// `pre` (norm inside the residual branch, final norm before the head) or `post`.
+    pub norm_position: Option<NormPosition>,
+    /// `learned` position table or `rotary`.
+    pub positions: Option<Positions>,
+    /// Biases on linear layers.
+    pub biases: Option<bool>,
+    /// Output projection shares the word embedding.
+    pub tied_embeddings: Option<bool>,
+    /// Number of token types (segments), 0 for none.
+    pub token_types: Option<u64>,
+    /// Width of the word embedding when it differs from `hidden` (projected in and out).
+    pub embedding_dim: Option<u64>,
+    pub head: Option<RawHead>,
+    /// Classes of a `classifier` head.
+    pub classes: Option<u64>,
+    /// Dropout layers (1-byte masks are kept for the backward pass).
+    pub dropout: Option<bool>,
+    /// Largest tensor-parallel width to try: a power of two dividing the heads, the
+    /// key/value heads, the hidden size and the MLP width.
+    pub max_tensor_parallel: Option<u64>,
+    /// A fixed parallelisation to compare the search's best plan against.
+    pub baseline: Option<RawBaseline>,
+}
+
+/// The keys of a model table (for suggestions).
+pub const MODEL_KEYS: [&str; 25] = [
+    "preset",
+    "name",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "vocab_pad_multiple",
+    "seq_len",
+    "max_positions",
+    "gated_mlp",
+    "activation",
+    "norm",
+    "norm_position",
+    "positions",
+    "biases",
+    "tied_embeddings",
+    "token_types",
+    "embedding_dim",
+    "head",
+    "classes",
+    "dropout",
+    "max_tensor_parallel",
+    "baseline",
+];
+
+/// A fixed strategy: `pipeline` stages × `data` replicas × `tensor` ranks devices.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawBaseline {
+    pub pipeline: u64,
+    pub data: u64,
+    pub tensor: u64,
+}
+
+/// The training job.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTraining {
+    /// Samples per optimizer step (default 4096).
+    pub global_batch: Option<u64>,
+    /// Micro-batch sizes to try; each must divide the global batch (default [1]).
+    pub micro_batch_sizes: Option<Vec<u64>>,
+    /// Whether to recompute activations in the backward pass; the search tries each
+    /// value listed (default [false, true]).
+    pub activation_recomputation: Option<Vec<bool>>,
+    /// `sgd` (no optimizer state) or `adam` (default sgd, as the reference).
+    pub optimizer: Option<Optimizer>,
+    /// Bytes per parameter and activation element: 1, 2 or 4 (default 2).
+    pub bytes_per_element: Option<u64>,
+}
+
+/// The devices that train the model.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// Number of accelerators (default 1024).
+    pub devices: Option<u64>,
+    /// Bandwidth of each device's link, e.g. "4 GiB/s" or "32 Gb/s" (default "4 GiB/s").
+    pub link_bandwidth: Option<String>,
+    /// HBM sizes per device to try, e.g. ["32 GiB", "80 GiB"] (default 32, 64, 80 GiB).
+    pub hbm: Option<Vec<String>>,
+}
+
+/// An axis of the space: a list of values, or every power of two from `min` to `max`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "a list of values, or a table { min = ..., max = ... }"
+)]
+pub enum RawAxis<T> {
+    List(Vec<T>),
+    Range(RawRange<T>),
+}
+
+/// Every power of two from `min` to `max`, both included.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRange<T> {
+    pub min: T,
+    pub max: T,
+}
+
+/// The area budget: an area such as "278.8 mm2", or the area of a configuration.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "an area such as \"278.8 mm2\", or { reference_config = { ... } }"
+)]
+pub enum RawAreaBudget {
+    Area(String),
+    Config(RawReferenceConfig),
+}
+
+/// `{ reference_config = { tensor_cores = 8, ... } }`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawReferenceConfig {
+    pub reference_config: RawAccelerator,
+}
+
+/// One accelerator configuration.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccelerator {
+    pub tensor_cores: u32,
+    pub vector_cores: u32,
+    pub width: u32,
+    pub depth: u32,
+    /// Lanes per vector core (default: `width`).
+    pub vector_width: Option<u32>,
+    /// Global buffer, e.g. "128 MiB".
+    pub buffer: String,
+}
+
+/// The space of candidate accelerators. Every axis defaults to the reference's.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSearch {
+    /// Tensor cores per chip (default powers of two 1..4096).
+    pub tensor_cores: Option<RawAxis<u32>>,
+    /// Vector cores per chip (default powers of two 1..4096).
+    pub vector_cores: Option<RawAxis<u32>>,
+    /// Columns of each tensor core's MAC array (default 2..256).
+    pub width: Option<RawAxis<u32>>,
+    /// Rows of each tensor core's MAC array (default 2..256).
+    pub depth: Option<RawAxis<u32>>,
+    /// Lanes per vector core; default: equal to `width` (tied, as the reference).
+    pub vector_width: Option<RawAxis<u32>>,
+    /// Global buffer sizes, e.g. ["32 MiB", "64 MiB"] or { min = "2 MiB", max = "128 MiB" }.
+    pub buffer: Option<RawAxis<String>>,
+    /// Largest chip area (default: the area of 8 TC 128×128, 2 VC, 128 MiB).
+    pub area_budget: Option<RawAreaBudget>,
+    /// Candidates smaller than this fraction of the budget are skipped (default 0.3).
+    pub min_area_fraction: Option<f64>,
+    /// Exempt chips with a single tensor or vector core from the minimum (default true).
+    pub single_core_exempt: Option<bool>,
+    /// Width of the area buckets the search visits, e.g. "0.01 mm2" (default 10,000 µm²).
+    pub area_bucket: Option<String>,
+    /// Stop after this many buckets without improvement (default 5).
+    pub convergence_window: Option<u32>,
+    /// Visit every candidate instead of stopping at convergence (default false).
+    pub exhaustive: Option<bool>,
+}
+
+/// A value of a cost-model parameter.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a string, a number or a boolean")]
+pub enum RawParameter {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl RawParameter {
+    pub fn to_text(&self) -> String {
+        match self {
+            RawParameter::Text(s) => s.clone(),
+            RawParameter::Integer(i) => i.to_string(),
+            RawParameter::Float(f) => f.to_string(),
+            RawParameter::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// Which cost models size the chips and time the operators.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCostModel {
+    /// Area model (default "reference").
+    pub area: Option<String>,
+    /// Latency model (default "reference").
+    pub latency: Option<String>,
+    /// Parameters per model, e.g. `[cost_model.parameters.reference] clock = "1.05 GHz"`.
+    pub parameters: Option<BTreeMap<String, BTreeMap<String, RawParameter>>>,
+}

@@ -1,0 +1,301 @@
+use super::*;
+
+const GOOD: &str = r#"
+schema_version = 1
+name = "gpt3"
+
+[[models]]
+preset = "gpt3-175b"
+max_tensor_parallel = 8
+baseline = { pipeline = 32, data = 8, tensor = 4 }
+
+[training]
+global_batch = 4096
+micro_batch_sizes = [1, 2, 4, 8]
+optimizer = "adam"
+
+[cluster]
+devices = 1024
+link_bandwidth = "4 GiB/s"
+hbm = ["32 GiB", "64 GiB", "80 GiB"]
+
+[search]
+area_budget = { reference_config = { tensor_cores = 8, vector_cores = 2, width = 128, depth = 128, buffer = "128 MiB" } }
+
+[cost_model.parameters.reference]
+clock = "1.05 GHz"
+"#;
+
+fn errors(src: &str) -> Vec<Diagnostic> {
+    match parse(src, "test.toml") {
+        Ok(s) => panic!("expected errors, got {s:#?}"),
+        Err(d) => d,
+    }
+}
+
+fn find<'a>(diags: &'a [Diagnostic], field: &str) -> &'a Diagnostic {
+    diags
+        .iter()
+        .find(|d| d.field == field)
+        .unwrap_or_else(|| panic!("no error for `{field}` in {diags:#?}"))
+}
+
+/// Line and column of the first occurrence of `needle` in `src`.
+fn at(src: &str, needle: &str) -> (usize, usize) {
+    diagnostic::line_column(src, src.find(needle).expect("needle"))
+}
+
+#[test]
+fn a_good_spec_is_read_in_si_units() {
+    let s = parse(GOOD, "good.toml").unwrap();
+    assert_eq!(s.name, "gpt3");
+    assert_eq!(s.cluster.hbm_bytes, vec![32 << 30, 64 << 30, 80 << 30]);
+    assert_eq!(s.cluster.link_bytes_per_second, 4.0 * (1u64 << 30) as f64);
+    assert_eq!(s.training.micro_batch_sizes, vec![1, 2, 4, 8]);
+    assert_eq!(s.training.activation_recomputation, vec![false, true]);
+    assert_eq!(s.models[0].config.layers, 96);
+    assert_eq!(
+        s.models[0].baseline,
+        Some(Baseline {
+            pipeline: 32,
+            data: 8,
+            tensor: 4
+        })
+    );
+    assert_eq!(s.space, SpaceSpec::default());
+    assert_eq!(s.cost_model.parameters["reference"]["clock"], "1.05 GHz");
+    assert_eq!(s.content_hash.len(), 64);
+}
+
+#[test]
+fn several_errors_in_different_sections_are_reported_together() {
+    let src = GOOD
+        .replace(
+            "optimizer = \"adam\"",
+            "optimizer = \"adam\"\nmicro_batch_size = 3",
+        )
+        .replace("\"64 GiB\"", "\"64 GB/s\"")
+        .replace("max_tensor_parallel = 8", "max_tensor_parallel = 64");
+    let d = errors(&src);
+    assert_eq!(d.len(), 3, "{d:#?}");
+    let unknown = find(&d, "training.micro_batch_size");
+    assert_eq!(
+        (unknown.line, unknown.column),
+        at(&src, "micro_batch_size =")
+    );
+    assert!(
+        unknown.message.contains("unknown key `micro_batch_size`"),
+        "{unknown:?}"
+    );
+    assert!(
+        unknown
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `micro_batch_sizes`")
+    );
+    assert_eq!(d[0].file, "test.toml");
+    let hbm = find(&d, "cluster.hbm[1]");
+    assert_eq!((hbm.line, hbm.column), at(&src, "\"64 GB/s\""));
+    assert!(hbm.message.contains("not a unit of size"), "{hbm:?}");
+    let t = find(&d, "models[0].max_tensor_parallel");
+    assert_eq!((t.line, t.column), at(&src, "64\nbaseline"));
+    assert!(
+        t.help.as_deref().unwrap().contains("1, 2, 4, 8, 16, 32"),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn structural_errors_in_several_sections_are_reported_together() {
+    let src = GOOD
+        .replace("global_batch = 4096", "global_batch = \"4096\"")
+        .replace("devices = 1024", "devices = 1024\nnodes = 4");
+    let d = errors(&src);
+    assert_eq!(d.len(), 2, "{d:#?}");
+    let gb = find(&d, "training.global_batch");
+    assert_eq!((gb.line, gb.column), at(&src, "\"4096\""));
+    let nodes = find(&d, "cluster.nodes");
+    assert_eq!((nodes.line, nodes.column), at(&src, "nodes = 4"));
+}
+
+#[test]
+fn micro_batch_must_divide_the_global_batch() {
+    let src = GOOD.replace("[1, 2, 4, 8]", "[1, 3, 4, 0]");
+    let d = errors(&src);
+    let three = find(&d, "training.micro_batch_sizes[1]");
+    assert_eq!((three.line, three.column), at(&src, "3, 4, 0"));
+    assert!(
+        three
+            .message
+            .contains("does not divide the global batch 4096")
+    );
+    find(&d, "training.micro_batch_sizes[3]");
+}
+
+#[test]
+fn heads_must_divide_by_the_tensor_parallel_width() {
+    let src = GOOD
+        .replace(
+            "preset = \"gpt3-175b\"",
+            "preset = \"gpt3-175b\"\nheads = 96\nhidden = 12288\nkv_heads = 96",
+        )
+        .replace("max_tensor_parallel = 8", "max_tensor_parallel = 128");
+    let d = errors(&src);
+    let t = find(&d, "models[0].max_tensor_parallel");
+    assert!(t.message.contains("does not divide the model"), "{t:?}");
+    let src = GOOD.replace(
+        "preset = \"gpt3-175b\"",
+        "preset = \"gpt3-175b\"\nheads = 100",
+    );
+    let d = errors(&src);
+    let h = find(&d, "models[0].heads");
+    assert!(h.message.contains("not divisible by 100 heads"), "{h:?}");
+}
+
+#[test]
+fn empty_axes_and_bad_units_are_located() {
+    let src = GOOD.replace(
+        "[search]\n",
+        "[search]\ntensor_cores = []\nbuffer = [\"64 MiB\", \"12 parsecs\"]\narea_bucket = \"1 mm\"\n",
+    );
+    let d = errors(&src);
+    let tc = find(&d, "search.tensor_cores");
+    assert!(tc.message.contains("empty axis"));
+    assert_eq!((tc.line, tc.column), at(&src, "[]"));
+    let buf = find(&d, "search.buffer[1]");
+    assert_eq!((buf.line, buf.column), at(&src, "\"12 parsecs\""));
+    find(&d, "search.area_bucket");
+}
+
+#[test]
+fn unknown_preset_gets_a_suggestion() {
+    let d = errors(&GOOD.replace("gpt3-175b", "gpt-3-175b"));
+    let p = find(&d, "models[0].preset");
+    assert!(
+        p.help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `gpt3-175b`"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn missing_keys_and_unknown_sections() {
+    let d = errors("[trainig]\nglobal_batch = 8\n");
+    find(&d, "schema_version");
+    find(&d, "name");
+    find(&d, "models");
+    let t = find(&d, "trainig");
+    assert_eq!((t.line, t.column), (1, 2));
+    assert!(
+        t.help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `training`")
+    );
+}
+
+#[test]
+fn syntax_errors_are_located() {
+    let d = errors("schema_version = 1\nname = \"x\nmodels = []\n");
+    assert!(!d.is_empty());
+    assert_eq!(d[0].line, 2);
+    assert!(d[0].message.starts_with("invalid TOML"));
+}
+
+#[test]
+fn custom_models_need_their_shape() {
+    let src = "schema_version = 1\nname = \"c\"\n[[models]]\nlayers = 4\nhidden = 256\n";
+    let d = errors(src);
+    let m = find(&d, "models[0]");
+    assert!(m.message.contains("heads, vocab, seq_len"), "{m:?}");
+    let ok = "schema_version = 1\nname = \"c\"\n[[models]]\nname = \"tiny\"\nlayers = 4\nhidden = 256\nheads = 4\nvocab = 1000\nseq_len = 128\nmax_tensor_parallel = 4\n";
+    let s = parse(ok, "c.toml").unwrap();
+    assert_eq!(s.models[0].config.ffn, 1024);
+    assert_eq!(s.models[0].config.max_positions, 128);
+    assert_eq!(s.models[0].config.tensor_parallel_widths(), vec![1, 2, 4]);
+}
+
+#[test]
+fn baselines_and_cost_models_are_checked() {
+    let src = GOOD
+        .replace(
+            "pipeline = 32, data = 8, tensor = 4",
+            "pipeline = 32, data = 64, tensor = 4",
+        )
+        .replace("clock = \"1.05 GHz\"", "clock = \"fast\"");
+    let d = errors(&src);
+    let b = find(&d, "models[0].baseline");
+    assert!(b.message.contains("needs 8192 devices"), "{b:?}");
+    let c = find(&d, "cost_model.parameters.reference.clock");
+    assert_eq!((c.line, c.column), at(&src, "\"fast\""));
+    let d = errors(&GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\narea = \"vendor-x\"\n[cost_model.parameters.reference]",
+    ));
+    find(&d, "cost_model.area");
+}
+
+#[test]
+fn rendering_points_at_the_field() {
+    let src = GOOD.replace("[1, 2, 4, 8]", "[1, 3]");
+    let d = errors(&src);
+    let text = d[0].render(&src);
+    assert!(text.contains("--> test.toml:"), "{text}");
+    assert!(text.contains("micro_batch_sizes = [1, 3]"), "{text}");
+    assert!(text.contains("^"), "{text}");
+    let json = serde_json::to_value(&d[0]).unwrap();
+    for key in ["file", "line", "column", "field", "message"] {
+        assert!(json.get(key).is_some(), "{json}");
+    }
+}
+
+#[test]
+fn the_embedded_default_spec_is_valid() {
+    let s = default_spec().unwrap();
+    assert!(!s.models.is_empty());
+}
+
+/// Every example spec in `config/specs/` is valid, and there is one per preset.
+#[test]
+fn example_specs_are_valid_and_cover_every_preset() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
+    let mut presets = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let spec = load(&path).unwrap_or_else(|e| panic!("{}", e.render()));
+            for (m, raw) in spec
+                .models
+                .iter()
+                .zip(toml::from_str::<raw::RawSpec>(&text).unwrap().models)
+            {
+                if let Some(p) = raw.preset {
+                    presets.insert(p);
+                }
+                assert!(m.config.layers > 0);
+            }
+        }
+    }
+    for p in crate::engine::model::PRESETS {
+        assert!(
+            presets.contains(p),
+            "no example spec in config/specs uses preset `{p}`"
+        );
+    }
+}
+
+/// The checked-in schema is what `archplace schema` prints.
+#[test]
+fn checked_in_schema_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/spec.schema.json");
+    let want = serde_json::to_string_pretty(&json_schema()).unwrap() + "\n";
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "config/spec.schema.json is stale: run `cargo run -q -- schema > config/spec.schema.json`"
+    );
+}

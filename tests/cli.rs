@@ -1,0 +1,213 @@
+//! End-to-end tests of the `archplace` binary: real processes, real files, stdout parsed
+//! the way a script would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn archplace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_archplace"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn run(args: &[&str]) -> Output {
+    archplace().args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn temp_spec(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn validate_accepts_every_example_and_the_default() {
+    let o = run(&["validate"]);
+    assert!(o.status.success(), "{o:?}");
+    let mut args = vec!["validate".to_string()];
+    for e in std::fs::read_dir(root().join("config/specs")).unwrap() {
+        args.push(e.unwrap().path().display().to_string());
+    }
+    let o = archplace().args(&args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn validate_reports_located_errors_and_exits_1() {
+    let text = "schema_version = 1\nname = \"bad\"\n\n[[models]]\npreset = \"gpt3-175b\"\nmax_tensor_parallel = 3\n\n[training]\nmicro_batch_sizes = [1, 3]\n\n[cluster]\nhbm = [\"80 GB/s\"]\n";
+    let (_dir, path) = temp_spec("bad.toml", text);
+    let p = path.display().to_string();
+    let o = run(&["validate", &p]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains(&format!("{p}:6:23")), "{out}");
+    assert!(out.contains(&format!("{p}:9:25")), "{out}");
+    assert!(out.contains(&format!("{p}:12:8")), "{out}");
+    assert!(
+        out.contains("field: training.micro_batch_sizes[1]"),
+        "{out}"
+    );
+    assert!(out.contains("3 error(s)"), "{out}");
+
+    let o = run(&["validate", "--json", &p]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let errs = v.as_array().unwrap();
+    assert_eq!(errs.len(), 3);
+    let hbm = errs
+        .iter()
+        .find(|e| e["field"] == "cluster.hbm[0]")
+        .unwrap();
+    assert_eq!(
+        (hbm["line"].as_u64(), hbm["column"].as_u64()),
+        (Some(12), Some(8))
+    );
+    assert_eq!(hbm["file"], p.as_str());
+}
+
+#[test]
+fn validate_survives_missing_and_binary_files() {
+    let (_dir, path) = temp_spec("bin.toml", "");
+    std::fs::write(&path, [0xff, 0xfe, 0x00, 0x41]).unwrap();
+    let o = run(&[
+        "validate",
+        "/nonexistent/spec.toml",
+        &path.display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("cannot read the file"), "{out}");
+    assert!(out.contains("not valid UTF-8"), "{out}");
+}
+
+#[test]
+fn schema_is_the_checked_in_copy() {
+    let o = run(&["schema"]);
+    assert!(o.status.success());
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("config/spec.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(printed, file);
+    assert!(printed["properties"]["training"].is_object());
+}
+
+#[test]
+fn model_prints_tables_and_json() {
+    let o = run(&["model"]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    assert!(
+        out.contains("bert-large — micro-batch 4, tensor-parallel width 1"),
+        "{out}"
+    );
+    assert!(out.contains("335,143,938"), "{out}");
+
+    let spec = root()
+        .join("config/specs/gpt3-175b.toml")
+        .display()
+        .to_string();
+    let o = run(&["model", &spec, "--json", "--micro-batch", "2"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reports = v.as_array().unwrap();
+    let widths: Vec<u64> = reports
+        .iter()
+        .map(|r| r["tensor_parallel"].as_u64().unwrap())
+        .collect();
+    assert_eq!(widths, [1, 2, 4, 8]);
+    let t1 = &reports[0];
+    assert_eq!(t1["micro_batch"], 2);
+    let layers: Vec<&str> = t1["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["layer"].as_str().unwrap())
+        .collect();
+    assert_eq!(layers, ["embedding", "block", "head"]);
+    assert_eq!(t1["layers"][1]["count"], 96);
+    let params = t1["totals"]["parameters_per_rank"].as_f64().unwrap();
+    assert!((params / 174.6e9 - 1.0).abs() < 0.005, "{params}");
+}
+
+#[test]
+fn space_lists_the_reference_space() {
+    let spec = root()
+        .join("config/specs/gpt3-175b.toml")
+        .display()
+        .to_string();
+    let o = run(&["space", &spec, "--json"]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 29_360 + 1);
+    let first = &lines[0];
+    assert_eq!(
+        (
+            first["tensor_cores"].as_u64(),
+            first["vector_cores"].as_u64(),
+            first["width"].as_u64(),
+            first["buffer_bytes"].as_u64()
+        ),
+        (Some(8), Some(2), Some(128), Some(128 << 20))
+    );
+    assert!((first["area_mm2"].as_f64().unwrap() - 278.826_676_31).abs() < 1e-6);
+    assert_eq!(
+        first["area_um2"].as_f64().unwrap(),
+        first["area_mm2"].as_f64().unwrap() * 1e6
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["summary"], true);
+    assert_eq!(summary["candidates"], 29_360);
+    assert_eq!(summary["distinct_tensor_core_configs"], 4_186);
+    assert_eq!(summary["distinct_vector_core_configs"], 697);
+    assert_eq!(summary["area_buckets"], 13_506);
+    // Visit order: area buckets never increase.
+    let buckets: Vec<u64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["bucket"].as_u64().unwrap())
+        .collect();
+    assert!(buckets.windows(2).all(|w| w[0] >= w[1]));
+}
+
+#[test]
+fn space_text_output_and_limit() {
+    let spec = root()
+        .join("config/specs/custom-tiny.toml")
+        .display()
+        .to_string();
+    let o = run(&["space", &spec, "--limit", "3"]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 1 + 3 + 2, "{out}");
+    assert!(out.contains("candidates of"), "{out}");
+    assert!(o.stderr.is_empty() || !String::from_utf8_lossy(&o.stderr).contains("error"));
+}
+
+#[test]
+fn an_invalid_spec_fails_model_and_space_cleanly() {
+    let (_dir, path) = temp_spec(
+        "x.toml",
+        "schema_version = 2\nname = \"x\"\n[[models]]\npreset = \"bert-large\"\n",
+    );
+    let p = path.display().to_string();
+    for cmd in ["model", "space"] {
+        let o = run(&[cmd, &p]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}");
+        assert!(o.stdout.is_empty(), "{cmd}: stdout must stay clean");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("{p}:1:18")), "{cmd}: {err}");
+    }
+}
