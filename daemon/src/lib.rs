@@ -6,6 +6,8 @@
 //!   layer schedules and placement. It does no I/O.
 //! * [`cost`] connects the engine to cost models.
 
+pub mod atomic;
 pub mod cost;
 pub mod engine;
+pub mod phaze;
 pub mod spec;

@@ -53,6 +53,14 @@ enum Command {
         #[arg(long)]
         limit: Option<usize>,
     },
+    /// Solve a device-placement problem in the reference system's JSON format and write
+    /// its output fields (to OUT, atomically, or to stdout).
+    Placement {
+        /// Input file (the reference's DP input format).
+        input: PathBuf,
+        /// Output file; stdout when omitted.
+        output: Option<PathBuf>,
+    },
     /// Measure the engine's speed on fixed workloads (run with --release).
     Bench {
         /// What to measure.
@@ -78,6 +86,7 @@ fn main() -> ExitCode {
             json,
         } => cli::model::run(spec.as_deref(), micro_batch, json),
         Command::Space { spec, json, limit } => cli::space::run(spec.as_deref(), json, limit),
+        Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),
         Command::Bench { what, repeat } => cli::bench::run(what, repeat),
     };
     match result {

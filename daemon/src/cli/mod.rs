@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod model;
+pub mod placement;
 pub mod space;
 pub mod validate;
 

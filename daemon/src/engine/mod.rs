@@ -3,5 +3,6 @@
 
 pub mod estimate;
 pub mod model;
+pub mod placement;
 pub mod space;
 pub mod training;

@@ -1,0 +1,674 @@
+//! Device placement: pipeline stages, tensor- and data-parallel degrees (design doc §8).
+//!
+//! The Piper-style dynamic program of the reference, over the layer graph of a model for
+//! each tensor-parallel width `t`. It works on sets of layers closed under successors;
+//! because a transformer's layer graph is a chain (possibly with skip edges from the
+//! embedding, such as attention masks), those sets are exactly its suffixes and a stage is
+//! a contiguous range of layers. That, and the facts that a stage uses 1 or `t` devices and
+//! that a pipeline of `s` stages needs at least `s` devices, make the program
+//! `O(n³ + n · Σ_d min(n, devices/d))` per width instead of the reference's
+//! `O(downsets² · devices · stages)`.
+//!
+//! Semantics, as the reference:
+//! * a stage's load is its forward plus backward time, with the communication of edges
+//!   that cross the stage boundary (`bytes / bandwidth`); with recomputation every stage
+//!   but the last runs its forward twice;
+//! * 1F1B memory: a stage `s` stages from the end holds `2P + opt + A + (s − 1)·stash`,
+//!   where the stash is the stage's activations, or with recomputation only the inputs that
+//!   enter it;
+//! * time per batch = bottleneck load × (micro-batches per replica + stages − 1) + the
+//!   data-parallel gradient all-reduce `4·(d − 1)·P / (bandwidth · d)`.
+//!
+//! Two things are chosen by the caller ([`Resync`]): the reference charges the all-reduce
+//! for the *first* stage's parameters; archplace's own search charges it for the stage with
+//! the *most* parameters, because every stage all-reduces its own gradients at the same
+//! time and the slowest one bounds the step.
+
+use serde::Serialize;
+
+/// One layer of the chain, in pipeline order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Layer {
+    /// The caller's identifier of the layer.
+    pub id: i64,
+    pub parameter_bytes: f64,
+    pub activation_bytes: f64,
+    pub forward: f64,
+    pub backward: f64,
+    pub tensor_parallel: bool,
+}
+
+/// An edge between layers `from < to` (indices into the chain) carrying `bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Edge {
+    pub from: usize,
+    pub to: usize,
+    pub bytes: f64,
+}
+
+/// The layers of a model at one tensor-parallel width.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Chain {
+    pub width: u64,
+    pub layers: Vec<Layer>,
+    /// Every edge; consecutive layers must be connected.
+    pub edges: Vec<Edge>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resync {
+    /// The reference: the first stage's parameters.
+    FirstStage,
+    /// archplace: the largest stage's parameters.
+    LargestStage,
+}
+
+/// Everything the program needs besides the chains.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Settings {
+    pub memory_bytes: f64,
+    pub devices: u64,
+    /// Link bandwidth, bytes per unit of time.
+    pub bandwidth: f64,
+    /// Micro-batches in one global batch.
+    pub micro_batches: u64,
+    pub recompute: bool,
+    /// Optimizer state as a multiple of the parameters (SGD 0, Adam 1).
+    pub optimizer_copies: f64,
+    pub resync: Resync,
+}
+
+/// A fixed strategy: `pipeline` stages of `ceil(layers / pipeline)` transformer layers
+/// (the design doc's §8.7 rule), `tensor`-wide, `data` replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Fixed {
+    pub pipeline: u64,
+    pub tensor: u64,
+    pub data: u64,
+    pub transformer_layers: u64,
+}
+
+/// One pipeline stage of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StagePlan {
+    /// Chain indices `[start, end)`.
+    pub start: usize,
+    pub end: usize,
+    pub devices: u64,
+    /// The stage's load per micro-batch (forward + backward, with recomputation if any).
+    pub load: f64,
+    pub parameter_bytes: f64,
+    /// Peak memory of one device of the stage under 1F1B.
+    pub memory_bytes: f64,
+}
+
+/// A placement and its time per batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub tensor_parallel: u64,
+    pub data_parallel: u64,
+    pub stages: Vec<StagePlan>,
+    pub time_per_batch: f64,
+    /// The data-parallel all-reduce part of `time_per_batch`.
+    pub resync_time: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlacementError {
+    #[error(
+        "width {width}: the layer graph is not a chain (layer {at} is not fed by the layer before it); branching layer graphs are not supported"
+    )]
+    NotAChain { width: u64, at: i64 },
+    #[error("width {width}: edge {from} → {to} does not go forward along the chain")]
+    BackwardEdge { width: u64, from: usize, to: usize },
+    #[error("width {width}: the chain is empty")]
+    Empty { width: u64 },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Why a fixed strategy cannot run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
+pub enum FixedError {
+    #[error("tensor-parallel width {0} is not among the layer graphs")]
+    NoSuchWidth(u64),
+    #[error(
+        "{pipeline} stages × {tensor} × {data} replicas need {needed} devices; there are {devices}"
+    )]
+    TooManyDevices {
+        pipeline: u64,
+        tensor: u64,
+        data: u64,
+        needed: u64,
+        devices: u64,
+    },
+    #[error(
+        "data-parallel degree {data} must be between 1 and min(devices, micro-batches) = {max}"
+    )]
+    BadData { data: u64, max: u64 },
+    #[error(
+        "stage {stage} does not fit in memory ({needed_bytes:.0} bytes needed, {memory_bytes:.0} available)"
+    )]
+    OutOfMemory {
+        stage: usize,
+        needed_bytes: f64,
+        memory_bytes: f64,
+    },
+    #[error("{0} pipeline stages for a model of that many layers")]
+    BadPipeline(u64),
+}
+
+/// Per-stage quantities for every contiguous range `[i, j)` of one chain.
+struct Stages {
+    n: usize,
+    width: u64,
+    /// a(i, j): devices of the stage.
+    devices: Vec<u64>,
+    load_plain: Vec<f64>,
+    load_recompute: Vec<f64>,
+    params: Vec<f64>,
+    /// Largest number of stages from this one to the end that fits in memory.
+    max_s: Vec<u64>,
+    constant: Vec<f64>,
+    stash: Vec<f64>,
+    mixed: bool,
+}
+
+impl Stages {
+    fn at(&self, i: usize, j: usize) -> usize {
+        i * (self.n + 1) + j
+    }
+
+    fn load(&self, i: usize, j: usize, s: u64, recompute: bool) -> f64 {
+        let k = self.at(i, j);
+        if recompute && s > 1 {
+            self.load_recompute[k]
+        } else {
+            self.load_plain[k]
+        }
+    }
+
+    fn memory(&self, i: usize, j: usize, s: u64) -> f64 {
+        let k = self.at(i, j);
+        self.constant[k] + (s.saturating_sub(1)) as f64 * self.stash[k]
+    }
+
+    fn new(chain: &Chain, st: &Settings) -> Result<Stages, PlacementError> {
+        let n = chain.layers.len();
+        let width = chain.width;
+        if n == 0 {
+            return Err(PlacementError::Empty { width });
+        }
+        let mut incoming: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
+        let mut outgoing: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
+        for e in &chain.edges {
+            if e.from >= e.to || e.to >= n {
+                return Err(PlacementError::BackwardEdge {
+                    width,
+                    from: e.from,
+                    to: e.to,
+                });
+            }
+            incoming[e.to].push((e.from, e.bytes / st.bandwidth));
+            outgoing[e.from].push((e.to, e.bytes / st.bandwidth));
+        }
+        if let Some(v) = (1..n).find(|&v| !incoming[v].iter().any(|&(u, _)| u == v - 1)) {
+            return Err(PlacementError::NotAChain {
+                width,
+                at: chain.layers[v].id,
+            });
+        }
+        let size = (n + 1) * (n + 1);
+        let mut s = Stages {
+            n,
+            width,
+            devices: vec![0; size],
+            load_plain: vec![f64::INFINITY; size],
+            load_recompute: vec![f64::INFINITY; size],
+            params: vec![0.0; size],
+            max_s: vec![0; size],
+            constant: vec![0.0; size],
+            stash: vec![0.0; size],
+            mixed: chain.layers.iter().any(|l| l.tensor_parallel)
+                && chain.layers.iter().any(|l| !l.tensor_parallel),
+        };
+        let layers = &chain.layers;
+        let d = st.devices;
+        let mut fw_lat = vec![0.0; size];
+        // Forward pass of [i, j) grows with j.
+        for i in 0..n {
+            let mut finish = vec![0.0f64; n];
+            let (mut p, mut a, mut tp, mut fw_part, mut entering) = (0.0, 0.0, false, 0.0, 0.0);
+            for j in i + 1..=n {
+                let v = j - 1;
+                let mut start = 0.0f64;
+                for &(u, c) in &incoming[v] {
+                    start = start.max(if u >= i { finish[u] } else { c });
+                    if u < i {
+                        entering += c * st.bandwidth;
+                    }
+                }
+                finish[v] = start + layers[v].forward;
+                fw_lat[i * (n + 1) + j] = finish[v];
+                p += layers[v].parameter_bytes;
+                a += layers[v].activation_bytes;
+                tp |= layers[v].tensor_parallel;
+                fw_part += layers[v].forward;
+                let k = s.at(i, j);
+                s.params[k] = p;
+                s.devices[k] = if tp { width } else { 1 };
+                let constant = 2.0 * p + st.optimizer_copies * p + a;
+                let stash = if st.recompute { entering } else { a };
+                s.constant[k] = constant;
+                s.stash[k] = stash;
+                s.max_s[k] = if constant + (d as f64 - 1.0) * stash <= st.memory_bytes {
+                    d
+                } else if constant > st.memory_bytes {
+                    0
+                } else {
+                    1 + ((st.memory_bytes - constant) / stash).floor() as u64
+                };
+                // Recomputation: forward again (ignoring external inputs), then backward.
+                if st.recompute {
+                    let mut fin = vec![0.0f64; n];
+                    for v in (i..j).rev() {
+                        let mut start = fw_part;
+                        for &(w, c) in &outgoing[v] {
+                            start = start.max(if w < j { fin[w] } else { c });
+                        }
+                        fin[v] = start + layers[v].backward;
+                    }
+                    s.load_recompute[k] = fw_lat[k] + fin[i];
+                }
+            }
+        }
+        // Backward pass of [i, j) grows downwards in i.
+        for j in 1..=n {
+            let mut finish = vec![0.0f64; n];
+            for i in (0..j).rev() {
+                let mut start = 0.0f64;
+                for &(w, c) in &outgoing[i] {
+                    start = start.max(if w < j { finish[w] } else { c });
+                }
+                finish[i] = start + layers[i].backward;
+                let k = s.at(i, j);
+                s.load_plain[k] = fw_lat[k] + finish[i];
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// A non-dominated way to place a suffix: its bottleneck load, the parameters of its
+/// largest stage (0 when the objective ignores them), the end of its first stage and the
+/// entry of the rest in the next state's front.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    load: f64,
+    pmax: f64,
+    next: u32,
+    child: u32,
+}
+
+/// Keeps `e` in `front` unless dominated; drops what it dominates.
+fn insert(front: &mut Vec<Entry>, e: Entry) {
+    if front.iter().any(|f| f.load <= e.load && f.pmax <= e.pmax) {
+        return;
+    }
+    front.retain(|f| !(e.load <= f.load && e.pmax <= f.pmax));
+    front.push(e);
+}
+
+/// The dynamic program over suffixes for one chain.
+struct Program<'a> {
+    st: &'a Stages,
+    /// Stages are at most this many (the reference's bound: min(devices, layers)).
+    bound: usize,
+    qn: usize,
+    /// fronts[(i, s, q)]: placements of suffix i in s stages, q of them `t` devices wide
+    /// (q only counted when widths are mixed).
+    fronts: Vec<Vec<Entry>>,
+}
+
+impl<'a> Program<'a> {
+    fn idx(&self, i: usize, s: usize, q: usize) -> usize {
+        (i * (self.bound + 1) + s) * self.qn + q
+    }
+
+    fn wide(&self, k: usize) -> usize {
+        usize::from(self.st.mixed && self.st.devices[k] == self.st.width && self.st.width > 1)
+    }
+
+    /// Devices of `s` stages of which `q` are wide; `u64::MAX` if impossible.
+    fn devices_of(&self, s: usize, q: usize, uniform: u64) -> u64 {
+        match (self.st.mixed, q <= s) {
+            (true, true) => (s - q) as u64 + q as u64 * self.st.width,
+            (true, false) => u64::MAX,
+            (false, _) => s as u64 * uniform,
+        }
+    }
+
+    fn run(st: &'a Stages, settings: &Settings) -> Program<'a> {
+        let n = st.n;
+        let bound = (settings.devices as usize).min(n);
+        let qn = if st.mixed { bound + 1 } else { 1 };
+        let size = (n + 1) * (bound + 1) * qn;
+        let mut p = Program {
+            st,
+            bound,
+            qn,
+            fronts: vec![Vec::new(); size],
+        };
+        let track_params = settings.resync == Resync::LargestStage;
+        let zero = p.idx(n, 0, 0);
+        p.fronts[zero].push(Entry {
+            load: 0.0,
+            pmax: 0.0,
+            next: n as u32,
+            child: 0,
+        });
+        for i in (0..n).rev() {
+            for s in 1..=bound.min(n - i) {
+                for j in i + 1..=n {
+                    let k = st.at(i, j);
+                    if (s as u64) > st.max_s[k] || (j == n) != (s == 1) {
+                        continue;
+                    }
+                    let load = st.load(i, j, s as u64, settings.recompute);
+                    let params = if track_params { st.params[k] } else { 0.0 };
+                    let wide = p.wide(k);
+                    for q in wide..qn {
+                        let from = p.idx(j, s - 1, q - wide);
+                        let at = p.idx(i, s, q);
+                        for c in 0..p.fronts[from].len() {
+                            let rest = p.fronts[from][c];
+                            let e = Entry {
+                                load: rest.load.max(load),
+                                pmax: rest.pmax.max(params),
+                                next: j as u32,
+                                child: c as u32,
+                            };
+                            insert(&mut p.fronts[at], e);
+                        }
+                    }
+                }
+            }
+        }
+        p
+    }
+
+    /// Stages of suffix `i` in `s` stages with `q` wide ones, following front entry `e`.
+    fn stages(
+        &self,
+        mut i: usize,
+        mut s: usize,
+        mut q: usize,
+        mut e: usize,
+        settings: &Settings,
+    ) -> Vec<StagePlan> {
+        let mut out = Vec::new();
+        while s > 0 {
+            let entry = self.fronts[self.idx(i, s, q)][e];
+            let j = entry.next as usize;
+            let k = self.st.at(i, j);
+            out.push(StagePlan {
+                start: i,
+                end: j,
+                devices: self.st.devices[k],
+                load: self.st.load(i, j, s as u64, settings.recompute),
+                parameter_bytes: self.st.params[k],
+                memory_bytes: self.st.memory(i, j, s as u64),
+            });
+            q -= self.wide(k);
+            i = j;
+            s -= 1;
+            e = entry.child as usize;
+        }
+        out
+    }
+}
+
+fn resync_time(settings: &Settings, d: u64, params: f64) -> f64 {
+    4.0 * (d - 1) as f64 * params / (settings.bandwidth * d as f64)
+}
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// The best plan for one chain, if any fits.
+fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, PlacementError> {
+    let st = Stages::new(chain, settings)?;
+    let p = Program::run(&st, settings);
+    let n = st.n;
+    let uniform = if chain.layers.iter().all(|l| l.tensor_parallel) {
+        st.width
+    } else {
+        1
+    };
+    // (time per batch, d, end of the first stage, stages, q of the rest, front entry)
+    let mut best: Option<(f64, u64, usize, usize, usize, usize)> = None;
+    for d in 1..=settings.devices.min(settings.micro_batches) {
+        let cap = settings.devices / d;
+        let m = ceil_div(settings.micro_batches, d);
+        for j in 1..=n {
+            let k = st.at(0, j);
+            let a = st.devices[k];
+            if a > cap {
+                continue;
+            }
+            let smax = (st.max_s[k] as usize).min(p.bound).min(cap as usize);
+            for s in 1..=smax {
+                if (j == n) != (s == 1) {
+                    continue;
+                }
+                let first = st.load(0, j, s as u64, settings.recompute);
+                for q in 0..p.qn {
+                    if p.devices_of(s - 1, q, uniform) > cap - a {
+                        continue;
+                    }
+                    for (e, rest) in p.fronts[p.idx(j, s - 1, q)].iter().enumerate() {
+                        let pipeline = rest.load.max(first) * (m + s as u64 - 1) as f64;
+                        let params = match settings.resync {
+                            Resync::FirstStage => st.params[k],
+                            Resync::LargestStage => rest.pmax.max(st.params[k]),
+                        };
+                        let tpb = pipeline + resync_time(settings, d, params);
+                        if best.is_none_or(|b| tpb < b.0) {
+                            best = Some((tpb, d, j, s, q, e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let Some((_, d, j, s, q, e)) = best else {
+        return Ok(None);
+    };
+    let k = st.at(0, j);
+    let mut stages = vec![StagePlan {
+        start: 0,
+        end: j,
+        devices: st.devices[k],
+        load: st.load(0, j, s as u64, settings.recompute),
+        parameter_bytes: st.params[k],
+        memory_bytes: st.memory(0, j, s as u64),
+    }];
+    stages.extend(p.stages(j, s - 1, q, e, settings));
+    Ok(Some(evaluate(settings, st.width, d, stages)))
+}
+
+/// Time per batch of a plan (the reference's `getTimePerBatchForResult`).
+fn evaluate(settings: &Settings, width: u64, d: u64, stages: Vec<StagePlan>) -> Plan {
+    let m = ceil_div(settings.micro_batches, d);
+    let s = stages.len() as u64;
+    let bottleneck = stages.iter().map(|x| x.load).fold(0.0, f64::max);
+    let params = match settings.resync {
+        Resync::FirstStage => stages.first().map_or(0.0, |x| x.parameter_bytes),
+        Resync::LargestStage => stages.iter().map(|x| x.parameter_bytes).fold(0.0, f64::max),
+    };
+    let resync = resync_time(settings, d, params);
+    Plan {
+        tensor_parallel: width,
+        data_parallel: d,
+        stages,
+        time_per_batch: bottleneck * (m + s - 1) as f64 + resync,
+        resync_time: resync,
+    }
+}
+
+/// The best plan over all widths (ties: the narrowest), or `None` when nothing fits.
+pub fn best_plan(chains: &[Chain], settings: &Settings) -> Result<Option<Plan>, PlacementError> {
+    let mut best: Option<Plan> = None;
+    for chain in chains {
+        if let Some(plan) = best_for_chain(chain, settings)?
+            && best
+                .as_ref()
+                .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+        {
+            best = Some(plan);
+        }
+    }
+    Ok(best)
+}
+
+/// Evaluates a fixed strategy (design doc §8.7). Stage `k` holds the layers whose position
+/// `i < transformer_layers` in the chain has `⌊i / ⌈L/p⌉⌋ = k`; the layers after them join
+/// the last stage. Empty stages are dropped.
+pub fn evaluate_fixed(
+    chains: &[Chain],
+    settings: &Settings,
+    fixed: &Fixed,
+) -> Result<Plan, FixedError> {
+    let chain = chains
+        .iter()
+        .find(|c| c.width == fixed.tensor)
+        .ok_or(FixedError::NoSuchWidth(fixed.tensor))?;
+    let n = chain.layers.len();
+    let p = fixed.pipeline;
+    if p == 0 || fixed.transformer_layers == 0 {
+        return Err(FixedError::BadPipeline(p));
+    }
+    let max_d = settings.devices.min(settings.micro_batches);
+    if fixed.data == 0 || fixed.data > max_d {
+        return Err(FixedError::BadData {
+            data: fixed.data,
+            max: max_d,
+        });
+    }
+    let needed = p.saturating_mul(fixed.tensor).saturating_mul(fixed.data);
+    if needed > settings.devices {
+        return Err(FixedError::TooManyDevices {
+            pipeline: p,
+            tensor: fixed.tensor,
+            data: fixed.data,
+            needed,
+            devices: settings.devices,
+        });
+    }
+    let per = fixed.transformer_layers.div_ceil(p) as usize;
+    let mut bounds: Vec<(usize, usize)> = Vec::new();
+    for k in 0..p as usize {
+        let start = (k * per).min(n);
+        let end = if k + 1 == p as usize {
+            n
+        } else {
+            ((k + 1) * per)
+                .min(n)
+                .min(fixed.transformer_layers as usize)
+        };
+        if start < end {
+            bounds.push((start, end));
+        }
+    }
+    let st = Stages::new(chain, settings).map_err(|_| FixedError::NoSuchWidth(fixed.tensor))?;
+    let count = bounds.len() as u64;
+    let mut stages = Vec::new();
+    for (idx, &(i, j)) in bounds.iter().enumerate() {
+        let s = count - idx as u64;
+        let k = st.at(i, j);
+        if s > st.max_s[k] {
+            return Err(FixedError::OutOfMemory {
+                stage: idx,
+                needed_bytes: st.memory(i, j, s),
+                memory_bytes: settings.memory_bytes,
+            });
+        }
+        stages.push(StagePlan {
+            start: i,
+            end: j,
+            devices: fixed.tensor,
+            load: st.load(i, j, s, settings.recompute),
+            parameter_bytes: st.params[k],
+            memory_bytes: st.memory(i, j, s),
+        });
+    }
+    Ok(evaluate(settings, fixed.tensor, fixed.data, stages))
+}
+
+/// Every placement, tried one by one: the reference for tests of the program.
+pub fn best_plan_exact(
+    chains: &[Chain],
+    settings: &Settings,
+) -> Result<Option<Plan>, PlacementError> {
+    let mut best: Option<Plan> = None;
+    for chain in chains {
+        let st = Stages::new(chain, settings)?;
+        let n = st.n;
+        // Every composition of n layers into contiguous stages.
+        for mask in 0u64..(1u64 << (n - 1)) {
+            let mut cuts = vec![0];
+            for b in 0..n - 1 {
+                if mask >> b & 1 == 1 {
+                    cuts.push(b + 1);
+                }
+            }
+            cuts.push(n);
+            let s_total = cuts.len() as u64 - 1;
+            if s_total as usize > (settings.devices as usize).min(n) {
+                continue;
+            }
+            let mut stages = Vec::new();
+            let mut fits = true;
+            let mut devices = 0;
+            for (idx, w) in cuts.windows(2).enumerate() {
+                let (i, j) = (w[0], w[1]);
+                let s = s_total - idx as u64;
+                let k = st.at(i, j);
+                if s > st.max_s[k] {
+                    fits = false;
+                    break;
+                }
+                devices += st.devices[k];
+                stages.push(StagePlan {
+                    start: i,
+                    end: j,
+                    devices: st.devices[k],
+                    load: st.load(i, j, s, settings.recompute),
+                    parameter_bytes: st.params[k],
+                    memory_bytes: st.memory(i, j, s),
+                });
+            }
+            if !fits {
+                continue;
+            }
+            for d in 1..=settings.devices.min(settings.micro_batches) {
+                if devices * d > settings.devices {
+                    break;
+                }
+                let plan = evaluate(settings, st.width, d, stages.clone());
+                if best
+                    .as_ref()
+                    .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+                {
+                    best = Some(plan);
+                }
+            }
+        }
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests;
