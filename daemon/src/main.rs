@@ -61,6 +61,15 @@ enum Command {
         /// Output file; stdout when omitted.
         output: Option<PathBuf>,
     },
+    /// Schedule one layer's operators (the reference's fixture format) and print the
+    /// makespan and, per operator, its mode, core and start as JSON.
+    Schedule {
+        /// Instance file (`../shared/fixtures/schedule/layer-NNN.json` format).
+        layer: PathBuf,
+        /// Wall-clock limit of the MIP, seconds.
+        #[arg(long, default_value_t = 10.0)]
+        time_limit: f64,
+    },
     /// Measure the engine's speed on fixed workloads (run with --release).
     Bench {
         /// What to measure.
@@ -87,6 +96,7 @@ fn main() -> ExitCode {
         } => cli::model::run(spec.as_deref(), micro_batch, json),
         Command::Space { spec, json, limit } => cli::space::run(spec.as_deref(), json, limit),
         Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),
+        Command::Schedule { layer, time_limit } => cli::schedule::run(&layer, time_limit),
         Command::Bench { what, repeat } => cli::bench::run(what, repeat),
     };
     match result {

@@ -387,3 +387,173 @@ pub fn solve(problem: &Problem) -> Result<Output, placement::PlacementError> {
         }
     })
 }
+
+/// The reference's single-layer scheduling problems (`../shared/fixtures/schedule`).
+pub mod schedule {
+    use super::{InputError, invalid};
+    use crate::engine::schedule::{Instance, Mode, Resource, Schedule, Task};
+    use serde::{Deserialize, Serialize};
+    use std::collections::HashMap;
+
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Input {
+        pub tensor_cores: u32,
+        pub vector_cores: u32,
+        pub ops: Vec<InputOp>,
+        pub edges: Vec<(i64, i64)>,
+    }
+
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct InputOp {
+        pub id: i64,
+        pub core: Core,
+        pub latency: f64,
+        pub parallel_latency: f64,
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Core {
+        Tensor,
+        Vector,
+        Fused,
+        None,
+    }
+
+    #[derive(Debug, Clone, Serialize)]
+    pub struct OutputOp {
+        pub id: i64,
+        pub core: Core,
+        /// `single`, `parallel` (all cores of its type), or `none` for operators that take
+        /// no time.
+        pub mode: &'static str,
+        pub tensor_core: Option<u32>,
+        pub vector_core: Option<u32>,
+        pub start: f64,
+        pub finish: f64,
+    }
+
+    #[derive(Debug, Clone, Serialize)]
+    pub struct Output {
+        /// In the input's time unit.
+        pub makespan: f64,
+        pub lower_bound: f64,
+        pub proven_optimal: bool,
+        pub gap: f64,
+        pub method: crate::engine::schedule::Method,
+        pub hit_time_limit: bool,
+        pub solve_seconds: f64,
+        pub ops: Vec<OutputOp>,
+    }
+
+    pub fn parse(text: &str) -> Result<Input, InputError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            invalid(
+                format!(
+                    "line {}, column {} (field {})",
+                    inner.line(),
+                    inner.column(),
+                    path
+                ),
+                inner
+                    .to_string()
+                    .split(" at line")
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+    }
+
+    /// The instance, with operators in input order.
+    pub fn instance(input: &Input) -> Result<Instance, InputError> {
+        let mut index = HashMap::new();
+        for (i, op) in input.ops.iter().enumerate() {
+            if index.insert(op.id, i).is_some() {
+                return Err(invalid(
+                    format!("ops[{i}].id"),
+                    format!("operator {} appears twice", op.id),
+                ));
+            }
+            for (f, v) in [
+                ("latency", op.latency),
+                ("parallel_latency", op.parallel_latency),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(
+                        format!("ops[{i}].{f}"),
+                        format!("{v} is not a finite, non-negative time"),
+                    ));
+                }
+            }
+        }
+        let mut edges = Vec::new();
+        for (k, &(a, b)) in input.edges.iter().enumerate() {
+            match (index.get(&a), index.get(&b)) {
+                (Some(&x), Some(&y)) => edges.push((x, y)),
+                _ => {
+                    return Err(invalid(
+                        format!("edges[{k}]"),
+                        format!("edge {a} → {b} names an unknown operator"),
+                    ));
+                }
+            }
+        }
+        let tasks = input
+            .ops
+            .iter()
+            .map(|op| Task {
+                resource: match op.core {
+                    Core::Tensor => Resource::Tensor,
+                    Core::Vector => Resource::Vector,
+                    Core::Fused => Resource::Fused,
+                    Core::None => Resource::None,
+                },
+                single: op.latency,
+                parallel: op.parallel_latency,
+            })
+            .collect();
+        Ok(Instance {
+            tensor_cores: input.tensor_cores,
+            vector_cores: input.vector_cores,
+            tasks,
+            edges,
+        })
+    }
+
+    pub fn output(input: &Input, s: &Schedule) -> Output {
+        let ops = input
+            .ops
+            .iter()
+            .zip(&s.placements)
+            .map(|(op, p)| OutputOp {
+                id: op.id,
+                core: op.core,
+                mode: match (op.core, p.mode) {
+                    (Core::None, _) => "none",
+                    (_, Mode::Single) => "single",
+                    (_, Mode::Parallel) => "parallel",
+                },
+                tensor_core: p.tensor_core,
+                vector_core: p.vector_core,
+                start: p.start,
+                finish: p.finish,
+            })
+            .collect();
+        Output {
+            makespan: s.makespan,
+            lower_bound: s.lower_bound,
+            proven_optimal: s.optimal,
+            gap: s.gap,
+            method: s.method,
+            hit_time_limit: s.hit_time_limit,
+            solve_seconds: s.solve_seconds,
+            ops,
+        }
+    }
+}

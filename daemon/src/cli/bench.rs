@@ -20,6 +20,12 @@ pub enum Workload {
     Estimate,
     /// Build the graphs of every preset at every tensor-parallel width.
     Model,
+    /// Solve the twelve reference layer-schedule fixtures (sum of solve times), and the
+    /// forward and backward schedules of a GPT-3 175B block (t = 8, micro-batch 1) and a
+    /// Llama-2-7B block on the largest default configuration.
+    Schedule,
+    /// Place the reference's gpt3-like-t1248-hbm80 fixture (in process).
+    Placement,
     All,
 }
 
@@ -142,5 +148,101 @@ pub fn run(what: Workload, repeat: usize) -> Result<ExitCode> {
             format!("every preset at every width ({n} block ops)"),
         ))?;
     }
+    if all || what == Workload::Schedule {
+        bench_schedule(repeat)?;
+    }
+    if all || what == Workload::Placement {
+        let path = fixtures().join("placement/gpt3-like-t1248-hbm80.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let (times, tpb) = time(repeat, || {
+            let input = archplace::phaze::parse(&text)?;
+            let problem = archplace::phaze::problem(&input)?;
+            let out = archplace::phaze::solve(&problem)?;
+            Ok(out.final_time_per_batch.unwrap_or(f64::NAN))
+        })?;
+        emit(&report(
+            "placement",
+            &times,
+            format!("gpt3-like-t1248-hbm80, parse + solve, time per batch {tpb}"),
+        ))?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The fixtures folder of the repository (the benchmark reads the reference's cases).
+fn fixtures() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn bench_schedule(repeat: usize) -> Result<()> {
+    use archplace::engine::schedule::{Options, solve};
+    use archplace::phaze::schedule as format;
+    let dir = fixtures().join("schedule");
+    let mut instances = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "json")
+                && !p.to_string_lossy().ends_with(".expected.json")
+        })
+        .collect();
+    names.sort();
+    for p in &names {
+        let input = format::parse(&std::fs::read_to_string(p)?)?;
+        instances.push(format::instance(&input)?);
+    }
+    let options = Options::default();
+    let (times, mips) = time(repeat, || {
+        let mut mips = 0;
+        for inst in &instances {
+            let s = solve(inst, &options)?;
+            anyhow::ensure!(s.optimal, "a fixture was not proven optimal");
+            mips += usize::from(s.method == archplace::engine::schedule::Method::Mip);
+        }
+        Ok(mips)
+    })?;
+    emit(&report(
+        "schedule-fixtures",
+        &times,
+        format!(
+            "sum over {} cases ({mips} needed a MIP); the reference's sum of peer_seconds is 0.91 s",
+            instances.len()
+        ),
+    ))?;
+
+    let model = ReferenceModel::default();
+    let config = archplace::engine::space::REFERENCE_CONFIG;
+    for (name, t) in [("gpt3-175b", 8), ("llama2-7b", 1)] {
+        let cfg = preset(name).context("preset")?;
+        let g = build(
+            &cfg,
+            &BuildOptions {
+                micro_batch: 1,
+                tensor_parallel: t,
+                bytes_per_element: 2,
+                link_bytes_per_second: 4 << 30,
+            },
+        );
+        for (pass, graph) in [
+            ("forward", &g.block.forward),
+            ("backward", &g.block.backward),
+        ] {
+            let inst = archplace::engine::layer::instance(graph, &config, &model)?;
+            let (times, s) = time(repeat, || Ok(solve(&inst, &options)?))?;
+            anyhow::ensure!(s.optimal, "{name} {pass} was not proven optimal");
+            emit(&report(
+                "schedule-block",
+                &times,
+                format!(
+                    "{name} t={t} {pass}: {} ops, makespan {:.3} µs, proven optimal by {:?}",
+                    inst.tasks.len(),
+                    s.makespan * 1e6,
+                    s.method
+                ),
+            ))?;
+        }
+    }
+    Ok(())
 }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod model;
 pub mod placement;
+pub mod schedule;
 pub mod space;
 pub mod validate;
 

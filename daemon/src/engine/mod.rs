@@ -2,7 +2,9 @@
 //! validated inputs and cost-model traits, so tests drive it directly.
 
 pub mod estimate;
+pub mod layer;
 pub mod model;
 pub mod placement;
+pub mod schedule;
 pub mod space;
 pub mod training;

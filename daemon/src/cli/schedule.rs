@@ -1,0 +1,42 @@
+//! `archplace schedule LAYER.json`.
+
+use anyhow::{Context, Result, bail};
+use archplace::engine::schedule::{Options, check, solve};
+use archplace::phaze::schedule as format;
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn run(path: &Path, time_limit: f64) -> Result<ExitCode> {
+    if !(time_limit.is_finite() && time_limit > 0.0) {
+        bail!("--time-limit must be a positive number of seconds");
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let input = format::parse(&text)
+        .with_context(|| format!("{} is not a layer instance", path.display()))?;
+    let inst = format::instance(&input)
+        .with_context(|| format!("{} is not a valid layer instance", path.display()))?;
+    let schedule = solve(
+        &inst,
+        &Options {
+            time_limit_seconds: time_limit,
+            heuristic_only: false,
+        },
+    )
+    .with_context(|| format!("cannot schedule {}", path.display()))?;
+    check(&inst, &schedule.placements)
+        .map_err(|e| anyhow::anyhow!("internal error: invalid schedule: {e}"))?;
+    if !schedule.optimal {
+        eprintln!(
+            "note: not proven optimal (gap {:.3}%{})",
+            schedule.gap * 100.0,
+            if schedule.hit_time_limit {
+                ", MIP time limit reached"
+            } else {
+                ""
+            }
+        );
+    }
+    super::print_json(&format::output(&input, &schedule))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,202 @@
+//! A serial schedule-generation scheme: operators in priority order (longest path to the
+//! end first), each at the earliest time its predecessors, its mode and the cores allow,
+//! in the mode that finishes it first; then hill-climbing over the modes.
+
+// Operators are indices into several parallel arrays; index loops read best here.
+#![allow(clippy::needless_range_loop)]
+
+use super::{Mode, Prep, Resource};
+
+/// One placed operator: start, finish, index, mode.
+type Slot = (f64, f64, usize, Mode);
+
+/// Longest path from each operator to the end, shortest durations.
+fn bottom_levels(p: &Prep) -> Vec<f64> {
+    let m = p.len();
+    let mut bl: Vec<f64> = (0..m).map(|i| p.min_duration(i)).collect();
+    for i in (0..m).rev() {
+        let tail = p
+            .edges
+            .iter()
+            .filter(|e| e.0 == i)
+            .map(|e| bl[e.1])
+            .fold(0.0, f64::max);
+        bl[i] = p.min_duration(i) + tail;
+    }
+    bl
+}
+
+/// Largest number of intervals in `slots` (those `relevant`) that overlap at one instant
+/// inside `[t, t + d)`.
+fn peak(slots: &[Slot], t: f64, d: f64, eps: f64, relevant: impl Fn(&Slot) -> bool) -> usize {
+    let mut events: Vec<(f64, i32)> = Vec::new();
+    for s in slots.iter().filter(|s| relevant(s)) {
+        let (a, b) = (s.0.max(t), s.1.min(t + d));
+        if a + eps < b {
+            events.push((a, 1));
+            events.push((b, -1));
+        }
+    }
+    events.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut now, mut best) = (0i32, 0i32);
+    for (_, delta) in events {
+        now += delta;
+        best = best.max(now);
+    }
+    best as usize
+}
+
+fn fits(p: &Prep, slots: &[Slot], k: usize, mode: Mode, t: f64, d: f64, eps: f64) -> bool {
+    if d <= eps {
+        return true;
+    }
+    let rk = p.res[k];
+    for &(s, e, j, mj) in slots {
+        if !(s + eps < t + d && t + eps < e) || e - s <= eps {
+            continue;
+        }
+        let rj = p.res[j];
+        if rk.is_core() && rj.is_core() && (mode == Mode::Parallel || mj == Mode::Parallel) {
+            return false;
+        }
+        if rk == Resource::Link && rj == Resource::Link {
+            return false;
+        }
+    }
+    if mode == Mode::Single {
+        let single = |s: &Slot| s.3 == Mode::Single;
+        if rk.uses_tensor()
+            && peak(slots, t, d, eps, |s| single(s) && p.res[s.2].uses_tensor()) >= p.tc as usize
+        {
+            return false;
+        }
+        if rk.uses_vector()
+            && peak(slots, t, d, eps, |s| single(s) && p.res[s.2].uses_vector()) >= p.vc as usize
+        {
+            return false;
+        }
+    }
+    true
+}
+
+fn earliest(p: &Prep, slots: &[Slot], k: usize, mode: Mode, ready: f64, d: f64, eps: f64) -> f64 {
+    let mut candidates: Vec<f64> = std::iter::once(ready)
+        .chain(slots.iter().map(|s| s.1).filter(|&e| e > ready))
+        .collect();
+    candidates.sort_by(f64::total_cmp);
+    candidates.dedup();
+    for t in candidates {
+        if fits(p, slots, k, mode, t, d, eps) {
+            return t;
+        }
+    }
+    // After everything placed, nothing conflicts.
+    slots.iter().map(|s| s.1).fold(ready, f64::max)
+}
+
+/// One pass of the scheme; `fixed` forces the modes.
+fn sgs(p: &Prep, priority: &[f64], fixed: Option<&[Mode]>, eps: f64) -> (f64, Vec<f64>, Vec<Mode>) {
+    let m = p.len();
+    let mut waiting = vec![0usize; m];
+    for &(_, b) in &p.edges {
+        waiting[b] += 1;
+    }
+    let mut ready = vec![0.0f64; m];
+    let mut scheduled = vec![false; m];
+    let mut starts = vec![0.0; m];
+    let mut modes = vec![Mode::Single; m];
+    let mut slots: Vec<Slot> = Vec::with_capacity(m);
+    for _ in 0..m {
+        let Some(k) = (0..m)
+            .filter(|&i| !scheduled[i] && waiting[i] == 0)
+            .max_by(|&a, &b| priority[a].total_cmp(&priority[b]).then(b.cmp(&a)))
+        else {
+            break;
+        };
+        let options: &[Mode] = match fixed {
+            Some(f) => std::slice::from_ref(&f[k]),
+            None if p.can_parallel[k] => &[Mode::Single, Mode::Parallel],
+            None => &[Mode::Single],
+        };
+        let mut best: Option<(f64, f64, Mode)> = None;
+        for &mode in options {
+            let mode = if p.can_parallel[k] {
+                mode
+            } else {
+                Mode::Single
+            };
+            let d = p.duration(k, mode);
+            let t = earliest(p, &slots, k, mode, ready[k], d, eps);
+            if best.is_none_or(|b| t + d < b.1 - eps) {
+                best = Some((t, t + d, mode));
+            }
+        }
+        let Some((t, f, mode)) = best else { break };
+        scheduled[k] = true;
+        starts[k] = t;
+        modes[k] = mode;
+        slots.push((t, f, k, mode));
+        for &(a, b) in &p.edges {
+            if a == k {
+                waiting[b] -= 1;
+                ready[b] = ready[b].max(f);
+            }
+        }
+    }
+    let span = slots.iter().map(|s| s.1).fold(0.0, f64::max);
+    (span, starts, modes)
+}
+
+/// The best list schedule found: `(makespan, starts, modes)` of the real operators.
+pub(super) fn best(p: &Prep) -> (f64, Vec<f64>, Vec<Mode>) {
+    let priority = bottom_levels(p);
+    let scale: f64 = (0..p.len()).map(|i| p.single[i]).sum::<f64>().max(1e-300);
+    let eps = 1e-12 * scale;
+    let mut best = sgs(p, &priority, None, eps);
+    let shortest: Vec<Mode> = (0..p.len())
+        .map(|i| {
+            if p.can_parallel[i] {
+                Mode::Parallel
+            } else {
+                Mode::Single
+            }
+        })
+        .collect();
+    for start in [shortest, vec![Mode::Single; p.len()]] {
+        let r = sgs(p, &priority, Some(&start), eps);
+        if r.0 < best.0 - eps {
+            best = r;
+        }
+    }
+    // Hill-climbing over modes: flip one operator's mode at a time.
+    let flippable: Vec<usize> = (0..p.len()).filter(|&i| p.can_parallel[i]).collect();
+    for _pass in 0..3 {
+        let mut improved = false;
+        for &i in &flippable {
+            let mut modes = best.2.clone();
+            modes[i] = match modes[i] {
+                Mode::Single => Mode::Parallel,
+                Mode::Parallel => Mode::Single,
+            };
+            let r = sgs(p, &priority, Some(&modes), eps);
+            if r.0 < best.0 - eps {
+                best = r;
+                improved = true;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    best
+}
+
+/// The scheme with fixed modes and priorities, for exhaustive tests.
+#[cfg(test)]
+pub(super) fn sgs_for_tests(
+    p: &Prep,
+    priority: &[f64],
+    modes: &[Mode],
+) -> (f64, Vec<f64>, Vec<Mode>) {
+    sgs(p, priority, Some(modes), 1e-12)
+}
