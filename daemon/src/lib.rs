@@ -10,4 +10,5 @@ pub mod atomic;
 pub mod cost;
 pub mod engine;
 pub mod phaze;
+pub mod runner;
 pub mod spec;

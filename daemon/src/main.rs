@@ -20,6 +20,24 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the search of a spec: the best accelerator and training plan, with result files
+    /// (`result.json`, `explored.jsonl`) in the results folder.
+    Run {
+        /// Spec file; the embedded default spec when omitted.
+        spec: Option<PathBuf>,
+        /// Result folder (default: RESULTS/<spec name>/<content hash>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Root of result folders.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Print `result.json` on stdout instead of a summary.
+        #[arg(long)]
+        json: bool,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Check spec files; print every problem with its location and exit 1 if any.
     Validate {
         /// Spec files (TOML). Without any, the embedded default spec is checked.
@@ -69,6 +87,10 @@ enum Command {
         /// Wall-clock limit of the MIP, seconds.
         #[arg(long, default_value_t = 10.0)]
         time_limit: f64,
+        /// Accept a schedule within this relative gap of the bound (default 0: prove
+        /// optimality).
+        #[arg(long, default_value_t = 0.0)]
+        gap: f64,
     },
     /// Measure the engine's speed on fixed workloads (run with --release).
     Bench {
@@ -85,6 +107,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     cli::init_logging(cli.verbose);
     let result = match cli.command {
+        Command::Run {
+            spec,
+            out,
+            results,
+            json,
+            threads,
+        } => cli::run::run(spec.as_deref(), out.as_deref(), &results, json, threads),
         Command::Validate { files, json } => cli::validate::run(&files, json),
         Command::Schema => {
             cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)
@@ -96,7 +125,11 @@ fn main() -> ExitCode {
         } => cli::model::run(spec.as_deref(), micro_batch, json),
         Command::Space { spec, json, limit } => cli::space::run(spec.as_deref(), json, limit),
         Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),
-        Command::Schedule { layer, time_limit } => cli::schedule::run(&layer, time_limit),
+        Command::Schedule {
+            layer,
+            time_limit,
+            gap,
+        } => cli::schedule::run(&layer, time_limit, gap),
         Command::Bench { what, repeat } => cli::bench::run(what, repeat),
     };
     match result {

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod model;
 pub mod placement;
+pub mod run;
 pub mod schedule;
 pub mod space;
 pub mod validate;
@@ -14,9 +15,10 @@ use std::io::Write;
 use std::path::Path;
 
 pub fn init_logging(verbose: u8) {
+    // HiGHS reports every MIP time-limit hit as a warning; the results count them.
     let default = match verbose {
-        0 => "warn",
-        1 => "debug",
+        0 => "warn,highs=error",
+        1 => "debug,highs=warn",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

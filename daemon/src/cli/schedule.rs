@@ -6,7 +6,10 @@ use archplace::phaze::schedule as format;
 use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(path: &Path, time_limit: f64) -> Result<ExitCode> {
+pub fn run(path: &Path, time_limit: f64, gap: f64) -> Result<ExitCode> {
+    if !(0.0..1.0).contains(&gap) {
+        bail!("--gap must be a fraction from 0 up to, not including, 1");
+    }
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit must be a positive number of seconds");
     }
@@ -21,6 +24,7 @@ pub fn run(path: &Path, time_limit: f64) -> Result<ExitCode> {
         &Options {
             time_limit_seconds: time_limit,
             heuristic_only: false,
+            relative_gap: gap,
         },
     )
     .with_context(|| format!("cannot schedule {}", path.display()))?;

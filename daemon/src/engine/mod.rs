@@ -6,5 +6,6 @@ pub mod layer;
 pub mod model;
 pub mod placement;
 pub mod schedule;
+pub mod search;
 pub mod space;
 pub mod training;

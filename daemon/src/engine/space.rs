@@ -38,6 +38,10 @@ pub struct SpaceSpec {
     pub bucket_um2: f64,
     pub convergence_window: u32,
     pub exhaustive: bool,
+    /// Relative gap at which a layer schedule is accepted during the search.
+    pub schedule_gap: f64,
+    /// Wall-clock limit of one layer-schedule MIP during the search.
+    pub schedule_time_limit_seconds: f64,
 }
 
 fn pow2(lo_log: u32, hi_log: u32) -> Vec<u32> {
@@ -60,6 +64,8 @@ impl Default for SpaceSpec {
             bucket_um2: 10_000.0,
             convergence_window: 5,
             exhaustive: false,
+            schedule_gap: 0.01,
+            schedule_time_limit_seconds: 0.1,
         }
     }
 }

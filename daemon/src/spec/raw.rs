@@ -260,6 +260,13 @@ pub struct RawSearch {
     pub convergence_window: Option<u32>,
     /// Visit every candidate instead of stopping at convergence (default false).
     pub exhaustive: Option<bool>,
+    /// Accept a layer schedule within this relative gap of its lower bound (default 0.01,
+    /// as the reference; 0 proves every schedule optimal, which is slower).
+    pub schedule_gap: Option<f64>,
+    /// Wall-clock limit of one layer-schedule MIP during the search, in seconds (default
+    /// 0.1). A schedule that hits it keeps the best solution found and is counted in the
+    /// results as not proven optimal.
+    pub schedule_time_limit_seconds: Option<f64>,
 }
 
 /// A value of a cost-model parameter.

@@ -773,6 +773,27 @@ fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
             }
         },
     };
+    let schedule_gap = s.schedule_gap.unwrap_or(d.schedule_gap);
+    if !(0.0..0.5).contains(&schedule_gap) {
+        ctx.error(
+            &path.key("schedule_gap"),
+            format!("{schedule_gap} is not a usable gap"),
+            Some(
+                "use a fraction from 0 (prove optimality) up to 0.5; the reference uses 0.01"
+                    .into(),
+            ),
+        );
+    }
+    let schedule_time_limit_seconds = s
+        .schedule_time_limit_seconds
+        .unwrap_or(d.schedule_time_limit_seconds);
+    if !(0.001..=3600.0).contains(&schedule_time_limit_seconds) {
+        ctx.error(
+            &path.key("schedule_time_limit_seconds"),
+            format!("{schedule_time_limit_seconds} s is not a usable time limit"),
+            Some("use 0.001 to 3600 seconds".into()),
+        );
+    }
     let convergence_window = s.convergence_window.unwrap_or(d.convergence_window);
     if convergence_window == 0 {
         ctx.error(
@@ -819,7 +840,11 @@ fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         );
         return None;
     }
-    if !(0.0..1.0).contains(&min_area_fraction) || convergence_window == 0 {
+    if !(0.0..1.0).contains(&min_area_fraction)
+        || convergence_window == 0
+        || !(0.0..0.5).contains(&schedule_gap)
+        || !(0.001..=3600.0).contains(&schedule_time_limit_seconds)
+    {
         return None;
     }
     Some(SpaceSpec {
@@ -835,6 +860,8 @@ fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         bucket_um2,
         convergence_window,
         exhaustive: s.exhaustive.unwrap_or(false),
+        schedule_gap,
+        schedule_time_limit_seconds,
     })
 }
 

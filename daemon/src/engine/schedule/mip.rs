@@ -273,7 +273,7 @@ pub(super) fn solve(
         .map_err(|e| ScheduleError::Solver(e.to_string()))?;
     model.make_quiet();
     model.set_option("time_limit", options.time_limit_seconds.max(0.001));
-    model.set_option("mip_rel_gap", 1e-9);
+    model.set_option("mip_rel_gap", options.relative_gap.max(1e-9));
     model.set_option("mip_abs_gap", 1e-12);
     model.set_option("mip_feasibility_tolerance", 1e-9);
     model.set_option("primal_feasibility_tolerance", 1e-9);

@@ -170,6 +170,9 @@ pub struct Options {
     pub time_limit_seconds: f64,
     /// Build no MIP: return the list schedule with its gap to the bound.
     pub heuristic_only: bool,
+    /// Accept a schedule within this relative gap of the best bound (0: prove optimality).
+    /// Such a schedule is reported with its gap, not as optimal.
+    pub relative_gap: f64,
 }
 
 impl Default for Options {
@@ -177,6 +180,7 @@ impl Default for Options {
         Options {
             time_limit_seconds: 10.0,
             heuristic_only: false,
+            relative_gap: 0.0,
         }
     }
 }
@@ -687,7 +691,9 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
             false,
         ));
     }
-    if options.heuristic_only {
+    if options.heuristic_only
+        || (options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span)
+    {
         let gap = (h_span - lower) / h_span;
         return Ok(done(
             h_span,

@@ -1,0 +1,201 @@
+//! `archplace run`: one search, with progress, to result files.
+
+use super::{load_spec, print_json};
+use anyhow::{Context, Result, bail};
+use archplace::engine::search::{Observer, Progress};
+use archplace::runner;
+use archplace_plugin_sdk::units::format_bytes;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Exit code when the search ran but no candidate can train the models.
+const NO_FEASIBLE: u8 = 3;
+
+/// A progress bar on a terminal, plain lines every few seconds otherwise.
+struct Reporter {
+    bar: Option<ProgressBar>,
+    started: Instant,
+    last_line: Mutex<Instant>,
+}
+
+fn describe(p: &Progress) -> String {
+    match (p.best_throughput_samples_per_second, p.best_area_um2) {
+        (Some(t), Some(a)) => format!(
+            "bucket {}, best {t:.2} samples/s at {:.2} mm²",
+            p.bucket,
+            a / 1e6
+        ),
+        _ => format!("bucket {}, nothing feasible yet", p.bucket),
+    }
+}
+
+impl Observer for Reporter {
+    fn progress(&self, p: &Progress) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.evaluated as u64);
+            bar.set_message(describe(p));
+            return;
+        }
+        let Ok(mut last) = self.last_line.lock() else {
+            return;
+        };
+        if last.elapsed() >= Duration::from_secs(5) || p.evaluated == 1 {
+            *last = Instant::now();
+            eprintln!(
+                "progress: {}/{} candidates, {}, {:.1} s",
+                p.evaluated,
+                p.total,
+                describe(p),
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+pub fn run(
+    spec: Option<&Path>,
+    out: Option<&Path>,
+    results: &Path,
+    json: bool,
+    threads: Option<usize>,
+) -> Result<ExitCode> {
+    if threads == Some(0) {
+        bail!("--threads must be at least 1");
+    }
+    let spec = load_spec(spec)?;
+    let dir = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| runner::result_dir(results, &spec));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .context("starting worker threads")?;
+    let terminal = std::io::stderr().is_terminal();
+    let bar = terminal.then(|| {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} candidates (at most {eta} left) {wide_msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let reporter = Reporter {
+        bar,
+        started: Instant::now(),
+        last_line: Mutex::new(Instant::now()),
+    };
+    eprintln!(
+        "searching `{}` with {} thread(s); results in {}",
+        spec.name,
+        pool.current_num_threads(),
+        dir.display()
+    );
+    let finished = pool
+        .install(|| runner::run(&spec, &reporter, None))
+        .context("the search failed")?;
+    if let Some(bar) = &reporter.bar {
+        bar.finish_and_clear();
+    }
+    runner::write(&dir, &finished).context("writing the results")?;
+    let doc = &finished.doc;
+    if json {
+        print_json(doc)?;
+    } else {
+        print_summary(doc, &dir);
+    }
+    Ok(if doc.best.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(NO_FEASIBLE)
+    })
+}
+
+fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
+    let s = &doc.search;
+    println!(
+        "search `{}`: {} of {} candidates evaluated ({} failed), {} buckets, {}; {:.1} s",
+        doc.spec.name,
+        s.candidates_evaluated,
+        s.candidates_in_space,
+        s.candidates_failed,
+        s.buckets_visited,
+        if s.exhaustive {
+            "exhaustive"
+        } else if s.converged {
+            "converged"
+        } else {
+            "space exhausted"
+        },
+        doc.timings.total_seconds
+    );
+    let Some(best) = &doc.best else {
+        println!(
+            "no candidate can train every model within the HBM sizes given; see {}/explored.jsonl",
+            dir.display()
+        );
+        return;
+    };
+    let c = &best.configuration;
+    println!(
+        "best chip: {} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
+        c.tensor_cores,
+        c.width,
+        c.depth,
+        c.vector_cores,
+        c.vector_width,
+        format_bytes(c.buffer_bytes),
+        c.area_mm2,
+        format_bytes(best.hbm_bytes)
+    );
+    for m in &best.models {
+        println!(
+            "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}, t = {}, d = {}, {} pipeline stage(s)",
+            m.model,
+            m.throughput_samples_per_second,
+            m.throughput_tokens_per_second,
+            m.time_per_batch_seconds,
+            m.micro_batch,
+            if m.activation_recomputation {
+                "on"
+            } else {
+                "off"
+            },
+            m.tensor_parallel,
+            m.data_parallel,
+            m.pipeline_stages
+        );
+        if let Some(b) = &m.baseline {
+            match b.throughput_samples_per_second {
+                Some(t) => println!(
+                    "    baseline p={} d={} t={}: {t:.2} samples/s ({:.2}× slower than the plan found)",
+                    b.pipeline,
+                    b.data,
+                    b.tensor,
+                    m.throughput_samples_per_second / t
+                ),
+                None => println!(
+                    "    baseline p={} d={} t={}: infeasible ({})",
+                    b.pipeline,
+                    b.data,
+                    b.tensor,
+                    b.infeasible.as_deref().unwrap_or("")
+                ),
+            }
+        }
+    }
+    let w = &doc.work;
+    println!(
+        "layer schedules: {} ({} settled by bounds, {} MIPs); results in {}",
+        w.layer_schedules,
+        w.mips_avoided,
+        w.mips_solved,
+        dir.display()
+    );
+}

@@ -1,0 +1,324 @@
+//! One search from a validated spec to its result files: the glue between the spec, the
+//! cost models, the engine and the disk. The one-shot CLI and the daemon both use it.
+//!
+//! Result folder (see the README for every field):
+//! * `result.json` — the spec's name and content hash, archplace's version, the cost
+//!   models, the best configuration and each model's training plan, timings and work
+//!   counters;
+//! * `explored.jsonl` — one line per evaluated candidate: its configuration, area, best
+//!   throughput and plan, or why it failed.
+//!
+//! Both are written atomically.
+
+use crate::cost::{self, CostModelError};
+use crate::engine::search::{
+    self, Evaluated, ModelInput, ModelPlan, Observer, Outcome, SearchInput, Stats,
+};
+use crate::engine::space::{self, Space};
+use crate::spec::Spec;
+use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+/// Version of the result format.
+pub const RESULT_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cost model: {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    CostModel(Vec<CostModelError>),
+    #[error("architecture space: {0}")]
+    Space(#[from] space::SpaceError),
+    #[error("search: {0}")]
+    Search(#[from] search::SearchError),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SpecRef {
+    pub name: String,
+    pub content_hash: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CostModels {
+    pub area: ModelInfo,
+    pub latency: ModelInfo,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Configuration {
+    pub tensor_cores: u32,
+    pub vector_cores: u32,
+    pub width: u32,
+    pub depth: u32,
+    pub vector_width: u32,
+    pub buffer_bytes: u64,
+    pub area_mm2: f64,
+}
+
+impl Configuration {
+    fn new(c: &AcceleratorConfig, area_um2: f64) -> Self {
+        Configuration {
+            tensor_cores: c.tensor_cores,
+            vector_cores: c.vector_cores,
+            width: c.width,
+            depth: c.depth,
+            vector_width: c.vector_width,
+            buffer_bytes: c.buffer_bytes,
+            area_mm2: area_um2 / 1e6,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Best {
+    pub configuration: Configuration,
+    pub hbm_bytes: u64,
+    /// Mean over the models of their throughput.
+    pub mean_throughput_samples_per_second: f64,
+    pub models: Vec<ModelPlan>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchSummary {
+    pub candidates_in_space: usize,
+    pub candidates_evaluated: usize,
+    pub candidates_failed: usize,
+    pub buckets_visited: usize,
+    pub exhaustive: bool,
+    pub converged: bool,
+    pub cancelled: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Timings {
+    pub total_seconds: f64,
+    /// Summed over threads.
+    pub estimation_seconds: f64,
+    /// Summed over threads.
+    pub scheduling_seconds: f64,
+    /// Summed over threads.
+    pub placement_seconds: f64,
+    pub space_enumeration_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Work {
+    pub estimates_computed: u64,
+    pub estimate_cache_hits: u64,
+    pub layer_schedules: u64,
+    /// Settled by bounds: the list schedule met the lower bound.
+    pub mips_avoided: u64,
+    pub mips_solved: u64,
+    pub schedules_not_proven_optimal: u64,
+    pub mip_time_limit_hits: u64,
+    pub placements_solved: u64,
+}
+
+/// `result.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultDoc {
+    pub format_version: u32,
+    pub archplace_version: String,
+    pub spec: SpecRef,
+    pub cost_models: CostModels,
+    /// `null` when no candidate could train every model.
+    pub best: Option<Best>,
+    pub search: SearchSummary,
+    pub timings: Timings,
+    pub work: Work,
+}
+
+/// One line of `explored.jsonl`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExploredLine {
+    pub index: usize,
+    pub configuration: Configuration,
+    pub bucket: u64,
+    pub mean_throughput_samples_per_second: Option<f64>,
+    pub hbm_bytes: Option<u64>,
+    pub plans: Vec<PlanLine>,
+    pub failure: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanLine {
+    pub model: String,
+    pub micro_batch: u64,
+    pub activation_recomputation: bool,
+    pub tensor_parallel: u64,
+    pub data_parallel: u64,
+    pub pipeline_stages: usize,
+    pub throughput_samples_per_second: f64,
+    pub time_per_batch_seconds: f64,
+}
+
+impl From<&Evaluated> for ExploredLine {
+    fn from(e: &Evaluated) -> Self {
+        ExploredLine {
+            index: e.index,
+            configuration: Configuration::new(&e.config, e.area_um2),
+            bucket: e.bucket,
+            mean_throughput_samples_per_second: e.mean_throughput_samples_per_second,
+            hbm_bytes: e.hbm_bytes,
+            plans: e
+                .plans
+                .iter()
+                .map(|p| PlanLine {
+                    model: p.model.clone(),
+                    micro_batch: p.micro_batch,
+                    activation_recomputation: p.activation_recomputation,
+                    tensor_parallel: p.tensor_parallel,
+                    data_parallel: p.data_parallel,
+                    pipeline_stages: p.pipeline_stages,
+                    throughput_samples_per_second: p.throughput_samples_per_second,
+                    time_per_batch_seconds: p.time_per_batch_seconds,
+                })
+                .collect(),
+            failure: e.failure.clone(),
+        }
+    }
+}
+
+/// A finished search.
+pub struct Finished {
+    pub doc: ResultDoc,
+    pub outcome: Outcome,
+    pub space: Space,
+}
+
+/// The engine's input from a spec.
+pub fn search_input(spec: &Spec) -> SearchInput {
+    SearchInput {
+        models: spec
+            .models
+            .iter()
+            .map(|m| ModelInput {
+                config: m.config.clone(),
+                baseline: m.baseline,
+            })
+            .collect(),
+        training: spec.training.clone(),
+        cluster: spec.cluster.clone(),
+        convergence_window: spec.space.convergence_window,
+        exhaustive: spec.space.exhaustive,
+        schedule: crate::engine::schedule::Options {
+            time_limit_seconds: spec.space.schedule_time_limit_seconds,
+            heuristic_only: false,
+            relative_gap: spec.space.schedule_gap,
+        },
+    }
+}
+
+/// The space a spec searches, sized with its area model.
+pub fn space_of(spec: &Spec) -> Result<(Space, cost::CostModels, f64), RunError> {
+    let models = cost::resolve(
+        &spec.cost_model.area,
+        &spec.cost_model.latency,
+        &spec.cost_model.parameters,
+    )
+    .map_err(RunError::CostModel)?;
+    let t = std::time::Instant::now();
+    let space = space::enumerate(&spec.space, models.area.as_ref())?;
+    Ok((space, models, t.elapsed().as_secs_f64()))
+}
+
+/// Runs the search of `spec`. `observer` hears of every candidate; `cancel` stops it at
+/// the next candidate.
+pub fn run(
+    spec: &Spec,
+    observer: &dyn Observer,
+    cancel: Option<&AtomicBool>,
+) -> Result<Finished, RunError> {
+    let (space, models, enumeration) = space_of(spec)?;
+    let input = search_input(spec);
+    let outcome = search::search(&input, &space, models.latency.as_ref(), observer, cancel)?;
+    let s: &Stats = &outcome.stats;
+    let doc = ResultDoc {
+        format_version: RESULT_FORMAT_VERSION,
+        archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+        spec: SpecRef {
+            name: spec.name.clone(),
+            content_hash: spec.content_hash.clone(),
+        },
+        cost_models: CostModels {
+            area: models.area.info(),
+            latency: models.latency.info(),
+        },
+        best: outcome.best.as_ref().map(|b| Best {
+            configuration: Configuration::new(&b.config, b.area_um2),
+            hbm_bytes: b.hbm_bytes.unwrap_or(0),
+            mean_throughput_samples_per_second: b.mean_throughput_samples_per_second.unwrap_or(0.0),
+            models: b.plans.clone(),
+        }),
+        search: SearchSummary {
+            candidates_in_space: space.candidates.len(),
+            candidates_evaluated: s.candidates_evaluated,
+            candidates_failed: s.candidates_failed,
+            buckets_visited: s.buckets_visited,
+            exhaustive: input.exhaustive,
+            converged: s.converged,
+            cancelled: s.cancelled,
+        },
+        timings: Timings {
+            total_seconds: s.total_seconds + enumeration,
+            estimation_seconds: s.estimation_seconds,
+            scheduling_seconds: s.scheduling_seconds,
+            placement_seconds: s.placement_seconds,
+            space_enumeration_seconds: enumeration,
+        },
+        work: Work {
+            estimates_computed: s.estimates_computed,
+            estimate_cache_hits: s.estimate_cache_hits,
+            layer_schedules: s.schedules_solved,
+            mips_avoided: s.schedules_by_bounds,
+            mips_solved: s.schedules_by_mip,
+            schedules_not_proven_optimal: s.schedules_not_proven_optimal,
+            mip_time_limit_hits: s.mip_time_limit_hits,
+            placements_solved: s.placements_solved,
+        },
+    };
+    Ok(Finished {
+        doc,
+        outcome,
+        space,
+    })
+}
+
+/// The default result folder of a spec: `<root>/<name>/<first 16 hex digits of its hash>`.
+pub fn result_dir(root: &Path, spec: &Spec) -> PathBuf {
+    root.join(&spec.name)
+        .join(&spec.content_hash[..16.min(spec.content_hash.len())])
+}
+
+/// Writes `result.json` and `explored.jsonl` into `dir` (created if needed), atomically.
+pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Write { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(err(dir))?;
+    let mut explored = Vec::new();
+    for e in &finished.outcome.explored {
+        let line = serde_json::to_vec(&ExploredLine::from(e))
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .map_err(err(dir))?;
+        explored.extend_from_slice(&line);
+        explored.push(b'\n');
+    }
+    let path = dir.join("explored.jsonl");
+    crate::atomic::write(&path, &explored).map_err(err(&path))?;
+    let mut doc = serde_json::to_vec_pretty(&finished.doc)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .map_err(err(dir))?;
+    doc.push(b'\n');
+    let path = dir.join("result.json");
+    crate::atomic::write(&path, &doc).map_err(err(&path))?;
+    Ok(())
+}
