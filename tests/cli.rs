@@ -211,3 +211,105 @@ fn an_invalid_spec_fails_model_and_space_cleanly() {
         assert!(err.contains(&format!("{p}:1:18")), "{cmd}: {err}");
     }
 }
+
+#[test]
+fn run_writes_result_files_and_a_summary() {
+    let text = r#"
+schema_version = 1
+name = "e2e-tiny"
+[[models]]
+name = "tiny"
+layers = 2
+hidden = 128
+heads = 2
+vocab = 512
+seq_len = 64
+[training]
+global_batch = 16
+micro_batch_sizes = [1]
+activation_recomputation = [false]
+[cluster]
+devices = 4
+hbm = ["1 GiB"]
+[search]
+tensor_cores = [1, 2]
+vector_cores = [1]
+width = [16]
+depth = [16]
+buffer = ["2 MiB"]
+area_budget = "100 mm2"
+min_area_fraction = 0.0
+exhaustive = true
+schedule_time_limit_seconds = 0.05
+"#;
+    let (dir, spec) = temp_spec("tiny.toml", text);
+    let out = dir.path().join("out");
+    let o = run(&[
+        "run",
+        &spec.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--threads",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = stdout(&o);
+    assert!(summary.contains("best chip:"), "{summary}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["spec"]["name"], "e2e-tiny");
+    assert_eq!(result["spec"]["content_hash"].as_str().unwrap().len(), 64);
+    assert_eq!(result["cost_models"]["latency"]["name"], "reference");
+    let best = &result["best"];
+    assert!(best["configuration"]["area_mm2"].as_f64().unwrap() > 0.0);
+    let plan = &best["models"][0];
+    assert!(plan["throughput_samples_per_second"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        plan["throughput_tokens_per_second"].as_f64().unwrap(),
+        plan["throughput_samples_per_second"].as_f64().unwrap() * 64.0
+    );
+    assert_eq!(result["search"]["candidates_evaluated"], 2);
+    let explored = std::fs::read_to_string(out.join("explored.jsonl")).unwrap();
+    assert_eq!(explored.lines().count(), 2);
+    for line in explored.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["configuration"]["tensor_cores"].is_u64());
+    }
+    // --json prints result.json itself.
+    let o = run(&[
+        "run",
+        &spec.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--json",
+    ]);
+    assert!(o.status.success());
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        printed["best"]["configuration"],
+        result["best"]["configuration"]
+    );
+}
+
+#[test]
+fn run_reports_when_nothing_fits() {
+    let text = "schema_version = 1\nname = \"nofit\"\n[[models]]\npreset = \"gpt2-xl\"\n[training]\nmicro_batch_sizes = [1]\nactivation_recomputation = [false]\n[cluster]\ndevices = 1\nhbm = [\"1 MiB\"]\n[search]\ntensor_cores = [1]\nvector_cores = [1]\nwidth = [8]\ndepth = [8]\nbuffer = [\"2 MiB\"]\nmin_area_fraction = 0.0\n";
+    let (dir, spec) = temp_spec("nofit.toml", text);
+    let out = dir.path().join("out");
+    let o = run(&[
+        "run",
+        &spec.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout(&o).contains("no candidate can train"));
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert!(result["best"].is_null());
+}

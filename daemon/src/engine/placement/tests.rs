@@ -118,11 +118,17 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
             edges,
         });
     }
+    let max_devices = if rng.below(2) == 1 { 16 } else { 64 };
+    let max_micro_batches = if rng.below(2) == 1 { 64 } else { 256 };
     let settings = Settings {
         memory_bytes: (50 + rng.below(800)) as f64 * 1e6,
-        devices: 1 + rng.below(16),
-        bandwidth: 1e8,
-        micro_batches: 1 + rng.below(64),
+        devices: 1 + rng.below(max_devices),
+        bandwidth: if rng.below(2) == 1 {
+            1e8
+        } else {
+            4.0 * (1u64 << 30) as f64
+        },
+        micro_batches: 1 + rng.below(max_micro_batches),
         recompute: rng.below(2) == 1,
         optimizer_copies: rng.below(2) as f64,
         resync: if rng.below(2) == 1 {
@@ -139,7 +145,7 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
 fn agrees_with_brute_force_on_random_instances() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut feasible, mut infeasible) = (0, 0);
-    for case in 0..600 {
+    for case in 0..1500 {
         let (chains, settings) = random_instance(&mut rng);
         let fast = best_plan(&chains, &settings).unwrap();
         let slow = best_plan_exact(&chains, &settings).unwrap();

@@ -467,7 +467,9 @@ impl Ctx<'_> {
             st.placements_solved += runs.len() as u64;
         }
         // 3. Per HBM size: each model's best plan; the mean over models.
-        let mut best: Option<(f64, usize, Vec<(usize, &Plan, &[Chain])>)> = None;
+        // (mean throughput, HBM index, per model: (run index, plan, its chains))
+        type Choice<'p> = (f64, usize, Vec<(usize, &'p Plan, &'p [Chain])>);
+        let mut best: Option<Choice> = None;
         let mut why_not = String::new();
         for h in 0..self.input.cluster.hbm_bytes.len() {
             let mut chosen = Vec::new();

@@ -73,14 +73,17 @@ fn tiny() -> (SearchInput, Space) {
 
 /// Throughput of the best plan of every candidate, computed without the search's code
 /// paths: estimation straight from the model, every placement enumerated.
-fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<(f64, u64, u64, u64, bool)>> {
+/// (throughput, micro-batch, t, d, recomputation) of a candidate's best plan.
+type Found = (f64, u64, u64, u64, bool);
+
+fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
     let model = ReferenceModel::default();
     let cfg = &input.models[0].config;
     space
         .candidates
         .iter()
         .map(|cand| {
-            let mut best: Option<(f64, u64, u64, u64, bool)> = None;
+            let mut best: Option<Found> = None;
             for &b in &input.training.micro_batch_sizes {
                 let mut chains = Vec::new();
                 {
@@ -96,9 +99,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<(f64, u64, u64,
                         );
                         let time = |graph: &OpGraph| {
                             let inst = layer::instance(graph, &cand.config, &model).unwrap();
-                            schedule::solve(&inst, &schedule::Options::default())
-                                .unwrap()
-                                .makespan
+                            schedule::solve(&inst, &input.schedule).unwrap().makespan
                         };
                         let per_kind: Vec<(f64, f64)> = [&g.embedding, &g.block, &g.head]
                             .iter()
