@@ -87,6 +87,11 @@ fn invalid(location: impl Into<String>, message: impl Into<String>) -> InputErro
 
 /// Parses an input file.
 pub fn parse(text: &str) -> Result<Input, InputError> {
+    parse_json(text)
+}
+
+/// Deserializes JSON, locating an error by line, column and field.
+fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, InputError> {
     let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -449,25 +454,7 @@ pub mod schedule {
     }
 
     pub fn parse(text: &str) -> Result<Input, InputError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            invalid(
-                format!(
-                    "line {}, column {} (field {})",
-                    inner.line(),
-                    inner.column(),
-                    path
-                ),
-                inner
-                    .to_string()
-                    .split(" at line")
-                    .next()
-                    .unwrap_or("")
-                    .to_string(),
-            )
-        })
+        super::parse_json(text)
     }
 
     /// The instance, with operators in input order.

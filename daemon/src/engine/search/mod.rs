@@ -17,9 +17,9 @@
 //! candidate visited first.
 
 use super::estimate::estimate;
-use super::model::{BuildOptions, Core, LayerKind, ModelConfig, ModelGraph, OpGraph, build};
+use super::model::{BuildOptions, LayerKind, ModelConfig, ModelGraph, OpGraph, build};
 use super::placement::{self, Chain, Edge, Fixed, Layer as ChainLayer, Plan, Resync, Settings};
-use super::schedule::{self, Instance, Method, Resource, Task};
+use super::schedule::{self, Instance, Method};
 use super::space::{Candidate, Space};
 use super::training::{Baseline, Cluster, Optimizer, Training};
 use archplace_plugin_sdk::{
@@ -206,43 +206,7 @@ impl Estimator<'_> {
     }
 
     fn instance(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Instance, EstimateError> {
-        let (tc_all, tc_one) = (c.tensor_core(c.tensor_cores), c.tensor_core(1));
-        let (vc_all, vc_one) = (c.vector_core(c.vector_cores), c.vector_core(1));
-        let mut tasks = Vec::with_capacity(graph.nodes.len());
-        for n in &graph.nodes {
-            let (resource, one, all) = match n.core {
-                Core::Tensor => (
-                    Resource::Tensor,
-                    self.cost(&tc_one, &n.op)?,
-                    self.cost(&tc_all, &n.op)?,
-                ),
-                Core::Fused => (
-                    Resource::Fused,
-                    self.cost(&tc_one, &n.op)?,
-                    self.cost(&tc_all, &n.op)?,
-                ),
-                Core::Vector => (
-                    Resource::Vector,
-                    self.cost(&vc_one, &n.op)?,
-                    self.cost(&vc_all, &n.op)?,
-                ),
-                Core::Link => {
-                    let x = self.cost(&vc_one, &n.op)?;
-                    (Resource::Link, x, x)
-                }
-            };
-            tasks.push(Task {
-                resource,
-                single: one.seconds,
-                parallel: all.seconds,
-            });
-        }
-        Ok(Instance {
-            tensor_cores: c.tensor_cores,
-            vector_cores: c.vector_cores,
-            tasks,
-            edges: graph.edges.clone(),
-        })
+        super::layer::instance_with(graph, c, |core, op| self.cost(core, op))
     }
 }
 
