@@ -269,6 +269,12 @@ schedule_time_limit_seconds = 0.05
         plan["throughput_samples_per_second"].as_f64().unwrap() * 64.0
     );
     assert_eq!(result["search"]["candidates_evaluated"], 2);
+    let block = &plan["layers"][1];
+    assert_eq!(block["layer"], "block");
+    assert!(
+        block["forward_proven_optimal"].is_boolean()
+            && block["backward_gap"].as_f64().unwrap() >= 0.0
+    );
     let explored = std::fs::read_to_string(out.join("explored.jsonl")).unwrap();
     assert_eq!(explored.lines().count(), 2);
     for line in explored.lines() {

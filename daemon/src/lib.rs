@@ -12,3 +12,6 @@ pub mod engine;
 pub mod phaze;
 pub mod runner;
 pub mod spec;
+
+#[cfg(test)]
+mod testutil;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::phaze;
+use crate::testutil::Rng;
 
 fn fixture(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,23 +64,6 @@ fn matches_the_reference_on_every_fixture() {
         cases += 1;
     }
     assert_eq!(cases, 3);
-}
-
-/// A small deterministic generator (xorshift) for random instances.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::phaze::schedule as format;
+use crate::testutil::Rng;
 
 fn fixtures() -> Vec<(String, Instance, f64)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schedule");
@@ -56,19 +57,6 @@ fn matches_the_reference_fixtures() {
         "total solve time over the 12 cases: {:.1} ms (debug build)",
         total * 1e3
     );
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn random_instance(rng: &mut Rng, n: usize) -> Instance {

@@ -74,6 +74,12 @@ pub struct LayerReport {
     pub forward_vector_utilisation: f64,
     pub backward_tensor_utilisation: f64,
     pub backward_vector_utilisation: f64,
+    /// Whether each schedule is proven optimal, and its relative gap to the best bound
+    /// (0 when proven).
+    pub forward_proven_optimal: bool,
+    pub forward_gap: f64,
+    pub backward_proven_optimal: bool,
+    pub backward_gap: f64,
 }
 
 /// One model's best plan on a candidate.
@@ -213,10 +219,18 @@ impl Estimator<'_> {
 /// A scheduled layer: forward and backward seconds and utilisations.
 #[derive(Debug, Clone, Copy)]
 struct Timed {
-    fwd: f64,
-    bwd: f64,
-    fwd_util: (f64, f64),
-    bwd_util: (f64, f64),
+    fwd: Scheduled,
+    bwd: Scheduled,
+}
+
+/// What the search keeps of one layer schedule.
+#[derive(Debug, Clone, Copy)]
+struct Scheduled {
+    seconds: f64,
+    /// Tensor- and vector-core utilisation.
+    util: (f64, f64),
+    optimal: bool,
+    gap: f64,
 }
 
 struct Ctx<'a> {
@@ -257,11 +271,7 @@ impl From<EstimateError> for JobError {
 }
 
 impl Ctx<'_> {
-    fn schedule(
-        &self,
-        graph: &OpGraph,
-        c: &AcceleratorConfig,
-    ) -> Result<(f64, (f64, f64)), JobError> {
+    fn schedule(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Scheduled, JobError> {
         let t0 = Instant::now();
         let inst = self.estimator.instance(graph, c)?;
         let t1 = Instant::now();
@@ -288,7 +298,12 @@ impl Ctx<'_> {
             st.schedules_not_proven_optimal += u64::from(!s.optimal);
             st.mip_time_limit_hits += u64::from(s.hit_time_limit);
         }
-        Ok((s.makespan, s.utilisation(&inst)))
+        Ok(Scheduled {
+            seconds: s.makespan,
+            util: s.utilisation(&inst),
+            optimal: s.optimal,
+            gap: s.gap,
+        })
     }
 
     fn chain(&self, g: &ModelGraph, times: &[Timed; 3]) -> Chain {
@@ -304,8 +319,8 @@ impl Ctx<'_> {
                 id: i as i64,
                 parameter_bytes: l.parameter_bytes as f64,
                 activation_bytes: l.stash_bytes as f64,
-                forward: timed.fwd,
-                backward: timed.bwd,
+                forward: timed.fwd.seconds,
+                backward: timed.bwd.seconds,
                 tensor_parallel: l.tensor_parallel && t > 1,
             });
         }
@@ -364,22 +379,17 @@ impl Ctx<'_> {
             .par_iter()
             .map(|&(m, b, t)| {
                 let g = &self.graphs[m][&(b, t)];
-                let mut out = [Timed {
-                    fwd: 0.0,
-                    bwd: 0.0,
-                    fwd_util: (0.0, 0.0),
-                    bwd_util: (0.0, 0.0),
-                }; 3];
-                for (k, layer) in [&g.embedding, &g.block, &g.head].into_iter().enumerate() {
-                    let (fwd, fu) = self.schedule(&layer.forward, c)?;
-                    let (bwd, bu) = self.schedule(&layer.backward, c)?;
-                    out[k] = Timed {
-                        fwd,
-                        bwd,
-                        fwd_util: fu,
-                        bwd_util: bu,
-                    };
-                }
+                let schedule = |layer: &super::model::Layer| -> Result<Timed, JobError> {
+                    Ok(Timed {
+                        fwd: self.schedule(&layer.forward, c)?,
+                        bwd: self.schedule(&layer.backward, c)?,
+                    })
+                };
+                let out = [
+                    schedule(&g.embedding)?,
+                    schedule(&g.block)?,
+                    schedule(&g.head)?,
+                ];
                 Ok(out)
             })
             .collect();
@@ -539,12 +549,16 @@ impl Ctx<'_> {
         .map(|(k, &(layer, count))| LayerReport {
             layer,
             count,
-            forward_seconds: tm[k].fwd,
-            backward_seconds: tm[k].bwd,
-            forward_tensor_utilisation: tm[k].fwd_util.0,
-            forward_vector_utilisation: tm[k].fwd_util.1,
-            backward_tensor_utilisation: tm[k].bwd_util.0,
-            backward_vector_utilisation: tm[k].bwd_util.1,
+            forward_seconds: tm[k].fwd.seconds,
+            backward_seconds: tm[k].bwd.seconds,
+            forward_tensor_utilisation: tm[k].fwd.util.0,
+            forward_vector_utilisation: tm[k].fwd.util.1,
+            backward_tensor_utilisation: tm[k].bwd.util.0,
+            backward_vector_utilisation: tm[k].bwd.util.1,
+            forward_proven_optimal: tm[k].fwd.optimal,
+            forward_gap: tm[k].fwd.gap,
+            backward_proven_optimal: tm[k].bwd.optimal,
+            backward_gap: tm[k].bwd.gap,
         })
         .collect();
         let baseline = model.baseline.map(|bl| {
