@@ -5,8 +5,31 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary, with its plugin cache and per-user plugin folder inside `target/`, so the
+/// tests neither depend on nor touch the user's.
 fn archplace() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_archplace"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
+    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+        .env("XDG_DATA_HOME", root().join("target/test-data"))
+        .env_remove("ARCHPLACE_PLUGIN_DIRS");
+    c
+}
+
+/// A component built by `scripts/build-plugins`.
+fn component(name: &str) -> PathBuf {
+    for p in [
+        root().join(format!("target/plugins/{name}/{name}.wasm")),
+        root().join(format!("target/plugin-fixtures/{name}.wasm")),
+    ] {
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("the `{name}` component is not built: run scripts/build-plugins (scripts/test does)");
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn root() -> PathBuf {
@@ -20,6 +43,36 @@ fn run(args: &[&str]) -> Output {
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
+
+/// A spec whose exhaustive search takes a second or two, even in a debug build.
+const TINY: &str = r#"
+schema_version = 1
+name = "e2e-tiny"
+[[models]]
+name = "tiny"
+layers = 2
+hidden = 128
+heads = 2
+vocab = 512
+seq_len = 64
+[training]
+global_batch = 16
+micro_batch_sizes = [1]
+activation_recomputation = [false]
+[cluster]
+devices = 4
+hbm = ["1 GiB"]
+[search]
+tensor_cores = [1, 2]
+vector_cores = [1]
+width = [16]
+depth = [16]
+buffer = ["2 MiB"]
+area_budget = "100 mm2"
+min_area_fraction = 0.0
+exhaustive = true
+schedule_time_limit_seconds = 0.05
+"#;
 
 fn temp_spec(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -214,34 +267,7 @@ fn an_invalid_spec_fails_model_and_space_cleanly() {
 
 #[test]
 fn run_writes_result_files_and_a_summary() {
-    let text = r#"
-schema_version = 1
-name = "e2e-tiny"
-[[models]]
-name = "tiny"
-layers = 2
-hidden = 128
-heads = 2
-vocab = 512
-seq_len = 64
-[training]
-global_batch = 16
-micro_batch_sizes = [1]
-activation_recomputation = [false]
-[cluster]
-devices = 4
-hbm = ["1 GiB"]
-[search]
-tensor_cores = [1, 2]
-vector_cores = [1]
-width = [16]
-depth = [16]
-buffer = ["2 MiB"]
-area_budget = "100 mm2"
-min_area_fraction = 0.0
-exhaustive = true
-schedule_time_limit_seconds = 0.05
-"#;
+    let text = TINY;
     let (dir, spec) = temp_spec("tiny.toml", text);
     let out = dir.path().join("out");
     let o = run(&[
@@ -264,9 +290,11 @@ schedule_time_limit_seconds = 0.05
     assert!(best["configuration"]["area_mm2"].as_f64().unwrap() > 0.0);
     let plan = &best["models"][0];
     assert!(plan["throughput_samples_per_second"].as_f64().unwrap() > 0.0);
-    assert_eq!(
-        plan["throughput_tokens_per_second"].as_f64().unwrap(),
-        plan["throughput_samples_per_second"].as_f64().unwrap() * 64.0
+    let tokens = plan["throughput_tokens_per_second"].as_f64().unwrap();
+    let samples = plan["throughput_samples_per_second"].as_f64().unwrap();
+    assert!(
+        (tokens / (samples * 64.0) - 1.0).abs() < 1e-12,
+        "{tokens} vs {samples}"
     );
     assert_eq!(result["search"]["candidates_evaluated"], 2);
     let block = &plan["layers"][1];
@@ -318,4 +346,195 @@ fn run_reports_when_nothing_fits() {
     let result: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
     assert!(result["best"].is_null());
+}
+
+#[test]
+fn plugin_check_passes_good_components_and_names_what_is_wrong_with_bad_ones() {
+    for name in ["reference", "gpu-like", "template"] {
+        let c = component(name);
+        let o = run(&["plugin", "check", "--json", c.to_str().unwrap()]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(r["fit"], true, "{r}");
+        assert_eq!(r["interface"], "archplace:cost-model@1.0.0");
+        assert_eq!(r["deterministic_as_claimed"], true);
+        assert_eq!(r["blake3"].as_str().unwrap().len(), 64);
+        assert!(r["operators_estimated"].as_u64().unwrap() >= 900, "{r}");
+    }
+    // Text output for people.
+    let c = component("reference");
+    let o = run(&["plugin", "check", c.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert!(out.contains("verdict        fit to use"), "{out}");
+    assert!(out.contains("parameter      clock = \"1.05 GHz\""), "{out}");
+    for (fixture, reason) in [
+        ("hostile-trap", "deliberate panic in latency"),
+        ("hostile-infinite-loop", "ran out of fuel"),
+        ("hostile-memory-bomb", "exceeded its memory limit"),
+        ("hostile-nan-output", "returned NaN s"),
+        ("hostile-negative-output", "returned -1 s"),
+        (
+            "hostile-wrong-count",
+            "returned 17 results for 16 operators",
+        ),
+        ("hostile-enormous-output", "error message of 33554432 bytes"),
+        (
+            "hostile-wrong-interface-version",
+            "built for archplace:cost-model@2.0.0",
+        ),
+        ("hostile-missing-export", "does not have export `info`"),
+    ] {
+        let c = component(fixture);
+        let o = run(&["plugin", "check", c.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{fixture}");
+        let err = stderr(&o);
+        assert!(err.contains("is not fit to use"), "{fixture}: {err}");
+        assert!(err.contains(reason), "{fixture}: {err}");
+    }
+}
+
+#[test]
+fn plugins_are_installed_listed_and_used_by_a_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    let d = plugins.to_str().unwrap();
+    let template = component("template");
+    let o = run(&[
+        "plugin",
+        "install",
+        "--pin",
+        "--dir",
+        d,
+        template.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("installed `my-cost-model` 0.1.0"),
+        "{}",
+        stdout(&o)
+    );
+    let manifest =
+        std::fs::read_to_string(plugins.join("my-cost-model-0.1.0/plugin.toml")).unwrap();
+    assert!(manifest.contains("blake3 = "), "{manifest}");
+    let o = run(&["plugin", "list", "--json", "--plugin-dir", d]);
+    let cat: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(cat["entries"][0]["manifest"]["name"], "my-cost-model");
+
+    // A spec that takes its latency model from the installed plugin.
+    let tiny = TINY;
+    let text = format!(
+        "{tiny}\n[cost_model]\narea = \"reference\"\nlatency = \"my-cost-model\"\n[cost_model.parameters.my-cost-model]\nclock = \"2 GHz\"\n"
+    );
+    let (sdir, spec) = temp_spec("tiny.toml", &text);
+    let out = sdir.path().join("out");
+    let reference_dir = root().join("target/plugins");
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--plugin-dir",
+        d,
+        "--plugin-dir",
+        reference_dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["cost_models"]["latency"]["name"], "my-cost-model");
+    assert_eq!(result["cost_models"]["area"]["name"], "reference");
+    assert_eq!(
+        result["cost_models"]["latency_source"]["blake3"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
+
+    // A parameter the plugin rejects: located in the spec, no search.
+    let bad = text.replace("clock = \"2 GHz\"", "clock = \"2 GB\"");
+    let (_bdir, bspec) = temp_spec("bad.toml", &bad);
+    let b = bspec.to_str().unwrap();
+    let o = run(&[
+        "validate",
+        b,
+        "--plugin-dir",
+        d,
+        "--plugin-dir",
+        reference_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let line = bad
+        .lines()
+        .position(|l| l.starts_with("clock = \"2 GB\""))
+        .unwrap()
+        + 1;
+    assert!(
+        stdout(&o).contains(&format!("{b}:{line}:9")),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("field: cost_model.parameters.my-cost-model.clock"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn a_hostile_plugin_fails_only_its_search_with_the_plugin_and_fault_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    let d = plugins.to_str().unwrap();
+    // Install without checking (`plugin install` would refuse it): copy and write a manifest.
+    let inst = plugins.join("nan");
+    std::fs::create_dir_all(&inst).unwrap();
+    std::fs::copy(
+        component("hostile-nan-output"),
+        inst.join("hostile-nan-output.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        inst.join("plugin.toml"),
+        "name = \"hostile-nan-output\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
+    )
+    .unwrap();
+    let tiny = TINY;
+    let (sdir, spec) = temp_spec(
+        "tiny.toml",
+        &format!("{tiny}\n[cost_model]\narea = \"reference\"\nlatency = \"hostile-nan-output\"\n"),
+    );
+    let out = sdir.path().join("out");
+    let reference_dir = root().join("target/plugins");
+    let args = |spec: &str, out: &str| {
+        vec![
+            "run".to_string(),
+            spec.to_string(),
+            "--out".into(),
+            out.to_string(),
+            "--plugin-dir".into(),
+            d.to_string(),
+            "--plugin-dir".into(),
+            reference_dir.display().to_string(),
+        ]
+    };
+    let o = archplace()
+        .args(args(spec.to_str().unwrap(), out.to_str().unwrap()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("plugin `hostile-nan-output`"), "{err}");
+    assert!(err.contains("bad_output fault"), "{err}");
+    assert!(err.contains("returned NaN s"), "{err}");
+    assert!(!out.join("result.json").exists());
+    // The same setup with a good plugin searches fine.
+    let (gdir, good) = temp_spec("good.toml", tiny);
+    let gout = gdir.path().join("out");
+    let o = archplace()
+        .args(args(good.to_str().unwrap(), gout.to_str().unwrap()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(gout.join("result.json").exists());
 }

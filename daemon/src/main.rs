@@ -14,6 +14,8 @@ struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    #[command(flatten)]
+    plugins: cli::plugin::PluginArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,6 +50,9 @@ enum Command {
     },
     /// Print the JSON Schema of spec files.
     Schema,
+    /// Cost-model plugins: check a component, list or install plugins, print the WIT.
+    #[command(subcommand)]
+    Plugin(cli::plugin::PluginCommand),
     /// Print the layers of each model of a spec: parameters, stashed activations, FLOPs and
     /// operator counts, per tensor-parallel width.
     Model {
@@ -113,8 +118,16 @@ fn main() -> ExitCode {
             results,
             json,
             threads,
-        } => cli::run::run(spec.as_deref(), out.as_deref(), &results, json, threads),
-        Command::Validate { files, json } => cli::validate::run(&files, json),
+        } => cli::run::run(
+            spec.as_deref(),
+            out.as_deref(),
+            &results,
+            json,
+            threads,
+            &cli.plugins,
+        ),
+        Command::Validate { files, json } => cli::validate::run(&files, json, &cli.plugins),
+        Command::Plugin(cmd) => cli::plugin::run(cmd, &cli.plugins),
         Command::Schema => {
             cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)
         }
@@ -123,14 +136,16 @@ fn main() -> ExitCode {
             micro_batch,
             json,
         } => cli::model::run(spec.as_deref(), micro_batch, json),
-        Command::Space { spec, json, limit } => cli::space::run(spec.as_deref(), json, limit),
+        Command::Space { spec, json, limit } => {
+            cli::space::run(spec.as_deref(), json, limit, &cli.plugins)
+        }
         Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),
         Command::Schedule {
             layer,
             time_limit,
             gap,
         } => cli::schedule::run(&layer, time_limit, gap),
-        Command::Bench { what, repeat } => cli::bench::run(what, repeat),
+        Command::Bench { what, repeat } => cli::bench::run(what, repeat, &cli.plugins),
     };
     match result {
         Ok(code) => code,

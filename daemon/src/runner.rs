@@ -10,15 +10,17 @@
 //!
 //! Both are written atomically.
 
-use crate::cost::{self, CostModelError};
+use crate::cost::{self, CostModelSource, ModelSource};
 use crate::engine::search::{
     self, Evaluated, ModelInput, ModelPlan, Observer, Outcome, SearchInput, Stats,
 };
 use crate::engine::space::{self, Space};
+use crate::spec::Diagnostic;
 use crate::spec::Spec;
 use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 /// Version of the result format.
@@ -26,8 +28,9 @@ pub const RESULT_FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cost model: {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
-    CostModel(Vec<CostModelError>),
+    /// The spec's cost models could not be made; located in the spec.
+    #[error("cost model: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
+    CostModel(Vec<Diagnostic>),
     #[error("architecture space: {0}")]
     Space(#[from] space::SpaceError),
     #[error("search: {0}")]
@@ -49,6 +52,8 @@ pub struct SpecRef {
 pub struct CostModels {
     pub area: ModelInfo,
     pub latency: ModelInfo,
+    pub area_source: ModelSource,
+    pub latency_source: ModelSource,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -217,28 +222,35 @@ pub fn search_input(spec: &Spec) -> SearchInput {
 }
 
 /// The space a spec searches, sized with its area model.
-pub fn space_of(spec: &Spec) -> Result<(Space, cost::CostModels, f64), RunError> {
-    let models = cost::resolve(
-        &spec.cost_model.area,
-        &spec.cost_model.latency,
-        &spec.cost_model.parameters,
-    )
-    .map_err(RunError::CostModel)?;
+pub fn space_of(
+    spec: &Spec,
+    source: &dyn CostModelSource,
+    cancel: &Arc<AtomicBool>,
+) -> Result<(Space, cost::CostModels, f64), RunError> {
+    let models = crate::spec::resolve_cost_models(spec, source, cancel.clone())
+        .map_err(RunError::CostModel)?;
     let t = std::time::Instant::now();
     let space = space::enumerate(&spec.space, models.area.as_ref())?;
     Ok((space, models, t.elapsed().as_secs_f64()))
 }
 
-/// Runs the search of `spec`. `observer` hears of every candidate; `cancel` stops it at
-/// the next candidate.
+/// Runs the search of `spec` with the cost models `source` makes. `observer` hears of
+/// every candidate; `cancel` stops it at the next candidate (and a plugin call in flight).
 pub fn run(
     spec: &Spec,
+    source: &dyn CostModelSource,
     observer: &dyn Observer,
-    cancel: Option<&AtomicBool>,
+    cancel: &Arc<AtomicBool>,
 ) -> Result<Finished, RunError> {
-    let (space, models, enumeration) = space_of(spec)?;
+    let (space, models, enumeration) = space_of(spec, source, cancel)?;
     let input = search_input(spec);
-    let outcome = search::search(&input, &space, models.latency.as_ref(), observer, cancel)?;
+    let outcome = search::search(
+        &input,
+        &space,
+        models.latency.as_ref(),
+        observer,
+        Some(cancel.as_ref()),
+    )?;
     let s: &Stats = &outcome.stats;
     let doc = ResultDoc {
         format_version: RESULT_FORMAT_VERSION,
@@ -250,6 +262,8 @@ pub fn run(
         cost_models: CostModels {
             area: models.area.info(),
             latency: models.latency.info(),
+            area_source: models.area_source.clone(),
+            latency_source: models.latency_source.clone(),
         },
         best: outcome.best.as_ref().map(|b| Best {
             configuration: Configuration::new(&b.config, b.area_um2),

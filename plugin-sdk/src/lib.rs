@@ -8,13 +8,38 @@
 //! (so records can be hashed and memoised exactly), SI units everywhere, the unit in the
 //! field name.
 //!
-//! The next step of the project exports the same records through a WIT interface so that
-//! vendors can ship their models as sandboxed WebAssembly components; these Rust types are
-//! the native form of that interface.
+//! The same records cross the WebAssembly boundary through the WIT interface in
+//! `wit/cost-model.wit` (`archplace:cost-model@1.0.0`): a vendor implements [`Plugin`] on a
+//! type and calls [`export_plugin!`], and `cargo build --target wasm32-wasip2` makes a
+//! component that archplace loads in its sandbox. See the crate's README for the whole
+//! vendor workflow.
 
 use serde::{Deserialize, Serialize};
 
 pub mod units;
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod guest;
+
+/// Guest bindings generated from `wit/cost-model.wit` (only when building a plugin).
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+#[allow(unsafe_code, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "cost-model",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "archplace_plugin_sdk::bindings",
+    });
+}
+
+/// The WIT package this crate implements, as it appears in component export names.
+pub const WIT_PACKAGE: &str = "archplace:cost-model";
+/// The WIT text of the interface (for tools that want to show or check it).
+pub const WIT: &str = include_str!("../wit/cost-model.wit");
 
 /// Version of the cost-model interface described by this crate (major, minor).
 /// Minor versions only add; a host supports every minor of its major.
@@ -267,6 +292,185 @@ pub struct ModelInfo {
     pub parameters: Vec<ParameterInfo>,
 }
 
+/// A parameter as a spec wrote it, e.g. `clock = "1.2 GHz"`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Parameter {
+    pub name: String,
+    pub value: String,
+}
+
+/// What is wrong with one parameter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("parameter `{name}`: {message}")]
+pub struct ParameterError {
+    pub name: String,
+    pub message: String,
+}
+
+impl ParameterError {
+    pub fn new(name: impl Into<String>, message: impl Into<String>) -> Self {
+        ParameterError {
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The error for a parameter the model does not have, listing the ones it has.
+    pub fn unknown(name: &str, info: &ModelInfo) -> Self {
+        let known: Vec<&str> = info.parameters.iter().map(|p| p.name.as_str()).collect();
+        ParameterError::new(
+            name,
+            if known.is_empty() {
+                format!("`{}` has no parameters", info.name)
+            } else {
+                format!(
+                    "`{}` has no parameter `{name}`; it has: {}",
+                    info.name,
+                    known.join(", ")
+                )
+            },
+        )
+    }
+}
+
+/// A cost model as a plugin: what a vendor implements. [`export_plugin!`] turns an
+/// implementation into a WebAssembly component; natively the same type can be tested
+/// directly.
+///
+/// The host makes one instance per worker, calls [`Plugin::new`] with the spec's
+/// parameters, then asks for areas and latencies in batches. A model that provides only
+/// one of the two leaves the other method at its default, which reports `Unsupported`.
+pub trait Plugin: Sized + 'static {
+    /// Who the model is and what it provides; must not depend on parameters.
+    fn info() -> ModelInfo;
+
+    /// The model with the spec's parameters (unset ones at their defaults). Report every
+    /// bad parameter, not only the first.
+    fn new(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>>;
+
+    /// Area in µm² of each configuration, in order; `OutOfDomain` for configurations the
+    /// model does not describe.
+    fn area_um2(
+        &self,
+        configs: &[AcceleratorConfig],
+    ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+        let _ = configs;
+        Err(EstimateError::Unsupported(format!(
+            "`{}` provides no area model",
+            Self::info().name
+        )))
+    }
+
+    /// Seconds and joules of each operator on `core`, in order.
+    fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        let _ = (core, ops);
+        Err(EstimateError::Unsupported(format!(
+            "`{}` provides no latency model",
+            Self::info().name
+        )))
+    }
+}
+
+/// Turns a [`Plugin`] implementation into the component's exports. Use it once, at the
+/// top of the plugin crate (it does nothing in native builds, so the crate's unit tests
+/// still build):
+///
+/// ```ignore
+/// archplace_plugin_sdk::export_plugin!(MyModel);
+/// ```
+#[macro_export]
+macro_rules! export_plugin {
+    ($ty:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        #[allow(unsafe_code)]
+        const _: () = {
+            struct ArchplacePluginExport;
+
+            ::std::thread_local! {
+                static STATE: ::core::cell::RefCell<::core::option::Option<$ty>> =
+                    const { ::core::cell::RefCell::new(::core::option::Option::None) };
+            }
+
+            fn with_model<R>(
+                f: impl FnOnce(&$ty) -> ::core::result::Result<R, $crate::EstimateError>,
+            ) -> ::core::result::Result<R, $crate::EstimateError> {
+                STATE.with(|state| {
+                    let mut state = state.borrow_mut();
+                    if state.is_none() {
+                        *state = ::core::option::Option::Some(
+                            <$ty as $crate::Plugin>::new(&[]).map_err(|errors| {
+                                $crate::EstimateError::Internal(
+                                    $crate::guest::describe_parameter_errors(&errors),
+                                )
+                            })?,
+                        );
+                    }
+                    match state.as_ref() {
+                        ::core::option::Option::Some(model) => f(model),
+                        ::core::option::Option::None => ::core::result::Result::Err(
+                            $crate::EstimateError::Internal("the model is not configured".into()),
+                        ),
+                    }
+                })
+            }
+
+            impl $crate::bindings::exports::archplace::cost_model::model::Guest
+                for ArchplacePluginExport
+            {
+                fn info() -> $crate::guest::wit::PluginInfo {
+                    $crate::guest::info_to_wit(&<$ty as $crate::Plugin>::info())
+                }
+
+                fn configure(
+                    parameters: ::std::vec::Vec<$crate::guest::wit::Parameter>,
+                ) -> ::core::result::Result<(), ::std::vec::Vec<$crate::guest::wit::ParameterError>>
+                {
+                    let parameters = $crate::guest::parameters_from_wit(parameters);
+                    match <$ty as $crate::Plugin>::new(&parameters) {
+                        ::core::result::Result::Ok(model) => {
+                            STATE.with(|state| {
+                                *state.borrow_mut() = ::core::option::Option::Some(model)
+                            });
+                            ::core::result::Result::Ok(())
+                        }
+                        ::core::result::Result::Err(errors) => ::core::result::Result::Err(
+                            $crate::guest::parameter_errors_to_wit(errors),
+                        ),
+                    }
+                }
+
+                fn area(
+                    configs: ::std::vec::Vec<$crate::guest::wit::AcceleratorConfig>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<::core::result::Result<f64, $crate::guest::wit::EstimateError>>,
+                    $crate::guest::wit::EstimateError,
+                > {
+                    let configs = $crate::guest::configs_from_wit(&configs);
+                    $crate::guest::areas_to_wit(with_model(|m| {
+                        <$ty as $crate::Plugin>::area_um2(m, &configs)
+                    }))
+                }
+
+                fn latency(
+                    core: $crate::guest::wit::CoreConfig,
+                    ops: ::std::vec::Vec<$crate::guest::wit::Op>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<$crate::guest::wit::OpCost>,
+                    $crate::guest::wit::EstimateError,
+                > {
+                    let core = $crate::guest::core_from_wit(&core);
+                    let ops = $crate::guest::ops_from_wit(&ops);
+                    $crate::guest::costs_to_wit(with_model(|m| {
+                        <$ty as $crate::Plugin>::latency(m, &core, &ops)
+                    }))
+                }
+            }
+
+    $crate::bindings::export!(ArchplacePluginExport with_types_in $crate::bindings);
+        };
+    };
+}
+
 /// Silicon area of accelerator candidates.
 pub trait AreaModel: Send + Sync {
     fn info(&self) -> ModelInfo;
@@ -284,4 +488,22 @@ pub trait LatencyModel: Send + Sync {
     /// Cost of each operator on `core` (its `cores` field says how many cores the operator
     /// is spread over), in order.
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError>;
+}
+
+/// Severity of a plugin's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// Writes a line to archplace's log, tagged with the plugin's name. The host keeps at most a
+/// few lines per second and truncates long ones. Natively (unit tests) it writes to stderr.
+pub fn log(level: LogLevel, message: &str) {
+    #[cfg(target_arch = "wasm32")]
+    guest::log(level, message);
+    #[cfg(not(target_arch = "wasm32"))]
+    eprintln!("[{level:?}] {message}");
 }

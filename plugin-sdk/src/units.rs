@@ -159,6 +159,23 @@ pub fn parse_hertz(input: &str) -> Result<f64, UnitError> {
     Ok(value * factor)
 }
 
+/// A duration such as `"5 us"`, `"5 µs"`, `"1.5 ms"` or `"2 s"`, in seconds.
+pub fn parse_seconds(input: &str) -> Result<f64, UnitError> {
+    let (value, unit) = split(input, "duration", "5 us")?;
+    let factor = match unit.as_str() {
+        "s" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" | "μs" => 1e-6,
+        "ns" => 1e-9,
+        _ => {
+            return Err(err(format!(
+                "`{unit}` is not a unit of time; valid units: s, ms, us (µs), ns"
+            )));
+        }
+    };
+    Ok(value * factor)
+}
+
 /// Formats bytes with the largest binary prefix that keeps the number ≥ 1 ("128 MiB").
 pub fn format_bytes(bytes: u64) -> String {
     struct B(u64);

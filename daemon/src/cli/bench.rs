@@ -26,6 +26,14 @@ pub enum Workload {
     Schedule,
     /// Place the reference's gpt3-like-t1248-hbm80 fixture (in process).
     Placement,
+    /// The reference WebAssembly plugin: host→plugin overhead per operator in a batched
+    /// latency call (against the native model), the fixed cost of one call, and loading
+    /// the compiled plugin from the disk cache in a fresh host.
+    Plugin,
+    /// The embedded default search with the WebAssembly reference plugin and with the
+    /// native one, alternately: the ratio of their times.
+    Search,
+    /// Everything above.
     All,
 }
 
@@ -64,12 +72,17 @@ fn report(benchmark: &'static str, times: &[f64], detail: String) -> Report {
 }
 
 fn emit(r: &Report) -> Result<()> {
+    let (scale, unit) = if r.median_seconds < 1e-3 {
+        (1e6, "µs")
+    } else {
+        (1e3, "ms")
+    };
     eprintln!(
-        "{:<10} median {:>10.3} ms  (min {:.3}, max {:.3}, n = {})  {}",
+        "{:<11} median {:>10.3} {unit}  (min {:.3}, max {:.3}, n = {})  {}",
         r.benchmark,
-        r.median_seconds * 1e3,
-        r.min_seconds * 1e3,
-        r.max_seconds * 1e3,
+        r.median_seconds * scale,
+        r.min_seconds * scale,
+        r.max_seconds * scale,
         r.repeat,
         r.detail
     );
@@ -77,7 +90,7 @@ fn emit(r: &Report) -> Result<()> {
     Ok(())
 }
 
-pub fn run(what: Workload, repeat: usize) -> Result<ExitCode> {
+pub fn run(what: Workload, repeat: usize, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
     if cfg!(debug_assertions) {
         eprintln!("warning: this is a debug build; measure with `cargo run --release -- bench`");
     }
@@ -167,7 +180,181 @@ pub fn run(what: Workload, repeat: usize) -> Result<ExitCode> {
             format!("gpt3-like-t1248-hbm80, parse + solve, time per batch {tpb}"),
         ))?;
     }
+    if all || what == Workload::Plugin {
+        bench_plugin(repeat, plugins)?;
+    }
+    if all || what == Workload::Search {
+        bench_search(repeat.min(5), plugins)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// 1,000 distinct tensor-core operators of the shapes the engine produces.
+fn thousand_ops() -> Vec<archplace_plugin_sdk::Op> {
+    use archplace_plugin_sdk::{Direction, Gemm, Op, OpKind};
+    let dims = [64u64, 128, 512, 1024, 2048, 4096, 12288, 50304];
+    let mut ops = Vec::new();
+    'outer: for &m in &dims {
+        for &n in &dims {
+            for &k in &dims {
+                for batch in [1u64, 96] {
+                    ops.push(Op {
+                        kind: OpKind::Gemm(Gemm { batch, m, n, k }),
+                        direction: if ops.len() % 2 == 0 {
+                            Direction::Forward
+                        } else {
+                            Direction::Backward
+                        },
+                        fused: vec![],
+                    });
+                    if ops.len() == 1000 {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+    }
+    ops
+}
+
+fn bench_plugin(repeat: usize, plugins: &super::plugin::PluginArgs) -> Result<()> {
+    use archplace::cost::PluginRef;
+    use archplace_plugin_sdk::LatencyModel;
+    let cache = tempfile::tempdir().context("a temporary cache folder")?;
+    let mut options = plugins.options();
+    options.cache_dir = Some(cache.path().join("compiled-plugins"));
+    let host = archplace::plugin::Host::new(options.clone())?;
+    let loaded = host.load(&PluginRef::named("reference"))?;
+    let session = host.open(&loaded, vec![], Default::default())?;
+    let native = ReferenceModel::default();
+    let ops = thousand_ops();
+    let core = archplace_plugin_sdk::AcceleratorConfig {
+        tensor_cores: 4,
+        vector_cores: 4,
+        width: 128,
+        depth: 128,
+        vector_width: 128,
+        buffer_bytes: 64 << 20,
+    }
+    .tensor_core(4);
+    let n = ops.len() as f64;
+    // Interleaved, so that both see the same machine; many calls per sample.
+    let reps = 50;
+    let (mut wasm_t, mut native_t) = (Vec::new(), Vec::new());
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        for _ in 0..reps {
+            session.latency_uncached(&core, &ops)?;
+        }
+        wasm_t.push(t.elapsed().as_secs_f64() / reps as f64);
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(native.latency(&core, &ops)?);
+        }
+        native_t.push(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    let overhead: Vec<f64> = {
+        let mut v: Vec<f64> = wasm_t
+            .iter()
+            .zip(&native_t)
+            .map(|(w, n_)| (w - n_) / n)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    wasm_t.sort_by(f64::total_cmp);
+    native_t.sort_by(f64::total_cmp);
+    emit(&report(
+        "plugin-op",
+        &overhead,
+        format!(
+            "host→plugin overhead per operator in a batch of {n}: median {:.3} µs (target ≤ 0.5 µs); a batch takes {:.1} µs in WebAssembly, {:.1} µs natively",
+            overhead[overhead.len() / 2] * 1e6,
+            wasm_t[wasm_t.len() / 2] * 1e6,
+            native_t[native_t.len() / 2] * 1e6
+        ),
+    ))?;
+    let one = &ops[..1];
+    let (times, _) = time(repeat, || {
+        for _ in 0..1000 {
+            session.latency_uncached(&core, one)?;
+        }
+        Ok(())
+    })?;
+    let per_call: Vec<f64> = times.iter().map(|t| t / 1000.0).collect();
+    emit(&report(
+        "plugin-call",
+        &per_call,
+        "one latency call with one operator (the fixed cost of a call)".into(),
+    ))?;
+    // Loading from the disk cache: a fresh host each time (no in-memory copy).
+    let mut load_t = Vec::new();
+    let mut from_cache = true;
+    for _ in 0..repeat.max(1) {
+        let fresh = archplace::plugin::Host::new(options.clone())?;
+        let t = Instant::now();
+        let l = fresh.load(&PluginRef::named("reference"))?;
+        load_t.push(t.elapsed().as_secs_f64());
+        from_cache &= l.from_cache;
+    }
+    load_t.sort_by(f64::total_cmp);
+    emit(&report(
+        "plugin-load",
+        &load_t,
+        format!(
+            "cached compiled reference plugin: read, verify, deserialize, instantiate, info (from cache: {from_cache}; target ≤ 5 ms; compiling took {:.1} ms)",
+            loaded.compile_seconds * 1e3
+        ),
+    ))?;
+    Ok(())
+}
+
+fn bench_search(repeat: usize, plugins: &super::plugin::PluginArgs) -> Result<()> {
+    use archplace::cost::{CostModelSource, NativeModels};
+    let spec = archplace::spec::default_spec()
+        .map_err(|_| anyhow::anyhow!("the embedded default spec is invalid"))?;
+    let host = plugins.host()?;
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut ratios = Vec::new();
+    let (mut wasm_t, mut native_t) = (Vec::new(), Vec::new());
+    let mut best = (f64::NAN, f64::NAN);
+    for _ in 0..repeat.max(1) {
+        let one = |source: &dyn CostModelSource| -> Result<(f64, f64)> {
+            let t = Instant::now();
+            let f = archplace::runner::run(&spec, source, &(), &cancel)?;
+            Ok((
+                t.elapsed().as_secs_f64(),
+                f.doc
+                    .best
+                    .as_ref()
+                    .map(|b| b.mean_throughput_samples_per_second)
+                    .unwrap_or(f64::NAN),
+            ))
+        };
+        let (w, bw) = one(&host)?;
+        let (nt, bn) = one(&NativeModels)?;
+        best = (bw, bn);
+        ratios.push(w / nt);
+        wasm_t.push(w);
+        native_t.push(nt);
+    }
+    ratios.sort_by(f64::total_cmp);
+    wasm_t.sort_by(f64::total_cmp);
+    native_t.sort_by(f64::total_cmp);
+    emit(&report(
+        "search",
+        &wasm_t,
+        format!(
+            "default spec with the WebAssembly reference plugin: median {:.2} s vs {:.2} s native, ratio {:.3} (median of per-pair ratios; target ≤ 1.2); same best: {} ({} vs {} samples/s)",
+            wasm_t[wasm_t.len() / 2],
+            native_t[native_t.len() / 2],
+            ratios[ratios.len() / 2],
+            best.0 == best.1,
+            best.0,
+            best.1
+        ),
+    ))?;
+    Ok(())
 }
 
 /// The fixtures folder of the repository (the benchmark reads the reference's cases).

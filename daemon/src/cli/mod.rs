@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod model;
 pub mod placement;
+pub mod plugin;
 pub mod run;
 pub mod schedule;
 pub mod space;
@@ -26,6 +27,7 @@ pub fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
@@ -47,6 +49,21 @@ pub fn load_spec(path: Option<&Path>) -> Result<Spec> {
             })
         }
     }
+}
+
+/// Resolves the spec's cost models with the plugin host; problems are printed located in
+/// the spec, as a spec error would be.
+pub fn cost_models(
+    spec: &Spec,
+    host: &archplace::plugin::Host,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<archplace::cost::CostModels> {
+    spec::resolve_cost_models(spec, host, cancel).map_err(|diags| {
+        for d in &diags {
+            eprint!("{}", d.render(&spec.source_text));
+        }
+        anyhow::anyhow!("{} error(s) in the spec's cost models", diags.len())
+    })
 }
 
 /// Writes `value` as pretty JSON and a newline to stdout.

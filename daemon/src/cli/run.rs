@@ -9,7 +9,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Exit code when the search ran but no candidate can train the models.
@@ -63,11 +64,16 @@ pub fn run(
     results: &Path,
     json: bool,
     threads: Option<usize>,
+    plugins: &super::plugin::PluginArgs,
 ) -> Result<ExitCode> {
     if threads == Some(0) {
         bail!("--threads must be at least 1");
     }
     let spec = load_spec(spec)?;
+    let host = plugins.host()?;
+    // Report plugin and parameter problems before the progress bar starts.
+    let cancel = Arc::new(AtomicBool::new(false));
+    super::cost_models(&spec, &host, cancel.clone())?;
     let dir = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| runner::result_dir(results, &spec));
@@ -98,7 +104,7 @@ pub fn run(
         dir.display()
     );
     let finished = pool
-        .install(|| runner::run(&spec, &reporter, None))
+        .install(|| runner::run(&spec, &host, &reporter, &cancel))
         .context("the search failed")?;
     if let Some(bar) = &reporter.bar {
         bar.finish_and_clear();

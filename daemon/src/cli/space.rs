@@ -2,7 +2,6 @@
 
 use super::{load_spec, thousands};
 use anyhow::{Context, Result};
-use archplace::cost;
 use archplace::engine::space::{Candidate, Space, enumerate};
 use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
@@ -75,21 +74,15 @@ pub fn summary(space: &Space, seconds: f64) -> Summary {
     }
 }
 
-pub fn run(spec: Option<&Path>, json: bool, limit: Option<usize>) -> Result<ExitCode> {
+pub fn run(
+    spec: Option<&Path>,
+    json: bool,
+    limit: Option<usize>,
+    plugins: &super::plugin::PluginArgs,
+) -> Result<ExitCode> {
     let spec = load_spec(spec)?;
-    let models = cost::resolve(
-        &spec.cost_model.area,
-        &spec.cost_model.latency,
-        &spec.cost_model.parameters,
-    )
-    .map_err(|errs| {
-        anyhow::anyhow!(
-            errs.iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        )
-    })?;
+    let host = plugins.host()?;
+    let models = super::cost_models(&spec, &host, Default::default())?;
     let start = Instant::now();
     let space = enumerate(&spec.space, models.area.as_ref())
         .context("enumerating the architecture space")?;

@@ -40,9 +40,26 @@ pub struct ModelSpec {
 /// model validates its own).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CostModelSpec {
-    pub area: String,
-    pub latency: String,
+    pub area: crate::cost::PluginRef,
+    pub latency: crate::cost::PluginRef,
     pub parameters: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl CostModelSpec {
+    /// The parameters the spec sets for plugin `name`, in name order.
+    pub fn parameters_of(&self, name: &str) -> Vec<archplace_plugin_sdk::Parameter> {
+        self.parameters
+            .get(name)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| archplace_plugin_sdk::Parameter {
+                        name: k.clone(),
+                        value: v.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// A validated spec. Everything in SI units.
@@ -52,6 +69,12 @@ pub struct Spec {
     pub description: Option<String>,
     /// blake3 of the file's bytes, hex: identifies this exact content.
     pub content_hash: String,
+    /// Where the spec came from and its text, to locate errors found after validation
+    /// (e.g. a plugin rejecting a parameter).
+    #[serde(skip)]
+    pub source_file: String,
+    #[serde(skip)]
+    pub source_text: String,
     pub models: Vec<ModelSpec>,
     pub training: Training,
     pub cluster: Cluster,
@@ -174,6 +197,29 @@ pub fn parse(source: &str, file: &str) -> Result<Spec, Vec<Diagnostic>> {
     }
 }
 
+/// Resolves the cost models `spec` names through `models` (loading plugins, validating
+/// their parameters); problems are located in the spec's text like any other error.
+pub fn resolve_cost_models(
+    spec: &Spec,
+    models: &dyn crate::cost::CostModelSource,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<crate::cost::CostModels, Vec<Diagnostic>> {
+    models.resolve(&spec.cost_model, cancel).map_err(|errors| {
+        let source = spec.source_text.as_str();
+        let (doc, _) = DeTable::parse_recoverable(source);
+        let mut ctx = Ctx {
+            file: &spec.source_file,
+            source,
+            doc: doc.get_ref(),
+            root: doc.span(),
+            diagnostics: Vec::new(),
+        };
+        validate::cost_model_errors(&errors, &spec.cost_model, &mut ctx);
+        ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
+        ctx.diagnostics
+    })
+}
+
 /// The JSON Schema of spec files.
 pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(RawSpec)).unwrap_or(serde_json::Value::Null)
@@ -189,6 +235,15 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    pub(crate) fn file(&self) -> &str {
+        self.file
+    }
+
+    /// Whether the spec has a value at `field`.
+    pub(crate) fn has_field(&self, field: &FieldPath) -> bool {
+        locate_key(self.doc, field).is_some()
+    }
+
     fn push(
         &mut self,
         span: Option<std::ops::Range<usize>>,

@@ -290,14 +290,59 @@ impl RawParameter {
     }
 }
 
+/// A cost-model plugin: its name, or a table that also pins a version range or the
+/// component's hash.
+#[derive(Debug, Clone, JsonSchema)]
+#[serde(untagged)]
+pub enum RawPluginRef {
+    Name(String),
+    Pinned(RawPinnedPlugin),
+}
+
+/// By hand rather than `untagged`, so that a mistake inside the table (an unknown key, a
+/// wrong type) is reported as itself, not as "matches no variant".
+impl<'de> Deserialize<'de> for RawPluginRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawPluginRef;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a plugin name, or a table { plugin = \"name\", version = \"^1.2\", blake3 = \"<hex>\" }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawPluginRef::Name(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                RawPinnedPlugin::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawPluginRef::Pinned)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPinnedPlugin {
+    /// The plugin's name, as its manifest gives it.
+    pub plugin: String,
+    /// A semver requirement on its version, e.g. "1.2" (= ^1.2) or "=1.2.3".
+    pub version: Option<String>,
+    /// The blake3 hash of its component (64 hex digits): any other file is refused.
+    pub blake3: Option<String>,
+}
+
 /// Which cost models size the chips and time the operators.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCostModel {
-    /// Area model (default "reference").
-    pub area: Option<String>,
-    /// Latency model (default "reference").
-    pub latency: Option<String>,
+    /// Area model plugin (default "reference").
+    pub area: Option<RawPluginRef>,
+    /// Latency model plugin (default "reference").
+    pub latency: Option<RawPluginRef>,
     /// Parameters per model, e.g. `[cost_model.parameters.reference] clock = "1.05 GHz"`.
     pub parameters: Option<BTreeMap<String, BTreeMap<String, RawParameter>>>,
 }

@@ -220,22 +220,80 @@ fn custom_models_need_their_shape() {
 
 #[test]
 fn baselines_and_cost_models_are_checked() {
-    let src = GOOD
-        .replace(
-            "pipeline = 32, data = 8, tensor = 4",
-            "pipeline = 32, data = 64, tensor = 4",
-        )
-        .replace("clock = \"1.05 GHz\"", "clock = \"fast\"");
+    let src = GOOD.replace(
+        "pipeline = 32, data = 8, tensor = 4",
+        "pipeline = 32, data = 64, tensor = 4",
+    );
     let d = errors(&src);
     let b = find(&d, "models[0].baseline");
     assert!(b.message.contains("needs 8192 devices"), "{b:?}");
+    // A parameter the model rejects is located at its value once the models are resolved.
+    let src = GOOD.replace("clock = \"1.05 GHz\"", "clock = \"fast\"");
+    let spec = parse(&src, "test.toml").unwrap();
+    let d = resolve_cost_models(&spec, &crate::cost::NativeModels, Default::default())
+        .err()
+        .unwrap();
     let c = find(&d, "cost_model.parameters.reference.clock");
     assert_eq!((c.line, c.column), at(&src, "\"fast\""));
+    assert_eq!(c.file, "test.toml");
+    // An unknown model: at the field that names it.
+    let src = GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\nlatency = \"vendor-x\"\n[cost_model.parameters.reference]",
+    );
+    let spec = parse(&src, "test.toml").unwrap();
+    let d = resolve_cost_models(&spec, &crate::cost::NativeModels, Default::default())
+        .err()
+        .unwrap();
+    let e = find(&d, "cost_model.latency");
+    assert_eq!((e.line, e.column), at(&src, "\"vendor-x\""));
+    assert!(e.message.contains("unknown cost model `vendor-x`"), "{e:?}");
+    // Parameters of a model the spec does not use.
     let d = errors(&GOOD.replace(
         "[cost_model.parameters.reference]",
-        "[cost_model]\narea = \"vendor-x\"\n[cost_model.parameters.reference]",
+        "[cost_model]\narea = \"vendor-x\"\nlatency = \"vendor-x\"\n[cost_model.parameters.reference]",
     ));
-    find(&d, "cost_model.area");
+    assert!(
+        find(&d, "cost_model.parameters.reference")
+            .message
+            .contains("does not use")
+    );
+}
+
+#[test]
+fn plugins_can_be_pinned_by_version_and_hash() {
+    let hash = "ab".repeat(32);
+    let src = GOOD.replace(
+        "[cost_model.parameters.reference]",
+        &format!("[cost_model]\narea = {{ plugin = \"reference\", version = \"0.1\", blake3 = \"{hash}\" }}\n[cost_model.parameters.reference]"),
+    );
+    let spec = parse(&src, "test.toml").unwrap();
+    assert_eq!(spec.cost_model.area.version.as_deref(), Some("0.1"));
+    assert_eq!(spec.cost_model.area.blake3.as_deref(), Some(hash.as_str()));
+    assert_eq!(spec.cost_model.latency.name, "reference");
+    let bad = GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\narea = { plugin = \"reference\", version = \"one\", blake3 = \"xyz\" }\nlatency = { plugin = \"ref erence\" }\n[cost_model.parameters.reference]",
+    );
+    let d = errors(&bad);
+    assert!(
+        find(&d, "cost_model.area.version")
+            .message
+            .contains("not a version requirement")
+    );
+    assert!(
+        find(&d, "cost_model.area.blake3")
+            .message
+            .contains("64 hexadecimal digits")
+    );
+    let l = find(&d, "cost_model.latency.plugin");
+    assert!(l.message.contains("not a plugin name"), "{l:?}");
+    let d = errors(&GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\nlatency = { plugin = \"reference\", sha = \"1\" }\n[cost_model.parameters.reference]",
+    ));
+    let l = find(&d, "cost_model.latency.sha");
+    assert!(l.message.contains("unknown key `sha`"), "{l:?}");
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! The rules of a spec beyond its types: units, ranges, and relations between fields.
 
-use super::raw::{RawAreaBudget, RawAxis, RawCostModel, RawHead, RawModel, RawSearch, RawSpec};
+use super::raw::{
+    RawAreaBudget, RawAxis, RawCostModel, RawHead, RawModel, RawPluginRef, RawSearch, RawSpec,
+};
 use super::{CostModelSpec, Ctx, FieldPath, ModelSpec, Spec};
-use crate::cost::KNOWN_MODELS;
+use crate::cost::PluginRef;
 use crate::engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
 use crate::engine::space::{AreaBudget, SpaceSpec};
 use crate::engine::training::{Baseline, Cluster, Optimizer, Training};
@@ -78,6 +80,8 @@ pub(super) fn validate(
         name: raw.name.clone(),
         description: raw.description.clone(),
         content_hash: blake3::hash(source.as_bytes()).to_hex().to_string(),
+        source_file: ctx.file().to_string(),
+        source_text: source.to_string(),
         models: models?,
         training: training?,
         cluster: cluster?,
@@ -865,10 +869,62 @@ fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
     })
 }
 
+fn plugin_ref(r: Option<&RawPluginRef>, path: &FieldPath, ctx: &mut Ctx<'_>) -> Option<PluginRef> {
+    let (name, version, hash) = match r {
+        None => return Some(PluginRef::named("reference")),
+        Some(RawPluginRef::Name(n)) => (n.clone(), None, None),
+        Some(RawPluginRef::Pinned(p)) => (p.plugin.clone(), p.version.clone(), p.blake3.clone()),
+    };
+    let mut ok = true;
+    let pinned = matches!(r, Some(RawPluginRef::Pinned(_)));
+    let name_path = if pinned {
+        path.key("plugin")
+    } else {
+        path.clone()
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        ctx.error(
+            &name_path,
+            format!("`{name}` is not a plugin name"),
+            Some("plugin names use letters, digits, `-` and `_`".into()),
+        );
+        ok = false;
+    }
+    if let Some(v) = &version
+        && let Err(e) = semver::VersionReq::parse(v)
+    {
+        ctx.error(
+            &path.key("version"),
+            format!("`{v}` is not a version requirement: {e}"),
+            Some("e.g. \"1.2\" (meaning ^1.2), \"=1.2.3\" or \">=1.0, <2\"".into()),
+        );
+        ok = false;
+    }
+    if let Some(h) = &hash
+        && !(h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        ctx.error(
+            &path.key("blake3"),
+            "a blake3 hash is 64 hexadecimal digits",
+            Some("`archplace plugin check FILE.wasm` prints a component's hash".into()),
+        );
+        ok = false;
+    }
+    ok.then_some(PluginRef {
+        name,
+        version,
+        blake3: hash.map(|h| h.to_ascii_lowercase()),
+    })
+}
+
 fn cost_model(c: &RawCostModel, ctx: &mut Ctx<'_>) -> Option<CostModelSpec> {
     let path = FieldPath::root().key("cost_model");
-    let area = c.area.clone().unwrap_or_else(|| "reference".into());
-    let latency = c.latency.clone().unwrap_or_else(|| "reference".into());
+    let area = plugin_ref(c.area.as_ref(), &path.key("area"), ctx);
+    let latency = plugin_ref(c.latency.as_ref(), &path.key("latency"), ctx);
     let parameters: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
         c.parameters
             .as_ref()
@@ -886,51 +942,61 @@ fn cost_model(c: &RawCostModel, ctx: &mut Ctx<'_>) -> Option<CostModelSpec> {
                     .collect()
             })
             .unwrap_or_default();
+    let (area, latency) = (area?, latency?);
     let mut ok = true;
-    for (key, name) in [("area", &area), ("latency", &latency)] {
-        if !KNOWN_MODELS.contains(&name.as_str()) {
-            ctx.error(
-                &path.key(key),
-                format!("unknown cost model `{name}`"),
-                Some(format!("available: {}", KNOWN_MODELS.join(", "))),
-            );
-            ok = false;
-        }
-    }
     for model in parameters.keys() {
-        if model != &area && model != &latency {
+        if model != &area.name && model != &latency.name {
             ctx.error(
                 &path.key("parameters").key(model),
                 format!("parameters for `{model}`, which this spec does not use"),
                 Some(format!(
-                    "this spec uses `{area}` (area) and `{latency}` (latency)"
+                    "this spec uses `{}` (area) and `{}` (latency)",
+                    area.name, latency.name
                 )),
             );
             ok = false;
         }
-    }
-    if ok && let Err(errs) = crate::cost::resolve(&area, &latency, &parameters) {
-        for e in errs {
-            match &e {
-                crate::cost::CostModelError::Parameter {
-                    model,
-                    parameter,
-                    message,
-                } => ctx.error(
-                    &path.key("parameters").key(model).key(parameter),
-                    message.clone(),
-                    None,
-                ),
-                crate::cost::CostModelError::Unknown { .. } => {
-                    ctx.error(&path, e.to_string(), None)
-                }
-            }
-        }
-        ok = false;
     }
     ok.then_some(CostModelSpec {
         area,
         latency,
         parameters,
     })
+}
+
+/// Reports the errors of resolving the spec's cost models (unknown plugins, rejected
+/// parameters, ...) at the fields they concern.
+pub(crate) fn cost_model_errors(
+    errors: &[crate::cost::CostModelError],
+    spec: &CostModelSpec,
+    ctx: &mut Ctx<'_>,
+) {
+    use crate::cost::CostModelError as E;
+    let path = FieldPath::root().key("cost_model");
+    for e in errors {
+        match e {
+            E::Parameter {
+                model,
+                parameter,
+                message,
+            } => {
+                let table = path.key("parameters").key(model);
+                let field = table.key(parameter);
+                let at = if ctx.has_field(&field) { field } else { table };
+                ctx.error(&at, message.clone(), None)
+            }
+            E::Unknown { name, .. } | E::Plugin { plugin: name, .. } => {
+                let role = match e {
+                    E::Plugin { role, .. } => Some(*role),
+                    _ => None,
+                };
+                let key = match role {
+                    Some(r) => r,
+                    None if &spec.area.name == name => "area",
+                    None => "latency",
+                };
+                ctx.error(&path.key(key), e.to_string(), None)
+            }
+        }
+    }
 }

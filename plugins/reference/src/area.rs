@@ -57,8 +57,10 @@ fn sram_um2(table: &[(u64, f64)], bytes: u64, what: &str) -> Result<f64, Estimat
         .position(|&(b, _)| b > bytes)
         .unwrap_or(table.len() - 1);
     let ((b0, a0), (b1, a1)) = (table[i - 1], table[i]);
-    let f = ((bytes as f64).ln() - (b0 as f64).ln()) / ((b1 as f64).ln() - (b0 as f64).ln());
-    Ok((a0.ln() + f * (a1.ln() - a0.ln())).exp())
+    // libm, not std: the same bits natively and in WebAssembly.
+    use libm::{exp, log};
+    let f = (log(bytes as f64) - log(b0 as f64)) / (log(b1 as f64) - log(b0 as f64));
+    Ok(exp(log(a0) + f * (log(a1) - log(a0))))
 }
 
 /// Bytes of each core's PE buffer for a `width × depth` array (vector cores: depth 1).

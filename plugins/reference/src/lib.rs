@@ -6,8 +6,11 @@
 //!   (§6.2–6.4) in seconds at a configurable clock (default 1.05 GHz), replacing the
 //!   reference's Sunstone mapper, which costs minutes per configuration.
 //!
-//! This is a plain Rust library; it implements the SDK's [`AreaModel`] and [`LatencyModel`]
-//! so the engine and its tests can use it directly.
+//! The same code is two things: a plain Rust library implementing the SDK's [`AreaModel`]
+//! and [`LatencyModel`] (the engine's unit tests use it directly), and, built with
+//! `--target wasm32-wasip2`, the WebAssembly component that archplace loads by default.
+//! Both give bit-identical answers: the only transcendental functions (area
+//! interpolation) come from the pure-Rust `libm`, not from the platform's C library.
 
 pub mod area;
 pub mod latency;
@@ -15,8 +18,10 @@ pub mod latency;
 use archplace_plugin_sdk::units::parse_hertz;
 use archplace_plugin_sdk::{
     AcceleratorConfig, AreaModel, CoreConfig, EstimateError, INTERFACE_VERSION, LatencyModel,
-    ModelInfo, Op, OpCost, ParameterInfo, Provides,
+    ModelInfo, Op, OpCost, Parameter, ParameterError, ParameterInfo, Plugin, Provides,
 };
+
+archplace_plugin_sdk::export_plugin!(ReferenceModel);
 
 /// Default clock of the reference template: 1.05 GHz.
 pub const DEFAULT_CLOCK_HZ: f64 = 1.05e9;
@@ -33,13 +38,6 @@ impl Default for ReferenceModel {
             clock_hz: DEFAULT_CLOCK_HZ,
         }
     }
-}
-
-/// A parameter the reference model was given but cannot use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParameterError {
-    pub name: String,
-    pub message: String,
 }
 
 impl ReferenceModel {
@@ -63,12 +61,7 @@ impl ReferenceModel {
                         message: e.message,
                     }),
                 },
-                other => errors.push(ParameterError {
-                    name: other.into(),
-                    message: format!(
-                        "the reference model has no parameter `{other}`; it has: clock"
-                    ),
-                }),
+                other => errors.push(ParameterError::unknown(other, &Self::model_info())),
             }
         }
         if errors.is_empty() {
@@ -78,7 +71,7 @@ impl ReferenceModel {
         }
     }
 
-    fn model_info(&self) -> ModelInfo {
+    fn model_info() -> ModelInfo {
         ModelInfo {
             name: "reference".into(),
             vendor: "archplace".into(),
@@ -100,7 +93,7 @@ impl ReferenceModel {
 
 impl AreaModel for ReferenceModel {
     fn info(&self) -> ModelInfo {
-        self.model_info()
+        Self::model_info()
     }
 
     fn area_um2(
@@ -113,13 +106,38 @@ impl AreaModel for ReferenceModel {
 
 impl LatencyModel for ReferenceModel {
     fn info(&self) -> ModelInfo {
-        self.model_info()
+        Self::model_info()
     }
 
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         ops.iter()
             .map(|op| latency::op_cost(core, op, self.clock_hz))
             .collect()
+    }
+}
+
+impl Plugin for ReferenceModel {
+    fn info() -> ModelInfo {
+        Self::model_info()
+    }
+
+    fn new(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {
+        Self::with_parameters(
+            parameters
+                .iter()
+                .map(|p| (p.name.as_str(), p.value.as_str())),
+        )
+    }
+
+    fn area_um2(
+        &self,
+        configs: &[AcceleratorConfig],
+    ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+        AreaModel::area_um2(self, configs)
+    }
+
+    fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        LatencyModel::latency(self, core, ops)
     }
 }
 
@@ -135,6 +153,6 @@ mod tests {
             ReferenceModel::with_parameters([("clock", "2 GB"), ("node", "7nm")]).unwrap_err();
         assert_eq!(errs.len(), 2);
         assert_eq!(errs[0].name, "clock");
-        assert!(errs[1].message.contains("no parameter `node`"));
+        assert!(errs[1].message.contains("no parameter `node`"), "{errs:?}");
     }
 }

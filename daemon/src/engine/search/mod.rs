@@ -27,7 +27,7 @@ use archplace_plugin_sdk::{
 };
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Instant;
@@ -211,8 +211,47 @@ impl Estimator<'_> {
         Ok(c)
     }
 
+    /// The layer's schedule instance on `c`. Operators not yet memoised are estimated
+    /// first, in one batched call per core configuration: a plugin call costs far more
+    /// than an operator in a batch.
     fn instance(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Instance, EstimateError> {
-        super::layer::instance_with(graph, c, |core, op| self.cost(core, op))
+        let mut missing: BTreeMap<CoreConfig, Vec<Op>> = BTreeMap::new();
+        {
+            let cache = self
+                .cache
+                .read()
+                .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
+            let zero = OpCost {
+                seconds: 0.0,
+                joules: 0.0,
+            };
+            let _ = super::layer::instance_with(graph, c, |core, op| {
+                if !cache.contains_key(&(*core, op.clone())) {
+                    missing.entry(*core).or_default().push(op.clone());
+                }
+                Ok(zero)
+            });
+        }
+        let mut fetched = 0;
+        for (core, mut ops) in missing {
+            ops.sort();
+            ops.dedup();
+            let costs = estimate(self.model, &core, &ops)?;
+            fetched += ops.len() as u64;
+            if let Ok(mut w) = self.cache.write() {
+                for (op, cost) in ops.into_iter().zip(costs) {
+                    w.insert((core, op), cost);
+                }
+            }
+        }
+        self.computed.fetch_add(fetched, Ordering::Relaxed);
+        let inst = super::layer::instance_with(graph, c, |core, op| self.cost(core, op));
+        // The second pass found the prefetched operators in the memo: not hits.
+        self.hits.fetch_sub(
+            fetched.min(self.hits.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        inst
     }
 }
 

@@ -1,0 +1,265 @@
+//! `archplace plugin …`: check, list and install cost-model plugins.
+
+use super::print_json;
+use anyhow::{Context, Result, bail};
+use archplace::plugin::catalog::{self, MANIFEST, Manifest};
+use archplace::plugin::{Host, HostOptions, check};
+use archplace_plugin_sdk::Parameter;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Options shared by every command that loads plugins.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PluginArgs {
+    /// Folder of installed plugins (repeatable; replaces the default folders:
+    /// $ARCHPLACE_PLUGIN_DIRS, ~/.local/share/archplace/plugins, ../lib/archplace/plugins
+    /// and ../plugins next to the executable).
+    #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Folder of compiled plugins (default: $ARCHPLACE_CACHE_DIR or ~/.cache/archplace,
+    /// then compiled-plugins).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile plugins on every start instead of caching them.
+    #[arg(long, global = true)]
+    pub no_cache: bool,
+}
+
+impl PluginArgs {
+    pub fn options(&self) -> HostOptions {
+        let mut o = HostOptions::defaults();
+        if !self.plugin_dirs.is_empty() {
+            o.plugin_dirs = self.plugin_dirs.clone();
+        }
+        if let Some(d) = &self.cache_dir {
+            o.cache_dir = Some(d.join("compiled-plugins"));
+        }
+        if self.no_cache {
+            o.cache_dir = None;
+        }
+        o
+    }
+
+    pub fn host(&self) -> Result<Host> {
+        Host::new(self.options()).context("starting the plugin host")
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum PluginCommand {
+    /// Load a component the way the daemon would, print its info, run a golden batch,
+    /// check determinism and limits, time it; exit 1 with the reasons if it is unfit.
+    Check {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// A parameter for the plugin, NAME=VALUE (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// Print the report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the plugins in the plugin folders (and unusable manifests).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a component, then install it with a manifest into a plugin folder.
+    Install {
+        file: PathBuf,
+        /// Folder to install into (default: the per-user plugin folder).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Record the component's hash in the manifest: a changed file is then refused.
+        #[arg(long)]
+        pin: bool,
+    },
+    /// Print the WIT interface plugins implement.
+    Wit,
+}
+
+fn parse_params(params: &[String]) -> Result<Vec<Parameter>> {
+    params
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((n, v)) if !n.trim().is_empty() => Ok(Parameter {
+                name: n.trim().to_string(),
+                value: v.trim().to_string(),
+            }),
+            _ => bail!("--param `{p}`: write NAME=VALUE, e.g. clock=\"1.2 GHz\""),
+        })
+        .collect()
+}
+
+pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
+    match cmd {
+        PluginCommand::Check { file, params, json } => {
+            let host = args.host()?;
+            let params = parse_params(&params)?;
+            let report = match check::check(&host, &file, &params) {
+                Ok(r) => r,
+                Err(e) => {
+                    if json {
+                        print_json(&serde_json::json!({
+                            "path": file.display().to_string(),
+                            "fit": false,
+                            "problems": [e.to_string()],
+                        }))?;
+                    }
+                    bail!("{} is not fit to use: {e}", file.display());
+                }
+            };
+            if json {
+                print_json(&report)?;
+            } else {
+                print_report(&report);
+            }
+            if report.fit {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!(
+                    "error: {} is not fit to use: {}",
+                    file.display(),
+                    report.problems.join("; ")
+                );
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        PluginCommand::List { json } => {
+            let host = args.host()?;
+            let cat = host.catalog();
+            if json {
+                print_json(&cat)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "plugin folders: {}",
+                cat.dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            if cat.entries.is_empty() {
+                println!("no plugins installed");
+            }
+            for e in &cat.entries {
+                println!(
+                    "{:<24} {:<10} interface {:<5} {}",
+                    e.manifest.name,
+                    e.manifest.version,
+                    e.manifest.interface,
+                    e.wasm_path.display()
+                );
+            }
+            for p in &cat.problems {
+                println!("unusable manifest: {}", p.message);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::Install { file, dir, pin } => {
+            let host = args.host()?;
+            let report = check::check(&host, &file, &[])
+                .with_context(|| format!("checking {}", file.display()))?;
+            if !report.fit {
+                bail!(
+                    "{} is not fit to use: {}",
+                    file.display(),
+                    report.problems.join("; ")
+                );
+            }
+            let root = match dir {
+                Some(d) => d,
+                None => catalog::user_dir()
+                    .context("no per-user plugin folder ($HOME unset); give --dir")?,
+            };
+            let installed = install(&file, &root, &report, pin)?;
+            println!(
+                "installed `{}` {} in {}",
+                report.info.name,
+                report.info.version,
+                installed.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::Wit => {
+            print!("{}", archplace_plugin_sdk::WIT);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Copies the component and writes its manifest into `root/<name>-<version>/`.
+fn install(file: &Path, root: &Path, report: &check::Report, pin: bool) -> Result<PathBuf> {
+    let name = &report.info.name;
+    let dir = root.join(format!("{name}-{}", report.info.version));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    archplace::atomic::write(&dir.join(format!("{name}.wasm")), &wasm)
+        .with_context(|| format!("writing into {}", dir.display()))?;
+    let manifest = Manifest {
+        name: name.clone(),
+        version: report.info.version.clone(),
+        interface: format!(
+            "{}.{}",
+            report.info.interface_version.0, report.info.interface_version.1
+        ),
+        file: None,
+        blake3: pin.then(|| report.blake3.clone()),
+        description: None,
+    };
+    let text = toml::to_string(&manifest).context("writing the manifest")?;
+    archplace::atomic::write(&dir.join(MANIFEST), text.as_bytes())
+        .with_context(|| format!("writing into {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn print_report(r: &check::Report) {
+    let i = &r.info;
+    println!("{} — `{}` {} by {}", r.path, i.name, i.version, i.vendor);
+    println!("  interface      {}", r.interface);
+    println!("  blake3         {}", r.blake3);
+    println!("  size           {} bytes", r.size_bytes);
+    println!(
+        "  provides       {}{}",
+        if i.provides.area { "area " } else { "" },
+        if i.provides.latency { "latency" } else { "" }
+    );
+    println!("  deterministic  {}", i.deterministic);
+    for p in &i.parameters {
+        println!(
+            "  parameter      {} = {:?}  ({})",
+            p.name, p.default, p.description
+        );
+    }
+    println!(
+        "  load           {:.1} ms compiling or from the cache, {:.2} ms from the disk cache",
+        r.compile_seconds * 1e3,
+        r.cached_load_seconds * 1e3
+    );
+    println!(
+        "  golden batch   {} configurations ({} outside the model's domain), {} latency calls, {} operators",
+        r.configurations, r.configurations_out_of_domain, r.latency_calls, r.operators_estimated
+    );
+    println!(
+        "  speed          {:.3} µs and {:.0} fuel per operator; at most {:.1}% of a call's fuel budget",
+        r.seconds_per_operator * 1e6,
+        r.fuel_per_operator,
+        r.max_fuel_fraction * 100.0
+    );
+    println!("  digest         {}", r.digest);
+    for w in &r.warnings {
+        println!("  warning        {w}");
+    }
+    for p in &r.problems {
+        println!("  problem        {p}");
+    }
+    println!(
+        "  verdict        {}",
+        if r.fit {
+            "fit to use"
+        } else {
+            "NOT fit to use"
+        }
+    );
+}

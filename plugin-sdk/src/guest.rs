@@ -1,0 +1,186 @@
+//! Conversions between the WIT records of the guest bindings and this crate's types, used
+//! by [`export_plugin!`](crate::export_plugin). Only built for WebAssembly.
+
+use crate::{
+    AcceleratorConfig, CoreConfig, CoreKind, Direction, EstimateError, FusedOp, Gemm, ModelInfo,
+    Op, OpCost, OpKind, Parameter, ParameterError, VectorKind,
+};
+
+/// The generated WIT types, under short names for the macro.
+pub mod wit {
+    pub use crate::bindings::archplace::cost_model::types::*;
+}
+
+pub fn info_to_wit(i: &ModelInfo) -> wit::PluginInfo {
+    wit::PluginInfo {
+        name: i.name.clone(),
+        vendor: i.vendor.clone(),
+        version: i.version.clone(),
+        interface_version: wit::InterfaceVersion {
+            major: i.interface_version.0,
+            minor: i.interface_version.1,
+        },
+        deterministic: i.deterministic,
+        provides: wit::Provides {
+            area: i.provides.area,
+            latency: i.provides.latency,
+        },
+        parameters: i
+            .parameters
+            .iter()
+            .map(|p| wit::ParameterInfo {
+                name: p.name.clone(),
+                description: p.description.clone(),
+                default: p.default.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub fn parameters_from_wit(p: Vec<wit::Parameter>) -> Vec<Parameter> {
+    p.into_iter()
+        .map(|p| Parameter {
+            name: p.name,
+            value: p.value,
+        })
+        .collect()
+}
+
+pub fn parameter_errors_to_wit(e: Vec<ParameterError>) -> Vec<wit::ParameterError> {
+    e.into_iter()
+        .map(|e| wit::ParameterError {
+            name: e.name,
+            message: e.message,
+        })
+        .collect()
+}
+
+pub fn describe_parameter_errors(e: &[ParameterError]) -> String {
+    let parts: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+    format!("default parameters rejected: {}", parts.join("; "))
+}
+
+pub fn configs_from_wit(c: &[wit::AcceleratorConfig]) -> Vec<AcceleratorConfig> {
+    c.iter()
+        .map(|c| AcceleratorConfig {
+            tensor_cores: c.tensor_cores,
+            vector_cores: c.vector_cores,
+            width: c.width,
+            depth: c.depth,
+            vector_width: c.vector_width,
+            buffer_bytes: c.buffer_bytes,
+        })
+        .collect()
+}
+
+pub fn core_from_wit(c: &wit::CoreConfig) -> CoreConfig {
+    CoreConfig {
+        kind: match c.kind {
+            wit::CoreKind::Tensor => CoreKind::Tensor,
+            wit::CoreKind::Vector => CoreKind::Vector,
+        },
+        cores: c.cores,
+        width: c.width,
+        depth: c.depth,
+        buffer_bytes: c.buffer_bytes,
+    }
+}
+
+fn vector_kind(k: wit::VectorKind) -> VectorKind {
+    use wit::VectorKind as W;
+    match k {
+        W::LayerNorm => VectorKind::LayerNorm,
+        W::RmsNorm => VectorKind::RmsNorm,
+        W::Add => VectorKind::Add,
+        W::Mul => VectorKind::Mul,
+        W::BiasAdd => VectorKind::BiasAdd,
+        W::Scale => VectorKind::Scale,
+        W::Gelu => VectorKind::Gelu,
+        W::Relu => VectorKind::Relu,
+        W::Silu => VectorKind::Silu,
+        W::Tanh => VectorKind::Tanh,
+        W::Dropout => VectorKind::Dropout,
+        W::Softmax => VectorKind::Softmax,
+        W::CrossEntropy => VectorKind::CrossEntropy,
+        W::Rotary => VectorKind::Rotary,
+        W::Embedding => VectorKind::Embedding,
+    }
+}
+
+pub fn ops_from_wit(ops: &[wit::Op]) -> Vec<Op> {
+    ops.iter()
+        .map(|o| Op {
+            kind: match o.kind {
+                wit::OpKind::Gemm(g) => OpKind::Gemm(Gemm {
+                    batch: g.batch,
+                    m: g.m,
+                    n: g.n,
+                    k: g.k,
+                }),
+                wit::OpKind::Vector(v) => OpKind::Vector {
+                    kind: vector_kind(v.kind),
+                    elements: v.elements,
+                    row: v.row,
+                },
+                wit::OpKind::AllReduce(a) => OpKind::AllReduce {
+                    bytes: a.bytes,
+                    group: a.group,
+                    link_bytes_per_second: a.link_bytes_per_second,
+                },
+            },
+            direction: match o.direction {
+                wit::Direction::Forward => Direction::Forward,
+                wit::Direction::Backward => Direction::Backward,
+            },
+            fused: o
+                .fused
+                .iter()
+                .map(|f| FusedOp {
+                    kind: vector_kind(f.kind),
+                    elements: f.elements,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn error_to_wit(e: EstimateError) -> wit::EstimateError {
+    match e {
+        EstimateError::OutOfDomain(m) => wit::EstimateError::OutOfDomain(m),
+        EstimateError::Unsupported(m) => wit::EstimateError::Unsupported(m),
+        EstimateError::Internal(m) => wit::EstimateError::Internal(m),
+    }
+}
+
+pub fn areas_to_wit(
+    r: Result<Vec<Result<f64, EstimateError>>, EstimateError>,
+) -> Result<Vec<Result<f64, wit::EstimateError>>, wit::EstimateError> {
+    r.map(|v| v.into_iter().map(|a| a.map_err(error_to_wit)).collect())
+        .map_err(error_to_wit)
+}
+
+pub fn costs_to_wit(
+    r: Result<Vec<OpCost>, EstimateError>,
+) -> Result<Vec<wit::OpCost>, wit::EstimateError> {
+    r.map(|v| {
+        v.into_iter()
+            .map(|c| wit::OpCost {
+                seconds: c.seconds,
+                joules: c.joules,
+            })
+            .collect()
+    })
+    .map_err(error_to_wit)
+}
+
+/// Sends a line to the host's log (capped in size and rate by the host).
+pub fn log(level: crate::LogLevel, message: &str) {
+    use crate::bindings::archplace::cost_model::host::{Level, log};
+    let level = match level {
+        crate::LogLevel::Error => Level::Error,
+        crate::LogLevel::Warn => Level::Warn,
+        crate::LogLevel::Info => Level::Info,
+        crate::LogLevel::Debug => Level::Debug,
+    };
+    log(level, message);
+}

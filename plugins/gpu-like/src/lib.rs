@@ -1,0 +1,468 @@
+//! An example vendor cost model: a GPU-like chip.
+//!
+//! It shows what a vendor's plugin can do differently from the reference model: it is
+//! described by its own parameters (clock, achievable fraction of peak, HBM and on-chip
+//! bandwidth, kernel-launch overhead, energy per flop and per byte, area per MAC, per
+//! vector lane and per byte of SRAM) and it models a GPU's behaviour rather than a
+//! systolic template:
+//!
+//! * every operator is a kernel launch with a fixed overhead;
+//! * tensor cores run at a fraction of peak that falls with wave quantisation (tiles of
+//!   `width × depth` spread over the cores, the last wave partly idle);
+//! * operands stream from HBM, re-read in proportion to how far the working set overflows
+//!   the on-chip memory; on-chip bandwidth bounds the rest;
+//! * vector kernels are memory-bound unless the element is expensive (softmax, GELU);
+//! * all-reduce is a ring with a per-step latency.
+//!
+//! Area: MACs, vector lanes, SRAM and a fixed uncore, each from a parameter; a chip beyond
+//! the reticle (default 858 mm²) is outside the model's domain.
+
+use archplace_plugin_sdk::units::{parse_area_um2, parse_bandwidth, parse_hertz, parse_seconds};
+use archplace_plugin_sdk::{
+    AcceleratorConfig, CoreConfig, CoreKind, EstimateError, INTERFACE_VERSION, ModelInfo, Op,
+    OpCost, OpKind, Parameter, ParameterError, ParameterInfo, Plugin, Provides, VectorKind,
+};
+
+archplace_plugin_sdk::export_plugin!(GpuLike);
+
+/// Bytes per element (bf16).
+const ELEMENT_BYTES: f64 = 2.0;
+
+/// The model's parameters, in SI units.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuLike {
+    pub clock_hz: f64,
+    /// Fraction of peak matrix throughput a large, well-shaped GEMM reaches.
+    pub matrix_efficiency: f64,
+    pub hbm_bytes_per_second: f64,
+    pub on_chip_bytes_per_second: f64,
+    pub launch_seconds: f64,
+    pub link_latency_seconds: f64,
+    pub joules_per_flop: f64,
+    pub joules_per_hbm_byte: f64,
+    pub mac_area_um2: f64,
+    pub lane_area_um2: f64,
+    pub sram_area_um2_per_byte: f64,
+    pub uncore_area_um2: f64,
+    pub max_area_um2: f64,
+}
+
+impl Default for GpuLike {
+    fn default() -> Self {
+        GpuLike {
+            clock_hz: 1.4e9,
+            matrix_efficiency: 0.75,
+            hbm_bytes_per_second: 2.0e12,
+            on_chip_bytes_per_second: 20.0e12,
+            launch_seconds: 4e-6,
+            link_latency_seconds: 5e-6,
+            joules_per_flop: 0.4e-12,
+            joules_per_hbm_byte: 7.0e-12,
+            mac_area_um2: 600.0,
+            lane_area_um2: 1500.0,
+            sram_area_um2_per_byte: 0.6,
+            uncore_area_um2: 40.0e6,
+            max_area_um2: 858.0e6,
+        }
+    }
+}
+
+struct Param {
+    name: &'static str,
+    description: &'static str,
+    default: &'static str,
+}
+
+const PARAMETERS: [Param; 13] = [
+    Param {
+        name: "clock",
+        description: "core clock",
+        default: "1.4 GHz",
+    },
+    Param {
+        name: "matrix_efficiency",
+        description: "fraction of peak matrix throughput a large GEMM reaches (0 < x ≤ 1)",
+        default: "0.75",
+    },
+    Param {
+        name: "hbm_bandwidth",
+        description: "HBM bandwidth of the chip",
+        default: "2 TB/s",
+    },
+    Param {
+        name: "on_chip_bandwidth",
+        description: "on-chip (shared memory / L2) bandwidth",
+        default: "20 TB/s",
+    },
+    Param {
+        name: "launch_overhead",
+        description: "fixed cost of every kernel",
+        default: "4 us",
+    },
+    Param {
+        name: "link_latency",
+        description: "latency of one ring step of an all-reduce",
+        default: "5 us",
+    },
+    Param {
+        name: "pj_per_flop",
+        description: "energy per floating-point operation, picojoules",
+        default: "0.4",
+    },
+    Param {
+        name: "pj_per_hbm_byte",
+        description: "energy per byte moved to or from HBM, picojoules",
+        default: "7",
+    },
+    Param {
+        name: "mac_area",
+        description: "area of one MAC unit of a tensor core",
+        default: "600 um2",
+    },
+    Param {
+        name: "lane_area",
+        description: "area of one vector lane",
+        default: "1500 um2",
+    },
+    Param {
+        name: "sram_area_per_byte",
+        description: "area of one byte of on-chip SRAM",
+        default: "0.6 um2",
+    },
+    Param {
+        name: "uncore_area",
+        description: "fixed area: memory controllers, I/O, interconnect",
+        default: "40 mm2",
+    },
+    Param {
+        name: "max_area",
+        description: "largest chip the model describes (the reticle)",
+        default: "858 mm2",
+    },
+];
+
+fn parse_fraction(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1.0 => Ok(x),
+        _ => Err(format!("`{v}` is not a fraction in (0, 1]")),
+    }
+}
+
+fn parse_positive(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("`{v}` is not a non-negative number")),
+    }
+}
+
+impl GpuLike {
+    /// The model from the spec's parameters; every bad one is reported.
+    pub fn with_parameters(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {
+        let mut m = GpuLike::default();
+        let mut errors = Vec::new();
+        for p in parameters {
+            let v = p.value.as_str();
+            let r: Result<(), String> = (|| {
+                match p.name.as_str() {
+                    "clock" => m.clock_hz = parse_hertz(v).map_err(|e| e.message)?,
+                    "matrix_efficiency" => m.matrix_efficiency = parse_fraction(v)?,
+                    "hbm_bandwidth" => {
+                        m.hbm_bytes_per_second = parse_bandwidth(v).map_err(|e| e.message)?
+                    }
+                    "on_chip_bandwidth" => {
+                        m.on_chip_bytes_per_second = parse_bandwidth(v).map_err(|e| e.message)?
+                    }
+                    "launch_overhead" => {
+                        m.launch_seconds = parse_seconds(v).map_err(|e| e.message)?
+                    }
+                    "link_latency" => {
+                        m.link_latency_seconds = parse_seconds(v).map_err(|e| e.message)?
+                    }
+                    "pj_per_flop" => m.joules_per_flop = parse_positive(v)? * 1e-12,
+                    "pj_per_hbm_byte" => m.joules_per_hbm_byte = parse_positive(v)? * 1e-12,
+                    "mac_area" => m.mac_area_um2 = parse_area_um2(v).map_err(|e| e.message)?,
+                    "lane_area" => m.lane_area_um2 = parse_area_um2(v).map_err(|e| e.message)?,
+                    "sram_area_per_byte" => {
+                        m.sram_area_um2_per_byte = parse_area_um2(v).map_err(|e| e.message)?
+                    }
+                    "uncore_area" => {
+                        m.uncore_area_um2 = parse_area_um2(v).map_err(|e| e.message)?
+                    }
+                    "max_area" => m.max_area_um2 = parse_area_um2(v).map_err(|e| e.message)?,
+                    other => return Err(ParameterError::unknown(other, &Self::describe()).message),
+                }
+                Ok(())
+            })();
+            if let Err(message) = r {
+                errors.push(ParameterError::new(&p.name, message));
+            }
+        }
+        for (name, value) in [
+            ("clock", m.clock_hz),
+            ("hbm_bandwidth", m.hbm_bytes_per_second),
+            ("on_chip_bandwidth", m.on_chip_bytes_per_second),
+        ] {
+            if value <= 0.0 && !errors.iter().any(|e| e.name == name) {
+                errors.push(ParameterError::new(name, "must be above zero"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(m)
+        } else {
+            Err(errors)
+        }
+    }
+
+    fn describe() -> ModelInfo {
+        ModelInfo {
+            name: "gpu-like".into(),
+            vendor: "archplace examples".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            interface_version: INTERFACE_VERSION,
+            deterministic: true,
+            provides: Provides {
+                area: true,
+                latency: true,
+            },
+            parameters: PARAMETERS
+                .iter()
+                .map(|p| ParameterInfo {
+                    name: p.name.into(),
+                    description: p.description.into(),
+                    default: p.default.into(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Area of one configuration, µm².
+    pub fn area(&self, c: &AcceleratorConfig) -> Result<f64, EstimateError> {
+        let macs = f64::from(c.tensor_cores) * f64::from(c.width) * f64::from(c.depth);
+        let lanes = f64::from(c.vector_cores) * f64::from(c.vector_width);
+        let a = self.uncore_area_um2
+            + macs * self.mac_area_um2
+            + lanes * self.lane_area_um2
+            + c.buffer_bytes as f64 * self.sram_area_um2_per_byte;
+        if a > self.max_area_um2 {
+            return Err(EstimateError::OutOfDomain(format!(
+                "{:.1} mm² is beyond the largest chip this model describes ({:.1} mm²)",
+                a / 1e6,
+                self.max_area_um2 / 1e6
+            )));
+        }
+        Ok(a)
+    }
+
+    /// Flops per element of a vector operator.
+    fn flops_per_element(kind: VectorKind) -> f64 {
+        match kind {
+            VectorKind::Add | VectorKind::Mul | VectorKind::BiasAdd | VectorKind::Scale => 1.0,
+            VectorKind::Relu | VectorKind::Dropout | VectorKind::Embedding => 1.0,
+            VectorKind::Rotary => 4.0,
+            VectorKind::LayerNorm | VectorKind::RmsNorm => 8.0,
+            VectorKind::Gelu | VectorKind::Silu | VectorKind::Tanh => 12.0,
+            VectorKind::Softmax | VectorKind::CrossEntropy => 16.0,
+        }
+    }
+
+    /// Seconds and joules of one operator.
+    pub fn cost(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
+        let cores = f64::from(core.cores.max(1));
+        let lanes = f64::from(core.width) * f64::from(core.depth) * cores;
+        if lanes == 0.0 {
+            return Err(EstimateError::OutOfDomain("a core with no lanes".into()));
+        }
+        let buffer = core.buffer_bytes.max(1) as f64;
+        let backward = if op.direction == archplace_plugin_sdk::Direction::Backward {
+            2.0
+        } else {
+            1.0
+        };
+        let (seconds, flops, hbm_bytes) = match op.kind {
+            OpKind::Gemm(g) => {
+                if core.kind != CoreKind::Tensor {
+                    return Err(EstimateError::Unsupported("a GEMM on vector cores".into()));
+                }
+                let (w, d) = (u64::from(core.width.max(1)), u64::from(core.depth.max(1)));
+                // Tiles of the output, spread over the cores in waves.
+                let tiles = g.batch * g.m.div_ceil(w) * g.n.div_ceil(d);
+                let waves = tiles.div_ceil(u64::from(core.cores.max(1)));
+                let quantisation = tiles as f64 / (waves as f64 * cores);
+                let peak = 2.0 * lanes * self.clock_hz;
+                let flops = g.flops();
+                let compute = flops / (peak * self.matrix_efficiency * quantisation);
+                let working_set =
+                    ELEMENT_BYTES * (g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)) as f64;
+                let reuse = (working_set / buffer).max(1.0).sqrt();
+                let hbm = working_set * reuse;
+                let memory = hbm / self.hbm_bytes_per_second;
+                let on_chip = 2.0 * working_set / self.on_chip_bytes_per_second;
+                let epilogue: f64 = op
+                    .fused
+                    .iter()
+                    .map(|f| f.elements as f64 * Self::flops_per_element(f.kind))
+                    .sum::<f64>()
+                    / (lanes * self.clock_hz);
+                (compute.max(memory).max(on_chip) + epilogue, flops, hbm)
+            }
+            OpKind::Vector {
+                kind,
+                elements,
+                row,
+            } => {
+                let flops = elements as f64 * Self::flops_per_element(kind) * backward;
+                let compute = flops / (lanes * self.clock_hz);
+                // Read and write every element (twice as much backward); row-wise
+                // kernels that do not fit on chip read their rows twice.
+                let mut bytes = ELEMENT_BYTES * elements as f64 * 2.0 * backward;
+                if row > 1 && ELEMENT_BYTES * row as f64 > buffer / cores {
+                    bytes *= 1.5;
+                }
+                (compute.max(bytes / self.hbm_bytes_per_second), flops, bytes)
+            }
+            OpKind::AllReduce {
+                bytes,
+                group,
+                link_bytes_per_second,
+            } => {
+                if group <= 1 {
+                    return Ok(OpCost {
+                        seconds: 0.0,
+                        joules: 0.0,
+                    });
+                }
+                if link_bytes_per_second == 0 {
+                    return Err(EstimateError::OutOfDomain("links without bandwidth".into()));
+                }
+                let g = f64::from(group);
+                let steps = 2.0 * (g - 1.0);
+                let t = steps / g * bytes as f64 / link_bytes_per_second as f64
+                    + steps * self.link_latency_seconds;
+                (t, 0.0, 2.0 * bytes as f64)
+            }
+        };
+        Ok(OpCost {
+            seconds: seconds + self.launch_seconds,
+            joules: flops * self.joules_per_flop + hbm_bytes * self.joules_per_hbm_byte,
+        })
+    }
+}
+
+impl Plugin for GpuLike {
+    fn info() -> ModelInfo {
+        Self::describe()
+    }
+
+    fn new(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {
+        Self::with_parameters(parameters)
+    }
+
+    fn area_um2(
+        &self,
+        configs: &[AcceleratorConfig],
+    ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+        Ok(configs.iter().map(|c| self.area(c)).collect())
+    }
+
+    fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        ops.iter().map(|op| self.cost(core, op)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use archplace_plugin_sdk::{Direction, Gemm};
+
+    fn p(name: &str, value: &str) -> Parameter {
+        Parameter {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    fn core(cores: u32, width: u32, buffer_bytes: u64) -> CoreConfig {
+        CoreConfig {
+            kind: CoreKind::Tensor,
+            cores,
+            width,
+            depth: width,
+            buffer_bytes,
+        }
+    }
+
+    fn gemm(m: u64, n: u64, k: u64) -> Op {
+        Op {
+            kind: OpKind::Gemm(Gemm { batch: 1, m, n, k }),
+            direction: Direction::Forward,
+            fused: vec![],
+        }
+    }
+
+    #[test]
+    fn parameters_are_parsed_and_every_bad_one_reported() {
+        let m = GpuLike::with_parameters(&[
+            p("clock", "2 GHz"),
+            p("hbm_bandwidth", "3 TB/s"),
+            p("launch_overhead", "2 us"),
+        ])
+        .unwrap();
+        assert_eq!(m.clock_hz, 2e9);
+        assert_eq!(m.hbm_bytes_per_second, 3e12);
+        assert!((m.launch_seconds - 2e-6).abs() < 1e-18);
+        let errs = GpuLike::with_parameters(&[
+            p("clock", "fast"),
+            p("matrix_efficiency", "1.5"),
+            p("nodes", "7"),
+        ])
+        .unwrap_err();
+        let names: Vec<&str> = errs.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["clock", "matrix_efficiency", "nodes"]);
+        assert!(
+            errs[2].message.contains("has no parameter `nodes`"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn a_gemm_is_compute_bound_when_large_and_launch_bound_when_tiny() {
+        let m = GpuLike::default();
+        let big = m
+            .cost(&core(4, 128, 64 << 20), &gemm(8192, 8192, 8192))
+            .unwrap();
+        let peak = 2.0 * 4.0 * 128.0 * 128.0 * 1.4e9 * 0.75;
+        let ideal = 2.0 * 8192f64.powi(3) / peak;
+        assert!(
+            (big.seconds - m.launch_seconds) / ideal < 1.05,
+            "{} vs {ideal}",
+            big.seconds
+        );
+        let tiny = m.cost(&core(4, 128, 64 << 20), &gemm(8, 8, 8)).unwrap();
+        assert!(tiny.seconds < 1.01 * m.launch_seconds + 1e-9);
+        // More cores: faster, until quantisation.
+        let two = m
+            .cost(&core(2, 128, 64 << 20), &gemm(8192, 8192, 8192))
+            .unwrap();
+        assert!(two.seconds > 1.9 * (big.seconds - m.launch_seconds));
+    }
+
+    #[test]
+    fn area_grows_with_the_chip_and_has_a_reticle() {
+        let m = GpuLike::default();
+        let c = |t, w, b| AcceleratorConfig {
+            tensor_cores: t,
+            vector_cores: 4,
+            width: w,
+            depth: w,
+            vector_width: 128,
+            buffer_bytes: b,
+        };
+        let small = m.area(&c(1, 64, 8 << 20)).unwrap();
+        let large = m.area(&c(8, 128, 64 << 20)).unwrap();
+        assert!(small < large);
+        assert!(matches!(
+            m.area(&c(256, 256, 1 << 30)),
+            Err(EstimateError::OutOfDomain(_))
+        ));
+    }
+}

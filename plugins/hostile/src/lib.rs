@@ -1,0 +1,172 @@
+//! Misbehaving cost-model plugins: test fixtures for the plugin host. Each cargo feature
+//! builds one of them (`scripts/build-plugins` builds them all); without a feature this
+//! crate is empty. Every one answers `info` and `configure` properly (so the host gets as
+//! far as a real call) unless its fault is in exactly that:
+//!
+//! | feature                   | what it does                                          |
+//! |---------------------------|-------------------------------------------------------|
+//! | `infinite-loop`           | `latency` never returns                               |
+//! | `memory-bomb`             | `latency` allocates until it is refused               |
+//! | `trap`                    | `latency` panics                                      |
+//! | `nan-output`              | `latency` returns NaN seconds                         |
+//! | `negative-output`         | `latency` returns −1 s                                |
+//! | `wrong-count`             | `latency` returns one result too many                 |
+//! | `enormous-output`         | `latency` fails with a 32 MiB error message           |
+//! | `wrong-interface-version` | exports `archplace:cost-model@2.0.0`                  |
+//! | `missing-export`          | exports `archplace:cost-model/model` without `info`   |
+//!
+//! Areas are honest (1 mm² per tensor core), so a search can start before it faults.
+
+#[cfg(any(
+    feature = "infinite-loop",
+    feature = "memory-bomb",
+    feature = "trap",
+    feature = "nan-output",
+    feature = "negative-output",
+    feature = "wrong-count",
+    feature = "enormous-output",
+))]
+mod misbehaving {
+    use archplace_plugin_sdk::{
+        AcceleratorConfig, CoreConfig, EstimateError, INTERFACE_VERSION, ModelInfo, Op, OpCost,
+        Parameter, ParameterError, Plugin, Provides,
+    };
+
+    pub struct Hostile;
+
+    const NAME: &str = if cfg!(feature = "infinite-loop") {
+        "hostile-infinite-loop"
+    } else if cfg!(feature = "memory-bomb") {
+        "hostile-memory-bomb"
+    } else if cfg!(feature = "trap") {
+        "hostile-trap"
+    } else if cfg!(feature = "nan-output") {
+        "hostile-nan-output"
+    } else if cfg!(feature = "negative-output") {
+        "hostile-negative-output"
+    } else if cfg!(feature = "wrong-count") {
+        "hostile-wrong-count"
+    } else {
+        "hostile-enormous-output"
+    };
+
+    impl Plugin for Hostile {
+        fn info() -> ModelInfo {
+            ModelInfo {
+                name: NAME.into(),
+                vendor: "archplace test fixtures".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                interface_version: INTERFACE_VERSION,
+                deterministic: true,
+                provides: Provides {
+                    area: true,
+                    latency: true,
+                },
+                parameters: vec![],
+            }
+        }
+
+        fn new(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {
+            match parameters.first() {
+                Some(p) => Err(vec![ParameterError::unknown(&p.name, &Self::info())]),
+                None => Ok(Hostile),
+            }
+        }
+
+        fn area_um2(
+            &self,
+            configs: &[AcceleratorConfig],
+        ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+            Ok(configs
+                .iter()
+                .map(|c| Ok(1e6 * f64::from(c.tensor_cores + c.vector_cores)))
+                .collect())
+        }
+
+        fn latency(&self, _core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+            let good = OpCost {
+                seconds: 1e-6,
+                joules: 1e-6,
+            };
+            let _ = (&good, ops.len());
+            #[cfg(feature = "infinite-loop")]
+            {
+                let mut i: u64 = 0;
+                loop {
+                    i = std::hint::black_box(i.wrapping_add(1));
+                }
+            }
+            #[cfg(feature = "memory-bomb")]
+            {
+                // Reserve, don't touch: the cap must trip, not the fuel budget.
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(std::hint::black_box(Vec::with_capacity(1 << 20)));
+                }
+            }
+            #[cfg(feature = "trap")]
+            {
+                panic!(
+                    "hostile plugin: deliberate panic in latency ({} ops)",
+                    ops.len()
+                );
+            }
+            #[cfg(feature = "nan-output")]
+            {
+                let mut v = vec![good; ops.len()];
+                v[ops.len() - 1].seconds = f64::NAN;
+                return Ok(v);
+            }
+            #[cfg(feature = "negative-output")]
+            {
+                let mut v = vec![good; ops.len()];
+                v[0].seconds = -1.0;
+                return Ok(v);
+            }
+            #[cfg(feature = "wrong-count")]
+            {
+                return Ok(vec![good; ops.len() + 1]);
+            }
+            #[cfg(feature = "enormous-output")]
+            {
+                // 32 MiB of NULs (valid UTF-8), zeroed by the allocator rather than written,
+                // so that the size check trips rather than the fuel budget.
+                #[allow(unsafe_code)]
+                let message = unsafe { String::from_utf8_unchecked(vec![0u8; 32 << 20]) };
+                return Err(EstimateError::Internal(message));
+            }
+            #[allow(unreachable_code)]
+            Ok(vec![good; ops.len()])
+        }
+    }
+
+    archplace_plugin_sdk::export_plugin!(Hostile);
+}
+
+#[cfg(all(feature = "wrong-interface-version", target_arch = "wasm32"))]
+#[allow(unsafe_code, clippy::all)]
+mod wrong_version {
+    wit_bindgen::generate!({ path: "wit/wrong-version", world: "cost-model" });
+
+    struct Export;
+    impl exports::archplace::cost_model::model::Guest for Export {
+        fn info() -> String {
+            "hostile-wrong-interface-version".into()
+        }
+    }
+    export!(Export);
+}
+
+#[cfg(all(feature = "missing-export", target_arch = "wasm32"))]
+#[allow(unsafe_code, clippy::all)]
+mod missing_export {
+    wit_bindgen::generate!({ path: "wit/missing-export", world: "cost-model" });
+
+    struct Export;
+    impl exports::archplace::cost_model::model::Guest for Export {
+        fn configure(_parameters: Vec<(String, String)>) -> Result<(), ()> {
+            Ok(())
+        }
+    }
+    export!(Export);
+}
