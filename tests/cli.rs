@@ -45,34 +45,7 @@ fn stdout(o: &Output) -> String {
 }
 
 /// A spec whose exhaustive search takes a second or two, even in a debug build.
-const TINY: &str = r#"
-schema_version = 1
-name = "e2e-tiny"
-[[models]]
-name = "tiny"
-layers = 2
-hidden = 128
-heads = 2
-vocab = 512
-seq_len = 64
-[training]
-global_batch = 16
-micro_batch_sizes = [1]
-activation_recomputation = [false]
-[cluster]
-devices = 4
-hbm = ["1 GiB"]
-[search]
-tensor_cores = [1, 2]
-vector_cores = [1]
-width = [16]
-depth = [16]
-buffer = ["2 MiB"]
-area_budget = "100 mm2"
-min_area_fraction = 0.0
-exhaustive = true
-schedule_time_limit_seconds = 0.05
-"#;
+const TINY: &str = include_str!("fixtures/tiny.toml");
 
 fn temp_spec(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();

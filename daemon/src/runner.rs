@@ -58,24 +58,16 @@ pub struct CostModels {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Configuration {
-    pub tensor_cores: u32,
-    pub vector_cores: u32,
-    pub width: u32,
-    pub depth: u32,
-    pub vector_width: u32,
-    pub buffer_bytes: u64,
+    /// The chip's axes, as the SDK's record (flattened: `tensor_cores`, `width`, ...).
+    #[serde(flatten)]
+    pub chip: AcceleratorConfig,
     pub area_mm2: f64,
 }
 
 impl Configuration {
     fn new(c: &AcceleratorConfig, area_um2: f64) -> Self {
         Configuration {
-            tensor_cores: c.tensor_cores,
-            vector_cores: c.vector_cores,
-            width: c.width,
-            depth: c.depth,
-            vector_width: c.vector_width,
-            buffer_bytes: c.buffer_bytes,
+            chip: *c,
             area_mm2: area_um2 / 1e6,
         }
     }

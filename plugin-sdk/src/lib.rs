@@ -471,6 +471,35 @@ macro_rules! export_plugin {
     };
 }
 
+impl ModelInfo {
+    /// A deterministic model of this interface version that provides area and latency and
+    /// has no parameters; adjust with the methods below or the fields.
+    pub fn new(name: &str, vendor: &str, version: &str) -> Self {
+        ModelInfo {
+            name: name.into(),
+            vendor: vendor.into(),
+            version: version.into(),
+            interface_version: INTERFACE_VERSION,
+            deterministic: true,
+            provides: Provides {
+                area: true,
+                latency: true,
+            },
+            parameters: Vec::new(),
+        }
+    }
+
+    /// Declares a parameter with its description and default (as a spec would write it).
+    pub fn parameter(mut self, name: &str, description: &str, default: &str) -> Self {
+        self.parameters.push(ParameterInfo {
+            name: name.into(),
+            description: description.into(),
+            default: default.into(),
+        });
+        self
+    }
+}
+
 /// Silicon area of accelerator candidates.
 pub trait AreaModel: Send + Sync {
     fn info(&self) -> ModelInfo;

@@ -148,7 +148,7 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
         );
         return;
     };
-    let c = &best.configuration;
+    let (c, area_mm2) = (&best.configuration.chip, best.configuration.area_mm2);
     println!(
         "best chip: {} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
         c.tensor_cores,
@@ -157,7 +157,7 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
         c.vector_cores,
         c.vector_width,
         format_bytes(c.buffer_bytes),
-        c.area_mm2,
+        area_mm2,
         format_bytes(best.hbm_bytes)
     );
     for m in &best.models {

@@ -492,36 +492,8 @@ fn the_log_import_is_capped_in_rate_and_size() {
 /// A tiny exhaustive search (two candidates) whose latency model is `latency`.
 fn tiny_spec(latency: &str) -> crate::spec::Spec {
     let text = format!(
-        r#"
-schema_version = 1
-name = "tiny"
-[[models]]
-name = "tiny"
-layers = 2
-hidden = 128
-heads = 2
-vocab = 512
-seq_len = 64
-[training]
-global_batch = 16
-micro_batch_sizes = [1]
-activation_recomputation = [false]
-[cluster]
-devices = 4
-hbm = ["1 GiB"]
-[search]
-tensor_cores = [1, 2]
-vector_cores = [1]
-width = [16]
-depth = [16]
-buffer = ["2 MiB"]
-area_budget = "100 mm2"
-min_area_fraction = 0.0
-exhaustive = true
-[cost_model]
-area = "reference"
-latency = "{latency}"
-"#
+        "{}\n[cost_model]\narea = \"reference\"\nlatency = \"{latency}\"\n",
+        include_str!("../../../tests/fixtures/tiny.toml")
     );
     crate::spec::parse(&text, "tiny.toml").unwrap()
 }

@@ -19,8 +19,8 @@
 
 use archplace_plugin_sdk::units::{parse_area_um2, parse_bandwidth, parse_hertz, parse_seconds};
 use archplace_plugin_sdk::{
-    AcceleratorConfig, CoreConfig, CoreKind, EstimateError, INTERFACE_VERSION, ModelInfo, Op,
-    OpCost, OpKind, Parameter, ParameterError, ParameterInfo, Plugin, Provides, VectorKind,
+    AcceleratorConfig, CoreConfig, CoreKind, EstimateError, ModelInfo, Op, OpCost, OpKind,
+    Parameter, ParameterError, Plugin, VectorKind,
 };
 
 archplace_plugin_sdk::export_plugin!(GpuLike);
@@ -214,25 +214,10 @@ impl GpuLike {
     }
 
     fn describe() -> ModelInfo {
-        ModelInfo {
-            name: "gpu-like".into(),
-            vendor: "archplace examples".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            interface_version: INTERFACE_VERSION,
-            deterministic: true,
-            provides: Provides {
-                area: true,
-                latency: true,
-            },
-            parameters: PARAMETERS
-                .iter()
-                .map(|p| ParameterInfo {
-                    name: p.name.into(),
-                    description: p.description.into(),
-                    default: p.default.into(),
-                })
-                .collect(),
-        }
+        PARAMETERS.iter().fold(
+            ModelInfo::new("gpu-like", "archplace examples", env!("CARGO_PKG_VERSION")),
+            |info, p| info.parameter(p.name, p.description, p.default),
+        )
     }
 
     /// Area of one configuration, µm².

@@ -28,8 +28,8 @@
 ))]
 mod misbehaving {
     use archplace_plugin_sdk::{
-        AcceleratorConfig, CoreConfig, EstimateError, INTERFACE_VERSION, ModelInfo, Op, OpCost,
-        Parameter, ParameterError, Plugin, Provides,
+        AcceleratorConfig, CoreConfig, EstimateError, ModelInfo, Op, OpCost, Parameter,
+        ParameterError, Plugin,
     };
 
     pub struct Hostile;
@@ -52,18 +52,7 @@ mod misbehaving {
 
     impl Plugin for Hostile {
         fn info() -> ModelInfo {
-            ModelInfo {
-                name: NAME.into(),
-                vendor: "archplace test fixtures".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                interface_version: INTERFACE_VERSION,
-                deterministic: true,
-                provides: Provides {
-                    area: true,
-                    latency: true,
-                },
-                parameters: vec![],
-            }
+            ModelInfo::new(NAME, "archplace test fixtures", env!("CARGO_PKG_VERSION"))
         }
 
         fn new(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {

@@ -17,8 +17,8 @@ pub mod latency;
 
 use archplace_plugin_sdk::units::parse_hertz;
 use archplace_plugin_sdk::{
-    AcceleratorConfig, AreaModel, CoreConfig, EstimateError, INTERFACE_VERSION, LatencyModel,
-    ModelInfo, Op, OpCost, Parameter, ParameterError, ParameterInfo, Plugin, Provides,
+    AcceleratorConfig, AreaModel, CoreConfig, EstimateError, LatencyModel, ModelInfo, Op, OpCost,
+    Parameter, ParameterError, Plugin,
 };
 
 archplace_plugin_sdk::export_plugin!(ReferenceModel);
@@ -72,22 +72,11 @@ impl ReferenceModel {
     }
 
     fn model_info() -> ModelInfo {
-        ModelInfo {
-            name: "reference".into(),
-            vendor: "archplace".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            interface_version: INTERFACE_VERSION,
-            deterministic: true,
-            provides: Provides {
-                area: true,
-                latency: true,
-            },
-            parameters: vec![ParameterInfo {
-                name: "clock".into(),
-                description: "clock frequency of the cores".into(),
-                default: "1.05 GHz".into(),
-            }],
-        }
+        ModelInfo::new("reference", "archplace", env!("CARGO_PKG_VERSION")).parameter(
+            "clock",
+            "clock frequency of the cores",
+            "1.05 GHz",
+        )
     }
 }
 

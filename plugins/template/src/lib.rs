@@ -4,8 +4,8 @@
 
 use archplace_plugin_sdk::units::parse_hertz;
 use archplace_plugin_sdk::{
-    AcceleratorConfig, CoreConfig, CoreKind, EstimateError, INTERFACE_VERSION, ModelInfo, Op,
-    OpCost, OpKind, Parameter, ParameterError, ParameterInfo, Plugin, Provides,
+    AcceleratorConfig, CoreConfig, CoreKind, EstimateError, ModelInfo, Op, OpCost, OpKind,
+    Parameter, ParameterError, Plugin,
 };
 
 // Generates the component's exports from the `Plugin` implementation below (only when
@@ -19,24 +19,14 @@ pub struct MyModel {
 
 impl Plugin for MyModel {
     fn info() -> ModelInfo {
-        ModelInfo {
-            // The name specs use (`latency = "my-cost-model"`) and the manifest repeats.
-            name: "my-cost-model".into(),
-            vendor: "Example Corp".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            interface_version: INTERFACE_VERSION,
-            // Same inputs, same outputs: lets archplace memoise your answers.
-            deterministic: true,
-            provides: Provides {
-                area: true,
-                latency: true,
-            },
-            parameters: vec![ParameterInfo {
-                name: "clock".into(),
-                description: "core clock".into(),
-                default: "1 GHz".into(),
-            }],
-        }
+        // The name specs use (`latency = "my-cost-model"`) and the manifest repeats. By
+        // default a model is deterministic (same inputs, same outputs: archplace memoises
+        // your answers) and provides both area and latency; change the fields if not.
+        ModelInfo::new("my-cost-model", "Example Corp", env!("CARGO_PKG_VERSION")).parameter(
+            "clock",
+            "core clock",
+            "1 GHz",
+        )
     }
 
     /// Called with the spec's `[cost_model.parameters.my-cost-model]`; report every bad
