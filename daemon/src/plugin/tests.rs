@@ -534,3 +534,41 @@ fn a_search_with_a_hostile_plugin_fails_and_the_next_one_succeeds_in_the_same_pr
         assert!(good.doc.best.is_some(), "after {f}");
     }
 }
+
+#[test]
+fn a_plugin_built_for_a_later_minor_version_loads() {
+    let host = host();
+    let loaded = host.load_file(&component("future-minor")).unwrap();
+    assert_eq!(loaded.interface, semver::Version::new(1, 1, 0));
+    assert_eq!(loaded.info.interface_version, (1, 1));
+    let s = host.open(&loaded, vec![], Default::default()).unwrap();
+    let c = crate::plugin::check::golden_configs()[0];
+    assert_eq!(s.area_uncached(&[c]).unwrap()[0], Ok(2e6));
+    let costs = s
+        .latency_uncached(
+            &c.tensor_core(1),
+            &crate::plugin::check::golden_tensor_ops(),
+        )
+        .unwrap();
+    assert!(costs.iter().all(|c| c.seconds == 1e-6));
+}
+
+/// The 1.1 fixture's WIT is the SDK's with only the version and one added function, so the
+/// test above really is about a minor version.
+#[test]
+fn the_future_minor_fixture_only_adds_to_the_interface() {
+    let sdk = archplace_plugin_sdk::WIT;
+    let future = include_str!("../../../plugins/hostile/wit/future-minor/cost-model.wit");
+    let body: String = future
+        .lines()
+        .skip_while(|l| l.starts_with("// "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let expected = sdk
+        .replace("@1.0.0;", "@1.1.0;")
+        .replace(
+            "result<list<op-cost>, estimate-error>;\n",
+            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.1 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
+        );
+    assert_eq!(body.trim_end(), expected.trim_end());
+}

@@ -14,6 +14,7 @@
 //! | `enormous-output`         | `latency` fails with a 32 MiB error message           |
 //! | `wrong-interface-version` | exports `archplace:cost-model@2.0.0`                  |
 //! | `missing-export`          | exports `archplace:cost-model/model` without `info`   |
+//! | `future-minor`            | well-behaved, but built for interface 1.1.0 (loads)   |
 //!
 //! Areas are honest (1 mm² per tensor core), so a search can start before it faults.
 
@@ -155,6 +156,59 @@ mod missing_export {
     impl exports::archplace::cost_model::model::Guest for Export {
         fn configure(_parameters: Vec<(String, String)>) -> Result<(), ()> {
             Ok(())
+        }
+    }
+    export!(Export);
+}
+
+#[cfg(all(feature = "future-minor", target_arch = "wasm32"))]
+#[allow(unsafe_code, clippy::all)]
+mod future_minor {
+    wit_bindgen::generate!({ path: "wit/future-minor", world: "cost-model" });
+
+    use archplace::cost_model::types::{
+        AcceleratorConfig, CoreConfig, EstimateError, InterfaceVersion, Op, OpCost, Parameter,
+        ParameterError, PluginInfo, Provides,
+    };
+
+    struct Export;
+    impl exports::archplace::cost_model::model::Guest for Export {
+        fn info() -> PluginInfo {
+            PluginInfo {
+                name: "future-minor".into(),
+                vendor: "archplace test fixtures".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                interface_version: InterfaceVersion { major: 1, minor: 1 },
+                deterministic: true,
+                provides: Provides {
+                    area: true,
+                    latency: true,
+                },
+                parameters: vec![],
+            }
+        }
+        fn configure(_parameters: Vec<Parameter>) -> Result<(), Vec<ParameterError>> {
+            Ok(())
+        }
+        fn area(
+            configs: Vec<AcceleratorConfig>,
+        ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+            Ok(configs
+                .iter()
+                .map(|c| Ok(1e6 * f64::from(c.tensor_cores + c.vector_cores)))
+                .collect())
+        }
+        fn latency(_core: CoreConfig, ops: Vec<Op>) -> Result<Vec<OpCost>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| OpCost {
+                    seconds: 1e-6,
+                    joules: 1e-6,
+                })
+                .collect())
+        }
+        fn describe_units() -> String {
+            "SI; area in square micrometres".into()
         }
     }
     export!(Export);
