@@ -12,6 +12,7 @@ pub mod engine;
 pub mod phaze;
 pub mod plugin;
 pub mod runner;
+pub mod service;
 pub mod spec;
 
 #[cfg(test)]

@@ -40,10 +40,16 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Run the daemon: watch a folder of specs, search each new one, write results and
+    /// states; stop cleanly on SIGTERM or SIGINT.
+    Daemon(cli::daemon::DaemonArgs),
     /// Check spec files; print every problem with its location and exit 1 if any.
     Validate {
         /// Spec files (TOML). Without any, the embedded default spec is checked.
         files: Vec<PathBuf>,
+        /// Check a daemon config file instead.
+        #[arg(long, value_name = "FILE", conflicts_with = "files")]
+        config: Option<PathBuf>,
         /// Print the problems as JSON (one array) on stdout.
         #[arg(long)]
         json: bool,
@@ -110,7 +116,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    cli::init_logging(cli.verbose);
+    cli::init_logging(cli.verbose, matches!(cli.command, Command::Daemon(_)));
     let result = match cli.command {
         Command::Run {
             spec,
@@ -126,7 +132,13 @@ fn main() -> ExitCode {
             threads,
             &cli.plugins,
         ),
-        Command::Validate { files, json } => cli::validate::run(&files, json, &cli.plugins),
+        Command::Validate {
+            config: Some(config),
+            json,
+            ..
+        } => cli::daemon::validate_config(&config, json),
+        Command::Validate { files, json, .. } => cli::validate::run(&files, json, &cli.plugins),
+        Command::Daemon(args) => cli::daemon::run(&args, &cli.plugins),
         Command::Plugin(cmd) => cli::plugin::run(cmd, &cli.plugins),
         Command::Schema => {
             cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)

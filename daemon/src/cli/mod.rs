@@ -2,6 +2,7 @@
 //! stderr.
 
 pub mod bench;
+pub mod daemon;
 pub mod model;
 pub mod placement;
 pub mod plugin;
@@ -15,9 +16,12 @@ use archplace::spec::{self, Spec};
 use std::io::Write;
 use std::path::Path;
 
-pub fn init_logging(verbose: u8) {
+/// Logs to stderr: warnings by default (`info` for the daemon, whose log is its output),
+/// more with `-v`; `RUST_LOG` overrides.
+pub fn init_logging(verbose: u8, daemon: bool) {
     // HiGHS reports every MIP time-limit hit as a warning; the results count them.
     let default = match verbose {
+        0 if daemon => "info,highs=error",
         0 => "warn,highs=error",
         1 => "debug,highs=warn",
         _ => "trace",

@@ -1,0 +1,128 @@
+//! `archplace daemon` and `archplace validate --config`.
+
+use super::print_json;
+use anyhow::{Context, Result};
+use archplace::service::config::DaemonConfig;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Flags (and environment variables) override the config file.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DaemonArgs {
+    /// Config file (TOML; see config/archplace.toml). Without it, every setting has its
+    /// default and paths are relative to the current folder.
+    #[arg(long, env = "ARCHPLACE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Folder of spec files to watch.
+    #[arg(long, env = "ARCHPLACE_SPEC_DIR", value_name = "DIR")]
+    pub spec_dir: Option<PathBuf>,
+    /// Root of result folders.
+    #[arg(long, env = "ARCHPLACE_RESULTS_DIR", value_name = "DIR")]
+    pub results_dir: Option<PathBuf>,
+    /// Where job states are kept.
+    #[arg(long, env = "ARCHPLACE_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Metrics address (`127.0.0.1:0` takes a free port).
+    #[arg(long, env = "ARCHPLACE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Searches at once.
+    #[arg(long, value_name = "N")]
+    pub max_concurrent_searches: Option<usize>,
+    /// Seconds a spec must be unchanged before it is read.
+    #[arg(long, value_name = "SECONDS")]
+    pub settle_seconds: Option<f64>,
+}
+
+fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<DaemonConfig> {
+    let mut c = match &args.config {
+        Some(p) => DaemonConfig::load(p).map_err(|errs| {
+            for e in &errs {
+                eprintln!("error: {e}");
+            }
+            anyhow::anyhow!("{} error(s) in {}", errs.len(), p.display())
+        })?,
+        None => DaemonConfig::default(),
+    };
+    if let Some(d) = &args.spec_dir {
+        c.spec_dir = d.clone();
+    }
+    if let Some(d) = &args.results_dir {
+        c.results_dir = d.clone();
+    }
+    if let Some(d) = &args.state_dir {
+        c.state_dir = d.clone();
+    }
+    if let Some(l) = &args.listen {
+        c.listen = l.clone();
+    }
+    if let Some(n) = args.max_concurrent_searches {
+        c.max_concurrent_searches = n;
+    }
+    if let Some(s) = args.settle_seconds {
+        c.settle_seconds = s;
+    }
+    if !plugins.plugin_dirs.is_empty() {
+        c.plugin_dirs = Some(plugins.plugin_dirs.clone());
+    }
+    if let Some(d) = &plugins.cache_dir {
+        c.cache_dir = Some(d.join("compiled-plugins"));
+    }
+    let problems = c.check();
+    if !problems.is_empty() {
+        for (k, m) in &problems {
+            eprintln!("error: {k}: {m}");
+        }
+        anyhow::bail!("invalid daemon settings");
+    }
+    Ok(c)
+}
+
+pub fn run(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+    let config = config_of(args, plugins)?;
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // A second signal while shutting down ends the process at once.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, shutdown.clone())
+            .context("installing signal handlers")?;
+        signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
+    }
+    archplace::service::run(config, shutdown).context("the daemon failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
+    match DaemonConfig::load(path) {
+        Ok(c) => {
+            if json {
+                print_json(&serde_json::json!([]))?;
+            } else {
+                println!(
+                    "ok: {} (watches {}, writes {})",
+                    path.display(),
+                    c.spec_dir.display(),
+                    c.results_dir.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errs) => {
+            if json {
+                let v: Vec<_> = errs
+                    .iter()
+                    .map(|e| {
+                        serde_json::json!({"file": e.file, "line": e.line, "column": e.column, "message": e.message})
+                    })
+                    .collect();
+                print_json(&v)?;
+            } else {
+                for e in &errs {
+                    println!("error: {e}");
+                }
+                println!("{} error(s)", errs.len());
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! The daemon's configuration: a TOML file (strict: unknown keys are errors, located by
+//! line and column), every setting with a default, flags overriding the file.
+
+use crate::plugin::Limits;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The daemon's settings. Relative paths in a file are relative to the file's folder;
+/// without a file, to the current folder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Folder watched for spec files (`*.toml`); created (with the default spec in it)
+    /// when it does not exist.
+    pub spec_dir: PathBuf,
+    /// Root of result folders: `<results_dir>/<spec name>/<hash>/`.
+    pub results_dir: PathBuf,
+    /// Where job states are kept across restarts.
+    pub state_dir: PathBuf,
+    /// Plugin folders (default: the same as the CLI's).
+    pub plugin_dirs: Option<Vec<PathBuf>>,
+    /// Compiled-plugin cache (default: the same as the CLI's).
+    pub cache_dir: Option<PathBuf>,
+    /// Address of the metrics endpoint (loopback by default).
+    pub listen: String,
+    /// Searches run at once.
+    pub max_concurrent_searches: usize,
+    /// Worker threads per search (0: all cores).
+    pub threads_per_search: usize,
+    /// Most specs waiting to be searched; beyond it new specs wait in the folder.
+    pub max_queue: usize,
+    /// How often the whole folder is rescanned.
+    pub rescan_interval_seconds: f64,
+    /// How often the folder is polled for changes.
+    pub poll_interval_seconds: f64,
+    /// A spec must be unchanged this long before it is read (protects against specs
+    /// written in several steps without the rename protocol).
+    pub settle_seconds: f64,
+    /// Limits of every plugin call.
+    pub plugin_limits: Limits,
+    /// Limits of particular plugins, by name (`[plugins.gpu-like] deadline_seconds = 30`).
+    pub plugins: BTreeMap<String, Limits>,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            spec_dir: "specs".into(),
+            results_dir: "results".into(),
+            state_dir: ".archplace-state".into(),
+            plugin_dirs: None,
+            cache_dir: None,
+            listen: "127.0.0.1:9464".into(),
+            max_concurrent_searches: 1,
+            threads_per_search: 0,
+            max_queue: 10_000,
+            rescan_interval_seconds: 30.0,
+            poll_interval_seconds: 0.5,
+            settle_seconds: 1.0,
+            plugin_limits: Limits::default(),
+            plugins: BTreeMap::new(),
+        }
+    }
+}
+
+/// A located problem in a config file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl DaemonConfig {
+    /// Parses a config file's text; `file` names it in errors and anchors relative paths.
+    pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, Vec<ConfigError>> {
+        let shown = file.display().to_string();
+        let mut c: DaemonConfig = toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map(|s| crate::spec::diagnostic::line_column(text, s.start))
+                .unwrap_or((0, 0));
+            vec![ConfigError {
+                file: shown.clone(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }]
+        })?;
+        let base = file.parent().unwrap_or(Path::new("."));
+        c.anchor(base);
+        let errors = c.check();
+        if errors.is_empty() {
+            Ok(c)
+        } else {
+            Err(errors
+                .into_iter()
+                .map(|(key, message)| {
+                    let (line, column) = key_position(text, key);
+                    ConfigError {
+                        file: shown.clone(),
+                        line,
+                        column,
+                        message: format!("{key}: {message}"),
+                    }
+                })
+                .collect())
+        }
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<DaemonConfig, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![ConfigError {
+                file: path.display().to_string(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read the config: {e}"),
+            }]
+        })?;
+        Self::parse(&text, path)
+    }
+
+    fn anchor(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fix(&mut self.spec_dir);
+        fix(&mut self.results_dir);
+        fix(&mut self.state_dir);
+        if let Some(d) = &mut self.plugin_dirs {
+            d.iter_mut().for_each(fix);
+        }
+        if let Some(d) = &mut self.cache_dir {
+            fix(d);
+        }
+    }
+
+    /// Rules between values: (key, problem).
+    pub fn check(&self) -> Vec<(&'static str, String)> {
+        let mut e = Vec::new();
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            e.push((
+                "listen",
+                format!(
+                    "`{}` is not an address and port, e.g. 127.0.0.1:9464",
+                    self.listen
+                ),
+            ));
+        }
+        if self.max_concurrent_searches == 0 {
+            e.push(("max_concurrent_searches", "must be at least 1".into()));
+        }
+        if self.max_queue == 0 {
+            e.push(("max_queue", "must be at least 1".into()));
+        }
+        for (key, v) in [
+            ("rescan_interval_seconds", self.rescan_interval_seconds),
+            ("poll_interval_seconds", self.poll_interval_seconds),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                e.push((key, "must be a positive number of seconds".into()));
+            }
+        }
+        if !(self.settle_seconds.is_finite() && self.settle_seconds >= 0.0) {
+            e.push(("settle_seconds", "must be zero or more seconds".into()));
+        }
+        e
+    }
+
+    /// The plugin host's options for this config.
+    pub fn host_options(&self) -> crate::plugin::HostOptions {
+        let mut o = crate::plugin::HostOptions::defaults();
+        if let Some(d) = &self.plugin_dirs {
+            o.plugin_dirs = d.clone();
+        }
+        if let Some(d) = &self.cache_dir {
+            o.cache_dir = Some(d.clone());
+        }
+        o.limits = self.plugin_limits;
+        o.plugin_limits = self.plugins.clone();
+        o
+    }
+}
+
+/// Line and column of `key = ` in `text` (1, 1 when absent).
+fn key_position(text: &str, key: &str) -> (usize, usize) {
+    text.lines()
+        .enumerate()
+        .find(|(_, l)| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map(|(i, l)| (i + 1, l.len() - l.trim_start().len() + 1))
+        .unwrap_or((1, 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_is_valid_and_paths_are_anchored() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/archplace.toml");
+        let c = DaemonConfig::load(&path).unwrap();
+        assert!(c.spec_dir.starts_with(path.parent().unwrap()));
+    }
+
+    #[test]
+    fn errors_are_located() {
+        let e = DaemonConfig::parse(
+            "spec_dir = \"s\"\nlisten = \"anywhere\"\n",
+            Path::new("d.toml"),
+        )
+        .unwrap_err();
+        assert_eq!((e[0].line, e[0].column), (2, 1));
+        assert!(e[0].message.contains("not an address"), "{e:?}");
+        let e = DaemonConfig::parse("spec_dri = \"s\"\n", Path::new("d.toml")).unwrap_err();
+        assert_eq!((e[0].line, e[0].column), (1, 1));
+        assert!(e[0].message.contains("unknown field `spec_dri`"), "{e:?}");
+        let e = DaemonConfig::parse(
+            "[plugins.x]\nfuel_per_call = \"lots\"\n",
+            Path::new("d.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(e[0].line, 2, "{e:?}");
+    }
+}

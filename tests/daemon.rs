@@ -1,0 +1,467 @@
+//! End-to-end tests of `archplace daemon`: a real process, a real folder, signals.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The tiny spec of the CLI tests (a second or two).
+const TINY: &str = include_str!("fixtures/tiny.toml");
+
+/// A spec whose search takes long enough to be interrupted (tens of seconds in a debug
+/// build): the embedded default.
+fn slow_spec() -> String {
+    std::fs::read_to_string(root().join("daemon/src/spec/default.toml")).unwrap()
+}
+
+/// A spec that takes a few seconds even in a debug build: the tiny one over 36 chips.
+fn medium_spec() -> String {
+    let m = TINY
+        .replace("name = \"e2e-tiny\"", "name = \"e2e-medium\"")
+        .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
+        .replace("width = [16]", "width = [16, 32, 64]")
+        .replace("depth = [16]", "depth = [16, 32, 64]");
+    assert_ne!(m, TINY);
+    m
+}
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path) -> Daemon {
+        Self::start_with(dir, &[])
+    }
+
+    fn start_with(dir: &Path, extra: &[&str]) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_archplace"))
+            .args([
+                "daemon",
+                "--settle-seconds",
+                "0.3",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .current_dir(dir)
+            .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+            .env(
+                "ARCHPLACE_PLUGIN_DIRS",
+                std::env::join_paths([root().join("target/plugins"), dir.join("plugins")]).unwrap(),
+            )
+            .env("RUST_LOG", "info,highs=error")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon {
+            child,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits for the process to end; its exit status and how long it took.
+    fn wait(&mut self, limit: Duration) -> (Option<i32>, Duration) {
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return (s.code(), t.elapsed());
+            }
+            if t.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("the daemon did not stop within {limit:?}\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Drops `text` into the spec folder the documented way: a temporary name, then a rename.
+fn drop_spec(dir: &Path, name: &str, text: &str) {
+    let tmp = dir.join("specs").join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join("specs").join(name)).unwrap();
+}
+
+fn jobs(dir: &Path) -> Vec<serde_json::Value> {
+    let Ok(rd) = std::fs::read_dir(dir.join(".archplace-state/jobs")) else {
+        return vec![];
+    };
+    rd.filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|b| serde_json::from_slice(&b).ok())
+        .collect()
+}
+
+fn job_named<'a>(jobs: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
+    jobs.iter().find(|j| j["name"] == name)
+}
+
+/// Waits until `cond` holds (or fails the test with the daemon's log).
+fn until(d: &Daemon, limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        if t.elapsed() > limit {
+            panic!("timed out waiting for {what}\n{}", d.log());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn result_dirs(dir: &Path, name: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir.join("results").join(name))
+        .map(|rd| rd.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut d = Daemon::start(dir);
+    // With no spec folder, the daemon makes one with the default spec in it.
+    until(&d, Duration::from_secs(30), "the spec folder", || {
+        dir.join("specs/default.toml").exists()
+    });
+    // Not searching the default here: take it away first.
+    std::fs::remove_file(dir.join("specs/default.toml")).unwrap();
+    drop_spec(dir, "tiny.toml", TINY);
+    drop_spec(
+        dir,
+        "bad.toml",
+        "schema_version = 1\nname = \"bad\"\n[training]\nmicro_batch_sizes = [3]\n",
+    );
+    until(&d, Duration::from_secs(120), "both specs", || {
+        let j = jobs(dir);
+        job_named(&j, "e2e-tiny").is_some_and(|j| j["state"] == "done")
+            && job_named(&j, "bad").is_some_and(|j| j["state"] == "failed")
+    });
+    let out = &result_dirs(dir, "e2e-tiny")[0];
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["spec"]["name"], "e2e-tiny");
+    assert_eq!(result["search"]["candidates_evaluated"], 2);
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["state"], "done");
+    let err: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(result_dirs(dir, "bad")[0].join("error.json")).unwrap(),
+    )
+    .unwrap();
+    let e = err["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["field"] == "training.micro_batch_sizes[0]")
+        .unwrap();
+    assert_eq!(
+        (e["line"].as_u64(), e["column"].as_u64()),
+        (Some(4), Some(22))
+    );
+    assert!(e["file"].as_str().unwrap().ends_with("bad.toml"));
+
+    // The same content again, under another name: no second search.
+    drop_spec(dir, "tiny-again.toml", TINY);
+    until(
+        &d,
+        Duration::from_secs(30),
+        "the duplicate to be seen",
+        || d.log().contains("already searched"),
+    );
+    let j = jobs(dir);
+    assert_eq!(job_named(&j, "e2e-tiny").unwrap()["attempts"], 1);
+
+    d.signal("-TERM");
+    let (code, took) = d.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", d.log());
+    assert!(took < Duration::from_secs(10));
+}
+
+#[test]
+fn editing_or_deleting_a_running_spec_cancels_its_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    let d = Daemon::start(dir);
+    drop_spec(dir, "slow.toml", &slow_spec());
+    until(
+        &d,
+        Duration::from_secs(60),
+        "the slow search to run",
+        || job_named(&jobs(dir), "default-bert-large").is_some_and(|j| j["state"] == "running"),
+    );
+    // Edit: the old content's search is cancelled, the new content is searched.
+    drop_spec(dir, "slow.toml", TINY);
+    until(
+        &d,
+        Duration::from_secs(120),
+        "cancel and the new search",
+        || {
+            let j = jobs(dir);
+            job_named(&j, "default-bert-large").is_some_and(|j| j["state"] == "cancelled")
+                && job_named(&j, "e2e-tiny").is_some_and(|j| j["state"] == "done")
+        },
+    );
+    let j = jobs(dir);
+    assert_eq!(
+        job_named(&j, "default-bert-large").unwrap()["message"],
+        "its spec was edited"
+    );
+    // Delete: cancelled.
+    drop_spec(
+        dir,
+        "slow2.toml",
+        &slow_spec().replace("default-bert-large", "slow-two"),
+    );
+    until(
+        &d,
+        Duration::from_secs(60),
+        "the second slow search to run",
+        || job_named(&jobs(dir), "slow-two").is_some_and(|j| j["state"] == "running"),
+    );
+    std::fs::remove_file(dir.join("specs/slow2.toml")).unwrap();
+    until(
+        &d,
+        Duration::from_secs(60),
+        "the deleted spec's search to stop",
+        || job_named(&jobs(dir), "slow-two").is_some_and(|j| j["state"] == "cancelled"),
+    );
+}
+
+#[test]
+fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    // A slow search: SIGTERM must stop it at its next safe point, within 10 s.
+    let mut d = Daemon::start(dir);
+    drop_spec(dir, "slow.toml", &slow_spec());
+    until(&d, Duration::from_secs(60), "the search to run", || {
+        job_named(&jobs(dir), "default-bert-large").is_some_and(|j| j["state"] == "running")
+    });
+    d.signal("-TERM");
+    let (code, took) = d.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", d.log());
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(
+        job_named(&jobs(dir), "default-bert-large").unwrap()["state"],
+        "queued",
+        "an interrupted search is searched again at the next start"
+    );
+    std::fs::remove_file(dir.join("specs/slow.toml")).unwrap();
+
+    // A search that can finish: interrupted, then completed by the restart, once.
+    drop_spec(dir, "medium.toml", &medium_spec());
+    let mut d = Daemon::start(dir);
+    until(
+        &d,
+        Duration::from_secs(60),
+        "the medium search to run",
+        || job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "running"),
+    );
+    d.signal("-TERM");
+    let (code, _) = d.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", d.log());
+    let d = Daemon::start(dir);
+    until(
+        &d,
+        Duration::from_secs(300),
+        "the restart to complete it",
+        || job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "done"),
+    );
+    let j = jobs(dir);
+    assert_eq!(job_named(&j, "e2e-medium").unwrap()["attempts"], 2);
+    // The slow spec left the folder while the daemon was down: cancelled, not searched.
+    assert_eq!(
+        job_named(&j, "default-bert-large").unwrap()["state"],
+        "cancelled"
+    );
+    let out = &result_dirs(dir, "e2e-medium")[0];
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
+    assert!(result["search"]["candidates_evaluated"].as_u64().unwrap() > 2);
+}
+
+#[test]
+fn kill_9_during_a_search_loses_nothing_and_a_restart_completes_it_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    drop_spec(dir, "medium.toml", &medium_spec());
+    let mut d = Daemon::start(dir);
+    until(&d, Duration::from_secs(60), "the search to run", || {
+        job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "running")
+    });
+    d.signal("-KILL");
+    d.wait(Duration::from_secs(5));
+    // No half-written file anywhere.
+    for e in walk(dir) {
+        let name = e.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".tmp"), "{}", e.display());
+        if name.ends_with(".json") {
+            let bytes = std::fs::read(&e).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes)
+                .unwrap_or_else(|err| panic!("{}: {err}", e.display()));
+        }
+    }
+    let d = Daemon::start(dir);
+    until(
+        &d,
+        Duration::from_secs(300),
+        "the restart to complete it",
+        || job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "done"),
+    );
+    assert_eq!(job_named(&jobs(dir), "e2e-medium").unwrap()["attempts"], 2);
+    assert_eq!(result_dirs(dir, "e2e-medium").len(), 1);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_spec_written_slowly_in_place_is_never_read_half_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    let d = Daemon::start(dir);
+    // Five writes 0.1 s apart, no rename; settle time is 0.3 s.
+    let path = dir.join("specs/written-slowly.toml");
+    let bytes = TINY.as_bytes();
+    let step = bytes.len().div_ceil(5);
+    for chunk in bytes.chunks(step) {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(chunk).unwrap();
+        drop(f);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    until(&d, Duration::from_secs(60), "the search", || {
+        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let j = jobs(dir);
+    assert_eq!(j.len(), 1, "only the whole file was ever read: {j:#?}");
+}
+
+#[test]
+fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    let inst = dir.join("plugins/trap");
+    std::fs::create_dir_all(&inst).unwrap();
+    std::fs::copy(
+        root().join("target/plugin-fixtures/hostile-trap.wasm"),
+        inst.join("hostile-trap.wasm"),
+    )
+    .expect("the hostile fixtures are built by scripts/build-plugins");
+    std::fs::write(
+        inst.join("plugin.toml"),
+        "name = \"hostile-trap\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
+    )
+    .unwrap();
+    let d = Daemon::start(dir);
+    let hostile = TINY.replace("name = \"e2e-tiny\"", "name = \"hostile\"")
+        + "\n[cost_model]\nlatency = \"hostile-trap\"\n";
+    drop_spec(dir, "hostile.toml", &hostile);
+    drop_spec(dir, "good.toml", TINY);
+    until(&d, Duration::from_secs(120), "both searches", || {
+        let j = jobs(dir);
+        job_named(&j, "hostile").is_some_and(|j| j["state"] == "failed")
+            && job_named(&j, "e2e-tiny").is_some_and(|j| j["state"] == "done")
+    });
+    let j = jobs(dir);
+    let m = job_named(&j, "hostile").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        m.contains("plugin `hostile-trap`") && m.contains("deliberate panic"),
+        "{m}"
+    );
+    let err = std::fs::read_to_string(result_dirs(dir, "hostile")[0].join("error.json")).unwrap();
+    assert!(err.contains("hostile-trap"), "{err}");
+}
+
+#[test]
+fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("specs")).unwrap();
+    for i in 0..200 {
+        let text = TINY.replace("name = \"e2e-tiny\"", &format!("name = \"many-{i:03}\""));
+        std::fs::write(dir.join(format!("specs/.{i}.tmp")), text).unwrap();
+    }
+    let d = Daemon::start_with(dir, &["--max-concurrent-searches", "2"]);
+    for i in 0..200 {
+        std::fs::rename(
+            dir.join(format!("specs/.{i}.tmp")),
+            dir.join(format!("specs/many-{i:03}.toml")),
+        )
+        .unwrap();
+    }
+    let mut peak_kib = 0u64;
+    until(&d, Duration::from_secs(900), "all 200 searches", || {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())) {
+            for l in status.lines() {
+                if let Some(v) = l.strip_prefix("VmHWM:") {
+                    peak_kib = v
+                        .trim()
+                        .trim_end_matches(" kB")
+                        .trim()
+                        .parse()
+                        .unwrap_or(peak_kib);
+                }
+            }
+        }
+        let j = jobs(dir);
+        j.len() == 200 && j.iter().all(|j| j["state"] == "done")
+    });
+    let j = jobs(dir);
+    assert!(j.iter().all(|j| j["attempts"] == 1));
+    for i in 0..200 {
+        let dirs = result_dirs(dir, &format!("many-{i:03}"));
+        assert_eq!(dirs.len(), 1);
+        assert!(dirs[0].join("result.json").exists());
+    }
+    eprintln!("200 specs: peak RSS {peak_kib} KiB");
+    assert!(peak_kib < 512 * 1024, "peak RSS {peak_kib} KiB");
+}
