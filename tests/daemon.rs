@@ -354,10 +354,17 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_spec_written_slowly_in_place_is_never_read_half_written() {
+    // Watching (the default) and polling (network filesystems) alike.
+    for mode in [&[][..], &["--poll"][..]] {
+        slow_writes(mode);
+    }
+}
+
+fn slow_writes(mode: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     std::fs::create_dir(dir.join("specs")).unwrap();
-    let d = Daemon::start(dir);
+    let d = Daemon::start_with(dir, mode);
     // Five writes 0.1 s apart, no rename; settle time is 0.3 s.
     let path = dir.join("specs/written-slowly.toml");
     let bytes = TINY.as_bytes();
@@ -464,4 +471,115 @@ fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
     }
     eprintln!("200 specs: peak RSS {peak_kib} KiB");
     assert!(peak_kib < 512 * 1024, "peak RSS {peak_kib} KiB");
+}
+
+#[test]
+fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    std::fs::create_dir_all(dir.join("results")).unwrap();
+    // A file where the spec's result folder must go: no result can be written (this works
+    // even as root, for whom permissions do not).
+    std::fs::write(dir.join("results/e2e-tiny"), "in the way").unwrap();
+    let d = Daemon::start_with(dir, &["--retry-seconds", "1"]);
+    drop_spec(dir, "tiny.toml", TINY);
+    until(&d, Duration::from_secs(60), "the failure", || {
+        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "failed")
+    });
+    let j = jobs(dir);
+    let m = job_named(&j, "e2e-tiny").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        m.contains("cannot write") && m.contains("trying again in 1 s"),
+        "{m}"
+    );
+    // The daemon carries on; once the folder can be written, the retry succeeds.
+    std::fs::remove_file(dir.join("results/e2e-tiny")).unwrap();
+    until(&d, Duration::from_secs(60), "the retry", || {
+        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
+    });
+    assert!(result_dirs(dir, "e2e-tiny")[0].join("result.json").exists());
+}
+
+#[test]
+fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    std::fs::write(
+        dir.join("archplace.toml"),
+        "settle_seconds = 0.3\nmax_queue = 100\n",
+    )
+    .unwrap();
+    let mut d = Daemon::start_with(
+        dir,
+        &[
+            "--config",
+            "archplace.toml",
+            "--max-concurrent-searches",
+            "2",
+        ],
+    );
+    // A slow search runs meanwhile.
+    drop_spec(dir, "slow.toml", &slow_spec());
+    until(&d, Duration::from_secs(60), "the slow search", || {
+        job_named(&jobs(dir), "default-bert-large").is_some_and(|j| j["state"] == "running")
+    });
+    // A spec naming a plugin that is not installed yet fails with a located error.
+    let uses = |name: &str| {
+        TINY.replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""))
+            + "\n[cost_model]\nlatency = \"my-cost-model\"\n"
+    };
+    drop_spec(dir, "early.toml", &uses("early"));
+    until(&d, Duration::from_secs(60), "the missing plugin", || {
+        job_named(&jobs(dir), "early").is_some_and(|j| j["state"] == "failed")
+    });
+    // Install it and reload.
+    let inst = dir.join("plugins/my-cost-model");
+    std::fs::create_dir_all(&inst).unwrap();
+    std::fs::copy(
+        root().join("target/plugin-fixtures/template.wasm"),
+        inst.join("my-cost-model.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        inst.join("plugin.toml"),
+        "name = \"my-cost-model\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("archplace.toml"),
+        "settle_seconds = 0.3\nmax_queue = 50\nstate_dir = \"elsewhere\"\n",
+    )
+    .unwrap();
+    d.signal("-HUP");
+    until(&d, Duration::from_secs(30), "the reload", || {
+        d.log().contains("config reloaded")
+    });
+    assert!(
+        d.log()
+            .contains("`state_dir` changed; it takes effect at the next start"),
+        "{}",
+        d.log()
+    );
+    drop_spec(dir, "late.toml", &uses("late"));
+    until(
+        &d,
+        Duration::from_secs(60),
+        "the search with the new plugin",
+        || job_named(&jobs(dir), "late").is_some_and(|j| j["state"] == "done"),
+    );
+    // The slow search was not dropped by the reload.
+    let j = jobs(dir);
+    let slow = job_named(&j, "default-bert-large").unwrap();
+    assert!(
+        slow["state"] == "running" || slow["state"] == "done",
+        "{slow}"
+    );
+    assert_eq!(slow["attempts"], 1);
+    d.signal("-TERM");
+    d.wait(Duration::from_secs(10));
 }

@@ -30,6 +30,12 @@ pub struct DaemonArgs {
     /// Searches at once.
     #[arg(long, value_name = "N")]
     pub max_concurrent_searches: Option<usize>,
+    /// Poll the spec folder instead of watching it (network filesystems).
+    #[arg(long)]
+    pub poll: bool,
+    /// Seconds before a search that could not write its results is tried again.
+    #[arg(long, value_name = "SECONDS")]
+    pub retry_seconds: Option<f64>,
     /// Seconds a spec must be unchanged before it is read.
     #[arg(long, value_name = "SECONDS")]
     pub settle_seconds: Option<f64>,
@@ -60,6 +66,12 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
     if let Some(n) = args.max_concurrent_searches {
         c.max_concurrent_searches = n;
     }
+    if args.poll {
+        c.poll = true;
+    }
+    if let Some(s) = args.retry_seconds {
+        c.retry_seconds = s;
+    }
     if let Some(s) = args.settle_seconds {
         c.settle_seconds = s;
     }
@@ -82,13 +94,23 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
 pub fn run(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
     let config = config_of(args, plugins)?;
     let shutdown = Arc::new(AtomicBool::new(false));
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .context("installing signal handlers")?;
+    let (a, p) = (args.clone(), plugins.clone());
+    let load = Box::new(move || config_of(&a, &p).map_err(|e| format!("{e:#}")));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // A second signal while shutting down ends the process at once.
         signal_hook::flag::register_conditional_shutdown(sig, 1, shutdown.clone())
             .context("installing signal handlers")?;
         signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
     }
-    archplace::service::run(config, shutdown).context("the daemon failed")?;
+    let signals = archplace::service::Signals {
+        shutdown,
+        reload,
+        load,
+    };
+    archplace::service::run(config, signals).context("the daemon failed")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -32,11 +32,17 @@ pub struct DaemonConfig {
     pub max_queue: usize,
     /// How often the whole folder is rescanned.
     pub rescan_interval_seconds: f64,
-    /// How often the folder is polled for changes.
+    /// Poll the folder instead of watching it (for network filesystems, where change
+    /// notifications do not arrive).
+    pub poll: bool,
+    /// How often the folder is polled in polling mode (and rechecked while a file settles).
     pub poll_interval_seconds: f64,
     /// A spec must be unchanged this long before it is read (protects against specs
     /// written in several steps without the rename protocol).
     pub settle_seconds: f64,
+    /// After a search could not write its results (disk full, folder not writable), how
+    /// long until it is tried again.
+    pub retry_seconds: f64,
     /// Limits of every plugin call.
     pub plugin_limits: Limits,
     /// Limits of particular plugins, by name (`[plugins.gpu-like] deadline_seconds = 30`).
@@ -56,8 +62,10 @@ impl Default for DaemonConfig {
             threads_per_search: 0,
             max_queue: 10_000,
             rescan_interval_seconds: 30.0,
+            poll: false,
             poll_interval_seconds: 0.5,
             settle_seconds: 1.0,
+            retry_seconds: 60.0,
             plugin_limits: Limits::default(),
             plugins: BTreeMap::new(),
         }
@@ -162,6 +170,7 @@ impl DaemonConfig {
         for (key, v) in [
             ("rescan_interval_seconds", self.rescan_interval_seconds),
             ("poll_interval_seconds", self.poll_interval_seconds),
+            ("retry_seconds", self.retry_seconds),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 e.push((key, "must be a positive number of seconds".into()));

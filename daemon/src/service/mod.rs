@@ -56,19 +56,36 @@ struct Running {
 }
 
 struct Shared {
-    config: DaemonConfig,
+    /// The settings; SIGHUP replaces those that can change while running.
+    config: std::sync::RwLock<DaemonConfig>,
     host: Host,
     store: Mutex<JobStore>,
     queue: Mutex<VecDeque<Queued>>,
     wake: Condvar,
     /// Running jobs by hash.
     running: Mutex<HashMap<String, Running>>,
+    /// Searches to try again (their results could not be written), with when.
+    retries: Mutex<Vec<(Instant, Queued)>>,
     shutdown: Arc<AtomicBool>,
 }
 
-/// Runs the daemon until `shutdown` is set, then cancels running searches, persists
-/// their state and returns.
-pub fn run(config: DaemonConfig, shutdown: Arc<AtomicBool>) -> Result<(), ServiceError> {
+/// Signals the daemon reacts to, as flags set by the binary's signal handlers.
+pub struct Signals {
+    /// SIGTERM, SIGINT: stop.
+    pub shutdown: Arc<AtomicBool>,
+    /// SIGHUP: reload the config (with `load`), rescan plugins and specs.
+    pub reload: Arc<AtomicBool>,
+    pub load: Box<dyn Fn() -> Result<DaemonConfig, String> + Send>,
+}
+
+/// Runs the daemon until `signals.shutdown` is set, then cancels running searches,
+/// persists their state and returns.
+pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
+    let Signals {
+        shutdown,
+        reload,
+        load,
+    } = signals;
     let folder_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ServiceError::Folder { path, source }
@@ -102,15 +119,16 @@ pub fn run(config: DaemonConfig, shutdown: Arc<AtomicBool>) -> Result<(), Servic
         config.results_dir.display()
     );
     let shared = Arc::new(Shared {
-        config,
+        config: std::sync::RwLock::new(config),
         host,
         store: Mutex::new(store),
         queue: Mutex::new(VecDeque::new()),
         wake: Condvar::new(),
         running: Mutex::new(HashMap::new()),
+        retries: Mutex::new(Vec::new()),
         shutdown,
     });
-    let workers: Vec<_> = (0..shared.config.max_concurrent_searches)
+    let workers: Vec<_> = (0..shared.cfg().max_concurrent_searches)
         .map(|i| {
             let s = shared.clone();
             std::thread::Builder::new()
@@ -122,15 +140,68 @@ pub fn run(config: DaemonConfig, shutdown: Arc<AtomicBool>) -> Result<(), Servic
             path: PathBuf::from("<threads>"),
             source: e,
         })?;
+    // Changes arrive from the watcher (debounced), or from polling; a whole rescan also
+    // runs at start, periodically, and whenever the watcher reports an error.
+    let (tx, rx) = std::sync::mpsc::channel::<Wake>();
+    let _watcher = if shared.cfg().poll {
+        tracing::info!(
+            "polling the spec folder every {} s",
+            shared.cfg().poll_interval_seconds
+        );
+        None
+    } else {
+        watch(&shared.cfg().spec_dir, tx.clone())
+    };
+    let polling = _watcher.is_none();
     let mut files: BTreeMap<PathBuf, (Seen, String)> = BTreeMap::new();
     let mut first = true;
-    let poll = Duration::from_secs_f64(shared.config.poll_interval_seconds);
+    let mut last_full = Instant::now();
+    let mut reason = "start";
     while !shared.shutdown.load(Ordering::Relaxed) {
-        scan(&shared, &mut files, first);
+        if reload.swap(false, Ordering::Relaxed) {
+            shared.reload(load.as_ref());
+            reason = "SIGHUP";
+        }
+        tracing::debug!(reason, "scanning the spec folder");
+        let settling = scan(&shared, &mut files, first);
+        retry_due(&shared);
+        let cfg = shared.cfg();
+        let poll = Duration::from_secs_f64(cfg.poll_interval_seconds);
+        let rescan_every = Duration::from_secs_f64(cfg.rescan_interval_seconds);
         first = false;
-        let until = Instant::now() + poll;
-        while Instant::now() < until && !shared.shutdown.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20).min(poll));
+        // Wait for a change, the next poll, a settling file's recheck or the periodic
+        // rescan, checking for shutdown in between.
+        let wait = if polling || settling {
+            poll
+        } else {
+            rescan_every.saturating_sub(last_full.elapsed())
+        };
+        let until = Instant::now() + wait;
+        reason = "timer";
+        while !shared.shutdown.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if reload.load(Ordering::Relaxed) {
+                break;
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(Wake::Changed) => {
+                    reason = "change";
+                    break;
+                }
+                Ok(Wake::WatcherError) => {
+                    reason = "watcher error";
+                    break;
+                }
+                Err(_) => {}
+            }
+            retry_due(&shared);
+        }
+        if last_full.elapsed() >= Duration::from_secs_f64(shared.cfg().rescan_interval_seconds) {
+            reason = "periodic rescan";
+            last_full = Instant::now();
         }
     }
     tracing::info!("shutting down: cancelling running searches");
@@ -147,14 +218,137 @@ pub fn run(config: DaemonConfig, shutdown: Arc<AtomicBool>) -> Result<(), Servic
     Ok(())
 }
 
-/// One pass over the spec folder.
-fn scan(s: &Shared, files: &mut BTreeMap<PathBuf, (Seen, String)>, first: bool) {
-    let settle = Duration::from_secs_f64(s.config.settle_seconds);
-    let (settled, changing) = match folder::scan(&s.config.spec_dir, settle) {
+/// Queues the searches whose retry time has come (if their spec is still wanted).
+fn retry_due(s: &Shared) {
+    let due: Vec<Queued> = {
+        let Ok(mut r) = s.retries.lock() else { return };
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = r.drain(..).partition(|(t, _)| *t <= now);
+        *r = later;
+        due.into_iter().map(|(_, q)| q).collect()
+    };
+    for q in due {
+        let Ok(mut store) = s.store.lock() else {
+            return;
+        };
+        if store
+            .get(&q.hash)
+            .is_none_or(|j| j.state != JobState::Failed)
+        {
+            continue;
+        }
+        store.set(&q.hash, JobState::Queued, Some("retrying".into()));
+        tracing::info!(hash = %q.hash, "retrying a search whose results could not be written");
+        if let Ok(mut queue) = s.queue.lock() {
+            queue.push_back(q);
+        }
+        s.wake.notify_one();
+    }
+}
+
+impl Shared {
+    /// A copy of the current settings.
+    fn cfg(&self) -> DaemonConfig {
+        self.config
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// SIGHUP: rereads the config (settings that need a restart are reported, the others
+    /// take effect now), rescans the plugin folders; the caller rescans the specs.
+    fn reload(&self, load: &dyn Fn() -> Result<DaemonConfig, String>) {
+        self.host.rescan();
+        let new = match load() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("config reload failed, keeping the current settings: {e}");
+                return;
+            }
+        };
+        let old = self.cfg();
+        let fixed = [
+            ("spec_dir", old.spec_dir != new.spec_dir),
+            ("results_dir", old.results_dir != new.results_dir),
+            ("state_dir", old.state_dir != new.state_dir),
+            ("listen", old.listen != new.listen),
+            (
+                "max_concurrent_searches",
+                old.max_concurrent_searches != new.max_concurrent_searches,
+            ),
+            ("plugin_dirs", old.plugin_dirs != new.plugin_dirs),
+            ("cache_dir", old.cache_dir != new.cache_dir),
+            (
+                "plugin_limits",
+                old.plugin_limits != new.plugin_limits || old.plugins != new.plugins,
+            ),
+            ("poll", old.poll != new.poll),
+        ];
+        for (key, changed) in fixed {
+            if changed {
+                tracing::warn!("config reload: `{key}` changed; it takes effect at the next start");
+            }
+        }
+        let mut live = old.clone();
+        live.max_queue = new.max_queue;
+        live.threads_per_search = new.threads_per_search;
+        live.rescan_interval_seconds = new.rescan_interval_seconds;
+        live.poll_interval_seconds = new.poll_interval_seconds;
+        live.settle_seconds = new.settle_seconds;
+        live.retry_seconds = new.retry_seconds;
+        if let Ok(mut c) = self.config.write() {
+            *c = live;
+        }
+        tracing::info!("config reloaded; plugin folders rescanned");
+    }
+}
+
+/// Why the main loop wakes up.
+enum Wake {
+    Changed,
+    WatcherError,
+}
+
+/// Watches `dir` (debounced); `None` (and polling) if the watcher cannot start.
+fn watch(
+    dir: &Path,
+    tx: std::sync::mpsc::Sender<Wake>,
+) -> Option<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>> {
+    use notify_debouncer_mini::notify::RecursiveMode;
+    let handler = move |r: notify_debouncer_mini::DebounceEventResult| {
+        let wake = match r {
+            Ok(_) => Wake::Changed,
+            Err(e) => {
+                tracing::warn!(error = %e, "the folder watcher reported an error; rescanning");
+                Wake::WatcherError
+            }
+        };
+        let _ = tx.send(wake);
+    };
+    match notify_debouncer_mini::new_debouncer(Duration::from_millis(100), handler) {
+        Ok(mut d) => match d.watcher().watch(dir, RecursiveMode::NonRecursive) {
+            Ok(()) => Some(d),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the spec folder; polling it instead");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the folder watcher; polling instead");
+            None
+        }
+    }
+}
+
+/// One pass over the spec folder. True while some file is still being written (so the
+/// caller looks again soon).
+fn scan(s: &Shared, files: &mut BTreeMap<PathBuf, (Seen, String)>, first: bool) -> bool {
+    let settle = Duration::from_secs_f64(s.cfg().settle_seconds);
+    let (settled, changing) = match folder::scan(&s.cfg().spec_dir, settle) {
         Ok(x) => x,
         Err(e) => {
-            tracing::error!(folder = %s.config.spec_dir.display(), error = %e, "cannot read the spec folder");
-            return;
+            tracing::error!(folder = %s.cfg().spec_dir.display(), error = %e, "cannot read the spec folder");
+            return false;
         }
     };
     for (path, seen) in &settled {
@@ -207,6 +401,7 @@ fn scan(s: &Shared, files: &mut BTreeMap<PathBuf, (Seen, String)>, first: bool) 
             }
         }
     }
+    !changing.is_empty()
 }
 
 /// Makes sure the content `hash` (read from `path`) is searched once. False when the
@@ -230,8 +425,8 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     if queue.iter().any(|q| q.hash == hash) {
         return true;
     }
-    if queue.len() >= s.config.max_queue {
-        tracing::warn!(file = %path.display(), "the queue is full ({}); the spec waits in the folder", s.config.max_queue);
+    if queue.len() >= s.cfg().max_queue {
+        tracing::warn!(file = %path.display(), "the queue is full ({}); the spec waits in the folder", s.cfg().max_queue);
         return false;
     }
     let name = path
@@ -239,7 +434,7 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         .and_then(|n| n.to_str())
         .unwrap_or("spec")
         .to_string();
-    let result_dir = s.config.results_dir.join(&name).join(&hash[..16]);
+    let result_dir = s.cfg().results_dir.join(&name).join(&hash[..16]);
     store.put(Job {
         hash: hash.to_string(),
         file: path.to_path_buf(),
@@ -331,11 +526,21 @@ fn worker(s: &Shared) {
             .running
             .lock()
             .ok()
-            .and_then(|mut r| r.remove(&next.hash))
+            .and_then(|mut r| r.remove(&job.hash))
             .and_then(|run| run.reason);
         let (state, message) = match outcome {
             Outcome::Done => (JobState::Done, None),
             Outcome::Failed(m) => (JobState::Failed, Some(m)),
+            Outcome::RetryLater(m) => {
+                let after = Duration::from_secs_f64(s.cfg().retry_seconds);
+                if let Ok(mut r) = s.retries.lock() {
+                    r.push((Instant::now() + after, next));
+                }
+                (
+                    JobState::Failed,
+                    Some(format!("{m}; trying again in {} s", s.cfg().retry_seconds)),
+                )
+            }
             Outcome::Cancelled if reason.is_none() && s.shutdown.load(Ordering::Relaxed) => (
                 JobState::Queued,
                 Some("interrupted by shutdown; searched again at the next start".into()),
@@ -348,7 +553,7 @@ fn worker(s: &Shared) {
             "search ended"
         );
         if let Ok(mut store) = s.store.lock() {
-            store.set(&next.hash, state, message);
+            store.set(&job.hash, state, message);
         }
     }
 }
@@ -356,6 +561,8 @@ fn worker(s: &Shared) {
 enum Outcome {
     Done,
     Failed(String),
+    /// The search ran but its results could not be written: failed now, tried again later.
+    RetryLater(String),
     Cancelled,
 }
 
@@ -469,7 +676,7 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
         Ok(spec) => spec,
         Err(diags) => return invalid(diags, &job.result_dir),
     };
-    let dir = runner::result_dir(&s.config.results_dir, &spec);
+    let dir = runner::result_dir(&s.cfg().results_dir, &spec);
     if let Ok(mut store) = s.store.lock()
         && let Some(mut j) = store.get(&job.hash).cloned()
     {
@@ -485,7 +692,7 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
     };
     status.write("running", None);
     let pool = match rayon::ThreadPoolBuilder::new()
-        .num_threads(s.config.threads_per_search)
+        .num_threads(s.cfg().threads_per_search)
         .build()
     {
         Ok(p) => p,
@@ -502,7 +709,10 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
                 status.write("done", None);
                 Outcome::Done
             }
-            Err(e) => Outcome::Failed(e.to_string()),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the results");
+                Outcome::RetryLater(e.to_string())
+            }
         },
         Err(RunError::CostModel(diags)) => invalid(diags, &dir),
         Err(e) => {
