@@ -184,6 +184,29 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     );
     assert!(e["file"].as_str().unwrap().ends_with("bad.toml"));
 
+    // The metrics endpoint, at the URL the log gives (a free port was asked for).
+    let log = d.log();
+    let url = log
+        .split("metrics at http://")
+        .nth(1)
+        .and_then(|r| r.split("/metrics").next())
+        .unwrap_or_else(|| panic!("no metrics URL in the log:\n{log}"))
+        .to_string();
+    // (Metrics are refreshed every second.)
+    until(
+        &d,
+        Duration::from_secs(10),
+        "the metrics to count both jobs",
+        || {
+            let m = http_get(&url, "/metrics");
+            m.contains("200 OK")
+                && m.contains("archplace_specs{state=\"done\"} 1")
+                && m.contains("archplace_specs{state=\"failed\"} 1")
+        },
+    );
+    assert!(http_get(&url, "/readyz").contains("200 OK"));
+    assert!(http_get(&url, "/livez").contains("200 OK"));
+
     // The same content again, under another name: no second search.
     drop_spec(dir, "tiny-again.toml", TINY);
     until(
@@ -582,4 +605,14 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
     assert_eq!(slow["attempts"], 1);
     d.signal("-TERM");
     d.wait(Duration::from_secs(10));
+}
+
+/// A bare HTTP/1.0 GET; the whole response.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod folder;
+pub mod http;
 pub mod jobs;
 
 use crate::engine::search::{Observer, Progress};
@@ -40,6 +41,8 @@ pub enum ServiceError {
     },
     #[error(transparent)]
     Plugin(#[from] crate::plugin::PluginError),
+    #[error("metrics endpoint: {0}")]
+    Http(String),
 }
 
 /// A job waiting for a worker, with the bytes it was read as.
@@ -110,11 +113,21 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         store.set(h, JobState::Queued, Some("requeued after a restart".into()));
     }
     let host = Host::new(config.host_options())?;
+    let metrics = Arc::new(http::Metrics::new().map_err(|e| ServiceError::Http(e.to_string()))?);
+    let ready = Arc::new(AtomicBool::new(false));
+    let http_stop = Arc::new(AtomicBool::new(false));
+    let addr = http::serve(
+        &config.listen,
+        metrics.clone(),
+        ready.clone(),
+        http_stop.clone(),
+    )
+    .map_err(ServiceError::Http)?;
     tracing::info!(
         specs = %config.spec_dir.display(),
         results = %config.results_dir.display(),
         state = %config.state_dir.display(),
-        "archplace daemon watching {} and writing {}",
+        "archplace daemon watching {} and writing {}; metrics at http://{addr}/metrics",
         config.spec_dir.display(),
         config.results_dir.display()
     );
@@ -157,6 +170,8 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     let mut first = true;
     let mut last_full = Instant::now();
     let mut reason = "start";
+    let mut announced = false;
+    let mut last_update = Instant::now();
     while !shared.shutdown.load(Ordering::Relaxed) {
         if reload.swap(false, Ordering::Relaxed) {
             shared.reload(load.as_ref());
@@ -165,6 +180,11 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         tracing::debug!(reason, "scanning the spec folder");
         let settling = scan(&shared, &mut files, first);
         retry_due(&shared);
+        if first_done(&mut announced) {
+            ready.store(true, Ordering::Relaxed);
+            notify_systemd(&[sd_notify::NotifyState::Ready]);
+        }
+        update_metrics(&shared, &metrics);
         let cfg = shared.cfg();
         let poll = Duration::from_secs_f64(cfg.poll_interval_seconds);
         let rescan_every = Duration::from_secs_f64(cfg.rescan_interval_seconds);
@@ -186,6 +206,11 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
             if reload.load(Ordering::Relaxed) {
                 break;
             }
+            if last_update.elapsed() >= Duration::from_secs(1) {
+                // Also the systemd watchdog's heartbeat: this loop is alive.
+                update_metrics(&shared, &metrics);
+                last_update = Instant::now();
+            }
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
                 Ok(Wake::Changed) => {
                     reason = "change";
@@ -204,6 +229,8 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
             last_full = Instant::now();
         }
     }
+    ready.store(false, Ordering::Relaxed);
+    notify_systemd(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("shutting down: cancelling running searches");
     if let Ok(r) = shared.running.lock() {
         for run in r.values() {
@@ -214,8 +241,46 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     for w in workers {
         let _ = w.join();
     }
+    http_stop.store(true, Ordering::Relaxed);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// True the first time it is called with `false` (then sets it).
+fn first_done(announced: &mut bool) -> bool {
+    !std::mem::replace(announced, true)
+}
+
+/// Tells systemd (when it started us with `Type=notify`) how we are.
+fn notify_systemd(states: &[sd_notify::NotifyState<'_>]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let _ = sd_notify::notify(states);
+    }
+}
+
+/// Job counts to the metrics, and a STATUS line and watchdog ping to systemd.
+fn update_metrics(s: &Shared, m: &http::Metrics) {
+    let Ok(store) = s.store.lock() else { return };
+    let states = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+    let counts: Vec<(JobState, usize)> = states.iter().map(|&st| (st, store.count(st))).collect();
+    drop(store);
+    for (st, n) in &counts {
+        m.specs.with_label_values(&[st.name()]).set(*n as i64);
+    }
+    let status = format!(
+        "{} running, {} queued, {} done, {} failed",
+        counts[1].1, counts[0].1, counts[2].1, counts[3].1
+    );
+    notify_systemd(&[
+        sd_notify::NotifyState::Status(&status),
+        sd_notify::NotifyState::Watchdog,
+    ]);
 }
 
 /// Queues the searches whose retry time has come (if their spec is still wanted).
