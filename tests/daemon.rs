@@ -40,14 +40,14 @@ impl Daemon {
     }
 
     fn start_with(dir: &Path, extra: &[&str]) -> Daemon {
+        let settle: &[&str] = if extra.contains(&"--settle-seconds") {
+            &[]
+        } else {
+            &["--settle-seconds", "0.3"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_archplace"))
-            .args([
-                "daemon",
-                "--settle-seconds",
-                "0.3",
-                "--listen",
-                "127.0.0.1:0",
-            ])
+            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(settle)
             .args(extra)
             .current_dir(dir)
             .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
@@ -378,7 +378,11 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn a_spec_written_slowly_in_place_is_never_read_half_written() {
     // Watching (the default) and polling (network filesystems) alike.
-    for mode in [&[][..], &["--poll"][..]] {
+    // Writes 0.1 s apart against a 1 s settle time: robust on a loaded machine.
+    for mode in [
+        &["--settle-seconds", "1"][..],
+        &["--settle-seconds", "1", "--poll"][..],
+    ] {
         slow_writes(mode);
     }
 }
@@ -388,7 +392,7 @@ fn slow_writes(mode: &[&str]) {
     let dir = tmp.path();
     std::fs::create_dir(dir.join("specs")).unwrap();
     let d = Daemon::start_with(dir, mode);
-    // Five writes 0.1 s apart, no rename; settle time is 0.3 s.
+    // Five writes 0.1 s apart, no rename.
     let path = dir.join("specs/written-slowly.toml");
     let bytes = TINY.as_bytes();
     let step = bytes.len().div_ceil(5);
@@ -615,4 +619,28 @@ fn http_get(addr: &str, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+#[test]
+fn a_corrupt_state_is_reported_and_rebuilt_from_the_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    drop_spec(dir, "tiny.toml", TINY);
+    let mut d = Daemon::start(dir);
+    until(&d, Duration::from_secs(60), "the search", || {
+        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
+    });
+    d.signal("-TERM");
+    d.wait(Duration::from_secs(10));
+    for e in std::fs::read_dir(dir.join(".archplace-state/jobs")).unwrap() {
+        std::fs::write(e.unwrap().path(), b"\0garbage").unwrap();
+    }
+    let d = Daemon::start(dir);
+    until(&d, Duration::from_secs(60), "the rebuilt record", || {
+        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
+    });
+    let log = d.log();
+    assert!(log.contains("corrupt job record"), "{log}");
+    assert!(!log.contains("search started"), "searched again:\n{log}");
 }

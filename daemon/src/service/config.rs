@@ -24,7 +24,8 @@ pub struct DaemonConfig {
     pub cache_dir: Option<PathBuf>,
     /// Address of the metrics endpoint (loopback by default).
     pub listen: String,
-    /// Searches run at once.
+    /// Searches run at once (2 by default, so that one slow spec does not hold up the
+    /// others).
     pub max_concurrent_searches: usize,
     /// Worker threads per search (0: all cores).
     pub threads_per_search: usize,
@@ -58,7 +59,7 @@ impl Default for DaemonConfig {
             plugin_dirs: None,
             cache_dir: None,
             listen: "127.0.0.1:9464".into(),
-            max_concurrent_searches: 1,
+            max_concurrent_searches: 2,
             threads_per_search: 0,
             max_queue: 10_000,
             rescan_interval_seconds: 30.0,

@@ -475,7 +475,30 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     let Ok(mut store) = s.store.lock() else {
         return false;
     };
-    let existing = store.get(hash).cloned();
+    let mut existing = store.get(hash).cloned();
+    if existing.is_none()
+        && let Some(dir) = finished_result(&s.cfg().results_dir, hash)
+    {
+        // Its record was lost (a corrupt state file): the results say it is done.
+        tracing::warn!(file = %path.display(), hash, "no job record, but results exist: recorded as done");
+        let job = Job {
+            hash: hash.to_string(),
+            file: path.to_path_buf(),
+            name: dir
+                .parent()
+                .and_then(|p| p.file_name())
+                .and_then(|n| n.to_str())
+                .unwrap_or("spec")
+                .to_string(),
+            state: JobState::Done,
+            attempts: 0,
+            message: Some("rebuilt from its results".into()),
+            result_dir: dir,
+            updated_unix_seconds: 0.0,
+        };
+        store.put(job.clone());
+        existing = Some(job);
+    }
     match existing.as_ref().map(|j| j.state) {
         Some(state) if state.is_final() => {
             tracing::info!(file = %path.display(), hash, state = state.name(), "already searched; not searching the same content again");
@@ -518,6 +541,17 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     });
     s.wake.notify_one();
     true
+}
+
+/// The result folder of content `hash` if its `result.json` exists
+/// (`<results>/<any spec name>/<first 16 hex digits>/result.json`).
+fn finished_result(results: &Path, hash: &str) -> Option<PathBuf> {
+    let short = hash.get(..16)?;
+    std::fs::read_dir(results)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join(short))
+        .find(|d| d.join("result.json").is_file())
 }
 
 /// The content `hash` is no longer in the folder under any name: cancel its search.
