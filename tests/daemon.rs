@@ -40,6 +40,10 @@ impl Daemon {
     }
 
     fn start_with(dir: &Path, extra: &[&str]) -> Daemon {
+        Self::start_env(dir, extra, &[])
+    }
+
+    fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Daemon {
         let settle: &[&str] = if extra.contains(&"--settle-seconds") {
             &[]
         } else {
@@ -56,6 +60,7 @@ impl Daemon {
                 std::env::join_paths([root().join("target/plugins"), dir.join("plugins")]).unwrap(),
             )
             .env("RUST_LOG", "info,highs=error")
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
             .spawn()
@@ -643,4 +648,45 @@ fn a_corrupt_state_is_reported_and_rebuilt_from_the_folders() {
     let log = d.log();
     assert!(log.contains("corrupt job record"), "{log}");
     assert!(!log.contains("search started"), "searched again:\n{log}");
+}
+
+#[test]
+fn systemd_hears_ready_status_watchdog_and_stopping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    let socket_path = dir.join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    drop_spec(dir, "slow.toml", &slow_spec());
+    let mut d = Daemon::start_env(dir, &[], &[("NOTIFY_SOCKET", &socket_path)]);
+    let mut heard = String::new();
+    let mut buf = [0u8; 4096];
+    let t = Instant::now();
+    while !(heard.contains("READY=1")
+        && heard.contains("WATCHDOG=1")
+        && heard.contains("default-bert-large: "))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "heard only:\n{heard}\n{}",
+            d.log()
+        );
+        if let Ok(n) = socket.recv(&mut buf) {
+            heard.push_str(&String::from_utf8_lossy(&buf[..n]));
+            heard.push('\n');
+        }
+    }
+    assert!(heard.contains("STATUS=1 running"), "{heard}");
+    d.signal("-TERM");
+    let t = Instant::now();
+    while !heard.contains("STOPPING=1") {
+        assert!(t.elapsed() < Duration::from_secs(10), "{heard}");
+        if let Ok(n) = socket.recv(&mut buf) {
+            heard.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    d.wait(Duration::from_secs(10));
 }

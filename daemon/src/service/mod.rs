@@ -67,6 +67,8 @@ struct Shared {
     wake: Condvar,
     /// Running jobs by hash.
     running: Mutex<HashMap<String, Running>>,
+    /// Progress of running searches (name, evaluated, total), for systemd's STATUS.
+    progress: Mutex<HashMap<String, (String, usize, usize)>>,
     /// Searches to try again (their results could not be written), with when.
     retries: Mutex<Vec<(Instant, Queued)>>,
     shutdown: Arc<AtomicBool>,
@@ -139,6 +141,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         wake: Condvar::new(),
         running: Mutex::new(HashMap::new()),
         retries: Mutex::new(Vec::new()),
+        progress: Mutex::new(HashMap::new()),
         shutdown,
     });
     let workers: Vec<_> = (0..shared.cfg().max_concurrent_searches)
@@ -273,10 +276,17 @@ fn update_metrics(s: &Shared, m: &http::Metrics) {
     for (st, n) in &counts {
         m.specs.with_label_values(&[st.name()]).set(*n as i64);
     }
-    let status = format!(
+    let mut status = format!(
         "{} running, {} queued, {} done, {} failed",
         counts[1].1, counts[0].1, counts[2].1, counts[3].1
     );
+    if let (Ok(p), Ok(r)) = (s.progress.lock(), s.running.lock()) {
+        for (hash, (name, done, total)) in p.iter() {
+            if r.contains_key(hash) {
+                status.push_str(&format!("; {name}: {done}/{total} candidates"));
+            }
+        }
+    }
     notify_systemd(&[
         sd_notify::NotifyState::Status(&status),
         sd_notify::NotifyState::Watchdog,
@@ -621,6 +631,9 @@ fn worker(s: &Shared) {
         let _enter = span.enter();
         tracing::info!(file = %next.path.display(), "search started");
         let outcome = search(s, &next, &job, &flag);
+        if let Ok(mut p) = s.progress.lock() {
+            p.remove(&job.hash);
+        }
         let reason = s
             .running
             .lock()
@@ -690,6 +703,8 @@ struct StatusWriter<'a> {
     job: &'a Job,
     started: Instant,
     last: Mutex<Option<Instant>>,
+    /// Where the daemon's STATUS line reads progress from.
+    progress: &'a Mutex<HashMap<String, (String, usize, usize)>>,
 }
 
 impl StatusWriter<'_> {
@@ -720,6 +735,12 @@ impl StatusWriter<'_> {
 
 impl Observer for StatusWriter<'_> {
     fn progress(&self, p: &Progress) {
+        if let Ok(mut m) = self.progress.lock() {
+            m.insert(
+                self.job.hash.clone(),
+                (self.job.name.clone(), p.evaluated, p.total),
+            );
+        }
         let Ok(mut last) = self.last.lock() else {
             return;
         };
@@ -783,11 +804,17 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
         j.result_dir = dir.clone();
         store.put(j);
     }
+    let named = Job {
+        name: spec.name.clone(),
+        result_dir: dir.clone(),
+        ..job.clone()
+    };
     let status = StatusWriter {
         dir: dir.clone(),
-        job,
+        job: &named,
         started: Instant::now(),
         last: Mutex::new(None),
+        progress: &s.progress,
     };
     status.write("running", None);
     let pool = match rayon::ThreadPoolBuilder::new()
