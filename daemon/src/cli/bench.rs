@@ -222,7 +222,7 @@ fn bench_plugin(repeat: usize, plugins: &super::plugin::PluginArgs) -> Result<()
     use archplace_plugin_sdk::LatencyModel;
     let cache = tempfile::tempdir().context("a temporary cache folder")?;
     let mut options = plugins.options();
-    options.cache_dir = Some(cache.path().join("compiled-plugins"));
+    options.cache_dir = Some(archplace::plugin::cache::dir_in(cache.path()));
     let host = archplace::plugin::Host::new(options.clone())?;
     let loaded = host.load(&PluginRef::named("reference"))?;
     let session = host.open(&loaded, vec![], Default::default())?;

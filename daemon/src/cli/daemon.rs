@@ -79,7 +79,7 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
         c.plugin_dirs = Some(plugins.plugin_dirs.clone());
     }
     if let Some(d) = &plugins.cache_dir {
-        c.cache_dir = Some(d.join("compiled-plugins"));
+        c.cache_dir = Some(archplace::plugin::cache::dir_in(d));
     }
     let problems = c.check();
     if !problems.is_empty() {

@@ -32,7 +32,7 @@ impl PluginArgs {
             o.plugin_dirs = self.plugin_dirs.clone();
         }
         if let Some(d) = &self.cache_dir {
-            o.cache_dir = Some(d.join("compiled-plugins"));
+            o.cache_dir = Some(archplace::plugin::cache::dir_in(d));
         }
         if self.no_cache {
             o.cache_dir = None;

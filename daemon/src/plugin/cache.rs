@@ -149,6 +149,11 @@ fn check_private(meta: &std::fs::Metadata, owner: u32, what: &str) -> Result<(),
     Ok(())
 }
 
+/// The compiled-plugin folder inside a cache folder `base`.
+pub fn dir_in(base: &Path) -> PathBuf {
+    base.join("compiled-plugins")
+}
+
 /// The default cache folder: `$ARCHPLACE_CACHE_DIR`, else `$XDG_CACHE_HOME/archplace`,
 /// else `~/.cache/archplace`, each followed by `compiled-plugins`.
 pub fn default_dir() -> Option<PathBuf> {
@@ -156,7 +161,7 @@ pub fn default_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("archplace")))
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/archplace")))?;
-    Some(base.join("compiled-plugins"))
+    Some(dir_in(&base))
 }
 
 #[cfg(test)]

@@ -193,7 +193,7 @@ fn golden_run(
                 let before = session.counters.fuel.load(Ordering::Relaxed);
                 let r = session.latency_uncached(&core, ops);
                 let used = session.counters.fuel.load(Ordering::Relaxed) - before;
-                let budget = limits.fuel_per_call + limits.fuel_per_item * ops.len() as u64;
+                let budget = limits.fuel_budget(ops.len());
                 max_fraction = max_fraction.max(used as f64 / budget as f64);
                 ops_estimated += ops.len();
                 let fatal = matches!(&r, Err(e) if !matches!(e, EstimateError::OutOfDomain(_)));

@@ -64,6 +64,14 @@ pub struct Limits {
     pub max_faults: u32,
 }
 
+impl Limits {
+    /// The fuel of one call over `items` configurations or operators.
+    pub fn fuel_budget(&self, items: usize) -> u64 {
+        self.fuel_per_call
+            .saturating_add(self.fuel_per_item.saturating_mul(items as u64))
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -378,8 +386,17 @@ impl Host {
 
     /// [`Host::load_file`] for bytes already read; `path` names them in messages.
     pub fn load_bytes(&self, path: &Path, wasm: &[u8]) -> Result<Arc<Loaded>, PluginError> {
+        self.load_hashed(path, wasm, blake3::hash(wasm))
+    }
+
+    /// [`Host::load_bytes`] with the bytes' blake3 hash already computed.
+    fn load_hashed(
+        &self,
+        path: &Path,
+        wasm: &[u8],
+        hash: blake3::Hash,
+    ) -> Result<Arc<Loaded>, PluginError> {
         let t = Instant::now();
-        let hash = blake3::hash(wasm);
         let (component, from_cache) = self.compile(path, wasm, &hash)?;
         let interface = interface_version(&component, &self.engine, path)?;
         let pre =
@@ -434,7 +451,8 @@ impl Host {
                 entry.wasm_path.display()
             ),
         })?;
-        let actual = blake3::hash(&wasm).to_hex().to_string();
+        let hash = blake3::hash(&wasm);
+        let actual = hash.to_hex().to_string();
         for (pin, by) in [
             (
                 entry.manifest.blake3.as_deref(),
@@ -453,7 +471,7 @@ impl Host {
                 });
             }
         }
-        let loaded = self.load_bytes(&entry.wasm_path, &wasm)?;
+        let loaded = self.load_hashed(&entry.wasm_path, &wasm, hash)?;
         if loaded.info.name != entry.manifest.name || loaded.info.version != entry.manifest.version
         {
             return Err(PluginError::Manifest {

@@ -119,6 +119,18 @@ impl ResourceLimiter for Limiter {
     }
 }
 
+/// Cuts `text` to at most `max` bytes (on a character boundary), marking the cut.
+fn cut_text(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(" […]");
+    }
+}
+
 /// Token bucket for a plugin's log lines.
 pub(crate) struct LogBucket {
     tokens: f64,
@@ -151,14 +163,7 @@ impl LogBucket {
             return;
         }
         self.tokens -= 1.0;
-        if message.len() > MAX_LOG_BYTES {
-            let mut cut = MAX_LOG_BYTES;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str(" […]");
-        }
+        cut_text(&mut message, MAX_LOG_BYTES);
         let dropped = std::mem::take(&mut self.dropped);
         match level {
             Level::Error => tracing::error!(plugin, dropped, "{message}"),
@@ -220,11 +225,8 @@ fn new_store(
 
 /// Arms the limits for a call over `items` configurations or operators.
 fn arm(store: &mut Store<State>, limits: &Limits, items: usize) {
-    let fuel = limits
-        .fuel_per_call
-        .saturating_add(limits.fuel_per_item.saturating_mul(items as u64));
     // Fuel is always enabled on our engine; setting it cannot fail then.
-    let _ = store.set_fuel(fuel);
+    let _ = store.set_fuel(limits.fuel_budget(items));
     store.set_epoch_deadline(1);
     store.data_mut().call_started = Instant::now();
 }
@@ -271,14 +273,7 @@ fn classify(err: &wasmtime::Error, state: &State, limits: &Limits) -> Fault {
     let mut message = format!("trapped ({cause})");
     if !printed.is_empty() {
         let mut text = printed.join(" ");
-        if text.len() > MAX_LOG_BYTES {
-            let mut cut = MAX_LOG_BYTES;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            text.push_str(" […]");
-        }
+        cut_text(&mut text, MAX_LOG_BYTES);
         message.push_str(&format!(" after printing: {text}"));
     }
     Fault {
@@ -597,9 +592,7 @@ impl Session {
                     self.counters.call_nanos.fetch_add(nanos, Ordering::Relaxed);
                     match r {
                         Ok(v) => {
-                            let budget = self.limits.fuel_per_call.saturating_add(
-                                self.limits.fuel_per_item.saturating_mul(items as u64),
-                            );
+                            let budget = self.limits.fuel_budget(items);
                             let left = slot.store.get_fuel().unwrap_or(0);
                             self.counters
                                 .fuel
