@@ -762,6 +762,50 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Answers from `memo` where it has them; asks `fetch` for the rest (given their
+    /// indices into `keys`) in one batch and remembers its answers.
+    fn memoised<K: Eq + std::hash::Hash + Clone, V: Clone>(
+        &self,
+        memo: &RwLock<HashMap<K, V>>,
+        keys: Vec<K>,
+        fetch: impl FnOnce(&[usize]) -> Result<Vec<V>, EstimateError>,
+    ) -> Result<Vec<V>, EstimateError> {
+        let mut out: Vec<Option<V>> = vec![None; keys.len()];
+        let mut missing = Vec::new();
+        if let Ok(m) = memo.read() {
+            for (i, k) in keys.iter().enumerate() {
+                match m.get(k) {
+                    Some(v) => out[i] = Some(v.clone()),
+                    None => missing.push(i),
+                }
+            }
+        } else {
+            missing = (0..keys.len()).collect();
+        }
+        self.counters
+            .memo_hits
+            .fetch_add((keys.len() - missing.len()) as u64, Ordering::Relaxed);
+        if !missing.is_empty() {
+            let got = fetch(&missing)?;
+            if let Ok(mut m) = memo.write() {
+                if m.len() + got.len() > MEMO_CAPACITY {
+                    m.clear();
+                }
+                for (&i, v) in missing.iter().zip(&got) {
+                    m.insert(keys[i].clone(), v.clone());
+                }
+            }
+            for (i, v) in missing.into_iter().zip(got) {
+                out[i] = Some(v);
+            }
+        }
+        out.into_iter()
+            .map(|v| v.ok_or_else(|| EstimateError::Internal("memo hole".into())))
+            .collect()
+    }
+}
+
 impl AreaModel for Session {
     fn info(&self) -> ModelInfo {
         self.loaded.info.clone()
@@ -774,40 +818,10 @@ impl AreaModel for Session {
         let Some(memo) = &self.memo else {
             return self.area_uncached(configs);
         };
-        let mut out: Vec<Option<Result<f64, EstimateError>>> = vec![None; configs.len()];
-        let mut missing = Vec::new();
-        if let Ok(m) = memo.area.read() {
-            for (i, c) in configs.iter().enumerate() {
-                match m.get(c) {
-                    Some(a) => out[i] = Some(a.clone()),
-                    None => missing.push(i),
-                }
-            }
-        } else {
-            missing = (0..configs.len()).collect();
-        }
-        self.counters
-            .memo_hits
-            .fetch_add((configs.len() - missing.len()) as u64, Ordering::Relaxed);
-        if !missing.is_empty() {
+        self.memoised(&memo.area, configs.to_vec(), |missing| {
             let ask: Vec<AcceleratorConfig> = missing.iter().map(|&i| configs[i]).collect();
-            let got = self.area_uncached(&ask)?;
-            if let Ok(mut m) = memo.area.write() {
-                if m.len() + got.len() > MEMO_CAPACITY {
-                    m.clear();
-                }
-                for (c, a) in ask.iter().zip(&got) {
-                    m.insert(*c, a.clone());
-                }
-            }
-            for (i, a) in missing.into_iter().zip(got) {
-                out[i] = Some(a);
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(EstimateError::Internal("memo hole".into()))))
-            .collect())
+            self.area_uncached(&ask)
+        })
     }
 }
 
@@ -820,38 +834,10 @@ impl LatencyModel for Session {
         let Some(memo) = &self.memo else {
             return self.latency_uncached(core, ops);
         };
-        let mut out: Vec<Option<OpCost>> = vec![None; ops.len()];
-        let mut missing = Vec::new();
-        if let Ok(m) = memo.latency.read() {
-            for (i, op) in ops.iter().enumerate() {
-                match m.get(&(*core, op.clone())) {
-                    Some(c) => out[i] = Some(*c),
-                    None => missing.push(i),
-                }
-            }
-        } else {
-            missing = (0..ops.len()).collect();
-        }
-        self.counters
-            .memo_hits
-            .fetch_add((ops.len() - missing.len()) as u64, Ordering::Relaxed);
-        if !missing.is_empty() {
+        let keys = ops.iter().map(|op| (*core, op.clone())).collect();
+        self.memoised(&memo.latency, keys, |missing| {
             let ask: Vec<Op> = missing.iter().map(|&i| ops[i].clone()).collect();
-            let got = self.latency_uncached(core, &ask)?;
-            if let Ok(mut m) = memo.latency.write() {
-                if m.len() + got.len() > MEMO_CAPACITY {
-                    m.clear();
-                }
-                for (op, c) in ask.into_iter().zip(&got) {
-                    m.insert((*core, op), *c);
-                }
-            }
-            for (i, c) in missing.into_iter().zip(got) {
-                out[i] = Some(c);
-            }
-        }
-        out.into_iter()
-            .map(|c| c.ok_or_else(|| EstimateError::Internal("memo hole".into())))
-            .collect()
+            self.latency_uncached(core, &ask)
+        })
     }
 }
