@@ -25,6 +25,27 @@ pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Removes the temporary files [`write`] leaves when the process is killed mid-write
+/// (`.archplace-*.tmp`) in `dir` and its subfolders down to `depth` levels. They were never
+/// renamed into place, so no reader has seen them.
+pub fn remove_stale(dir: &Path, depth: usize) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let path = e.path();
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if path.is_dir() {
+            if depth > 0 {
+                remove_stale(&path, depth - 1);
+            }
+        } else if name.starts_with(".archplace-") && name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

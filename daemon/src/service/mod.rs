@@ -102,6 +102,9 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         tracing::info!(path = %p.display(), "created the spec folder with the default spec in it");
     }
     std::fs::create_dir_all(&config.results_dir).map_err(folder_err(&config.results_dir))?;
+    // Temporary files of writes that a kill -9 interrupted (never renamed into place).
+    crate::atomic::remove_stale(&config.state_dir, 1);
+    crate::atomic::remove_stale(&config.results_dir, 2);
     let mut store = JobStore::open(&config.state_dir).map_err(folder_err(&config.state_dir))?;
     // Jobs that were queued or running when the daemon stopped are queued again; the
     // first scan finds their files (or cancels them if the files are gone).
