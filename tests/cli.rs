@@ -298,6 +298,89 @@ fn run_writes_result_files_and_a_summary() {
     );
 }
 
+/// The texts of an SVG file, after checking that it is well-formed XML with an `svg` root
+/// in the SVG namespace and a size.
+fn svg_texts(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = roxmltree::Document::parse(&text)
+        .unwrap_or_else(|e| panic!("{} is not well-formed: {e}", path.display()));
+    let svg = doc.root_element();
+    assert_eq!(svg.tag_name().name(), "svg", "{}", path.display());
+    assert_eq!(
+        svg.tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    assert!(svg.attribute("width").is_some() && svg.attribute("viewBox").is_some());
+    doc.descendants()
+        .filter(|n| n.tag_name().name() == "text")
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn run_of_the_default_spec_draws_pareto_and_placement_svgs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = run(&["run", "--out", &out.display().to_string(), "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let best = &result["best"];
+    let evaluated = result["search"]["candidates_evaluated"].as_u64().unwrap();
+
+    let pareto = svg_texts(&out.join("pareto.svg"));
+    for want in [
+        "default-bert-large — throughput against chip area",
+        "chip area (mm²)",
+        "throughput, mean over the models (samples/s)",
+        "Pareto frontier (",
+        "reference configuration: 8 TC 128×128, 2 VC ×128, 128 MiB",
+        &format!(
+            "— {:.1} mm², {:.4} samples/s",
+            best["configuration"]["area_mm2"].as_f64().unwrap(),
+            best["mean_throughput_samples_per_second"].as_f64().unwrap()
+        ),
+    ] {
+        assert!(
+            pareto.contains(want),
+            "pareto.svg lacks {want:?}:\n{pareto}"
+        );
+    }
+    // Every evaluated candidate that fits is a point.
+    let fitting = std::fs::read_to_string(out.join("explored.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("\"mean_throughput_samples_per_second\":null"))
+        .count();
+    assert!(fitting > 0 && fitting as u64 <= evaluated);
+    assert!(
+        pareto.contains(&format!("evaluated candidates ({fitting}")),
+        "{pareto}"
+    );
+    let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+    assert!(svg.matches("<circle").count() >= fitting, "{svg}");
+
+    let placement = svg_texts(&out.join("placement.svg"));
+    let plan = &best["models"][0];
+    let stages = plan["pipeline_stages"].as_u64().unwrap();
+    for want in [
+        format!(
+            "bert-large: {stages} pipeline stages, t = {} (tensor), d = {} (data)",
+            plan["tensor_parallel"], plan["data_parallel"]
+        ),
+        "time (ms)".to_string(),
+        "memory (GiB)".to_string(),
+        "HBM limit 32 GiB".to_string(),
+        format!("{stages} stages from embedding to head"),
+    ] {
+        assert!(
+            placement.contains(&want),
+            "placement.svg lacks {want:?}:\n{placement}"
+        );
+    }
+}
+
 #[test]
 fn run_reports_when_nothing_fits() {
     let text = "schema_version = 1\nname = \"nofit\"\n[[models]]\npreset = \"gpt2-xl\"\n[training]\nmicro_batch_sizes = [1]\nactivation_recomputation = [false]\n[cluster]\ndevices = 1\nhbm = [\"1 MiB\"]\n[search]\ntensor_cores = [1]\nvector_cores = [1]\nwidth = [8]\ndepth = [8]\nbuffer = [\"2 MiB\"]\nmin_area_fraction = 0.0\n";

@@ -190,13 +190,7 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     assert!(e["file"].as_str().unwrap().ends_with("bad.toml"));
 
     // The metrics endpoint, at the URL the log gives (a free port was asked for).
-    let log = d.log();
-    let url = log
-        .split("metrics at http://")
-        .nth(1)
-        .and_then(|r| r.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no metrics URL in the log:\n{log}"))
-        .to_string();
+    let url = metrics_addr(&d);
     // (Metrics are refreshed every second.)
     until(
         &d,
@@ -616,6 +610,290 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
         "{slow}"
     );
     assert_eq!(slow["attempts"], 1);
+    d.signal("-TERM");
+    d.wait(Duration::from_secs(10));
+}
+
+/// The metrics endpoint's address, from the daemon's log (it was asked for a free port).
+fn metrics_addr(d: &Daemon) -> String {
+    let mut log = String::new();
+    until(
+        d,
+        Duration::from_secs(30),
+        "the metrics URL in the log",
+        || {
+            log = d.log();
+            log.contains("metrics at http://")
+        },
+    );
+    log.split("metrics at http://")
+        .nth(1)
+        .and_then(|r| r.split("/metrics").next())
+        .unwrap_or_else(|| panic!("no metrics URL in the log:\n{log}"))
+        .to_string()
+}
+
+/// The metric families of a scrape (`# TYPE name kind` lines), by name.
+fn families(scrape: &str) -> std::collections::BTreeMap<String, String> {
+    scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The value of the sample `series` (name and labels exactly as exported) in a scrape.
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Every `archplace_*` metric a PromQL expression reads (histogram series by family).
+fn metrics_in(expr: &str, kinds: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while let Some(k) = expr[i..].find("archplace_") {
+        let start = i + k;
+        let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
+        if start > 0 && ident(bytes[start - 1]) {
+            i = start + 1;
+            continue;
+        }
+        let mut end = start;
+        while end < bytes.len() && ident(bytes[end]) {
+            end += 1;
+        }
+        let name = &expr[start..end];
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                let base = name.strip_suffix(s)?;
+                (kinds.get(base).map(String::as_str) == Some("histogram")).then_some(base)
+            })
+            .unwrap_or(name);
+        out.push(family.to_string());
+        i = end;
+    }
+    out
+}
+
+/// Every `expr` in a JSON document (the dashboard's queries).
+fn exprs_json(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                    _ => exprs_json(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| exprs_json(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    let d = Daemon::start_with(dir, &["--log-format", "json"]);
+    let addr = metrics_addr(&d);
+    until(&d, Duration::from_secs(30), "/readyz", || {
+        http_get(&addr, "/readyz").contains("200 OK")
+    });
+    assert!(http_get(&addr, "/livez").contains("200 OK"));
+
+    // Scrape while a search runs and after it ends; every family any scrape had.
+    drop_spec(dir, "medium.toml", &medium_spec());
+    let mut seen = std::collections::BTreeMap::new();
+    let mut progress_seen = false;
+    let mut last = String::new();
+    until(&d, Duration::from_secs(120), "the search to end", || {
+        last = http_get(&addr, "/metrics");
+        assert!(last.starts_with("HTTP/1.1 200") || last.starts_with("HTTP/1.0 200"));
+        seen.extend(families(&last));
+        progress_seen |= last.contains(
+            r#"archplace_search_candidates_evaluated{file="medium.toml",spec="e2e-medium"}"#,
+        );
+        job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "done")
+    });
+    assert!(progress_seen, "no progress series while the search ran");
+    // (Metrics are refreshed every second.)
+    until(
+        &d,
+        Duration::from_secs(10),
+        "the finished search in the metrics",
+        || {
+            last = http_get(&addr, "/metrics");
+            let done = r#"archplace_searches_finished_total{outcome="done"}"#;
+            sample(&last, done) == Some(1.0)
+                && sample(&last, r#"archplace_specs{state="done"}"#) == Some(1.0)
+        },
+    );
+    seen.extend(families(&last));
+    // The running search's series are gone; its result stays while its file is there.
+    assert!(
+        !last.contains("archplace_search_candidates_evaluated{"),
+        "{last}"
+    );
+    let throughput = sample(
+        &last,
+        r#"archplace_result_throughput_samples_per_second{file="medium.toml",spec="e2e-medium"}"#,
+    )
+    .unwrap_or_else(|| panic!("no result series:\n{last}"));
+    assert!(throughput > 0.0);
+    for (series, at_least) in [
+        (r#"archplace_specs{state="done"}"#, 1.0),
+        ("archplace_specs_discovered_total", 1.0),
+        (
+            r#"archplace_search_duration_seconds_count{outcome="done"}"#,
+            1.0,
+        ),
+        (r#"archplace_layer_schedules_total{method="bounds"}"#, 1.0),
+        ("archplace_estimates_computed_total", 1.0),
+        ("archplace_placement_duration_seconds_count", 1.0),
+        (r#"archplace_plugin_calls_total{plugin="reference"}"#, 1.0),
+        (
+            r#"archplace_plugin_call_duration_seconds_count{plugin="reference"}"#,
+            1.0,
+        ),
+        (r#"archplace_rescans_total{reason="start"}"#, 1.0),
+        ("archplace_watcher_events_total", 1.0),
+        ("archplace_config_last_reload_successful", 1.0),
+        ("archplace_process_resident_memory_bytes", 1e6),
+        ("archplace_process_open_fds", 3.0),
+    ] {
+        let v = sample(&last, series).unwrap_or_else(|| panic!("no {series}:\n{last}"));
+        assert!(v >= at_least, "{series} = {v}");
+    }
+    assert_eq!(
+        sample(
+            &last,
+            r#"archplace_plugin_faults_total{kind="fuel",plugin="reference"}"#
+        ),
+        Some(0.0)
+    );
+    assert!(last.contains("archplace_build_info{highs=\""), "{last}");
+
+    // The dashboard and the alert rules read only what was exported.
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("config/grafana/dashboards/archplace.json")).unwrap(),
+    )
+    .unwrap();
+    let mut queries = Vec::new();
+    exprs_json(&dashboard, &mut queries);
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root().join("config/prometheus/alerts.yml")).unwrap(),
+    )
+    .unwrap();
+    let mut alert_exprs = Vec::new();
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            alert_exprs.push(rule["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(queries.len() >= 30, "{queries:?}");
+    assert!(alert_exprs.len() >= 5, "{alert_exprs:?}");
+    let mut used = std::collections::BTreeSet::new();
+    for e in queries.iter().chain(&alert_exprs) {
+        for m in metrics_in(e, &seen) {
+            assert!(
+                seen.contains_key(&m),
+                "`{m}` (in `{e}`) is not exported; the daemon exports {:?}",
+                seen.keys().collect::<Vec<_>>()
+            );
+            used.insert(m);
+        }
+    }
+    assert!(
+        used.len() >= 25,
+        "the dashboard and alerts read only {used:?}"
+    );
+
+    // Deleting the spec removes its result series.
+    std::fs::remove_file(dir.join("specs/medium.toml")).unwrap();
+    until(
+        &d,
+        Duration::from_secs(30),
+        "the result series to go",
+        || !http_get(&addr, "/metrics").contains("archplace_result_throughput_samples_per_second{"),
+    );
+
+    // The log: JSON lines, the search's span with the spec's name and hash.
+    let log = d.log();
+    let mut in_span = false;
+    for line in log.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        if v["span"]["name"] == "search" && v["span"]["spec"] == "e2e-medium" {
+            assert_eq!(v["span"]["hash"].as_str().unwrap().len(), 16, "{line}");
+            assert_eq!(v["span"]["file"], "medium.toml", "{line}");
+            in_span = true;
+        }
+    }
+    assert!(in_span, "no log line in the search's span:\n{log}");
+}
+
+#[test]
+fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("specs")).unwrap();
+    let config = dir.join("archplace.toml");
+    // (A restart-only setting changes with the level, so that the reload logs a warning.)
+    let write_config = |level: &str, searches: u32| {
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:0\"\nsettle_seconds = 0.3\nmax_concurrent_searches = {searches}\nlog_level = \"{level}\"\n"
+            ),
+        )
+        .unwrap()
+    };
+    write_config("debug,highs=error", 2);
+    let child = Command::new(env!("CARGO_BIN_EXE_archplace"))
+        .args(["daemon", "--config"])
+        .arg(&config)
+        .current_dir(dir)
+        .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+        .env("ARCHPLACE_PLUGIN_DIRS", root().join("target/plugins"))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut d = Daemon {
+        child,
+        dir: dir.to_path_buf(),
+    };
+    // debug: the main loop's scans are logged.
+    until(&d, Duration::from_secs(30), "debug lines", || {
+        d.log().contains("scanning the spec folder")
+    });
+    write_config("warn", 3);
+    d.signal("-HUP");
+    until(&d, Duration::from_secs(30), "the reload's warning", || {
+        d.log()
+            .contains("`max_concurrent_searches` changed; it takes effect at the next start")
+    });
+    let mark = d.log().len();
+    drop_spec(dir, "tiny.toml", TINY);
+    until(&d, Duration::from_secs(60), "the search", || {
+        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
+    });
+    let after = d.log()[mark..].to_string();
+    assert!(
+        !after.contains("INFO") && !after.contains("DEBUG"),
+        "info or debug lines after the level became warn:\n{after}"
+    );
     d.signal("-TERM");
     d.wait(Duration::from_secs(10));
 }

@@ -10,6 +10,7 @@ pub mod atomic;
 pub mod cost;
 pub mod engine;
 pub mod phaze;
+pub mod plot;
 pub mod plugin;
 pub mod runner;
 pub mod service;

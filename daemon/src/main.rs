@@ -14,6 +14,16 @@ struct Cli {
     /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Log format on stderr: human text, or JSON lines (one object per event, with the
+    /// search's spec name and hash).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "ARCHPLACE_LOG_FORMAT",
+        global = true
+    )]
+    log_format: cli::LogFormat,
     #[command(flatten)]
     plugins: cli::plugin::PluginArgs,
     #[command(subcommand)]
@@ -116,7 +126,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    cli::init_logging(cli.verbose, matches!(cli.command, Command::Daemon(_)));
+    let logging = cli::init_logging(
+        cli.verbose,
+        matches!(cli.command, Command::Daemon(_)),
+        cli.log_format,
+    );
     let result = match cli.command {
         Command::Run {
             spec,
@@ -138,7 +152,7 @@ fn main() -> ExitCode {
             ..
         } => cli::daemon::validate_config(&config, json),
         Command::Validate { files, json, .. } => cli::validate::run(&files, json, &cli.plugins),
-        Command::Daemon(args) => cli::daemon::run(&args, &cli.plugins),
+        Command::Daemon(args) => cli::daemon::run(&args, &cli.plugins, logging),
         Command::Plugin(cmd) => cli::plugin::run(cmd, &cli.plugins),
         Command::Schema => {
             cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)

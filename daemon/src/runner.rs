@@ -6,9 +6,10 @@
 //!   models, the best configuration and each model's training plan, timings and work
 //!   counters;
 //! * `explored.jsonl` — one line per evaluated candidate: its configuration, area, best
-//!   throughput and plan, or why it failed.
+//!   throughput and plan, or why it failed;
+//! * `pareto.svg`, `placement.svg` — pictures of the two (see [`crate::plot`]).
 //!
-//! Both are written atomically.
+//! Each is written atomically.
 
 use crate::cost::{self, CostModelSource, ModelSource};
 use crate::engine::search::{
@@ -188,6 +189,9 @@ pub struct Finished {
     pub doc: ResultDoc,
     pub outcome: Outcome,
     pub space: Space,
+    /// The reference configuration marked in `pareto.svg`: the area budget's, or the
+    /// reference system's largest chip; with its area when it is the budget.
+    pub reference: (AcceleratorConfig, Option<f64>),
 }
 
 /// The engine's input from a spec.
@@ -290,10 +294,15 @@ pub fn run(
             placements_solved: s.placements_solved,
         },
     };
+    let reference = match &spec.space.area_budget {
+        space::AreaBudget::ReferenceConfig(c) => (*c, Some(space.budget_um2)),
+        space::AreaBudget::Um2(_) => (space::REFERENCE_CONFIG, None),
+    };
     Ok(Finished {
         doc,
         outcome,
         space,
+        reference,
     })
 }
 
@@ -303,7 +312,34 @@ pub fn result_dir(root: &Path, spec: &Spec) -> PathBuf {
         .join(&spec.content_hash[..16.min(spec.content_hash.len())])
 }
 
-/// Writes `result.json` and `explored.jsonl` into `dir` (created if needed), atomically.
+/// The two pictures of a finished search: `pareto.svg` and `placement.svg`.
+pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], crate::plot::PlotError> {
+    let o = &finished.outcome;
+    let title = &finished.doc.spec.name;
+    let pareto = crate::plot::pareto_svg(&crate::plot::ParetoInput {
+        title,
+        explored: &o.explored,
+        best: o
+            .best
+            .as_ref()
+            .and_then(|b| o.explored.iter().position(|e| e.index == b.index)),
+        reference: Some(finished.reference),
+        budget_um2: finished.space.budget_um2,
+    })?;
+    let placement = match &finished.doc.best {
+        Some(b) => crate::plot::placement_svg(
+            title,
+            &crate::plot::describe(&b.configuration.chip),
+            &b.models,
+            b.hbm_bytes,
+        )?,
+        None => crate::plot::placement_svg(title, "no chip", &[], 0)?,
+    };
+    Ok([("pareto.svg", pareto), ("placement.svg", placement)])
+}
+
+/// Writes `result.json`, `explored.jsonl` and the plots into `dir` (created if needed),
+/// each atomically; `result.json` last, so that its presence means the folder is whole.
 pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
@@ -320,6 +356,16 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     }
     let path = dir.join("explored.jsonl");
     crate::atomic::write(&path, &explored).map_err(err(&path))?;
+    match plots(finished) {
+        Ok(plots) => {
+            for (name, svg) in plots {
+                let path = dir.join(name);
+                crate::atomic::write(&path, svg.as_bytes()).map_err(err(&path))?;
+            }
+        }
+        // A picture that cannot be drawn is a bug, not a reason to lose the results.
+        Err(e) => tracing::error!("{e}"),
+    }
     let mut doc = serde_json::to_vec_pretty(&finished.doc)
         .map_err(|e| std::io::Error::other(e.to_string()))
         .map_err(err(dir))?;

@@ -91,14 +91,28 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
     Ok(c)
 }
 
-pub fn run(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+pub fn run(
+    args: &DaemonArgs,
+    plugins: &super::plugin::PluginArgs,
+    logging: Option<super::Logging>,
+) -> Result<ExitCode> {
     let config = config_of(args, plugins)?;
+    if let Some(l) = &logging {
+        l.set_level(&config.log_level);
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     let reload = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
         .context("installing signal handlers")?;
     let (a, p) = (args.clone(), plugins.clone());
-    let load = Box::new(move || config_of(&a, &p).map_err(|e| format!("{e:#}")));
+    // SIGHUP: the new config's log level applies at once.
+    let load = Box::new(move || {
+        let c = config_of(&a, &p).map_err(|e| format!("{e:#}"))?;
+        if let Some(l) = &logging {
+            l.set_level(&c.log_level);
+        }
+        Ok(c)
+    });
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // A second signal while shutting down ends the process at once.
         signal_hook::flag::register_conditional_shutdown(sig, 1, shutdown.clone())

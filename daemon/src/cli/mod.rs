@@ -16,23 +16,82 @@ use archplace::spec::{self, Spec};
 use std::io::Write;
 use std::path::Path;
 
-/// Logs to stderr: warnings by default (`info` for the daemon, whose log is its output),
-/// more with `-v`; `RUST_LOG` overrides.
-pub fn init_logging(verbose: u8, daemon: bool) {
-    // HiGHS reports every MIP time-limit hit as a warning; the results count them.
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human lines, coloured on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line, with the current span's fields (e.g. the search's spec
+    /// name and hash) — for log shippers.
+    Json,
+}
+
+/// The running subscriber's level filter, replaceable (the daemon's config sets it, and
+/// SIGHUP sets it again).
+#[derive(Clone)]
+pub struct Logging {
+    handle: tracing_subscriber::reload::Handle<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::Registry,
+    >,
+    /// `RUST_LOG` or `-v` chose the level: the config does not override them.
+    fixed: bool,
+}
+
+impl Logging {
+    /// Applies `directives` (a config's `log_level`) unless `RUST_LOG` or `-v` chose.
+    pub fn set_level(&self, directives: &str) {
+        if self.fixed {
+            tracing::debug!("log level from RUST_LOG or -v; the config's `log_level` is not used");
+            return;
+        }
+        match tracing_subscriber::EnvFilter::builder().parse(directives) {
+            Ok(f) => {
+                if let Err(e) = self.handle.reload(f) {
+                    tracing::warn!("cannot change the log level: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("log level `{directives}`: {e}"),
+        }
+    }
+}
+
+/// Logs to stderr: warnings by default (`info` for the daemon, whose log is its output,
+/// or its config's `log_level`), more with `-v`; `RUST_LOG` overrides all.
+pub fn init_logging(verbose: u8, daemon: bool, format: LogFormat) -> Option<Logging> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default = match verbose {
-        0 if daemon => "info,highs=error",
+        0 if daemon => archplace::service::config::DEFAULT_LOG_LEVEL,
+        // HiGHS reports every MIP time-limit hit as a warning; the results count them.
         0 => "warn,highs=error",
         1 => "debug,highs=warn",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    let from_env = tracing_subscriber::EnvFilter::try_from_default_env().ok();
+    let fixed = from_env.is_some() || verbose > 0;
+    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let json = (format == LogFormat::Json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_writer(std::io::stderr)
+    });
+    let text = (format == LogFormat::Text).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(json)
+        .with(text)
+        .try_init()
+        .ok()
+        .map(|()| Logging { handle, fixed })
 }
 
 /// Loads the spec at `path`, or the embedded default. Invalid specs print their located

@@ -102,6 +102,8 @@ pub struct Space {
     pub vector_core_configs: Vec<CoreConfig>,
     /// Number of distinct area buckets.
     pub buckets: usize,
+    /// Width of an area bucket.
+    pub bucket_um2: f64,
     /// Configurations of the product that the area model could not size.
     pub out_of_domain: usize,
     /// Size of the product of the axes.
@@ -256,6 +258,7 @@ pub fn enumerate(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<Space, 
         tensor_core_configs,
         vector_core_configs,
         buckets,
+        bucket_um2: spec.bucket_um2,
         out_of_domain,
         enumerated: configs.len(),
     })

@@ -222,8 +222,19 @@ impl std::fmt::Debug for Loaded {
 pub type MemoKey = (blake3::Hash, Vec<Parameter>);
 
 /// The plugin host.
+/// Where the host reports each plugin call and fault — the daemon's metrics. The
+/// one-shot CLI and the tests have none.
+pub trait Telemetry: Send + Sync {
+    /// A call of `plugin` with `items` configurations or operators took `seconds`
+    /// (whether it succeeded or faulted).
+    fn call(&self, plugin: &str, seconds: f64, items: usize);
+    /// A call of `plugin` faulted. Cancellations are not faults and are not reported.
+    fn fault(&self, plugin: &str, kind: FaultKind);
+}
+
 pub struct Host {
     engine: Engine,
+    telemetry: Option<Arc<dyn Telemetry>>,
     linker: Linker<State>,
     cache: Option<cache::DiskCache>,
     compiled: Mutex<HashMap<blake3::Hash, Component>>,
@@ -284,6 +295,7 @@ impl Host {
         let catalog = catalog::Catalog::scan(&options.plugin_dirs);
         Ok(Host {
             engine,
+            telemetry: None,
             linker,
             cache,
             compiled: Mutex::new(HashMap::new()),
@@ -292,6 +304,12 @@ impl Host {
             catalog: RwLock::new(catalog),
             ticker_stop,
         })
+    }
+
+    /// Reports every call and fault of the sessions opened from now on to `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Arc<dyn Telemetry>) -> Host {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     pub fn options(&self) -> &HostOptions {
@@ -506,7 +524,14 @@ impl Host {
         } else {
             None
         };
-        Session::open(loaded.clone(), parameters, limits, cancel, memo)
+        Session::open(
+            loaded.clone(),
+            parameters,
+            limits,
+            cancel,
+            memo,
+            self.telemetry.clone(),
+        )
     }
 }
 

@@ -408,6 +408,7 @@ pub struct Session {
     faults: AtomicU32,
     fault_log: Mutex<Vec<Fault>>,
     memo: Option<Arc<Memo>>,
+    telemetry: Option<Arc<dyn super::Telemetry>>,
     pub counters: Counters,
 }
 
@@ -428,6 +429,7 @@ impl Session {
         limits: Limits,
         cancel: Arc<AtomicBool>,
         memo: Option<Arc<Memo>>,
+        telemetry: Option<Arc<dyn super::Telemetry>>,
     ) -> Result<Arc<Session>, PluginError> {
         let s = Session {
             loaded,
@@ -442,6 +444,7 @@ impl Session {
             faults: AtomicU32::new(0),
             fault_log: Mutex::new(Vec::new()),
             memo,
+            telemetry,
             counters: Counters::default(),
         };
         let slot = s.instantiate().map_err(|e| match e {
@@ -590,6 +593,9 @@ impl Session {
                         .items
                         .fetch_add(items as u64, Ordering::Relaxed);
                     self.counters.call_nanos.fetch_add(nanos, Ordering::Relaxed);
+                    if let Some(t) = &self.telemetry {
+                        t.call(&self.loaded.info.name, nanos as f64 * 1e-9, items);
+                    }
                     match r {
                         Ok(v) => {
                             let budget = self.limits.fuel_budget(items);
@@ -621,6 +627,9 @@ impl Session {
                 return Err(self.to_error(&fault));
             }
             let n = self.faults.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(t) = &self.telemetry {
+                t.fault(&self.loaded.info.name, fault.kind);
+            }
             tracing::warn!(
                 plugin = %self.loaded.info.name,
                 kind = fault.kind.name(),

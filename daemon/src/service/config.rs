@@ -44,11 +44,19 @@ pub struct DaemonConfig {
     /// After a search could not write its results (disk full, folder not writable), how
     /// long until it is tried again.
     pub retry_seconds: f64,
+    /// What to log: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing`
+    /// directives (`info,archplace::plugin=debug`). `RUST_LOG` and `-v` take precedence.
+    /// Applied again on SIGHUP.
+    pub log_level: String,
     /// Limits of every plugin call.
     pub plugin_limits: Limits,
     /// Limits of particular plugins, by name (`[plugins.gpu-like] deadline_seconds = 30`).
     pub plugins: BTreeMap<String, Limits>,
 }
+
+/// The daemon's log level unless the config, `-v` or `RUST_LOG` say otherwise. HiGHS
+/// reports every MIP time-limit hit as a warning; the results and metrics count them.
+pub const DEFAULT_LOG_LEVEL: &str = "info,highs=error";
 
 impl Default for DaemonConfig {
     fn default() -> Self {
@@ -67,6 +75,7 @@ impl Default for DaemonConfig {
             poll_interval_seconds: 0.5,
             settle_seconds: 1.0,
             retry_seconds: 60.0,
+            log_level: DEFAULT_LOG_LEVEL.into(),
             plugin_limits: Limits::default(),
             plugins: BTreeMap::new(),
         }
@@ -180,6 +189,15 @@ impl DaemonConfig {
         if !(self.settle_seconds.is_finite() && self.settle_seconds >= 0.0) {
             e.push(("settle_seconds", "must be zero or more seconds".into()));
         }
+        if let Err(err) = tracing_subscriber::EnvFilter::builder().parse(&self.log_level) {
+            e.push((
+                "log_level",
+                format!(
+                    "`{}` is not a level or a list of tracing directives ({err}); e.g. \"info\" or \"info,archplace::plugin=debug\"",
+                    self.log_level
+                ),
+            ));
+        }
         e
     }
 
@@ -240,5 +258,26 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e[0].line, 2, "{e:?}");
+    }
+
+    #[test]
+    fn log_levels_are_checked_and_located() {
+        let c = DaemonConfig::parse(
+            "log_level = \"info,archplace::plugin=debug\"\n",
+            Path::new("d.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.log_level, "info,archplace::plugin=debug");
+        let e = DaemonConfig::parse(
+            "spec_dir = \"s\"\nlog_level = \"loud=verbose\"\n",
+            Path::new("d.toml"),
+        )
+        .unwrap_err();
+        assert_eq!((e[0].line, e[0].column), (2, 1), "{e:?}");
+        assert!(
+            e[0].message.starts_with("log_level: `loud=verbose`"),
+            "{e:?}"
+        );
+        assert_eq!(DaemonConfig::default().log_level, DEFAULT_LOG_LEVEL);
     }
 }

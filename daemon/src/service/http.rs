@@ -1,44 +1,9 @@
 //! The daemon's HTTP endpoint: `/metrics` (Prometheus text format), `/livez`, `/readyz`.
 //! Loopback by default; `127.0.0.1:0` takes a free port (the log says which).
 
-use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
+use super::metrics::Metrics;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// The metrics the daemon exports (issue 6 adds the rest).
-pub struct Metrics {
-    pub registry: Registry,
-    /// Specs by job state.
-    pub specs: IntGaugeVec,
-}
-
-impl Metrics {
-    pub fn new() -> Result<Metrics, prometheus::Error> {
-        let registry = Registry::new();
-        let specs = IntGaugeVec::new(
-            Opts::new("archplace_specs", "Specs known to the daemon, by job state"),
-            &["state"],
-        )?;
-        registry.register(Box::new(specs.clone()))?;
-        let info = IntGaugeVec::new(
-            Opts::new(
-                "archplace_build_info",
-                "Versions of archplace and its engines",
-            ),
-            &["version", "wasmtime"],
-        )?;
-        info.with_label_values(&[env!("CARGO_PKG_VERSION"), "48.0.8"])
-            .set(1);
-        registry.register(Box::new(info))?;
-        Ok(Metrics { registry, specs })
-    }
-
-    fn render(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        out
-    }
-}
 
 /// Serves until `stop` is set. Returns the bound address.
 pub fn serve(

@@ -17,13 +17,15 @@ pub mod config;
 pub mod folder;
 pub mod http;
 pub mod jobs;
+pub mod metrics;
 
-use crate::engine::search::{Observer, Progress};
+use crate::engine::search::{Observer, Progress, ScheduleEvent};
 use crate::plugin::Host;
 use crate::runner::{self, RunError};
 use config::DaemonConfig;
 use folder::Seen;
 use jobs::{Job, JobState, JobStore};
+use metrics::{Metrics, SpecLabels};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -72,6 +74,7 @@ struct Shared {
     /// Searches to try again (their results could not be written), with when.
     retries: Mutex<Vec<(Instant, Queued)>>,
     shutdown: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 }
 
 /// Signals the daemon reacts to, as flags set by the binary's signal handlers.
@@ -117,8 +120,11 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     for h in &interrupted {
         store.set(h, JobState::Queued, Some("requeued after a restart".into()));
     }
-    let host = Host::new(config.host_options())?;
-    let metrics = Arc::new(http::Metrics::new().map_err(|e| ServiceError::Http(e.to_string()))?);
+    let metrics = Arc::new(Metrics::new().map_err(|e| ServiceError::Http(e.to_string()))?);
+    let host = Host::new(config.host_options())?.with_telemetry(metrics.clone());
+    for e in &host.catalog().entries {
+        metrics.plugin_known(&e.manifest.name);
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let http_stop = Arc::new(AtomicBool::new(false));
     let addr = http::serve(
@@ -146,6 +152,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         retries: Mutex::new(Vec::new()),
         progress: Mutex::new(HashMap::new()),
         shutdown,
+        metrics: metrics.clone(),
     });
     let workers: Vec<_> = (0..shared.cfg().max_concurrent_searches)
         .map(|i| {
@@ -169,7 +176,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         );
         None
     } else {
-        watch(&shared.cfg().spec_dir, tx.clone())
+        watch(&shared.cfg().spec_dir, tx.clone(), metrics.clone())
     };
     let polling = _watcher.is_none();
     let mut files: BTreeMap<PathBuf, (Seen, String)> = BTreeMap::new();
@@ -181,9 +188,10 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     while !shared.shutdown.load(Ordering::Relaxed) {
         if reload.swap(false, Ordering::Relaxed) {
             shared.reload(load.as_ref());
-            reason = "SIGHUP";
+            reason = "reload";
         }
         tracing::debug!(reason, "scanning the spec folder");
+        metrics.rescan(reason);
         let settling = scan(&shared, &mut files, first);
         retry_due(&shared);
         if first_done(&mut announced) {
@@ -203,7 +211,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
             rescan_every.saturating_sub(last_full.elapsed())
         };
         let until = Instant::now() + wait;
-        reason = "timer";
+        reason = "poll";
         while !shared.shutdown.load(Ordering::Relaxed) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -223,7 +231,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
                     break;
                 }
                 Ok(Wake::WatcherError) => {
-                    reason = "watcher error";
+                    reason = "watcher_error";
                     break;
                 }
                 Err(_) => {}
@@ -231,7 +239,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
             retry_due(&shared);
         }
         if last_full.elapsed() >= Duration::from_secs_f64(shared.cfg().rescan_interval_seconds) {
-            reason = "periodic rescan";
+            reason = "periodic";
             last_full = Instant::now();
         }
     }
@@ -265,7 +273,7 @@ fn notify_systemd(states: &[sd_notify::NotifyState<'_>]) {
 }
 
 /// Job counts to the metrics, and a STATUS line and watchdog ping to systemd.
-fn update_metrics(s: &Shared, m: &http::Metrics) {
+fn update_metrics(s: &Shared, m: &Metrics) {
     let Ok(store) = s.store.lock() else { return };
     let states = [
         JobState::Queued,
@@ -277,7 +285,10 @@ fn update_metrics(s: &Shared, m: &http::Metrics) {
     let counts: Vec<(JobState, usize)> = states.iter().map(|&st| (st, store.count(st))).collect();
     drop(store);
     for (st, n) in &counts {
-        m.specs.with_label_values(&[st.name()]).set(*n as i64);
+        m.set_specs(st.name(), *n);
+    }
+    if let Ok(q) = s.queue.lock() {
+        m.set_queue_depth(q.len());
     }
     let mut status = format!(
         "{} running, {} queued, {} done, {} failed",
@@ -337,13 +348,18 @@ impl Shared {
     /// take effect now), rescans the plugin folders; the caller rescans the specs.
     fn reload(&self, load: &dyn Fn() -> Result<DaemonConfig, String>) {
         self.host.rescan();
+        for e in &self.host.catalog().entries {
+            self.metrics.plugin_known(&e.manifest.name);
+        }
         let new = match load() {
             Ok(c) => c,
             Err(e) => {
+                self.metrics.config_reloaded(false);
                 tracing::error!("config reload failed, keeping the current settings: {e}");
                 return;
             }
         };
+        self.metrics.config_reloaded(true);
         let old = self.cfg();
         let fixed = [
             ("spec_dir", old.spec_dir != new.spec_dir),
@@ -374,6 +390,7 @@ impl Shared {
         live.poll_interval_seconds = new.poll_interval_seconds;
         live.settle_seconds = new.settle_seconds;
         live.retry_seconds = new.retry_seconds;
+        live.log_level = new.log_level;
         if let Ok(mut c) = self.config.write() {
             *c = live;
         }
@@ -391,12 +408,17 @@ enum Wake {
 fn watch(
     dir: &Path,
     tx: std::sync::mpsc::Sender<Wake>,
+    metrics: Arc<Metrics>,
 ) -> Option<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>> {
     use notify_debouncer_mini::notify::RecursiveMode;
     let handler = move |r: notify_debouncer_mini::DebounceEventResult| {
         let wake = match r {
-            Ok(_) => Wake::Changed,
+            Ok(events) => {
+                metrics.watcher_events(events.len());
+                Wake::Changed
+            }
             Err(e) => {
+                metrics.watcher_error();
                 tracing::warn!(error = %e, "the folder watcher reported an error; rescanning");
                 Wake::WatcherError
             }
@@ -425,6 +447,7 @@ fn scan(s: &Shared, files: &mut BTreeMap<PathBuf, (Seen, String)>, first: bool) 
     let (settled, changing) = match folder::scan(&s.cfg().spec_dir, settle) {
         Ok(x) => x,
         Err(e) => {
+            s.metrics.watcher_error();
             tracing::error!(folder = %s.cfg().spec_dir.display(), error = %e, "cannot read the spec folder");
             return false;
         }
@@ -447,6 +470,7 @@ fn scan(s: &Shared, files: &mut BTreeMap<PathBuf, (Seen, String)>, first: bool) 
         }
         files.insert(path.clone(), (seen.clone(), hash));
         if let Some(old) = previous {
+            s.metrics.forget_result(&file_name(path));
             release(s, files, &old, "its spec was edited");
         }
     }
@@ -457,6 +481,7 @@ fn scan(s: &Shared, files: &mut BTreeMap<PathBuf, (Seen, String)>, first: bool) 
         .collect();
     for p in gone {
         if let Some((_, hash)) = files.remove(&p) {
+            s.metrics.forget_result(&file_name(&p));
             release(s, files, &hash, "its spec was deleted");
         }
     }
@@ -515,6 +540,15 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     match existing.as_ref().map(|j| j.state) {
         Some(state) if state.is_final() => {
             tracing::info!(file = %path.display(), hash, state = state.name(), "already searched; not searching the same content again");
+            if let Some(job) = existing.as_ref().filter(|j| j.state == JobState::Done)
+                && let Some((throughput, area_um2)) = best_of(&job.result_dir)
+            {
+                let labels = SpecLabels {
+                    spec: job.name.clone(),
+                    file: file_name(path),
+                };
+                s.metrics.set_result(&labels, throughput, area_um2);
+            }
             return true;
         }
         Some(JobState::Running) => return true,
@@ -547,6 +581,7 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         updated_unix_seconds: 0.0,
     });
     tracing::info!(file = %path.display(), hash, "queued");
+    s.metrics.spec_discovered();
     queue.push_back(Queued {
         hash: hash.to_string(),
         path: path.to_path_buf(),
@@ -554,6 +589,24 @@ fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     });
     s.wake.notify_one();
     true
+}
+
+/// A file's name in the spec folder, as the metrics label it.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The best configuration's throughput and area (µm²) in the `result.json` of `dir`.
+fn best_of(dir: &Path) -> Option<(f64, f64)> {
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("result.json")).ok()?).ok()?;
+    let best = doc.get("best")?;
+    Some((
+        best.get("mean_throughput_samples_per_second")?.as_f64()?,
+        best.get("configuration")?.get("area_mm2")?.as_f64()? * 1e6,
+    ))
 }
 
 /// The result folder of content `hash` if its `result.json` exists
@@ -630,10 +683,21 @@ fn worker(s: &Shared) {
             store.put(job.clone());
             job
         };
-        let span = tracing::info_span!("search", spec = %job.name, hash = %&job.hash[..16]);
+        // The spec's name is recorded once the spec is parsed.
+        let span = tracing::info_span!(
+            "search",
+            spec = tracing::field::Empty,
+            hash = %&job.hash[..16],
+            file = %file_name(&next.path),
+        );
         let _enter = span.enter();
-        tracing::info!(file = %next.path.display(), "search started");
-        let outcome = search(s, &next, &job, &flag);
+        tracing::info!(path = %next.path.display(), "search started");
+        let started = Instant::now();
+        let mut labels = SpecLabels {
+            spec: job.name.clone(),
+            file: file_name(&next.path),
+        };
+        let outcome = search(s, &next, &job, &flag, &mut labels);
         if let Ok(mut p) = s.progress.lock() {
             p.remove(&job.hash);
         }
@@ -643,8 +707,23 @@ fn worker(s: &Shared) {
             .ok()
             .and_then(|mut r| r.remove(&job.hash))
             .and_then(|run| run.reason);
+        let metric_outcome = match &outcome {
+            Outcome::Done(_) => "done",
+            Outcome::Failed(_) | Outcome::RetryLater(_) => "failed",
+            Outcome::Cancelled if reason.is_none() && s.shutdown.load(Ordering::Relaxed) => {
+                "interrupted"
+            }
+            Outcome::Cancelled => "cancelled",
+        };
+        s.metrics
+            .search_ended(&labels, metric_outcome, started.elapsed().as_secs_f64());
         let (state, message) = match outcome {
-            Outcome::Done => (JobState::Done, None),
+            Outcome::Done(best) => {
+                if let Some((throughput, area_um2)) = best {
+                    s.metrics.set_result(&labels, throughput, area_um2);
+                }
+                (JobState::Done, None)
+            }
             Outcome::Failed(m) => (JobState::Failed, Some(m)),
             Outcome::RetryLater(m) => {
                 let after = Duration::from_secs_f64(s.cfg().retry_seconds);
@@ -674,7 +753,8 @@ fn worker(s: &Shared) {
 }
 
 enum Outcome {
-    Done,
+    /// With the best configuration's throughput and area (µm²), if any fits.
+    Done(Option<(f64, f64)>),
     Failed(String),
     /// The search ran but its results could not be written: failed now, tried again later.
     RetryLater(String),
@@ -708,6 +788,10 @@ struct StatusWriter<'a> {
     last: Mutex<Option<Instant>>,
     /// Where the daemon's STATUS line reads progress from.
     progress: &'a Mutex<HashMap<String, (String, usize, usize)>>,
+    metrics: &'a Metrics,
+    labels: SpecLabels,
+    /// Estimate counters already added to the metrics.
+    estimates_seen: Mutex<(u64, u64)>,
 }
 
 impl StatusWriter<'_> {
@@ -737,7 +821,18 @@ impl StatusWriter<'_> {
 }
 
 impl Observer for StatusWriter<'_> {
+    fn schedule(&self, e: &ScheduleEvent) {
+        self.metrics.schedule(e);
+    }
+
+    fn placement(&self, seconds: f64) {
+        self.metrics.placement(seconds);
+    }
+
     fn progress(&self, p: &Progress) {
+        if let Ok(mut seen) = self.estimates_seen.lock() {
+            self.metrics.progress(&self.labels, p, &mut seen);
+        }
         if let Ok(mut m) = self.progress.lock() {
             m.insert(
                 self.job.hash.clone(),
@@ -765,7 +860,13 @@ fn write_error(dir: &Path, file: &Path, errors: serde_json::Value) -> Result<(),
 }
 
 /// One search, start to result files.
-fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcome {
+fn search(
+    s: &Shared,
+    q: &Queued,
+    job: &Job,
+    cancel: &Arc<AtomicBool>,
+    labels: &mut SpecLabels,
+) -> Outcome {
     let shown = q.path.display().to_string();
     let invalid = |diags: Vec<crate::spec::Diagnostic>, dir: &Path| {
         let n = diags.len();
@@ -799,6 +900,8 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
         Ok(spec) => spec,
         Err(diags) => return invalid(diags, &job.result_dir),
     };
+    tracing::Span::current().record("spec", spec.name.as_str());
+    labels.spec = spec.name.clone();
     let dir = runner::result_dir(&s.cfg().results_dir, &spec);
     if let Ok(mut store) = s.store.lock()
         && let Some(mut j) = store.get(&job.hash).cloned()
@@ -818,6 +921,9 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
         started: Instant::now(),
         last: Mutex::new(None),
         progress: &s.progress,
+        metrics: &s.metrics,
+        labels: labels.clone(),
+        estimates_seen: Mutex::new((0, 0)),
     };
     status.write("running", None);
     let pool = match rayon::ThreadPoolBuilder::new()
@@ -836,7 +942,12 @@ fn search(s: &Shared, q: &Queued, job: &Job, cancel: &Arc<AtomicBool>) -> Outcom
         Ok(finished) => match runner::write(&dir, &finished) {
             Ok(()) => {
                 status.write("done", None);
-                Outcome::Done
+                Outcome::Done(finished.doc.best.as_ref().map(|b| {
+                    (
+                        b.mean_throughput_samples_per_second,
+                        b.configuration.area_mm2 * 1e6,
+                    )
+                }))
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot write the results");

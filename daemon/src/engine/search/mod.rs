@@ -163,13 +163,35 @@ pub struct Progress {
     /// Candidates in the space (the search may stop before).
     pub total: usize,
     pub bucket: u64,
+    /// Smallest area of the current bucket (the bucket's index × the bucket size).
+    pub bucket_area_um2: f64,
     pub best_throughput_samples_per_second: Option<f64>,
     pub best_area_um2: Option<f64>,
+    /// Operator estimates asked of the latency model so far, and those the memo answered.
+    pub estimates_computed: u64,
+    pub estimate_cache_hits: u64,
 }
 
-/// Receives progress; called from the searching thread.
+/// One layer schedule, as the search settled it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ScheduleEvent {
+    pub method: Method,
+    /// Bounds, list schedule and (for [`Method::Mip`]) the MIP.
+    pub solve_seconds: f64,
+    pub hit_time_limit: bool,
+    pub proven_optimal: bool,
+}
+
+/// Hears how the search goes, for progress displays and metrics. `progress` is called
+/// from the searching thread after each candidate; the work events from the worker
+/// threads as each piece of work ends (so they must be cheap).
 pub trait Observer: Sync {
     fn progress(&self, _p: &Progress) {}
+    /// A layer schedule was settled.
+    fn schedule(&self, _e: &ScheduleEvent) {}
+    /// One run of the placement program (one HBM size, model, micro-batch and
+    /// recomputation setting, every width) took `seconds`.
+    fn placement(&self, _seconds: f64) {}
 }
 
 impl Observer for () {}
@@ -278,6 +300,7 @@ struct Ctx<'a> {
     graphs: Vec<HashMap<(u64, u64), ModelGraph>>,
     estimator: Estimator<'a>,
     stats: Mutex<Stats>,
+    observer: &'a dyn Observer,
 }
 
 fn layer_name(index: usize, blocks: u64) -> String {
@@ -337,6 +360,12 @@ impl Ctx<'_> {
             st.schedules_not_proven_optimal += u64::from(!s.optimal);
             st.mip_time_limit_hits += u64::from(s.hit_time_limit);
         }
+        self.observer.schedule(&ScheduleEvent {
+            method: s.method,
+            solve_seconds: s.solve_seconds,
+            hit_time_limit: s.hit_time_limit,
+            proven_optimal: s.optimal,
+        });
         Ok(Scheduled {
             seconds: s.makespan,
             util: s.utilisation(&inst),
@@ -469,10 +498,10 @@ impl Ctx<'_> {
                     .map(|&t| self.chain(&self.graphs[m][&(b, t)], &times[&(m, b, t)]))
                     .collect();
                 let settings = self.settings(self.input.cluster.hbm_bytes[h], b, r);
-                placement::best_plan(&chains, &settings)
-                    .ok()
-                    .flatten()
-                    .map(|p| (p, chains))
+                let t = Instant::now();
+                let plan = placement::best_plan(&chains, &settings).ok().flatten();
+                self.observer.placement(t.elapsed().as_secs_f64());
+                plan.map(|p| (p, chains))
             })
             .collect();
         if let Ok(mut st) = self.stats.lock() {
@@ -686,6 +715,7 @@ pub fn search(
             hits: AtomicU64::new(0),
         },
         stats: Mutex::new(Stats::default()),
+        observer,
     };
     let mut explored: Vec<Evaluated> = Vec::new();
     let mut best: Option<usize> = None;
@@ -724,9 +754,12 @@ pub fn search(
                 evaluated: explored.len(),
                 total: n,
                 bucket,
+                bucket_area_um2: bucket as f64 * space.bucket_um2,
                 best_throughput_samples_per_second: b
                     .and_then(|e| e.mean_throughput_samples_per_second),
                 best_area_um2: b.map(|e| e.area_um2),
+                estimates_computed: ctx.estimator.computed.load(Ordering::Relaxed),
+                estimate_cache_hits: ctx.estimator.hits.load(Ordering::Relaxed),
             });
         }
         if cancelled {

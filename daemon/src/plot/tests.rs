@@ -1,0 +1,171 @@
+#![allow(clippy::unwrap_used)]
+
+use super::pareto::frontier;
+use super::*;
+use crate::engine::search::{Evaluated, ModelPlan, StageReport};
+use crate::engine::space::REFERENCE_CONFIG;
+use archplace_plugin_sdk::AcceleratorConfig;
+
+/// The texts of an SVG document, after checking that it parses as XML with an `svg` root.
+pub fn svg_texts(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.tag_name().name() == "text")
+        .map(|n| n.text().unwrap_or("").to_string())
+        .collect()
+}
+
+fn chip(tensor_cores: u32) -> AcceleratorConfig {
+    AcceleratorConfig {
+        tensor_cores,
+        ..REFERENCE_CONFIG
+    }
+}
+
+fn candidate(index: usize, config: AcceleratorConfig, area_mm2: f64, t: Option<f64>) -> Evaluated {
+    Evaluated {
+        index,
+        config,
+        area_um2: area_mm2 * 1e6,
+        bucket: 0,
+        mean_throughput_samples_per_second: t,
+        hbm_bytes: t.map(|_| 32 << 30),
+        plans: Vec::new(),
+        failure: t.is_none().then(|| "does not fit".to_string()),
+    }
+}
+
+#[test]
+fn the_frontier_keeps_only_candidates_no_smaller_one_beats() {
+    let pts = [
+        (100.0, 5.0),
+        (120.0, 4.0), // beaten by a smaller, faster one
+        (150.0, 7.0),
+        (150.0, 6.0), // same area, slower
+        (90.0, 5.0),  // as fast and smaller than (100, 5)
+        (200.0, 7.0), // not faster than (150, 7)
+        (210.0, 9.0),
+    ];
+    assert_eq!(
+        frontier(&pts),
+        vec![(90.0, 5.0), (150.0, 7.0), (210.0, 9.0)]
+    );
+    assert!(frontier(&[]).is_empty());
+}
+
+#[test]
+fn pareto_svg_is_valid_and_labels_axes_best_reference_and_frontier() {
+    let explored = vec![
+        candidate(0, REFERENCE_CONFIG, 278.8, Some(10.0)),
+        candidate(1, chip(4), 200.0, Some(12.0)),
+        candidate(2, chip(2), 150.0, Some(8.0)),
+        candidate(3, chip(1), 120.0, None),
+    ];
+    let svg = pareto_svg(&ParetoInput {
+        title: "unit",
+        explored: &explored,
+        best: Some(1),
+        reference: Some((REFERENCE_CONFIG, Some(278.8e6))),
+        budget_um2: 278.8e6,
+    })
+    .unwrap();
+    let texts = svg_texts(&svg).join("\n");
+    for want in [
+        "chip area (mm²)",
+        "throughput, mean over the models (samples/s)",
+        "best: 4 TC 128×128, 2 VC ×128, 128 MiB — 200.0 mm², 12.0000 samples/s",
+        "reference configuration: 8 TC 128×128, 2 VC ×128, 128 MiB — 278.8 mm², 10.0000 samples/s",
+        "Pareto frontier (2 candidates)",
+        "1 that fit no plan are not shown",
+        "area budget (278.8 mm²)",
+    ] {
+        assert!(texts.contains(want), "missing {want:?} in\n{texts}");
+    }
+    // Three evaluated points, two frontier points, the best's two circles.
+    assert!(svg.matches("<circle").count() >= 3 + 2 + 2, "{svg}");
+}
+
+#[test]
+fn pareto_svg_draws_a_search_where_nothing_fits_or_the_reference_is_unknown() {
+    let explored = vec![candidate(0, chip(2), 150.0, None)];
+    let svg = pareto_svg(&ParetoInput {
+        title: "nothing fits",
+        explored: &explored,
+        best: None,
+        reference: Some((REFERENCE_CONFIG, None)),
+        budget_um2: 300e6,
+    })
+    .unwrap();
+    let texts = svg_texts(&svg).join("\n");
+    assert!(texts.contains("chip area (mm²)"), "{texts}");
+    assert!(!texts.contains("best:"), "{texts}");
+}
+
+fn stage(first: &str, last: &str, layers: usize, seconds: f64, gib: f64) -> StageReport {
+    StageReport {
+        first_layer: first.into(),
+        last_layer: last.into(),
+        layers,
+        devices: 8,
+        load_seconds: seconds,
+        memory_bytes: gib * (1u64 << 30) as f64,
+    }
+}
+
+fn plan(stages: Vec<StageReport>) -> ModelPlan {
+    ModelPlan {
+        model: "bert-large".into(),
+        micro_batch: 4,
+        activation_recomputation: true,
+        tensor_parallel: 2,
+        data_parallel: 4,
+        pipeline_stages: stages.len(),
+        time_per_batch_seconds: 1.5,
+        gradient_all_reduce_seconds: 0.25,
+        throughput_samples_per_second: 2730.0,
+        throughput_tokens_per_second: 2730.0 * 512.0,
+        stages,
+        layers: Vec::new(),
+        baseline: None,
+    }
+}
+
+#[test]
+fn placement_svg_shows_stages_layers_devices_time_and_memory_against_hbm() {
+    let p = plan(vec![
+        stage("embedding", "block 11", 13, 0.012, 20.5),
+        stage("block 12", "head", 13, 0.011, 19.0),
+    ]);
+    let svg = placement_svg("unit", "8 TC 128×128", &[p], 32 << 30).unwrap();
+    let texts = svg_texts(&svg).join("\n");
+    for want in [
+        "bert-large: 2 pipeline stages, t = 2 (tensor), d = 4 (data) — 64 devices",
+        "stage 1",
+        "embedding – block 11",
+        "block 12 – head",
+        "13 layers",
+        "8 × 4 = 32 devices",
+        "time (ms)",
+        "memory (GiB)",
+        "HBM limit 32 GiB",
+        "HBM 32 GiB",
+    ] {
+        assert!(texts.contains(want), "missing {want:?} in\n{texts}");
+    }
+}
+
+#[test]
+fn placement_svg_of_many_stages_and_of_no_plan_is_still_valid() {
+    let stages = (0..96)
+        .map(|i| stage(&format!("block {i}"), &format!("block {i}"), 1, 0.001, 1.0))
+        .collect();
+    let svg = placement_svg("many", "chip", &[plan(stages)], 80 << 30).unwrap();
+    let texts = svg_texts(&svg).join("\n");
+    assert!(
+        texts.contains("96 stages from block 0 to block 95"),
+        "{texts}"
+    );
+    let svg = placement_svg("none", "no chip", &[], 0).unwrap();
+    assert!(svg_texts(&svg).join("\n").contains("no plan"));
+}
