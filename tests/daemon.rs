@@ -126,6 +126,28 @@ fn job_named<'a>(jobs: &'a [serde_json::Value], name: &str) -> Option<&'a serde_
     jobs.iter().find(|j| j["name"] == name)
 }
 
+/// Whether the job of spec `name` is in `state`.
+fn state_is(jobs: &[serde_json::Value], name: &str, state: &str) -> bool {
+    job_named(jobs, name).is_some_and(|j| j["state"] == state)
+}
+
+/// Waits up to `seconds` until the job of spec `name` is in `state`.
+fn wait_state(d: &Daemon, dir: &Path, name: &str, state: &str, seconds: u64) {
+    until(
+        d,
+        Duration::from_secs(seconds),
+        &format!("the job of `{name}` to be {state}"),
+        || state_is(&jobs(dir), name, state),
+    );
+}
+
+/// A temporary folder with an empty `specs/` in it (the daemon's working folder).
+fn folder() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("specs")).unwrap();
+    tmp
+}
+
 /// Waits until `cond` holds (or fails the test with the daemon's log).
 fn until(d: &Daemon, limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let t = Instant::now();
@@ -162,8 +184,7 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     );
     until(&d, Duration::from_secs(120), "both specs", || {
         let j = jobs(dir);
-        job_named(&j, "e2e-tiny").is_some_and(|j| j["state"] == "done")
-            && job_named(&j, "bad").is_some_and(|j| j["state"] == "failed")
+        state_is(&j, "e2e-tiny", "done") && state_is(&j, "bad", "failed")
     });
     let out = &result_dirs(dir, "e2e-tiny")[0];
     let result: serde_json::Value =
@@ -225,17 +246,11 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
 
 #[test]
 fn editing_or_deleting_a_running_spec_cancels_its_search() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir(dir.join("specs")).unwrap();
     let d = Daemon::start(dir);
     drop_spec(dir, "slow.toml", &slow_spec());
-    until(
-        &d,
-        Duration::from_secs(60),
-        "the slow search to run",
-        || job_named(&jobs(dir), "default-bert-large").is_some_and(|j| j["state"] == "running"),
-    );
+    wait_state(&d, dir, "default-bert-large", "running", 60);
     // Edit: the old content's search is cancelled, the new content is searched.
     drop_spec(dir, "slow.toml", TINY);
     until(
@@ -244,8 +259,7 @@ fn editing_or_deleting_a_running_spec_cancels_its_search() {
         "cancel and the new search",
         || {
             let j = jobs(dir);
-            job_named(&j, "default-bert-large").is_some_and(|j| j["state"] == "cancelled")
-                && job_named(&j, "e2e-tiny").is_some_and(|j| j["state"] == "done")
+            state_is(&j, "default-bert-large", "cancelled") && state_is(&j, "e2e-tiny", "done")
         },
     );
     let j = jobs(dir);
@@ -259,32 +273,19 @@ fn editing_or_deleting_a_running_spec_cancels_its_search() {
         "slow2.toml",
         &slow_spec().replace("default-bert-large", "slow-two"),
     );
-    until(
-        &d,
-        Duration::from_secs(60),
-        "the second slow search to run",
-        || job_named(&jobs(dir), "slow-two").is_some_and(|j| j["state"] == "running"),
-    );
+    wait_state(&d, dir, "slow-two", "running", 60);
     std::fs::remove_file(dir.join("specs/slow2.toml")).unwrap();
-    until(
-        &d,
-        Duration::from_secs(60),
-        "the deleted spec's search to stop",
-        || job_named(&jobs(dir), "slow-two").is_some_and(|j| j["state"] == "cancelled"),
-    );
+    wait_state(&d, dir, "slow-two", "cancelled", 60);
 }
 
 #[test]
 fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir(dir.join("specs")).unwrap();
     // A slow search: SIGTERM must stop it at its next safe point, within 10 s.
     let mut d = Daemon::start(dir);
     drop_spec(dir, "slow.toml", &slow_spec());
-    until(&d, Duration::from_secs(60), "the search to run", || {
-        job_named(&jobs(dir), "default-bert-large").is_some_and(|j| j["state"] == "running")
-    });
+    wait_state(&d, dir, "default-bert-large", "running", 60);
     d.signal("-TERM");
     let (code, took) = d.wait(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", d.log());
@@ -299,22 +300,12 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
     // A search that can finish: interrupted, then completed by the restart, once.
     drop_spec(dir, "medium.toml", &medium_spec());
     let mut d = Daemon::start(dir);
-    until(
-        &d,
-        Duration::from_secs(60),
-        "the medium search to run",
-        || job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "running"),
-    );
+    wait_state(&d, dir, "e2e-medium", "running", 60);
     d.signal("-TERM");
     let (code, _) = d.wait(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", d.log());
     let d = Daemon::start(dir);
-    until(
-        &d,
-        Duration::from_secs(300),
-        "the restart to complete it",
-        || job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "done"),
-    );
+    wait_state(&d, dir, "e2e-medium", "done", 300);
     let j = jobs(dir);
     assert_eq!(job_named(&j, "e2e-medium").unwrap()["attempts"], 2);
     // The slow spec left the folder while the daemon was down: cancelled, not searched.
@@ -330,14 +321,11 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
 
 #[test]
 fn kill_9_during_a_search_loses_nothing_and_a_restart_completes_it_once() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir(dir.join("specs")).unwrap();
     drop_spec(dir, "medium.toml", &medium_spec());
     let mut d = Daemon::start(dir);
-    until(&d, Duration::from_secs(60), "the search to run", || {
-        job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "running")
-    });
+    wait_state(&d, dir, "e2e-medium", "running", 60);
     d.signal("-KILL");
     d.wait(Duration::from_secs(5));
     // No half-written file anywhere (a write the kill interrupted can only have left its
@@ -351,12 +339,7 @@ fn kill_9_during_a_search_loses_nothing_and_a_restart_completes_it_once() {
         }
     }
     let d = Daemon::start(dir);
-    until(
-        &d,
-        Duration::from_secs(300),
-        "the restart to complete it",
-        || job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "done"),
-    );
+    wait_state(&d, dir, "e2e-medium", "done", 300);
     assert_eq!(job_named(&jobs(dir), "e2e-medium").unwrap()["attempts"], 2);
     assert_eq!(result_dirs(dir, "e2e-medium").len(), 1);
     for e in walk(dir) {
@@ -391,9 +374,8 @@ fn a_spec_written_slowly_in_place_is_never_read_half_written() {
 }
 
 fn slow_writes(mode: &[&str]) {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir(dir.join("specs")).unwrap();
     let d = Daemon::start_with(dir, mode);
     // Five writes 0.1 s apart, no rename.
     let path = dir.join("specs/written-slowly.toml");
@@ -410,9 +392,7 @@ fn slow_writes(mode: &[&str]) {
         drop(f);
         std::thread::sleep(Duration::from_millis(100));
     }
-    until(&d, Duration::from_secs(60), "the search", || {
-        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
-    });
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
     std::thread::sleep(Duration::from_millis(500));
     let j = jobs(dir);
     assert_eq!(j.len(), 1, "only the whole file was ever read: {j:#?}");
@@ -420,9 +400,8 @@ fn slow_writes(mode: &[&str]) {
 
 #[test]
 fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir(dir.join("specs")).unwrap();
     let inst = dir.join("plugins/trap");
     std::fs::create_dir_all(&inst).unwrap();
     std::fs::copy(
@@ -442,8 +421,7 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
     drop_spec(dir, "good.toml", TINY);
     until(&d, Duration::from_secs(120), "both searches", || {
         let j = jobs(dir);
-        job_named(&j, "hostile").is_some_and(|j| j["state"] == "failed")
-            && job_named(&j, "e2e-tiny").is_some_and(|j| j["state"] == "done")
+        state_is(&j, "hostile", "failed") && state_is(&j, "e2e-tiny", "done")
     });
     let j = jobs(dir);
     let m = job_named(&j, "hostile").unwrap()["message"]
@@ -460,9 +438,8 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
 
 #[test]
 fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir(dir.join("specs")).unwrap();
     for i in 0..200 {
         let text = TINY.replace("name = \"e2e-tiny\"", &format!("name = \"many-{i:03}\""));
         std::fs::write(dir.join(format!("specs/.{i}.tmp")), text).unwrap();
@@ -505,18 +482,15 @@ fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
 
 #[test]
 fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
     std::fs::create_dir_all(dir.join("results")).unwrap();
     // A file where the spec's result folder must go: no result can be written (this works
     // even as root, for whom permissions do not).
     std::fs::write(dir.join("results/e2e-tiny"), "in the way").unwrap();
     let d = Daemon::start_with(dir, &["--retry-seconds", "1"]);
     drop_spec(dir, "tiny.toml", TINY);
-    until(&d, Duration::from_secs(60), "the failure", || {
-        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "failed")
-    });
+    wait_state(&d, dir, "e2e-tiny", "failed", 60);
     let j = jobs(dir);
     let m = job_named(&j, "e2e-tiny").unwrap()["message"]
         .as_str()
@@ -528,17 +502,14 @@ fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
     );
     // The daemon carries on; once the folder can be written, the retry succeeds.
     std::fs::remove_file(dir.join("results/e2e-tiny")).unwrap();
-    until(&d, Duration::from_secs(60), "the retry", || {
-        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
-    });
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
     assert!(result_dirs(dir, "e2e-tiny")[0].join("result.json").exists());
 }
 
 #[test]
 fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
     std::fs::write(
         dir.join("archplace.toml"),
         "settle_seconds = 0.3\nmax_queue = 100\n",
@@ -555,18 +526,14 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
     );
     // A slow search runs meanwhile.
     drop_spec(dir, "slow.toml", &slow_spec());
-    until(&d, Duration::from_secs(60), "the slow search", || {
-        job_named(&jobs(dir), "default-bert-large").is_some_and(|j| j["state"] == "running")
-    });
+    wait_state(&d, dir, "default-bert-large", "running", 60);
     // A spec naming a plugin that is not installed yet fails with a located error.
     let uses = |name: &str| {
         TINY.replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""))
             + "\n[cost_model]\nlatency = \"my-cost-model\"\n"
     };
     drop_spec(dir, "early.toml", &uses("early"));
-    until(&d, Duration::from_secs(60), "the missing plugin", || {
-        job_named(&jobs(dir), "early").is_some_and(|j| j["state"] == "failed")
-    });
+    wait_state(&d, dir, "early", "failed", 60);
     // Install it and reload.
     let inst = dir.join("plugins/my-cost-model");
     std::fs::create_dir_all(&inst).unwrap();
@@ -596,12 +563,7 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
         d.log()
     );
     drop_spec(dir, "late.toml", &uses("late"));
-    until(
-        &d,
-        Duration::from_secs(60),
-        "the search with the new plugin",
-        || job_named(&jobs(dir), "late").is_some_and(|j| j["state"] == "done"),
-    );
+    wait_state(&d, dir, "late", "done", 60);
     // The slow search was not dropped by the reload.
     let j = jobs(dir);
     let slow = job_named(&j, "default-bert-large").unwrap();
@@ -701,9 +663,8 @@ fn exprs_json(v: &serde_json::Value, out: &mut Vec<String>) {
 
 #[test]
 fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
     let d = Daemon::start_with(dir, &["--log-format", "json"]);
     let addr = metrics_addr(&d);
     until(&d, Duration::from_secs(30), "/readyz", || {
@@ -723,7 +684,7 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
         progress_seen |= last.contains(
             r#"archplace_search_candidates_evaluated{file="medium.toml",spec="e2e-medium"}"#,
         );
-        job_named(&jobs(dir), "e2e-medium").is_some_and(|j| j["state"] == "done")
+        state_is(&jobs(dir), "e2e-medium", "done")
     });
     assert!(progress_seen, "no progress series while the search ran");
     // (Metrics are refreshed every second.)
@@ -844,9 +805,8 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
 
 #[test]
 fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
     let config = dir.join("archplace.toml");
     // (A restart-only setting changes with the level, so that the reload logs a warning.)
     let write_config = |level: &str, searches: u32| {
@@ -886,9 +846,7 @@ fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set()
     });
     let mark = d.log().len();
     drop_spec(dir, "tiny.toml", TINY);
-    until(&d, Duration::from_secs(60), "the search", || {
-        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
-    });
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
     let after = d.log()[mark..].to_string();
     assert!(
         !after.contains("INFO") && !after.contains("DEBUG"),
@@ -910,23 +868,18 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn a_corrupt_state_is_reported_and_rebuilt_from_the_folders() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
     drop_spec(dir, "tiny.toml", TINY);
     let mut d = Daemon::start(dir);
-    until(&d, Duration::from_secs(60), "the search", || {
-        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
-    });
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
     d.signal("-TERM");
     d.wait(Duration::from_secs(10));
     for e in std::fs::read_dir(dir.join(".archplace-state/jobs")).unwrap() {
         std::fs::write(e.unwrap().path(), b"\0garbage").unwrap();
     }
     let d = Daemon::start(dir);
-    until(&d, Duration::from_secs(60), "the rebuilt record", || {
-        job_named(&jobs(dir), "e2e-tiny").is_some_and(|j| j["state"] == "done")
-    });
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
     let log = d.log();
     assert!(log.contains("corrupt job record"), "{log}");
     assert!(!log.contains("search started"), "searched again:\n{log}");
@@ -934,9 +887,8 @@ fn a_corrupt_state_is_reported_and_rebuilt_from_the_folders() {
 
 #[test]
 fn systemd_hears_ready_status_watchdog_and_stopping() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = folder();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("specs")).unwrap();
     let socket_path = dir.join("notify.sock");
     let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
     socket
