@@ -33,6 +33,10 @@ pub enum Workload {
     /// The embedded default search with the WebAssembly reference plugin and with the
     /// native one, alternately: the ratio of their times.
     Search,
+    /// The daemon's metrics: the cost of recording a layer schedule, a plugin call and a
+    /// search's progress (each on a hot path), and of rendering `/metrics` for a folder of
+    /// 200 finished specs and 2 running searches.
+    Metrics,
     /// Everything above.
     All,
 }
@@ -183,10 +187,102 @@ pub fn run(what: Workload, repeat: usize, plugins: &super::plugin::PluginArgs) -
     if all || what == Workload::Plugin {
         bench_plugin(repeat, plugins)?;
     }
+    if all || what == Workload::Metrics {
+        bench_metrics(repeat)?;
+    }
     if all || what == Workload::Search {
         bench_search(repeat.min(5), plugins)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn bench_metrics(repeat: usize) -> Result<()> {
+    use archplace::engine::schedule::Method;
+    use archplace::engine::search::{Progress, ScheduleEvent};
+    use archplace::plugin::Telemetry;
+    use archplace::service::metrics::{Metrics, SpecLabels};
+    let m = Metrics::new().context("the metrics registry")?;
+    m.plugin_known("reference");
+    let n = 100_000;
+    let per_op = |times: &[f64]| times[times.len() / 2] / n as f64 * 1e9;
+    let event = ScheduleEvent {
+        method: Method::Mip,
+        solve_seconds: 0.004,
+        hit_time_limit: false,
+        proven_optimal: true,
+    };
+    let (times, ()) = time(repeat, || {
+        for _ in 0..n {
+            m.schedule(std::hint::black_box(&event));
+        }
+        Ok(())
+    })?;
+    let schedule_ns = per_op(&times);
+    emit(&report(
+        "metrics",
+        &times,
+        format!("{n} layer-schedule events (MIP: counter + histogram): {schedule_ns:.0} ns each"),
+    ))?;
+    let (times, ()) = time(repeat, || {
+        for _ in 0..n {
+            m.call("reference", std::hint::black_box(2.5e-6), 17);
+        }
+        Ok(())
+    })?;
+    let call_ns = per_op(&times);
+    emit(&report(
+        "metrics",
+        &times,
+        format!(
+            "{n} plugin calls (2 labelled counters + histogram): {call_ns:.0} ns each (a 1-op call takes ~1,600 ns)"
+        ),
+    ))?;
+    let labels = SpecLabels {
+        spec: "bench".into(),
+        file: "bench.toml".into(),
+    };
+    let mut seen = (0, 0);
+    let (times, ()) = time(repeat, || {
+        for i in 0..n {
+            m.progress(
+                &labels,
+                &Progress {
+                    evaluated: i,
+                    total: n,
+                    bucket: 3,
+                    bucket_area_um2: 3e4,
+                    best_throughput_samples_per_second: Some(1.0),
+                    best_area_um2: Some(2e8),
+                    estimates_computed: i as u64,
+                    estimate_cache_hits: i as u64,
+                },
+                &mut seen,
+            );
+        }
+        Ok(())
+    })?;
+    emit(&report(
+        "metrics",
+        &times,
+        format!(
+            "{n} progress updates (per candidate): {:.0} ns each",
+            per_op(&times)
+        ),
+    ))?;
+    for i in 0..200 {
+        let l = SpecLabels {
+            spec: format!("spec-{i}"),
+            file: format!("spec-{i}.toml"),
+        };
+        m.set_result(&l, 100.0 + i as f64, 2e8);
+    }
+    let (times, bytes) = time(repeat, || Ok(m.render().len()))?;
+    emit(&report(
+        "metrics",
+        &times,
+        format!("render /metrics with 200 finished specs: {bytes} bytes"),
+    ))?;
+    Ok(())
 }
 
 /// 1,000 distinct tensor-core operators of the shapes the engine produces.
