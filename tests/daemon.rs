@@ -804,6 +804,56 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
 }
 
 #[test]
+fn every_dashboard_query_is_valid_promql() {
+    // promtool parses PromQL only in rule files: each query becomes a recording rule, with
+    // Grafana's variables replaced by what Grafana would put there. (JSON is YAML.)
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("config/grafana/dashboards/archplace.json")).unwrap(),
+    )
+    .unwrap();
+    let mut queries = Vec::new();
+    exprs_json(&dashboard, &mut queries);
+    let rules: Vec<serde_json::Value> = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            serde_json::json!({
+                "record": format!("dashboard:query_{i}"),
+                "expr": q.replace("$__rate_interval", "1m").replace("$instance", ".*"),
+            })
+        })
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("dashboard-queries.yml");
+    std::fs::write(
+        &file,
+        serde_json::to_string(
+            &serde_json::json!({"groups": [{"name": "dashboard", "rules": rules}]}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run promtool ({e}): install it with `scripts/setup --dev` (scripts/test does)")
+        });
+    assert!(
+        out.status.success(),
+        "a dashboard query is not valid PromQL:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("{} rules found", queries.len())),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
 fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set() {
     let tmp = folder();
     let dir = tmp.path();
