@@ -35,7 +35,7 @@ pub enum Workload {
     Search,
     /// The daemon's metrics: the cost of recording a layer schedule, a plugin call and a
     /// search's progress (each on a hot path), and of rendering `/metrics` for a folder of
-    /// 200 finished specs and 2 running searches.
+    /// 200 finished specs and a running search.
     Metrics,
     /// Everything above.
     All,
@@ -204,71 +204,51 @@ fn bench_metrics(repeat: usize) -> Result<()> {
     let m = Metrics::new().context("the metrics registry")?;
     m.plugin_known("reference");
     let n = 100_000;
-    let per_op = |times: &[f64]| times[times.len() / 2] / n as f64 * 1e9;
+    // `n` calls of `f`; the median time per call.
+    let per_call = |what: &str, f: &mut dyn FnMut(usize)| -> Result<()> {
+        let (times, ()) = time(repeat, || {
+            (0..n).for_each(&mut *f);
+            Ok(())
+        })?;
+        let ns = times[times.len() / 2] / n as f64 * 1e9;
+        emit(&report(
+            "metrics",
+            &times,
+            format!("{n} {what}: {ns:.0} ns each"),
+        ))
+    };
     let event = ScheduleEvent {
         method: Method::Mip,
         solve_seconds: 0.004,
         hit_time_limit: false,
         proven_optimal: true,
     };
-    let (times, ()) = time(repeat, || {
-        for _ in 0..n {
-            m.schedule(std::hint::black_box(&event));
-        }
-        Ok(())
-    })?;
-    let schedule_ns = per_op(&times);
-    emit(&report(
-        "metrics",
-        &times,
-        format!("{n} layer-schedule events (MIP: counter + histogram): {schedule_ns:.0} ns each"),
-    ))?;
-    let (times, ()) = time(repeat, || {
-        for _ in 0..n {
-            m.call("reference", std::hint::black_box(2.5e-6), 17);
-        }
-        Ok(())
-    })?;
-    let call_ns = per_op(&times);
-    emit(&report(
-        "metrics",
-        &times,
-        format!(
-            "{n} plugin calls (2 labelled counters + histogram): {call_ns:.0} ns each (a 1-op call takes ~1,600 ns)"
-        ),
-    ))?;
+    per_call(
+        "layer-schedule events (MIP: counter + histogram)",
+        &mut |_| m.schedule(std::hint::black_box(&event)),
+    )?;
+    per_call(
+        "plugin calls (2 labelled counters + histogram; a 1-op call takes ~1,600 ns)",
+        &mut |_| m.call("reference", std::hint::black_box(2.5e-6), 17),
+    )?;
     let labels = SpecLabels {
         spec: "bench".into(),
         file: "bench.toml".into(),
     };
     let mut seen = (0, 0);
-    let (times, ()) = time(repeat, || {
-        for i in 0..n {
-            m.progress(
-                &labels,
-                &Progress {
-                    evaluated: i,
-                    total: n,
-                    bucket: 3,
-                    bucket_area_um2: 3e4,
-                    best_throughput_samples_per_second: Some(1.0),
-                    best_area_um2: Some(2e8),
-                    estimates_computed: i as u64,
-                    estimate_cache_hits: i as u64,
-                },
-                &mut seen,
-            );
-        }
-        Ok(())
+    per_call("progress updates (one per candidate)", &mut |i| {
+        let p = Progress {
+            evaluated: i,
+            total: n,
+            bucket: 3,
+            bucket_area_um2: 3e4,
+            best_throughput_samples_per_second: Some(1.0),
+            best_area_um2: Some(2e8),
+            estimates_computed: i as u64,
+            estimate_cache_hits: i as u64,
+        };
+        m.progress(&labels, &p, &mut seen)
     })?;
-    emit(&report(
-        "metrics",
-        &times,
-        format!(
-            "{n} progress updates (per candidate): {:.0} ns each",
-            per_op(&times)
-        ),
-    ))?;
     for i in 0..200 {
         let l = SpecLabels {
             spec: format!("spec-{i}"),
@@ -280,9 +260,8 @@ fn bench_metrics(repeat: usize) -> Result<()> {
     emit(&report(
         "metrics",
         &times,
-        format!("render /metrics with 200 finished specs: {bytes} bytes"),
-    ))?;
-    Ok(())
+        format!("render /metrics with 200 finished specs and a running search: {bytes} bytes"),
+    ))
 }
 
 /// 1,000 distinct tensor-core operators of the shapes the engine produces.

@@ -221,7 +221,6 @@ impl std::fmt::Debug for Loaded {
 /// every search that uses them.
 pub type MemoKey = (blake3::Hash, Vec<Parameter>);
 
-/// The plugin host.
 /// Where the host reports each plugin call and fault — the daemon's metrics. The
 /// one-shot CLI and the tests have none.
 pub trait Telemetry: Send + Sync {
@@ -232,6 +231,7 @@ pub trait Telemetry: Send + Sync {
     fn fault(&self, plugin: &str, kind: FaultKind);
 }
 
+/// The plugin host.
 pub struct Host {
     engine: Engine,
     telemetry: Option<Arc<dyn Telemetry>>,

@@ -707,16 +707,6 @@ fn worker(s: &Shared) {
             .ok()
             .and_then(|mut r| r.remove(&job.hash))
             .and_then(|run| run.reason);
-        let metric_outcome = match &outcome {
-            Outcome::Done(_) => "done",
-            Outcome::Failed(_) | Outcome::RetryLater(_) => "failed",
-            Outcome::Cancelled if reason.is_none() && s.shutdown.load(Ordering::Relaxed) => {
-                "interrupted"
-            }
-            Outcome::Cancelled => "cancelled",
-        };
-        s.metrics
-            .search_ended(&labels, metric_outcome, started.elapsed().as_secs_f64());
         let (state, message) = match outcome {
             Outcome::Done(best) => {
                 if let Some((throughput, area_um2)) = best {
@@ -741,6 +731,13 @@ fn worker(s: &Shared) {
             ),
             Outcome::Cancelled => (JobState::Cancelled, reason),
         };
+        // Back to queued means interrupted by the shutdown.
+        let outcome = match state {
+            JobState::Queued => "interrupted",
+            other => other.name(),
+        };
+        s.metrics
+            .search_ended(&labels, outcome, started.elapsed().as_secs_f64());
         tracing::info!(
             state = state.name(),
             message = message.as_deref().unwrap_or(""),
