@@ -53,7 +53,8 @@ pub struct Job {
     pub updated_unix_seconds: f64,
 }
 
-fn now() -> f64 {
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn unix_seconds() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -101,7 +102,7 @@ impl JobStore {
 
     /// Stores `job` (in memory and atomically on disk).
     pub fn put(&mut self, mut job: Job) {
-        job.updated_unix_seconds = now();
+        job.updated_unix_seconds = unix_seconds();
         let path = self.dir.join(format!("{}.json", job.hash));
         match serde_json::to_vec_pretty(&job) {
             Ok(bytes) => {

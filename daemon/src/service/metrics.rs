@@ -11,6 +11,7 @@
 //! Every label value that is known in advance is created at start at zero, so that a
 //! dashboard or an alert sees a series (and `increase` works) before the first event.
 
+use super::jobs::unix_seconds;
 use crate::engine::schedule::Method;
 use crate::engine::search::{Progress, ScheduleEvent};
 use crate::plugin::FaultKind;
@@ -49,13 +50,6 @@ pub const FAULT_KINDS: [FaultKind; 5] = [
 ];
 
 const SPEC_LABELS: [&str; 2] = ["spec", "file"];
-
-fn seconds_from_unix_epoch() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 /// The version of the HiGHS library linked in.
 pub fn highs_version() -> String {
@@ -523,9 +517,7 @@ impl Metrics {
         if let Some(a) = p.best_area_um2 {
             self.best_area.with_label_values(&l).set(a * 1e-12);
         }
-        self.last_progress
-            .with_label_values(&l)
-            .set(seconds_from_unix_epoch());
+        self.last_progress.with_label_values(&l).set(unix_seconds());
         self.estimates_computed
             .inc_by(p.estimates_computed.saturating_sub(seen.0));
         self.estimate_cache_hits
@@ -589,7 +581,7 @@ impl Metrics {
     fn config_loaded(&self, ok: bool) {
         self.reload_ok.set(i64::from(ok));
         if ok {
-            self.reload_time.set(seconds_from_unix_epoch());
+            self.reload_time.set(unix_seconds());
         }
     }
 }
