@@ -25,7 +25,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Removes the temporary files [`write`] leaves when the process is killed mid-write
+/// Removes the temporary files [`write()`] leaves when the process is killed mid-write
 /// (`.archplace-*.tmp`) in `dir` and its subfolders down to `depth` levels. They were never
 /// renamed into place, so no reader has seen them.
 pub fn remove_stale(dir: &Path, depth: usize) {

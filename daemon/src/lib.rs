@@ -1,20 +1,16 @@
 //! archplace: joint search of an AI accelerator's architecture and of the placement of a
-//! training job over many such accelerators.
+//! training job over many such accelerators — the spec language, the runner, the service
+//! and the plots around the engine ([`archplace_engine`]) and the plugin host
+//! ([`archplace_plugin_host`]).
 //!
 //! * [`spec`] reads and validates search specs (TOML), with located errors.
-//! * [`engine`] is the search itself: model graphs, the architecture space, and (later)
-//!   layer schedules and placement. It does no I/O.
-//! * [`cost`] connects the engine to cost models.
+//! * [`cost`] resolves the cost models a spec names (plugins, or the native reference).
+//! * [`runner`] runs one spec end to end and writes its result files.
+//! * [`service`] is the daemon; [`plot`] draws the result pictures.
 
 pub mod atomic;
 pub mod cost;
-pub mod engine;
-pub mod phaze;
 pub mod plot;
-pub mod plugin;
 pub mod runner;
 pub mod service;
 pub mod spec;
-
-#[cfg(test)]
-mod testutil;

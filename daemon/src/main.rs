@@ -103,7 +103,7 @@ enum Command {
     /// Schedule one layer's operators (the reference's fixture format) and print the
     /// makespan and, per operator, its mode, core and start as JSON.
     Schedule {
-        /// Instance file (`../shared/fixtures/schedule/layer-NNN.json` format).
+        /// Instance file (the reference's layer format, e.g. `tests/fixtures/schedule/layer-000.json`).
         layer: PathBuf,
         /// Wall-clock limit of the MIP, seconds.
         #[arg(long, default_value_t = 10.0)]
@@ -112,15 +112,6 @@ enum Command {
         /// optimality).
         #[arg(long, default_value_t = 0.0)]
         gap: f64,
-    },
-    /// Measure the engine's speed on fixed workloads (run with --release).
-    Bench {
-        /// What to measure.
-        #[arg(value_enum, default_value = "all")]
-        what: cli::bench::Workload,
-        /// Repetitions; the median is reported.
-        #[arg(long, default_value_t = 11)]
-        repeat: usize,
     },
 }
 
@@ -171,10 +162,12 @@ fn main() -> ExitCode {
             time_limit,
             gap,
         } => cli::schedule::run(&layer, time_limit, gap),
-        Command::Bench { what, repeat } => cli::bench::run(what, repeat, &cli.plugins),
     };
     match result {
         Ok(code) => code,
+        // The reader of our output went away (`archplace schema | head -1`): what it
+        // wanted it has; end quietly and successfully, as ripgrep does.
+        Err(e) if cli::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

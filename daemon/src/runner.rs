@@ -12,14 +12,14 @@
 //! Each is written atomically.
 
 use crate::cost::{self, CostModelSource, ModelSource};
-use crate::engine::search::{
-    self, Evaluated, ModelInput, ModelPlan, Observer, Outcome, SearchInput, Stats,
-};
-use crate::engine::space::{self, Space};
 use crate::spec::Diagnostic;
 use crate::spec::Spec;
+use archplace_engine::search::{
+    self, Evaluated, ModelInput, ModelPlan, Observer, Outcome, SearchInput, Stats,
+};
+use archplace_engine::space::{self, Space};
 use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -43,13 +43,13 @@ pub enum RunError {
     },
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpecRef {
     pub name: String,
     pub content_hash: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CostModels {
     pub area: ModelInfo,
     pub latency: ModelInfo,
@@ -57,7 +57,7 @@ pub struct CostModels {
     pub latency_source: ModelSource,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Configuration {
     /// The chip's axes, as the SDK's record (flattened: `tensor_cores`, `width`, ...).
     #[serde(flatten)]
@@ -74,7 +74,7 @@ impl Configuration {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Best {
     pub configuration: Configuration,
     pub hbm_bytes: u64,
@@ -83,7 +83,7 @@ pub struct Best {
     pub models: Vec<ModelPlan>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SearchSummary {
     pub candidates_in_space: usize,
     pub candidates_evaluated: usize,
@@ -94,7 +94,7 @@ pub struct SearchSummary {
     pub cancelled: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Timings {
     pub total_seconds: f64,
     /// Summed over threads.
@@ -106,7 +106,7 @@ pub struct Timings {
     pub space_enumeration_seconds: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Work {
     pub estimates_computed: u64,
     pub estimate_cache_hits: u64,
@@ -120,7 +120,7 @@ pub struct Work {
 }
 
 /// `result.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResultDoc {
     pub format_version: u32,
     pub archplace_version: String,
@@ -134,7 +134,7 @@ pub struct ResultDoc {
 }
 
 /// One line of `explored.jsonl`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExploredLine {
     pub index: usize,
     pub configuration: Configuration,
@@ -145,7 +145,7 @@ pub struct ExploredLine {
     pub failure: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlanLine {
     pub model: String,
     pub micro_batch: u64,
@@ -209,7 +209,7 @@ pub fn search_input(spec: &Spec) -> SearchInput {
         cluster: spec.cluster.clone(),
         convergence_window: spec.space.convergence_window,
         exhaustive: spec.space.exhaustive,
-        schedule: crate::engine::schedule::Options {
+        schedule: archplace_engine::schedule::Options {
             time_limit_seconds: spec.space.schedule_time_limit_seconds,
             heuristic_only: false,
             relative_gap: spec.space.schedule_gap,

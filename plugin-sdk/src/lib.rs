@@ -16,7 +16,11 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod text;
 pub mod units;
+
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]

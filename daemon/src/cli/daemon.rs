@@ -79,7 +79,7 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
         c.plugin_dirs = Some(plugins.plugin_dirs.clone());
     }
     if let Some(d) = &plugins.cache_dir {
-        c.cache_dir = Some(archplace::plugin::cache::dir_in(d));
+        c.cache_dir = Some(archplace_plugin_host::cache::dir_in(d));
     }
     let problems = c.check();
     if !problems.is_empty() {
@@ -134,12 +134,12 @@ pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
             if json {
                 print_json(&serde_json::json!([]))?;
             } else {
-                println!(
+                outln!(
                     "ok: {} (watches {}, writes {})",
                     path.display(),
                     c.spec_dir.display(),
                     c.results_dir.display()
-                );
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -154,9 +154,9 @@ pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
                 print_json(&v)?;
             } else {
                 for e in &errs {
-                    println!("error: {e}");
+                    outln!("error: {e}")?;
                 }
-                println!("{} error(s)", errs.len());
+                outln!("{} error(s)", errs.len())?;
             }
             Ok(ExitCode::FAILURE)
         }

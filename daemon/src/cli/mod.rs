@@ -1,7 +1,15 @@
 //! Subcommands of the `archplace` binary. Output goes to stdout; logs and human notes to
 //! stderr.
 
-pub mod bench;
+/// `println!` that returns an error instead of panicking when stdout is closed (a pipe
+/// whose reader has gone): the caller's `?` carries it to `main`, which ends quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 pub mod daemon;
 pub mod model;
 pub mod placement;
@@ -118,7 +126,7 @@ pub fn load_spec(path: Option<&Path>) -> Result<Spec> {
 /// the spec, as a spec error would be.
 pub fn cost_models(
     spec: &Spec,
-    host: &archplace::plugin::Host,
+    host: &archplace_plugin_host::Host,
     cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<archplace::cost::CostModels> {
     spec::resolve_cost_models(spec, host, cancel).map_err(|diags| {
@@ -126,6 +134,14 @@ pub fn cost_models(
             eprint!("{}", d.render(&spec.source_text));
         }
         anyhow::anyhow!("{} error(s) in the spec's cost models", diags.len())
+    })
+}
+
+/// Whether `e` is stdout's reader going away (EPIPE), which ends a command successfully.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
 

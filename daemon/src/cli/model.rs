@@ -2,7 +2,7 @@
 
 use super::{load_spec, print_json, thousands};
 use anyhow::{Result, bail};
-use archplace::engine::model::{BuildOptions, Core, Layer, ModelGraph, build};
+use archplace_engine::model::{BuildOptions, Core, Layer, ModelGraph, build};
 use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
 use std::path::Path;
@@ -49,7 +49,7 @@ struct ModelReport {
     totals: Totals,
 }
 
-fn counts(g: &archplace::engine::model::OpGraph) -> OpCounts {
+fn counts(g: &archplace_engine::model::OpGraph) -> OpCounts {
     OpCounts {
         tensor: g.count(Core::Tensor),
         fused: g.count(Core::Fused),
@@ -99,17 +99,26 @@ fn ops_text(c: &OpCounts) -> String {
     format!("{}/{}/{}/{}", c.tensor, c.fused, c.vector, c.link)
 }
 
-fn print_table(r: &ModelReport) {
-    println!(
+fn print_table(r: &ModelReport) -> std::io::Result<()> {
+    outln!(
         "{} — micro-batch {}, tensor-parallel width {} (per rank)",
-        r.model, r.micro_batch, r.tensor_parallel
-    );
-    println!(
+        r.model,
+        r.micro_batch,
+        r.tensor_parallel
+    )?;
+    outln!(
         "  {:<10} {:>6} {:>16} {:>12} {:>12} {:>12} {:>12} {:>12}",
-        "layer", "count", "parameters", "param bytes", "stash", "fwd GFLOP", "fwd ops", "bwd ops"
-    );
+        "layer",
+        "count",
+        "parameters",
+        "param bytes",
+        "stash",
+        "fwd GFLOP",
+        "fwd ops",
+        "bwd ops"
+    )?;
     for l in &r.layers {
-        println!(
+        outln!(
             "  {:<10} {:>6} {:>16} {:>12} {:>12} {:>12.2} {:>12} {:>12}",
             l.layer,
             l.count,
@@ -119,10 +128,10 @@ fn print_table(r: &ModelReport) {
             l.forward_matmul_flops / 1e9,
             ops_text(&l.forward_ops),
             ops_text(&l.backward_ops),
-        );
+        )?;
     }
     let t = &r.totals;
-    println!(
+    outln!(
         "  {:<10} {:>6} {:>16} {:>12} {:>12} {:>12.2}",
         "total",
         t.layers,
@@ -130,12 +139,13 @@ fn print_table(r: &ModelReport) {
         format_bytes(t.parameter_bytes),
         format_bytes(t.stash_bytes),
         t.forward_matmul_flops / 1e9,
-    );
-    println!(
+    )?;
+    outln!(
         "  forward + backward matmul: {:.3} TFLOP per micro-batch per rank; ops are tensor/fused/vector/link",
         t.training_matmul_flops / 1e12
-    );
-    println!();
+    )?;
+    outln!()?;
+    Ok(())
 }
 
 pub fn run(spec: Option<&Path>, micro_batch: Option<u64>, json: bool) -> Result<ExitCode> {
@@ -167,7 +177,7 @@ pub fn run(spec: Option<&Path>, micro_batch: Option<u64>, json: bool) -> Result<
         print_json(&reports)?;
     } else {
         for r in &reports {
-            print_table(r);
+            print_table(r)?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,7 +1,7 @@
 //! `archplace placement IN.json [OUT.json]`: the reference's device-placement program.
 
 use anyhow::{Context, Result};
-use archplace::phaze;
+use archplace_engine::phaze;
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -2,8 +2,8 @@
 
 use super::print_json;
 use anyhow::{Context, Result, bail};
-use archplace::plugin::catalog::{self, MANIFEST, Manifest};
-use archplace::plugin::{Host, HostOptions, check};
+use archplace_plugin_host::catalog::{self, MANIFEST, Manifest};
+use archplace_plugin_host::{Host, HostOptions, check};
 use archplace_plugin_sdk::Parameter;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -32,7 +32,7 @@ impl PluginArgs {
             o.plugin_dirs = self.plugin_dirs.clone();
         }
         if let Some(d) = &self.cache_dir {
-            o.cache_dir = Some(archplace::plugin::cache::dir_in(d));
+            o.cache_dir = Some(archplace_plugin_host::cache::dir_in(d));
         }
         if self.no_cache {
             o.cache_dir = None;
@@ -112,7 +112,7 @@ pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
             if json {
                 print_json(&report)?;
             } else {
-                print_report(&report);
+                print_report(&report)?;
             }
             if report.fit {
                 Ok(ExitCode::SUCCESS)
@@ -132,28 +132,28 @@ pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
                 print_json(&cat)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
+            outln!(
                 "plugin folders: {}",
                 cat.dirs
                     .iter()
                     .map(|d| d.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
-            );
+            )?;
             if cat.entries.is_empty() {
-                println!("no plugins installed");
+                outln!("no plugins installed")?;
             }
             for e in &cat.entries {
-                println!(
+                outln!(
                     "{:<24} {:<10} interface {:<5} {}",
                     e.manifest.name,
                     e.manifest.version,
                     e.manifest.interface,
                     e.wasm_path.display()
-                );
+                )?;
             }
             for p in &cat.problems {
-                println!("unusable manifest: {}", p.message);
+                outln!("unusable manifest: {}", p.message)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -174,12 +174,12 @@ pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
                     .context("no per-user plugin folder ($HOME unset); give --dir")?,
             };
             let installed = install(&file, &root, &report, pin)?;
-            println!(
+            outln!(
                 "installed `{}` {} in {}",
                 report.info.name,
                 report.info.version,
                 installed.display()
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Wit => {
@@ -214,52 +214,58 @@ fn install(file: &Path, root: &Path, report: &check::Report, pin: bool) -> Resul
     Ok(dir)
 }
 
-fn print_report(r: &check::Report) {
+fn print_report(r: &check::Report) -> std::io::Result<()> {
     let i = &r.info;
-    println!("{} — `{}` {} by {}", r.path, i.name, i.version, i.vendor);
-    println!("  interface      {}", r.interface);
-    println!("  blake3         {}", r.blake3);
-    println!("  size           {} bytes", r.size_bytes);
-    println!(
+    outln!("{} — `{}` {} by {}", r.path, i.name, i.version, i.vendor)?;
+    outln!("  interface      {}", r.interface)?;
+    outln!("  blake3         {}", r.blake3)?;
+    outln!("  size           {} bytes", r.size_bytes)?;
+    outln!(
         "  provides       {}{}",
         if i.provides.area { "area " } else { "" },
         if i.provides.latency { "latency" } else { "" }
-    );
-    println!("  deterministic  {}", i.deterministic);
+    )?;
+    outln!("  deterministic  {}", i.deterministic)?;
     for p in &i.parameters {
-        println!(
+        outln!(
             "  parameter      {} = {:?}  ({})",
-            p.name, p.default, p.description
-        );
+            p.name,
+            p.default,
+            p.description
+        )?;
     }
-    println!(
+    outln!(
         "  load           {:.1} ms compiling or from the cache, {:.2} ms from the disk cache",
         r.compile_seconds * 1e3,
         r.cached_load_seconds * 1e3
-    );
-    println!(
+    )?;
+    outln!(
         "  golden batch   {} configurations ({} outside the model's domain), {} latency calls, {} operators",
-        r.configurations, r.configurations_out_of_domain, r.latency_calls, r.operators_estimated
-    );
-    println!(
+        r.configurations,
+        r.configurations_out_of_domain,
+        r.latency_calls,
+        r.operators_estimated
+    )?;
+    outln!(
         "  speed          {:.3} µs and {:.0} fuel per operator; at most {:.1}% of a call's fuel budget",
         r.seconds_per_operator * 1e6,
         r.fuel_per_operator,
         r.max_fuel_fraction * 100.0
-    );
-    println!("  digest         {}", r.digest);
+    )?;
+    outln!("  digest         {}", r.digest)?;
     for w in &r.warnings {
-        println!("  warning        {w}");
+        outln!("  warning        {w}")?;
     }
     for p in &r.problems {
-        println!("  problem        {p}");
+        outln!("  problem        {p}")?;
     }
-    println!(
+    outln!(
         "  verdict        {}",
         if r.fit {
             "fit to use"
         } else {
             "NOT fit to use"
         }
-    );
+    )?;
+    Ok(())
 }

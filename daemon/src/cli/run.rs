@@ -2,8 +2,8 @@
 
 use super::{load_spec, print_json};
 use anyhow::{Context, Result, bail};
-use archplace::engine::search::{Observer, Progress};
 use archplace::runner;
+use archplace_engine::search::{Observer, Progress};
 use archplace_plugin_sdk::units::format_bytes;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -114,7 +114,7 @@ pub fn run(
     if json {
         print_json(doc)?;
     } else {
-        print_summary(doc, &dir);
+        print_summary(doc, &dir)?;
     }
     Ok(if doc.best.is_some() {
         ExitCode::SUCCESS
@@ -123,9 +123,9 @@ pub fn run(
     })
 }
 
-fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
+fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     let s = &doc.search;
-    println!(
+    outln!(
         "search `{}`: {} of {} candidates evaluated ({} failed), {} buckets, {}; {:.1} s",
         doc.spec.name,
         s.candidates_evaluated,
@@ -140,16 +140,16 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
             "space exhausted"
         },
         doc.timings.total_seconds
-    );
+    )?;
     let Some(best) = &doc.best else {
-        println!(
+        outln!(
             "no candidate can train every model within the HBM sizes given; see {}/explored.jsonl",
             dir.display()
-        );
-        return;
+        )?;
+        return Ok(());
     };
     let (c, area_mm2) = (&best.configuration.chip, best.configuration.area_mm2);
-    println!(
+    outln!(
         "best chip: {} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
         c.tensor_cores,
         c.width,
@@ -159,9 +159,9 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
         format_bytes(c.buffer_bytes),
         area_mm2,
         format_bytes(best.hbm_bytes)
-    );
+    )?;
     for m in &best.models {
-        println!(
+        outln!(
             "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}, t = {}, d = {}, {} pipeline stage(s)",
             m.model,
             m.throughput_samples_per_second,
@@ -176,32 +176,33 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) {
             m.tensor_parallel,
             m.data_parallel,
             m.pipeline_stages
-        );
+        )?;
         if let Some(b) = &m.baseline {
             match b.throughput_samples_per_second {
-                Some(t) => println!(
+                Some(t) => outln!(
                     "    baseline p={} d={} t={}: {t:.2} samples/s ({:.2}× slower than the plan found)",
                     b.pipeline,
                     b.data,
                     b.tensor,
                     m.throughput_samples_per_second / t
-                ),
-                None => println!(
+                )?,
+                None => outln!(
                     "    baseline p={} d={} t={}: infeasible ({})",
                     b.pipeline,
                     b.data,
                     b.tensor,
                     b.infeasible.as_deref().unwrap_or("")
-                ),
+                )?,
             }
         }
     }
     let w = &doc.work;
-    println!(
+    outln!(
         "layer schedules: {} ({} settled by bounds, {} MIPs); results in {}",
         w.layer_schedules,
         w.mips_avoided,
         w.mips_solved,
         dir.display()
-    );
+    )?;
+    Ok(())
 }

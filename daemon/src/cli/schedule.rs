@@ -1,8 +1,8 @@
 //! `archplace schedule LAYER.json`.
 
 use anyhow::{Context, Result, bail};
-use archplace::engine::schedule::{Options, check, solve};
-use archplace::phaze::schedule as format;
+use archplace_engine::phaze::schedule as format;
+use archplace_engine::schedule::{Options, check, solve};
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -2,7 +2,7 @@
 
 use super::{load_spec, thousands};
 use anyhow::{Context, Result};
-use archplace::engine::space::{Candidate, Space, enumerate};
+use archplace_engine::space::{Candidate, Space, enumerate};
 use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
 use std::io::Write;

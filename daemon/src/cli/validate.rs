@@ -33,7 +33,7 @@ pub fn run(files: &[PathBuf], json: bool, plugins: &super::plugin::PluginArgs) -
             }
             Ok(s) => {
                 if check_models(&s, &mut text, &mut all) && !json {
-                    println!("ok: {}", spec::DEFAULT_SPEC_NAME);
+                    outln!("ok: {}", spec::DEFAULT_SPEC_NAME)?;
                 }
             }
         }
@@ -43,12 +43,12 @@ pub fn run(files: &[PathBuf], json: bool, plugins: &super::plugin::PluginArgs) -
             Ok(s) if !check_models(&s, &mut text, &mut all) => {}
             Ok(s) => {
                 if !json {
-                    println!(
+                    outln!(
                         "ok: {} (search `{}`, {} model(s))",
                         f.display(),
                         s.name,
                         s.models.len()
-                    );
+                    )?;
                 }
             }
             Err(e) => {
@@ -61,7 +61,7 @@ pub fn run(files: &[PathBuf], json: bool, plugins: &super::plugin::PluginArgs) -
         super::print_json(&all)?;
     } else if !all.is_empty() {
         print!("{text}");
-        println!("{} error(s)", all.len());
+        outln!("{} error(s)", all.len())?;
     }
     Ok(if all.is_empty() {
         ExitCode::SUCCESS

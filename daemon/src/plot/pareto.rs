@@ -1,7 +1,7 @@
 //! `pareto.svg`: what each evaluated chip would train at, against its area.
 
 use super::{PlotError, describe, padded};
-use crate::engine::search::Evaluated;
+use archplace_engine::search::Evaluated;
 use archplace_plugin_sdk::AcceleratorConfig;
 use plotters::prelude::*;
 

@@ -5,7 +5,7 @@
 //! step and each stage's memory against the HBM size.
 
 use super::PlotError;
-use crate::engine::search::ModelPlan;
+use archplace_engine::search::ModelPlan;
 use archplace_plugin_sdk::units::format_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -2,8 +2,8 @@
 
 use super::pareto::frontier;
 use super::*;
-use crate::engine::search::{Evaluated, ModelPlan, StageReport};
-use crate::engine::space::REFERENCE_CONFIG;
+use archplace_engine::search::{Evaluated, ModelPlan, StageReport};
+use archplace_engine::space::REFERENCE_CONFIG;
 use archplace_plugin_sdk::AcceleratorConfig;
 
 /// The texts of an SVG document, after checking that it parses as XML with an `svg` root.

@@ -1,7 +1,7 @@
 //! The daemon's configuration: a TOML file (strict: unknown keys are errors, located by
 //! line and column), every setting with a default, flags overriding the file.
 
-use crate::plugin::Limits;
+use archplace_plugin_host::Limits;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,13 +45,105 @@ pub struct DaemonConfig {
     /// long until it is tried again.
     pub retry_seconds: f64,
     /// What to log: a level (`error`, `warn`, `info`, `debug`, `trace`) or `tracing`
-    /// directives (`info,archplace::plugin=debug`). `RUST_LOG` and `-v` take precedence.
+    /// directives (`info,archplace_plugin_host=debug`). `RUST_LOG` and `-v` take precedence.
     /// Applied again on SIGHUP.
     pub log_level: String,
     /// Limits of every plugin call.
     pub plugin_limits: Limits,
     /// Limits of particular plugins, by name (`[plugins.gpu-like] deadline_seconds = 30`).
     pub plugins: BTreeMap<String, Limits>,
+}
+
+/// The settings read once, when the daemon starts: folders, the listener, the workers, the
+/// plugin host. A SIGHUP that changes one logs that it takes effect at the next start.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StartSettings {
+    pub spec_dir: PathBuf,
+    pub results_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub plugin_dirs: Option<Vec<PathBuf>>,
+    pub cache_dir: Option<PathBuf>,
+    pub listen: String,
+    pub max_concurrent_searches: usize,
+    pub poll: bool,
+    pub plugin_limits: Limits,
+    pub plugins: BTreeMap<String, Limits>,
+}
+
+/// The settings a SIGHUP applies to the running daemon.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveSettings {
+    pub threads_per_search: usize,
+    pub max_queue: usize,
+    pub rescan_interval_seconds: f64,
+    pub poll_interval_seconds: f64,
+    pub settle_seconds: f64,
+    pub retry_seconds: f64,
+    pub log_level: String,
+}
+
+impl DaemonConfig {
+    /// The settings by when they apply. Every field is named here (no `..`), so a new
+    /// setting does not compile until it is put on one side — reload cannot drop it.
+    pub fn split(self) -> (StartSettings, LiveSettings) {
+        let DaemonConfig {
+            spec_dir,
+            results_dir,
+            state_dir,
+            plugin_dirs,
+            cache_dir,
+            listen,
+            max_concurrent_searches,
+            threads_per_search,
+            max_queue,
+            rescan_interval_seconds,
+            poll,
+            poll_interval_seconds,
+            settle_seconds,
+            retry_seconds,
+            log_level,
+            plugin_limits,
+            plugins,
+        } = self;
+        (
+            StartSettings {
+                spec_dir,
+                results_dir,
+                state_dir,
+                plugin_dirs,
+                cache_dir,
+                listen,
+                max_concurrent_searches,
+                poll,
+                plugin_limits,
+                plugins,
+            },
+            LiveSettings {
+                threads_per_search,
+                max_queue,
+                rescan_interval_seconds,
+                poll_interval_seconds,
+                settle_seconds,
+                retry_seconds,
+                log_level,
+            },
+        )
+    }
+}
+
+/// The keys whose values differ between `old` and `new` (compared in serialized form, so
+/// the list follows the type's fields).
+pub fn changed_keys<T: Serialize>(old: &T, new: &T) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(old), serde_json::to_value(new))
+    else {
+        return Vec::new();
+    };
+    a.keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect()
 }
 
 /// The daemon's log level unless the config, `-v` or `RUST_LOG` say otherwise. HiGHS
@@ -99,7 +191,7 @@ impl DaemonConfig {
         let mut c: DaemonConfig = toml::from_str(text).map_err(|e| {
             let (line, column) = e
                 .span()
-                .map(|s| crate::spec::diagnostic::line_column(text, s.start))
+                .map(|s| archplace_plugin_sdk::text::line_column(text, s.start))
                 .unwrap_or((0, 0));
             vec![ConfigError {
                 file: shown.clone(),
@@ -193,17 +285,19 @@ impl DaemonConfig {
             e.push((
                 "log_level",
                 format!(
-                    "`{}` is not a level or a list of tracing directives ({err}); e.g. \"info\" or \"info,archplace::plugin=debug\"",
+                    "`{}` is not a level or a list of tracing directives ({err}); e.g. \"info\" or \"info,archplace_plugin_host=debug\"",
                     self.log_level
                 ),
             ));
         }
         e
     }
+}
 
+impl StartSettings {
     /// The plugin host's options for this config.
-    pub fn host_options(&self) -> crate::plugin::HostOptions {
-        let mut o = crate::plugin::HostOptions::defaults();
+    pub fn host_options(&self) -> archplace_plugin_host::HostOptions {
+        let mut o = archplace_plugin_host::HostOptions::defaults();
         if let Some(d) = &self.plugin_dirs {
             o.plugin_dirs = d.clone();
         }
@@ -216,17 +310,15 @@ impl DaemonConfig {
     }
 }
 
-/// Line and column of `key = ` in `text` (1, 1 when absent).
+/// Line and column of `key` (dotted) in `text`: the spans of the parsed document, as for
+/// specs ([`crate::spec::diagnostic::locate`]); the closest enclosing table when absent.
 fn key_position(text: &str, key: &str) -> (usize, usize) {
-    text.lines()
-        .enumerate()
-        .find(|(_, l)| {
-            l.trim_start()
-                .strip_prefix(key)
-                .is_some_and(|r| r.trim_start().starts_with('='))
-        })
-        .map(|(i, l)| (i + 1, l.len() - l.trim_start().len() + 1))
-        .unwrap_or((1, 1))
+    let (doc, _) = toml::de::DeTable::parse_recoverable(text);
+    let path = key
+        .split('.')
+        .fold(crate::spec::FieldPath::root(), |p, k| p.key(k));
+    let span = crate::spec::diagnostic::locate(doc.get_ref(), doc.span(), &path);
+    crate::spec::diagnostic::line_column(text, span.start)
 }
 
 #[cfg(test)]
@@ -247,7 +339,8 @@ mod tests {
             Path::new("d.toml"),
         )
         .unwrap_err();
-        assert_eq!((e[0].line, e[0].column), (2, 1));
+        // At the value, as spec errors are (the parsed document's spans).
+        assert_eq!((e[0].line, e[0].column), (2, 10));
         assert!(e[0].message.contains("not an address"), "{e:?}");
         let e = DaemonConfig::parse("spec_dri = \"s\"\n", Path::new("d.toml")).unwrap_err();
         assert_eq!((e[0].line, e[0].column), (1, 1));
@@ -263,17 +356,17 @@ mod tests {
     #[test]
     fn log_levels_are_checked_and_located() {
         let c = DaemonConfig::parse(
-            "log_level = \"info,archplace::plugin=debug\"\n",
+            "log_level = \"info,archplace_plugin_host=debug\"\n",
             Path::new("d.toml"),
         )
         .unwrap();
-        assert_eq!(c.log_level, "info,archplace::plugin=debug");
+        assert_eq!(c.log_level, "info,archplace_plugin_host=debug");
         let e = DaemonConfig::parse(
             "spec_dir = \"s\"\nlog_level = \"loud=verbose\"\n",
             Path::new("d.toml"),
         )
         .unwrap_err();
-        assert_eq!((e[0].line, e[0].column), (2, 1), "{e:?}");
+        assert_eq!((e[0].line, e[0].column), (2, 13), "{e:?}");
         assert!(
             e[0].message.starts_with("log_level: `loud=verbose`"),
             "{e:?}"

@@ -12,9 +12,9 @@
 //! dashboard or an alert sees a series (and `increase` works) before the first event.
 
 use super::jobs::unix_seconds;
-use crate::engine::schedule::Method;
-use crate::engine::search::{Progress, ScheduleEvent};
-use crate::plugin::FaultKind;
+use archplace_engine::schedule::Method;
+use archplace_engine::search::{Progress, ScheduleEvent};
+use archplace_plugin_host::FaultKind;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -586,7 +586,7 @@ impl Metrics {
     }
 }
 
-impl crate::plugin::Telemetry for Metrics {
+impl archplace_plugin_host::Telemetry for Metrics {
     fn call(&self, plugin: &str, seconds: f64, items: usize) {
         self.plugin_calls.with_label_values(&[plugin]).inc();
         self.plugin_items
@@ -726,7 +726,7 @@ mod tests {
 
     #[test]
     fn plugin_series_exist_at_zero_once_known() {
-        use crate::plugin::Telemetry;
+        use archplace_plugin_host::Telemetry;
         let m = Metrics::new().unwrap();
         m.plugin_known("reference");
         let t = text(&m);

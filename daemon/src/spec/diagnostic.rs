@@ -2,7 +2,7 @@
 //! valid — rendered like a compiler error for people, or as JSON for programs.
 
 use serde::Serialize;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 
@@ -92,64 +92,45 @@ impl Diagnostic {
         self
     }
 
-    /// A compiler-style rendering with the offending line and a caret under the field.
+    /// A compiler-style rendering (annotate-snippets): the message, the file and place,
+    /// the offending line with a caret under the value (its first line, for a table), the
+    /// field and the help.
     pub fn render(&self, source: &str) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "error: {}", self.message);
-        if self.line == 0 {
-            let _ = writeln!(out, "  --> {}", self.file);
-        } else {
-            let _ = writeln!(
-                out,
-                "{}--> {}:{}:{}",
-                " ".repeat(self.line.to_string().len()),
-                self.file,
-                self.line,
-                self.column
-            );
-            if let Some(text) = source.lines().nth(self.line - 1) {
-                let width = self.line.to_string().len();
-                let caret_len = self
-                    .span
-                    .as_ref()
-                    .map(|r| {
-                        source
-                            .get(r.clone())
-                            .map_or(1, |s| s.lines().next().unwrap_or("").chars().count())
-                    })
-                    .unwrap_or(1)
-                    .max(1);
-                let _ = writeln!(out, "{:width$} |", "");
-                let _ = writeln!(out, "{} | {}", self.line, text);
-                let _ = writeln!(
-                    out,
-                    "{:width$} | {}{}",
-                    "",
-                    " ".repeat(self.column.saturating_sub(1)),
-                    "^".repeat(caret_len)
-                );
+        use annotate_snippets::{AnnotationKind, Level, Origin, Renderer, Snippet};
+        let title = Level::ERROR.primary_title(&self.message);
+        let span = self
+            .span
+            .clone()
+            .filter(|r| self.line > 0 && r.start <= r.end && source.get(r.clone()).is_some());
+        let mut group = match span {
+            Some(r) => {
+                // The first line of the value only: a table's span covers all its lines.
+                let first_line_end = source[r.start..]
+                    .find('\n')
+                    .map_or(source.len(), |i| r.start + i);
+                let end = r.end.min(first_line_end).max(r.start);
+                title.element(
+                    Snippet::source(source)
+                        .path(&self.file)
+                        .annotation(AnnotationKind::Primary.span(r.start..end)),
+                )
             }
-        }
-        let gutter = " ".repeat(self.line.max(1).to_string().len());
+            None => title.element(Origin::path(&self.file)),
+        };
+        let field = format!("field: {}", self.field);
         if !self.field.is_empty() {
-            let _ = writeln!(out, "{gutter} = field: {}", self.field);
+            group = group.element(Level::NOTE.message(&field));
         }
         if let Some(h) = &self.help {
-            let _ = writeln!(out, "{gutter} = help: {h}");
+            group = group.element(Level::HELP.message(h));
         }
+        let mut out = Renderer::plain().render(&[group]);
+        out.push('\n');
         out
     }
 }
 
-/// 1-based line and character column of a byte offset.
-pub fn line_column(source: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(source.len());
-    let before = source.get(..offset).unwrap_or(source);
-    let line = before.matches('\n').count() + 1;
-    let start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before.get(start..).map_or(1, |s| s.chars().count() + 1);
-    (line, column)
-}
+pub use archplace_plugin_sdk::text::line_column;
 
 /// Finds the span of `path` in a parsed document: the value itself, or, for a field that
 /// is missing, the closest enclosing table or array that exists.
@@ -217,14 +198,6 @@ pub fn did_you_mean<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lines_and_columns() {
-        let s = "a = 1\nbé = 2\n";
-        assert_eq!(line_column(s, 0), (1, 1));
-        assert_eq!(line_column(s, 6), (2, 1));
-        assert_eq!(line_column(s, s.find('2').unwrap()), (2, 6));
-    }
 
     #[test]
     fn paths_display_like_toml() {

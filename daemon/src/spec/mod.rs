@@ -11,15 +11,14 @@ pub mod diagnostic;
 pub mod raw;
 mod validate;
 
-use crate::engine::model::ModelConfig;
-use crate::engine::space::SpaceSpec;
-use crate::engine::training::{Baseline, Cluster, Training};
+use archplace_engine::model::ModelConfig;
+use archplace_engine::space::SpaceSpec;
+use archplace_engine::training::{Baseline, Cluster, Training};
 pub use diagnostic::{Diagnostic, FieldPath};
 use diagnostic::{Seg, did_you_mean, locate, locate_key};
 use raw::{RawModel, RawSpec, TOP_LEVEL_KEYS};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
 use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
@@ -37,30 +36,8 @@ pub struct ModelSpec {
 }
 
 /// Which cost models to use and their parameters (values as written in the spec; each
-/// model validates its own).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CostModelSpec {
-    pub area: crate::cost::PluginRef,
-    pub latency: crate::cost::PluginRef,
-    pub parameters: BTreeMap<String, BTreeMap<String, String>>,
-}
-
-impl CostModelSpec {
-    /// The parameters the spec sets for plugin `name`, in name order.
-    pub fn parameters_of(&self, name: &str) -> Vec<archplace_plugin_sdk::Parameter> {
-        self.parameters
-            .get(name)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| archplace_plugin_sdk::Parameter {
-                        name: k.clone(),
-                        value: v.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
+/// model validates its own). The type belongs to the plugin host, which resolves it.
+pub use crate::cost::CostModelSpec;
 
 /// A validated spec. Everything in SI units.
 #[derive(Debug, Clone, PartialEq, Serialize)]

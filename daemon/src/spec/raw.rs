@@ -1,10 +1,10 @@
 //! The spec file as written: serde types that mirror the TOML one to one. They are also
 //! the source of the JSON Schema (`archplace schema`). Quantities stay strings here
-//! (`"80 GiB"`) and are read, with every other rule, by [`super::validate`], so that
+//! (`"80 GiB"`) and are read, with every other rule, by `validate`, so that
 //! every problem can be reported with its location.
 
-use crate::engine::model::{Activation, Norm, NormPosition, Positions};
-use crate::engine::training::Optimizer;
+use archplace_engine::model::{Activation, Norm, NormPosition, Positions};
+use archplace_engine::training::Optimizer;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -158,7 +158,7 @@ pub struct RawBaseline {
 pub struct RawTraining {
     /// Samples per optimizer step (default 4096).
     pub global_batch: Option<u64>,
-    /// Micro-batch sizes to try; each must divide the global batch (default [1]).
+    /// Micro-batch sizes to try; each must divide the global batch (default `[1]`).
     pub micro_batch_sizes: Option<Vec<u64>>,
     /// Whether to recompute activations in the backward pass; the search tries each
     /// value listed (default [false, true]).

@@ -1,0 +1,93 @@
+//! Daemon-level benchmarks (criterion): `cargo bench -p archplace --bench daemon [-- FILTER]`.
+//!
+//! * `search/default-spec/{wasm,native}` — the embedded default search with the WebAssembly
+//!   reference plugin (built by `scripts/build-plugins`) and with the natively linked one;
+//!   the ratio of the two is the cost of sandboxing (target ≤ 1.2).
+//! * `metrics/*` — what the daemon's metrics add on hot paths (a layer schedule, a plugin
+//!   call, a search's progress) and the cost of rendering `/metrics` for a folder of 200
+//!   finished specs.
+
+use archplace::cost::{CostModelSource, NativeModels};
+use archplace::service::metrics::{Metrics, SpecLabels};
+use archplace_engine::schedule::Method;
+use archplace_engine::search::{Progress, ScheduleEvent};
+use archplace_plugin_host::{Host, HostOptions, Telemetry};
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+fn search(c: &mut Criterion) {
+    let spec = archplace::spec::default_spec().expect("the embedded default spec");
+    let host = Host::new(HostOptions {
+        plugin_dirs: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")],
+        ..HostOptions::default()
+    })
+    .expect("a host");
+    let cancel = Arc::new(AtomicBool::new(false));
+    let run = |source: &dyn CostModelSource| {
+        archplace::runner::run(&spec, source, &(), &cancel)
+            .expect("the default search: run scripts/build-plugins first")
+            .doc
+            .best
+            .map(|b| b.mean_throughput_samples_per_second)
+    };
+    assert_eq!(run(&host), run(&NativeModels), "same best either way");
+    let mut g = c.benchmark_group("search/default-spec");
+    g.sample_size(10);
+    g.bench_function("wasm", |b| b.iter(|| run(&host)));
+    g.bench_function("native", |b| b.iter(|| run(&NativeModels)));
+    g.finish();
+}
+
+fn metrics(c: &mut Criterion) {
+    let m = Metrics::new().expect("the metrics registry");
+    m.plugin_known("reference");
+    let event = ScheduleEvent {
+        method: Method::Mip,
+        solve_seconds: 0.004,
+        hit_time_limit: false,
+        proven_optimal: true,
+    };
+    c.bench_function("metrics/layer-schedule-event", |b| {
+        b.iter(|| m.schedule(black_box(&event)))
+    });
+    // A 1-operator plugin call itself takes ~1.6 µs (plugin benchmark `call/one-op`).
+    c.bench_function("metrics/plugin-call", |b| {
+        b.iter(|| m.call("reference", black_box(2.5e-6), 17))
+    });
+    let labels = SpecLabels {
+        spec: "bench".into(),
+        file: "bench.toml".into(),
+    };
+    let mut seen = (0, 0);
+    let mut i = 0usize;
+    c.bench_function("metrics/progress-update", |b| {
+        b.iter(|| {
+            i += 1;
+            let p = Progress {
+                evaluated: i,
+                total: usize::MAX,
+                bucket: 3,
+                bucket_area_um2: 3e4,
+                best_throughput_samples_per_second: Some(1.0),
+                best_area_um2: Some(2e8),
+                estimates_computed: i as u64,
+                estimate_cache_hits: i as u64,
+            };
+            m.progress(&labels, &p, &mut seen)
+        })
+    });
+    for i in 0..200 {
+        let l = SpecLabels {
+            spec: format!("spec-{i}"),
+            file: format!("spec-{i}.toml"),
+        };
+        m.set_result(&l, 100.0 + i as f64, 2e8);
+    }
+    c.bench_function("metrics/render-200-specs", |b| b.iter(|| m.render().len()));
+}
+
+criterion_group!(benches, search, metrics);
+criterion_main!(benches);

@@ -1,0 +1,324 @@
+//! Workers: each takes the next queued job, runs its search on a thread pool of its own,
+//! writes `status.json` as it goes and the result files (or `error.json`) at the end, and
+//! records how the job ended.
+
+use super::intake::file_name;
+use super::jobs::{Job, JobState};
+use super::metrics::SpecLabels;
+use super::state::{Progress, Queued, Running, Shared};
+use crate::runner::{self, RunError};
+use archplace_engine::search::{Observer, ScheduleEvent};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Runs jobs until shutdown.
+pub fn run(s: &Shared) {
+    loop {
+        let Some((next, job, flag)) = take(s) else {
+            return;
+        };
+        // The spec's name is recorded once the spec is parsed.
+        let span = tracing::info_span!(
+            "search",
+            spec = tracing::field::Empty,
+            hash = %&job.hash[..16],
+            file = %file_name(&next.path),
+        );
+        let _enter = span.enter();
+        tracing::info!(path = %next.path.display(), "search started");
+        let started = Instant::now();
+        let mut labels = SpecLabels {
+            spec: job.name.clone(),
+            file: file_name(&next.path),
+        };
+        let outcome = search(s, &next, &job, &flag, &mut labels);
+        let reason = {
+            let mut state = s.state();
+            state.progress.remove(&job.hash);
+            state.running.remove(&job.hash).and_then(|run| run.reason)
+        };
+        let (state, message) = match outcome {
+            Outcome::Done(best) => {
+                if let Some((throughput, area_um2)) = best {
+                    s.metrics.set_result(&labels, throughput, area_um2);
+                }
+                (JobState::Done, None)
+            }
+            Outcome::Failed(m) => (JobState::Failed, Some(m)),
+            Outcome::RetryLater(m) => {
+                let retry_seconds = s.live().retry_seconds;
+                let after = Duration::from_secs_f64(retry_seconds);
+                s.state().retries.push((Instant::now() + after, next));
+                (
+                    JobState::Failed,
+                    Some(format!("{m}; trying again in {retry_seconds} s")),
+                )
+            }
+            Outcome::Cancelled if reason.is_none() && s.shutdown.load(Ordering::Relaxed) => (
+                JobState::Queued,
+                Some("interrupted by shutdown; searched again at the next start".into()),
+            ),
+            Outcome::Cancelled => (JobState::Cancelled, reason),
+        };
+        // Back to queued means interrupted by the shutdown.
+        let outcome = match state {
+            JobState::Queued => "interrupted",
+            other => other.name(),
+        };
+        s.metrics
+            .search_ended(&labels, outcome, started.elapsed().as_secs_f64());
+        tracing::info!(
+            state = state.name(),
+            message = message.as_deref().unwrap_or(""),
+            "search ended"
+        );
+        s.state().store.set(&job.hash, state, message);
+    }
+}
+
+/// The next queued job, marked running (with its cancel flag); `None` at shutdown.
+fn take(s: &Shared) -> Option<(Queued, Job, Arc<AtomicBool>)> {
+    let mut state = s.state();
+    loop {
+        if s.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        let Some(next) = state.queue.pop_front() else {
+            state = s.wait(state, Duration::from_millis(200));
+            continue;
+        };
+        // A job whose record is gone was cancelled in between: skip it.
+        let Some(mut job) = state.store.get(&next.hash).cloned() else {
+            continue;
+        };
+        job.state = JobState::Running;
+        job.attempts += 1;
+        job.message = None;
+        state.store.put(job.clone());
+        let flag = Arc::new(AtomicBool::new(false));
+        state.running.insert(
+            next.hash.clone(),
+            Running {
+                flag: flag.clone(),
+                reason: None,
+            },
+        );
+        return Some((next, job, flag));
+    }
+}
+
+enum Outcome {
+    /// With the best configuration's throughput and area (µm²), if any fits.
+    Done(Option<(f64, f64)>),
+    Failed(String),
+    /// The search ran but its results could not be written: failed now, tried again later.
+    RetryLater(String),
+    Cancelled,
+}
+
+#[derive(Serialize)]
+struct Status<'a> {
+    state: &'a str,
+    spec: &'a str,
+    hash: &'a str,
+    file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    candidates_evaluated: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    candidates_total: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    area_bucket: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    best_throughput_samples_per_second: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    best_area_mm2: Option<f64>,
+    elapsed_seconds: f64,
+}
+
+/// Writes `status.json` while a search runs (at most once a second).
+struct StatusWriter<'a> {
+    dir: PathBuf,
+    job: &'a Job,
+    started: Instant,
+    last: Mutex<Option<Instant>>,
+    /// Where the daemon's STATUS line reads progress from, and the metrics.
+    shared: &'a Shared,
+    labels: SpecLabels,
+    /// Estimate counters already added to the metrics.
+    estimates_seen: Mutex<(u64, u64)>,
+}
+
+impl StatusWriter<'_> {
+    fn write(&self, state: &str, p: Option<&archplace_engine::search::Progress>) {
+        let status = Status {
+            state,
+            spec: &self.job.name,
+            hash: &self.job.hash,
+            file: self.job.file.display().to_string(),
+            candidates_evaluated: p.map(|p| p.evaluated),
+            candidates_total: p.map(|p| p.total),
+            area_bucket: p.map(|p| p.bucket),
+            best_throughput_samples_per_second: p
+                .and_then(|p| p.best_throughput_samples_per_second),
+            best_area_mm2: p.and_then(|p| p.best_area_um2).map(|a| a / 1e6),
+            elapsed_seconds: self.started.elapsed().as_secs_f64(),
+        };
+        if let Ok(mut bytes) = serde_json::to_vec_pretty(&status) {
+            bytes.push(b'\n');
+            if let Err(e) = std::fs::create_dir_all(&self.dir)
+                .and_then(|()| crate::atomic::write(&self.dir.join("status.json"), &bytes))
+            {
+                tracing::warn!(error = %e, "cannot write status.json");
+            }
+        }
+    }
+}
+
+impl Observer for StatusWriter<'_> {
+    fn schedule(&self, e: &ScheduleEvent) {
+        self.shared.metrics.schedule(e);
+    }
+
+    fn placement(&self, seconds: f64) {
+        self.shared.metrics.placement(seconds);
+    }
+
+    fn progress(&self, p: &archplace_engine::search::Progress) {
+        if let Ok(mut seen) = self.estimates_seen.lock() {
+            self.shared.metrics.progress(&self.labels, p, &mut seen);
+        }
+        self.shared.state().progress.insert(
+            self.job.hash.clone(),
+            Progress {
+                name: self.job.name.clone(),
+                evaluated: p.evaluated,
+                total: p.total,
+            },
+        );
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        self.write("running", Some(p));
+    }
+}
+
+fn write_error(dir: &Path, file: &Path, errors: serde_json::Value) -> Result<(), String> {
+    let doc = serde_json::json!({ "file": file.display().to_string(), "errors": errors });
+    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
+    bytes.push(b'\n');
+    std::fs::create_dir_all(dir)
+        .and_then(|()| crate::atomic::write(&dir.join("error.json"), &bytes))
+        .map_err(|e| format!("cannot write {}: {e}", dir.join("error.json").display()))
+}
+
+/// One search, start to result files.
+fn search(
+    s: &Shared,
+    q: &Queued,
+    job: &Job,
+    cancel: &Arc<AtomicBool>,
+    labels: &mut SpecLabels,
+) -> Outcome {
+    let shown = q.path.display().to_string();
+    let invalid = |diags: Vec<crate::spec::Diagnostic>, dir: &Path| {
+        let n = diags.len();
+        let first = diags
+            .first()
+            .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+            .unwrap_or_default();
+        match write_error(
+            dir,
+            &q.path,
+            serde_json::to_value(&diags).unwrap_or_default(),
+        ) {
+            Ok(()) => Outcome::Failed(format!("{n} error(s) in the spec; first: {first}")),
+            Err(e) => Outcome::Failed(e),
+        }
+    };
+    let text = match String::from_utf8(q.bytes.clone()) {
+        Ok(t) => t,
+        Err(_) => {
+            let d = crate::spec::Diagnostic::new(
+                &shown,
+                "",
+                None,
+                String::new(),
+                "the file is not valid UTF-8".into(),
+            );
+            return invalid(vec![d], &job.result_dir);
+        }
+    };
+    let spec = match crate::spec::parse(&text, &shown) {
+        Ok(spec) => spec,
+        Err(diags) => return invalid(diags, &job.result_dir),
+    };
+    tracing::Span::current().record("spec", spec.name.as_str());
+    labels.spec = spec.name.clone();
+    let dir = runner::result_dir(&s.start.results_dir, &spec);
+    {
+        let mut state = s.state();
+        if let Some(mut j) = state.store.get(&job.hash).cloned() {
+            j.name = spec.name.clone();
+            j.result_dir = dir.clone();
+            state.store.put(j);
+        }
+    }
+    let named = Job {
+        name: spec.name.clone(),
+        result_dir: dir.clone(),
+        ..job.clone()
+    };
+    let status = StatusWriter {
+        dir: dir.clone(),
+        job: &named,
+        started: Instant::now(),
+        last: Mutex::new(None),
+        shared: s,
+        labels: labels.clone(),
+        estimates_seen: Mutex::new((0, 0)),
+    };
+    status.write("running", None);
+    let pool = match rayon::ThreadPoolBuilder::new()
+        .num_threads(s.live().threads_per_search)
+        .build()
+    {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
+    };
+    let result = pool.install(|| runner::run(&spec, &s.host, &status, cancel));
+    if cancel.load(Ordering::Relaxed) {
+        status.write("cancelled", None);
+        return Outcome::Cancelled;
+    }
+    match result {
+        Ok(finished) => match runner::write(&dir, &finished) {
+            Ok(()) => {
+                status.write("done", None);
+                Outcome::Done(finished.doc.best.as_ref().map(|b| {
+                    (
+                        b.mean_throughput_samples_per_second,
+                        b.configuration.area_mm2 * 1e6,
+                    )
+                }))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the results");
+                Outcome::RetryLater(e.to_string())
+            }
+        },
+        Err(RunError::CostModel(diags)) => invalid(diags, &dir),
+        Err(e) => {
+            let message = e.to_string();
+            let _ = write_error(&dir, &q.path, serde_json::json!([{ "message": message }]));
+            status.write("failed", None);
+            Outcome::Failed(message)
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! `[[models]]`: presets or explicit hyper-parameters, with their consistency rules.
+
+use super::MAX_ELEMENTS;
+use super::rules::count_in;
+use crate::spec::raw::{RawHead, RawModel, RawSpec};
+use crate::spec::{Ctx, FieldPath, ModelSpec};
+use archplace_engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
+use archplace_engine::training::{Baseline, Cluster, Training};
+pub(super) fn models(
+    raw: &RawSpec,
+    ctx: &mut Ctx<'_>,
+    training: Option<&Training>,
+    cluster: Option<&Cluster>,
+) -> Option<Vec<ModelSpec>> {
+    let path = FieldPath::root().key("models");
+    if raw.models.is_empty() {
+        ctx.error(
+            &path,
+            "no model to train",
+            Some("add a `[[models]]` table, e.g. `preset = \"gpt3-175b\"`".into()),
+        );
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (i, m) in raw.models.iter().enumerate() {
+        match model(m, &path.index(i), ctx, training, cluster) {
+            Some(spec) => out.push(spec),
+            None => ok = false,
+        }
+    }
+    let names: Vec<&str> = out.iter().map(|m| m.config.name.as_str()).collect();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            ctx.error(
+                &path.index(i).key("name"),
+                format!("two models are called `{n}`"),
+                Some("give each model its own `name`".into()),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(out)
+}
+
+fn model(
+    m: &RawModel,
+    path: &FieldPath,
+    ctx: &mut Ctx<'_>,
+    training: Option<&Training>,
+    cluster: Option<&Cluster>,
+) -> Option<ModelSpec> {
+    let base = match &m.preset {
+        Some(p) => match preset(p) {
+            Some(cfg) => Some(cfg),
+            None => {
+                let help = match crate::spec::diagnostic::did_you_mean(p, PRESETS) {
+                    Some(s) => format!("did you mean `{s}`? presets: {}", PRESETS.join(", ")),
+                    None => format!("presets: {}", PRESETS.join(", ")),
+                };
+                ctx.error(
+                    &path.key("preset"),
+                    format!("unknown preset `{p}`"),
+                    Some(help),
+                );
+                return None;
+            }
+        },
+        None => None,
+    };
+    // Without a preset, the shape of the model must be given.
+    if base.is_none() {
+        let missing: Vec<&str> = [
+            ("layers", m.layers.is_none()),
+            ("hidden", m.hidden.is_none()),
+            ("heads", m.heads.is_none()),
+            ("vocab", m.vocab.is_none()),
+            ("seq_len", m.seq_len.is_none()),
+        ]
+        .iter()
+        .filter(|(_, missing)| *missing)
+        .map(|(k, _)| *k)
+        .collect();
+        if !missing.is_empty() {
+            ctx.error(
+                path,
+                format!("a model without a preset needs {}", missing.join(", ")),
+                Some(format!(
+                    "give them, or start from a preset: {}",
+                    PRESETS.join(", ")
+                )),
+            );
+            return None;
+        }
+    }
+    let b = base.unwrap_or_else(ModelConfig::custom_base);
+    let hidden = m.hidden.unwrap_or(b.hidden);
+    let heads = m.heads.unwrap_or(b.heads);
+    let seq_len = m.seq_len.unwrap_or(b.seq_len);
+    let positions = m.positions.unwrap_or(b.positions);
+    let head = match m.head {
+        Some(RawHead::LanguageModel) => Head::LanguageModel,
+        Some(RawHead::Classifier) => Head::Classifier {
+            classes: m.classes.unwrap_or(2),
+        },
+        None => match b.head {
+            Head::Classifier { classes } => Head::Classifier {
+                classes: m.classes.unwrap_or(classes),
+            },
+            Head::LanguageModel => Head::LanguageModel,
+        },
+    };
+    let custom_shape = m.preset.is_none();
+    let cfg = ModelConfig {
+        name: m
+            .name
+            .clone()
+            .or_else(|| m.preset.clone())
+            .unwrap_or_else(|| "custom".into()),
+        layers: m.layers.unwrap_or(b.layers),
+        hidden,
+        heads,
+        kv_heads: m
+            .kv_heads
+            .unwrap_or(if m.heads.is_some() { heads } else { b.kv_heads }),
+        ffn: m.ffn.unwrap_or(if m.hidden.is_some() {
+            4 * hidden
+        } else {
+            b.ffn
+        }),
+        vocab: m.vocab.unwrap_or(b.vocab),
+        vocab_pad_multiple: m.vocab_pad_multiple.unwrap_or(if custom_shape {
+            1
+        } else {
+            b.vocab_pad_multiple
+        }),
+        seq_len,
+        max_positions: m.max_positions.unwrap_or(if custom_shape {
+            seq_len
+        } else {
+            b.max_positions
+        }),
+        gated_mlp: m.gated_mlp.unwrap_or(b.gated_mlp),
+        activation: m.activation.unwrap_or(b.activation),
+        norm: m.norm.unwrap_or(b.norm),
+        norm_position: m.norm_position.unwrap_or(b.norm_position),
+        positions,
+        biases: m.biases.unwrap_or(b.biases),
+        tied_embeddings: m.tied_embeddings.unwrap_or(b.tied_embeddings),
+        token_types: m.token_types.unwrap_or(b.token_types),
+        embedding_dim: m.embedding_dim.or(b.embedding_dim),
+        head,
+        dropout: m.dropout.unwrap_or(b.dropout),
+        max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
+    };
+    let mut ok = true;
+    let mut positive = |ctx: &mut Ctx<'_>, key: &str, v: u64, max: u64| {
+        ok &= count_in(ctx, &path.key(key), v, max, &format!("{key} = {v}"), "");
+    };
+    positive(ctx, "layers", cfg.layers, 100_000);
+    positive(ctx, "hidden", cfg.hidden, 1 << 20);
+    positive(ctx, "heads", cfg.heads, 1 << 16);
+    positive(ctx, "kv_heads", cfg.kv_heads, 1 << 16);
+    positive(ctx, "ffn", cfg.ffn, 1 << 22);
+    positive(ctx, "vocab", cfg.vocab, 1 << 27);
+    positive(ctx, "vocab_pad_multiple", cfg.vocab_pad_multiple, 1 << 16);
+    positive(ctx, "seq_len", cfg.seq_len, 1 << 20);
+    positive(ctx, "max_positions", cfg.max_positions, 1 << 22);
+    positive(ctx, "max_tensor_parallel", cfg.max_tensor_parallel, 1 << 12);
+    if let Some(e) = cfg.embedding_dim {
+        positive(ctx, "embedding_dim", e, 1 << 20);
+    }
+    if let Head::Classifier { classes } = cfg.head
+        && (!(2..=1 << 20).contains(&classes))
+    {
+        ctx.error(
+            &path.key("classes"),
+            format!("a classifier over {classes} classes"),
+            Some("use 2 or more classes".into()),
+        );
+        ok = false;
+    }
+    if !ok {
+        return None;
+    }
+    if !cfg.hidden.is_multiple_of(cfg.heads) {
+        ctx.error(
+            &path.key(if m.heads.is_some() { "heads" } else { "hidden" }),
+            format!(
+                "hidden size {} is not divisible by {} heads",
+                cfg.hidden, cfg.heads
+            ),
+            Some(format!(
+                "heads must divide the hidden size: {}",
+                divisors_text(cfg.hidden)
+            )),
+        );
+        ok = false;
+    }
+    if !cfg.heads.is_multiple_of(cfg.kv_heads) {
+        ctx.error(
+            &path.key("kv_heads"),
+            format!(
+                "{} heads cannot be grouped over {} key/value heads",
+                cfg.heads, cfg.kv_heads
+            ),
+            Some(format!(
+                "key/value heads must divide the heads: {}",
+                divisors_text(cfg.heads)
+            )),
+        );
+        ok = false;
+    }
+    if positions == Positions::Learned && cfg.seq_len > cfg.max_positions {
+        ctx.error(
+            &path.key(if m.seq_len.is_some() {
+                "seq_len"
+            } else {
+                "max_positions"
+            }),
+            format!(
+                "sequence length {} exceeds the {} learned positions",
+                cfg.seq_len, cfg.max_positions
+            ),
+            Some("raise max_positions, shorten seq_len, or use rotary positions".into()),
+        );
+        ok = false;
+    }
+    let t = cfg.max_tensor_parallel;
+    if ok && !cfg.supports_tensor_parallel(t) {
+        let valid: Vec<String> = (0..13)
+            .map(|l| 1u64 << l)
+            .filter(|&w| cfg.supports_tensor_parallel(w))
+            .map(|w| w.to_string())
+            .collect();
+        ctx.error(
+            &path.key("max_tensor_parallel"),
+            format!(
+                "tensor-parallel width {t} does not divide the model (heads {}, key/value heads {}, hidden {}, ffn {}) or is not a power of two",
+                cfg.heads, cfg.kv_heads, cfg.hidden, cfg.ffn
+            ),
+            Some(format!("valid widths for this model: {}", valid.join(", "))),
+        );
+        ok = false;
+    }
+    if let Some(tr) = training {
+        let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
+        let (s, n, h) = (cfg.seq_len as u128, cfg.heads as u128, cfg.hidden as u128);
+        let widest = cfg.ffn.max(cfg.vocab).max(cfg.hidden) as u128;
+        if largest * n * s * s > MAX_ELEMENTS
+            || largest * s * widest > MAX_ELEMENTS
+            || largest * s * h > MAX_ELEMENTS
+        {
+            ctx.error(
+                path,
+                "this model is too large to represent at the largest micro-batch size (tensors over 2^53 elements)",
+                Some("use a shorter sequence or smaller micro-batches".into()),
+            );
+            ok = false;
+        }
+    }
+    let baseline = m.baseline.as_ref().and_then(|bl| {
+        let bp = path.key("baseline");
+        let mut good = true;
+        if bl.pipeline == 0 || bl.pipeline > cfg.layers + 2 {
+            ctx.error(
+                &bp.key("pipeline"),
+                format!("{} pipeline stages for {} layers", bl.pipeline, cfg.layers),
+                Some(format!("use 1 to {} stages", cfg.layers + 2)),
+            );
+            good = false;
+        }
+        if bl.data == 0 {
+            ctx.error(
+                &bp.key("data"),
+                "a data-parallel degree of 0",
+                Some("use 1 or more".into()),
+            );
+            good = false;
+        }
+        if bl.tensor == 0
+            || bl.tensor > cfg.max_tensor_parallel
+            || !cfg.supports_tensor_parallel(bl.tensor)
+        {
+            ctx.error(
+                &bp.key("tensor"),
+                format!(
+                    "tensor-parallel width {} is not one this model is searched with",
+                    bl.tensor
+                ),
+                Some(format!("use one of {:?}", cfg.tensor_parallel_widths())),
+            );
+            good = false;
+        }
+        if let Some(c) = cluster {
+            let total = bl
+                .pipeline
+                .saturating_mul(bl.data)
+                .saturating_mul(bl.tensor);
+            if good && total > c.devices {
+                ctx.error(
+                    &bp,
+                    format!(
+                        "the baseline needs {total} devices, the cluster has {}",
+                        c.devices
+                    ),
+                    Some("pipeline × data × tensor must not exceed cluster.devices".into()),
+                );
+                good = false;
+            }
+        }
+        good.then_some(Baseline {
+            pipeline: bl.pipeline,
+            data: bl.data,
+            tensor: bl.tensor,
+        })
+    });
+    if m.baseline.is_some() && baseline.is_none() {
+        ok = false;
+    }
+    ok.then_some(ModelSpec {
+        config: cfg,
+        baseline,
+    })
+}
+
+fn divisors_text(n: u64) -> String {
+    let d: Vec<String> = (1..=n.min(1 << 16))
+        .filter(|d| n.is_multiple_of(*d))
+        .take(16)
+        .map(|d| d.to_string())
+        .collect();
+    format!(
+        "{}{}",
+        d.join(", "),
+        if d.len() == 16 { ", ..." } else { "" }
+    )
+}

@@ -1,0 +1,149 @@
+//! Engine benchmarks (criterion): `cargo bench -p archplace-engine --bench engine [-- FILTER]`.
+//!
+//! Fixed workloads on the natively linked reference cost model, so that they measure the
+//! engine alone: the architecture space, cost estimates of a GPT-3 block, model graphs,
+//! layer schedules (the reference's twelve fixtures, summed, and GPT-3 / Llama-2 blocks) and
+//! the placement of the reference's gpt3-like fixture.
+// Benchmarks read the fixture files (tests as data); the engine itself never does.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+use archplace_engine::estimate::{OpSet, estimate_all};
+use archplace_engine::model::{BuildOptions, PRESETS, build, preset};
+use archplace_engine::phaze;
+use archplace_engine::schedule::{Instance, Method, Options, solve};
+use archplace_engine::space::{REFERENCE_CONFIG, SpaceSpec, enumerate};
+use archplace_reference_cost::ReferenceModel;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
+    BuildOptions {
+        micro_batch,
+        tensor_parallel,
+        bytes_per_element: 2,
+        link_bytes_per_second: 4 << 30,
+    }
+}
+
+fn space(c: &mut Criterion) {
+    let model = ReferenceModel::default();
+    c.bench_function("space/default", |b| {
+        b.iter(|| enumerate(black_box(&SpaceSpec::default()), &model).expect("the default space"))
+    });
+}
+
+/// Every operator of a GPT-3 175B block (t = 8, micro-batch 1, forward and backward) on every
+/// tensor- and vector-core configuration of the default space, with all cores and with one.
+fn estimate(c: &mut Criterion) {
+    let model = ReferenceModel::default();
+    let space = enumerate(&SpaceSpec::default(), &model).expect("the default space");
+    let g = build(&preset("gpt3-175b").expect("preset"), &options(1, 8));
+    let ops = OpSet::of([&g.block.forward, &g.block.backward]);
+    c.bench_function("estimate/gpt3-block-default-space", |b| {
+        b.iter(|| {
+            let t = estimate_all(&model, &space.tensor_core_configs, &ops.tensor).expect("tensor");
+            let v = estimate_all(&model, &space.vector_core_configs, &ops.vector).expect("vector");
+            (t.len(), v.len())
+        })
+    });
+}
+
+/// The graphs of every preset at every tensor-parallel width.
+fn model(c: &mut Criterion) {
+    c.bench_function("model/every-preset-every-width", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for name in PRESETS {
+                let cfg = preset(name).expect("preset");
+                for t in cfg.tensor_parallel_widths() {
+                    n += build(&cfg, &options(1, t)).block.forward.nodes.len();
+                }
+            }
+            n
+        })
+    });
+}
+
+fn fixture_instances() -> Vec<Instance> {
+    let dir = fixtures().join("schedule");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/fixtures/schedule")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "json")
+                && !p.to_string_lossy().ends_with(".expected.json")
+        })
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).expect("a fixture");
+            phaze::schedule::instance(&phaze::schedule::parse(&text).expect("parses"))
+                .expect("an instance")
+        })
+        .collect()
+}
+
+/// The twelve reference layer-schedule fixtures, solved in turn (the reference's commercial
+/// solver takes 0.91 s for the sum); each must be proven optimal. Then the forward and
+/// backward schedules of a GPT-3 175B block (t = 8) and a Llama-2-7B block on the
+/// reference configuration.
+fn schedule(c: &mut Criterion) {
+    let instances = fixture_instances();
+    assert_eq!(instances.len(), 12, "the twelve reference fixtures");
+    let opts = Options::default();
+    let mut g = c.benchmark_group("schedule");
+    g.sample_size(20);
+    g.bench_function("fixtures-sum", |b| {
+        b.iter(|| {
+            let mut mips = 0;
+            for inst in &instances {
+                let s = solve(inst, &opts).expect("solves");
+                assert!(s.optimal, "a fixture was not proven optimal");
+                mips += usize::from(s.method == Method::Mip);
+            }
+            mips
+        })
+    });
+    let model = ReferenceModel::default();
+    for (name, t) in [("gpt3-175b", 8), ("llama2-7b", 1)] {
+        let graphs = build(&preset(name).expect("preset"), &options(1, t));
+        for (pass, graph) in [
+            ("forward", &graphs.block.forward),
+            ("backward", &graphs.block.backward),
+        ] {
+            let inst = archplace_engine::layer::instance(graph, &REFERENCE_CONFIG, &model)
+                .expect("an instance");
+            g.bench_function(format!("{name}-t{t}-{pass}"), |b| {
+                b.iter(|| solve(black_box(&inst), &opts).expect("solves"))
+            });
+        }
+    }
+    g.finish();
+}
+
+/// The reference's gpt3-like-t1248-hbm80 fixture: parse and place.
+fn placement(c: &mut Criterion) {
+    let text = std::fs::read_to_string(fixtures().join("placement/gpt3-like-t1248-hbm80.json"))
+        .expect("the placement fixture");
+    c.bench_function("placement/gpt3-like-t1248-hbm80", |b| {
+        b.iter_batched(
+            || text.clone(),
+            |text| {
+                let input = phaze::parse(&text).expect("parses");
+                let problem = phaze::problem(&input).expect("a problem");
+                phaze::solve(&problem).expect("solves").final_time_per_batch
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, space, estimate, model, schedule, placement);
+criterion_main!(benches);

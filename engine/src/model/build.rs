@@ -1,0 +1,580 @@
+//! Analytic training graphs of a transformer: the embedding, one block and the head, each
+//! with parameters, stashed activations, and forward and backward operator graphs, per
+//! tensor-parallel width (Megatron-style sharding) and micro-batch size.
+
+use super::config::{Activation, Head, ModelConfig, Norm, NormPosition, Positions};
+use super::graph::{FwdKind, Input, LayerBuilder, OpGraph, Operand, Saved};
+use archplace_plugin_sdk::{Gemm, VectorKind};
+use serde::Serialize;
+
+/// How a model is laid out for one search point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BuildOptions {
+    pub micro_batch: u64,
+    pub tensor_parallel: u64,
+    pub bytes_per_element: u64,
+    /// Bandwidth of one device link, for tensor-parallel collectives.
+    pub link_bytes_per_second: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    Embedding,
+    Block,
+    Head,
+}
+
+impl LayerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerKind::Embedding => "embedding",
+            LayerKind::Block => "block",
+            LayerKind::Head => "head",
+        }
+    }
+}
+
+/// One distinct layer of a model on one tensor-parallel rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Layer {
+    pub kind: LayerKind,
+    /// Parameters held by one rank.
+    pub parameters: u64,
+    /// Of those, copies of parameters owned by another layer (a tied output embedding).
+    pub shared_parameters: u64,
+    pub parameter_bytes: u64,
+    /// Activations kept from the forward pass for the backward pass, per micro-batch.
+    pub stash_bytes: u64,
+    /// Activations this layer sends to the next one, per micro-batch.
+    pub output_bytes: u64,
+    /// Whether the layer is split over the tensor-parallel group.
+    pub tensor_parallel: bool,
+    pub forward: OpGraph,
+    pub backward: OpGraph,
+}
+
+/// A model on one rank for one (micro-batch, tensor-parallel width): the pipeline of layers
+/// is `embedding, block × blocks, head`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelGraph {
+    pub model: String,
+    pub micro_batch: u64,
+    pub tensor_parallel: u64,
+    pub blocks: u64,
+    pub embedding: Layer,
+    pub block: Layer,
+    pub head: Layer,
+}
+
+impl ModelGraph {
+    /// The layers in pipeline order.
+    pub fn layers(&self) -> impl Iterator<Item = &Layer> {
+        std::iter::once(&self.embedding)
+            .chain((0..self.blocks).map(|_| &self.block))
+            .chain(std::iter::once(&self.head))
+    }
+
+    /// Parameters of the whole model on one rank, tied copies counted once.
+    pub fn parameters_per_rank(&self) -> u64 {
+        self.layers()
+            .map(|l| l.parameters - l.shared_parameters)
+            .sum()
+    }
+
+    /// Matrix-multiply FLOPs of one micro-batch, forward plus backward, on one rank.
+    pub fn matmul_flops_per_micro_batch(&self, recompute: bool) -> f64 {
+        self.layers()
+            .map(|l| {
+                let f = l.forward.matmul_flops();
+                let again = if recompute && l.kind == LayerKind::Block {
+                    f
+                } else {
+                    0.0
+                };
+                f + again + l.backward.matmul_flops()
+            })
+            .sum()
+    }
+}
+
+/// Builds the three distinct layers of `cfg` for `opts`.
+pub fn build(cfg: &ModelConfig, opts: &BuildOptions) -> ModelGraph {
+    let ctx = Ctx::new(cfg, opts);
+    ModelGraph {
+        model: cfg.name.clone(),
+        micro_batch: opts.micro_batch,
+        tensor_parallel: opts.tensor_parallel,
+        blocks: cfg.layers,
+        embedding: ctx.embedding(),
+        block: ctx.block(),
+        head: ctx.head(),
+    }
+}
+
+struct Ctx<'a> {
+    cfg: &'a ModelConfig,
+    b: u64,
+    s: u64,
+    h: u64,
+    t: u64,
+    bpe: u64,
+    link: u64,
+}
+
+fn save(producer: Input, part: &'static str, bytes: u64) -> Saved {
+    Saved {
+        producer,
+        part,
+        bytes,
+    }
+}
+
+impl<'a> Ctx<'a> {
+    fn new(cfg: &'a ModelConfig, o: &BuildOptions) -> Self {
+        Ctx {
+            cfg,
+            b: o.micro_batch,
+            s: cfg.seq_len,
+            h: cfg.hidden,
+            t: o.tensor_parallel,
+            bpe: o.bytes_per_element,
+            link: o.link_bytes_per_second,
+        }
+    }
+
+    fn tokens(&self) -> u64 {
+        self.b * self.s
+    }
+
+    fn gemm(&self, m: u64, n: u64, k: u64) -> FwdKind {
+        FwdKind::Gemm {
+            gemm: Gemm { batch: 1, m, n, k },
+            second: Operand::Weight,
+        }
+    }
+
+    fn vector(&self, kind: VectorKind, elements: u64, row: u64) -> FwdKind {
+        FwdKind::Vector {
+            kind,
+            elements,
+            row,
+        }
+    }
+
+    fn norm_kind(&self) -> VectorKind {
+        match self.cfg.norm {
+            Norm::LayerNorm => VectorKind::LayerNorm,
+            Norm::RmsNorm => VectorKind::RmsNorm,
+        }
+    }
+
+    fn norm_parameters(&self) -> u64 {
+        match self.cfg.norm {
+            Norm::LayerNorm => 2 * self.h,
+            Norm::RmsNorm => self.h,
+        }
+    }
+
+    /// Megatron `f`: identity forward, all-reduce of the input gradient backward.
+    fn copy_to_tp(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
+        if self.t == 1 {
+            return x;
+        }
+        lb.push(
+            name,
+            FwdKind::AllReduceBackward {
+                bytes: elements * self.bpe,
+                group: self.t as u32,
+                link_bytes_per_second: self.link,
+            },
+            vec![x],
+            vec![],
+        )
+    }
+
+    /// Megatron `g`: all-reduce of partial sums forward, identity backward.
+    fn reduce_from_tp(&self, lb: &mut LayerBuilder, name: &str, x: Input, bytes: u64) -> Input {
+        if self.t == 1 {
+            return x;
+        }
+        lb.push(
+            name,
+            FwdKind::AllReduceForward {
+                bytes,
+                group: self.t as u32,
+                link_bytes_per_second: self.link,
+            },
+            vec![x],
+            vec![],
+        )
+    }
+
+    fn bias(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
+        if !self.cfg.biases {
+            return x;
+        }
+        lb.push(
+            name,
+            self.vector(VectorKind::BiasAdd, elements, 1),
+            vec![x],
+            vec![],
+        )
+    }
+
+    fn dropout(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
+        if !self.cfg.dropout {
+            return x;
+        }
+        let d = lb.push(
+            name,
+            self.vector(VectorKind::Dropout, elements, 1),
+            vec![x],
+            vec![],
+        );
+        // The mask is one byte per element (Korthikanti et al. 2022).
+        lb.save_output(d, "mask", elements);
+        d
+    }
+
+    fn norm(&self, lb: &mut LayerBuilder, name: &str, x: Input) -> Input {
+        let e = self.tokens() * self.h;
+        lb.push(
+            name,
+            self.vector(self.norm_kind(), e, self.h),
+            vec![x],
+            vec![save(x, "out", e * self.bpe)],
+        )
+    }
+
+    fn layer(
+        &self,
+        kind: LayerKind,
+        lb: LayerBuilder,
+        parameters: u64,
+        shared: u64,
+        output_bytes: u64,
+    ) -> Layer {
+        Layer {
+            kind,
+            parameters,
+            shared_parameters: shared,
+            parameter_bytes: parameters * self.bpe,
+            stash_bytes: lb.stash_bytes(),
+            output_bytes,
+            tensor_parallel: self.t > 1,
+            forward: lb.forward(),
+            backward: lb.backward(),
+        }
+    }
+
+    fn embedding(&self) -> Layer {
+        let cfg = self.cfg;
+        let (tok, h, bpe) = (self.tokens(), self.h, self.bpe);
+        let e = cfg.embedding_dim.unwrap_or(h);
+        let v = cfg.vocab_per_rank(self.t);
+        let mut lb = LayerBuilder::default();
+        let mut params = v * e;
+        // Vocabulary-parallel lookup: each rank holds v rows, the partial results are summed.
+        let words = lb.push(
+            "word_embedding",
+            self.vector(VectorKind::Embedding, tok * e, e),
+            vec![Input::External],
+            vec![],
+        );
+        let mut x = self.reduce_from_tp(&mut lb, "word_embedding.all_reduce", words, tok * e * bpe);
+        if e != h {
+            params += e * h;
+            x = lb.push(
+                "project_in",
+                self.gemm(tok, h, e),
+                vec![x],
+                vec![save(x, "out", tok * e * bpe)],
+            );
+        }
+        if cfg.positions == Positions::Learned {
+            params += cfg.max_positions * h;
+            let p = lb.push(
+                "position_embedding",
+                self.vector(VectorKind::Embedding, tok * h, h),
+                vec![Input::External],
+                vec![],
+            );
+            x = lb.push(
+                "add_positions",
+                self.vector(VectorKind::Add, tok * h, 1),
+                vec![x, p],
+                vec![],
+            );
+        }
+        if cfg.token_types > 0 {
+            params += cfg.token_types * h;
+            let p = lb.push(
+                "token_type_embedding",
+                self.vector(VectorKind::Embedding, tok * h, h),
+                vec![Input::External],
+                vec![],
+            );
+            x = lb.push(
+                "add_token_types",
+                self.vector(VectorKind::Add, tok * h, 1),
+                vec![x, p],
+                vec![],
+            );
+        }
+        if cfg.norm_position == NormPosition::Post && cfg.token_types > 0 {
+            // BERT normalises its embeddings.
+            params += self.norm_parameters();
+            x = self.norm(&mut lb, "embedding_norm", x);
+        }
+        self.dropout(&mut lb, "embedding_dropout", x, tok * h);
+        self.layer(LayerKind::Embedding, lb, params, 0, tok * h * bpe)
+    }
+
+    fn block(&self) -> Layer {
+        let cfg = self.cfg;
+        let (b, s, h, t, bpe) = (self.b, self.s, self.h, self.t, self.bpe);
+        let tok = self.tokens();
+        let (n, d) = (cfg.heads / t, cfg.head_dim());
+        let kv = cfg.kv_heads * d / t;
+        let q = h / t;
+        let f = cfg.ffn / t;
+        let pre = cfg.norm_position == NormPosition::Pre;
+        let bias = u64::from(cfg.biases);
+        let mut lb = LayerBuilder::default();
+        let x = Input::External;
+
+        // Attention.
+        let mut params =
+            h * (q + 2 * kv) + bias * (q + 2 * kv) + h * q + bias * h + 2 * self.norm_parameters();
+        let attn_in = if pre {
+            self.norm(&mut lb, "attention_norm", x)
+        } else {
+            x
+        };
+        let a = self.copy_to_tp(&mut lb, "attention_norm.copy_to_tp", attn_in, tok * h);
+        let qkv = lb.push(
+            "qkv",
+            self.gemm(tok, q + 2 * kv, h),
+            vec![a],
+            vec![save(attn_in, "out", tok * h * bpe)],
+        );
+        let qkv = self.bias(&mut lb, "qkv.bias", qkv, tok * (q + 2 * kv));
+        let (qk_src, qk_parts) = if cfg.positions == Positions::Rotary {
+            let r = lb.push(
+                "rotary",
+                self.vector(VectorKind::Rotary, tok * (q + kv), d),
+                vec![qkv],
+                vec![],
+            );
+            (r, ("q_rotated", "k_rotated"))
+        } else {
+            (qkv, ("q", "k"))
+        };
+        let scores = lb.push(
+            "scores",
+            FwdKind::Gemm {
+                gemm: Gemm {
+                    batch: b * n,
+                    m: s,
+                    n: s,
+                    k: d,
+                },
+                second: Operand::Activation,
+            },
+            vec![qk_src, qk_src],
+            vec![
+                save(qk_src, qk_parts.0, tok * q * bpe),
+                save(qk_src, qk_parts.1, tok * kv * bpe),
+            ],
+        );
+        let probs_elems = b * n * s * s;
+        let softmax = lb.push(
+            "softmax",
+            self.vector(VectorKind::Softmax, probs_elems, s),
+            vec![scores],
+            vec![],
+        );
+        lb.save_output(softmax, "out", probs_elems * bpe);
+        let probs = self.dropout(&mut lb, "attention_dropout", softmax, probs_elems);
+        let context = lb.push(
+            "context",
+            FwdKind::Gemm {
+                gemm: Gemm {
+                    batch: b * n,
+                    m: s,
+                    n: d,
+                    k: s,
+                },
+                second: Operand::Activation,
+            },
+            vec![probs, qkv],
+            vec![
+                save(probs, "out", probs_elems * bpe),
+                save(qkv, "v", tok * kv * bpe),
+            ],
+        );
+        let proj = lb.push(
+            "attention_out",
+            self.gemm(tok, h, q),
+            vec![context],
+            vec![save(context, "out", tok * q * bpe)],
+        );
+        let y = self.reduce_from_tp(&mut lb, "attention_out.all_reduce", proj, tok * h * bpe);
+        let y = self.bias(&mut lb, "attention_out.bias", y, tok * h);
+        let y = self.dropout(&mut lb, "attention_out.dropout", y, tok * h);
+        let r1 = lb.push(
+            "residual_1",
+            self.vector(VectorKind::Add, tok * h, 1),
+            vec![y, x],
+            vec![],
+        );
+        let r1 = if pre {
+            r1
+        } else {
+            self.norm(&mut lb, "attention_norm", r1)
+        };
+
+        // MLP.
+        let mlp_in = if pre {
+            self.norm(&mut lb, "mlp_norm", r1)
+        } else {
+            r1
+        };
+        let m = self.copy_to_tp(&mut lb, "mlp_norm.copy_to_tp", mlp_in, tok * h);
+        let act_kind = match cfg.activation {
+            Activation::Gelu => VectorKind::Gelu,
+            Activation::Relu => VectorKind::Relu,
+            Activation::Silu => VectorKind::Silu,
+        };
+        let in_save = save(mlp_in, "out", tok * h * bpe);
+        let hidden = if cfg.gated_mlp {
+            params += 2 * h * f + 2 * bias * f;
+            let gate = lb.push("gate", self.gemm(tok, f, h), vec![m], vec![in_save.clone()]);
+            let gate = self.bias(&mut lb, "gate.bias", gate, tok * f);
+            let up = lb.push("up", self.gemm(tok, f, h), vec![m], vec![in_save]);
+            let up = self.bias(&mut lb, "up.bias", up, tok * f);
+            let act = lb.push(
+                "activation",
+                self.vector(act_kind, tok * f, 1),
+                vec![gate],
+                vec![save(gate, "out", tok * f * bpe)],
+            );
+            lb.push(
+                "gate_mul",
+                self.vector(VectorKind::Mul, tok * f, 1),
+                vec![act, up],
+                vec![
+                    save(act, "out", tok * f * bpe),
+                    save(up, "out", tok * f * bpe),
+                ],
+            )
+        } else {
+            params += h * f + bias * f;
+            let fc1 = lb.push("fc1", self.gemm(tok, f, h), vec![m], vec![in_save]);
+            let fc1 = self.bias(&mut lb, "fc1.bias", fc1, tok * f);
+            lb.push(
+                "activation",
+                self.vector(act_kind, tok * f, 1),
+                vec![fc1],
+                vec![save(fc1, "out", tok * f * bpe)],
+            )
+        };
+        params += f * h + bias * h;
+        let down = lb.push(
+            "fc2",
+            self.gemm(tok, h, f),
+            vec![hidden],
+            vec![save(hidden, "out", tok * f * bpe)],
+        );
+        let y = self.reduce_from_tp(&mut lb, "fc2.all_reduce", down, tok * h * bpe);
+        let y = self.bias(&mut lb, "fc2.bias", y, tok * h);
+        let y = self.dropout(&mut lb, "fc2.dropout", y, tok * h);
+        let r2 = lb.push(
+            "residual_2",
+            self.vector(VectorKind::Add, tok * h, 1),
+            vec![y, r1],
+            vec![],
+        );
+        if !pre {
+            self.norm(&mut lb, "mlp_norm", r2);
+        }
+        self.layer(LayerKind::Block, lb, params, 0, tok * h * bpe)
+    }
+
+    fn head(&self) -> Layer {
+        let cfg = self.cfg;
+        let (b, h, t, bpe) = (self.b, self.h, self.t, self.bpe);
+        let tok = self.tokens();
+        let mut lb = LayerBuilder::default();
+        let mut params = 0;
+        let mut shared = 0;
+        let mut x = Input::External;
+        if cfg.norm_position == NormPosition::Pre {
+            params += self.norm_parameters();
+            x = self.norm(&mut lb, "final_norm", x);
+        }
+        match cfg.head {
+            Head::LanguageModel => {
+                let e = cfg.embedding_dim.unwrap_or(h);
+                if e != h {
+                    params += h * e;
+                    x = lb.push(
+                        "project_out",
+                        self.gemm(tok, e, h),
+                        vec![x],
+                        vec![save(x, "out", tok * h * bpe)],
+                    );
+                }
+                let v = cfg.vocab_per_rank(t);
+                params += v * e;
+                if cfg.tied_embeddings {
+                    shared += v * e;
+                }
+                let xin = self.copy_to_tp(&mut lb, "logits.copy_to_tp", x, tok * e);
+                let logits = lb.push(
+                    "logits",
+                    self.gemm(tok, v, e),
+                    vec![xin],
+                    vec![save(x, "out", tok * e * bpe)],
+                );
+                // The softmax of the logits is kept in fp32 for the backward pass.
+                let ce = lb.push(
+                    "cross_entropy",
+                    self.vector(VectorKind::CrossEntropy, tok * v, v),
+                    vec![logits],
+                    vec![save(logits, "softmax", tok * v * 4)],
+                );
+                // Vocabulary-parallel cross-entropy: all-reduces of the row maxima, the sums
+                // of exponentials and the target logits (fp32 each).
+                self.reduce_from_tp(&mut lb, "cross_entropy.all_reduce", ce, 3 * tok * 4);
+            }
+            Head::Classifier { classes } => {
+                params += h * h + h + h * classes + classes;
+                let first = lb.push(
+                    "pooler",
+                    self.gemm(b, h, h),
+                    vec![x],
+                    vec![save(x, "first_token", b * h * bpe)],
+                );
+                let p = self.bias(&mut lb, "pooler.bias", first, b * h);
+                let p = lb.push(
+                    "pooler.tanh",
+                    self.vector(VectorKind::Tanh, b * h, 1),
+                    vec![p],
+                    vec![],
+                );
+                lb.save_output(p, "out", b * h * bpe);
+                let c = lb.push("classifier", self.gemm(b, classes, h), vec![p], vec![]);
+                let c = self.bias(&mut lb, "classifier.bias", c, b * classes);
+                lb.push(
+                    "cross_entropy",
+                    self.vector(VectorKind::CrossEntropy, b * classes, classes),
+                    vec![c],
+                    vec![save(c, "softmax", b * classes * 4)],
+                );
+            }
+        }
+        self.layer(LayerKind::Head, lb, params, shared, 0)
+    }
+}

@@ -1,0 +1,246 @@
+//! (Tests as data: these read the fixture files, which the engine itself never does.)
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
+use super::*;
+use crate::phaze;
+use archplace_plugin_sdk::testing::Rng;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/placement")
+        .join(name)
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    ((a - b) / b).abs()
+}
+
+/// Every reference case: time per batch (1e-9), widths, number of stages and the fixed
+/// strategy's time match the reference's output.
+#[test]
+fn matches_the_reference_on_every_fixture() {
+    let mut cases = 0;
+    for entry in std::fs::read_dir(fixture("")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".json") || name.ends_with(".out.json") {
+            continue;
+        }
+        let input = phaze::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let problem = phaze::problem(&input).unwrap();
+        let out = phaze::solve(&problem).unwrap();
+        let want: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(path.with_extension("out.json")).unwrap(),
+        )
+        .unwrap();
+        let got = out.final_time_per_batch.unwrap();
+        assert!(
+            rel(got, want["finalTimePerBatch"].as_f64().unwrap()) < 1e-9,
+            "{name}: {got} vs {}",
+            want["finalTimePerBatch"]
+        );
+        assert_eq!(
+            out.tensor_parallel_degree,
+            want["tensorParallelDegree"].as_u64(),
+            "{name}"
+        );
+        assert_eq!(
+            out.data_parallel_degree,
+            want["dataParallelDegree"].as_u64(),
+            "{name}"
+        );
+        assert_eq!(
+            out.stages.len(),
+            want["stages"].as_array().unwrap().len(),
+            "{name}"
+        );
+        let fixed = out.fixed_strategy_time_per_batch.unwrap();
+        assert!(
+            rel(fixed, want["fixedStrategyTimePerBatch"].as_f64().unwrap()) < 1e-9,
+            "{name}: fixed {fixed}"
+        );
+        // Every layer placed exactly once, in order.
+        let ids: Vec<i64> = out.stages.iter().flat_map(|s| s.nodes.clone()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        assert_eq!(ids, sorted, "{name}");
+        cases += 1;
+    }
+    assert_eq!(cases, 3);
+}
+
+fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
+    let n = 2 + rng.below(6) as usize;
+    let skip = rng.below(2) == 1;
+    let mixed = rng.below(4) == 0;
+    let mut chains = Vec::new();
+    for &t in &[1u64, 2, 4][..1 + rng.below(3) as usize] {
+        let layers = (0..n)
+            .map(|i| Layer {
+                id: i as i64 - 1,
+                parameter_bytes: (1 + rng.below(100)) as f64 * 1e6 / t as f64,
+                activation_bytes: (1 + rng.below(100)) as f64 * 1e6 / t as f64,
+                forward: (0.1 + rng.unit()) / t as f64,
+                backward: (0.2 + 2.0 * rng.unit()) / t as f64,
+                tensor_parallel: t > 1 && !(mixed && i == 0),
+            })
+            .collect();
+        let mut edges: Vec<Edge> = (1..n)
+            .map(|v| Edge {
+                from: v - 1,
+                to: v,
+                bytes: (1 + rng.below(50)) as f64 * 1e5,
+            })
+            .collect();
+        if skip {
+            edges.extend((2..n).map(|v| Edge {
+                from: 0,
+                to: v,
+                bytes: (1 + rng.below(50)) as f64 * 1e4,
+            }));
+        }
+        chains.push(Chain {
+            width: t,
+            layers,
+            edges,
+        });
+    }
+    let max_devices = if rng.below(2) == 1 { 16 } else { 64 };
+    let max_micro_batches = if rng.below(2) == 1 { 64 } else { 256 };
+    let settings = Settings {
+        memory_bytes: (50 + rng.below(800)) as f64 * 1e6,
+        devices: 1 + rng.below(max_devices),
+        bandwidth: if rng.below(2) == 1 {
+            1e8
+        } else {
+            4.0 * (1u64 << 30) as f64
+        },
+        micro_batches: 1 + rng.below(max_micro_batches),
+        recompute: rng.below(2) == 1,
+        optimizer_copies: rng.below(2) as f64,
+        resync: if rng.below(2) == 1 {
+            Resync::LargestStage
+        } else {
+            Resync::FirstStage
+        },
+    };
+    (chains, settings)
+}
+
+/// The program finds the same time per batch as trying every placement.
+#[test]
+fn agrees_with_brute_force_on_random_instances() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut feasible, mut infeasible) = (0, 0);
+    for case in 0..1500 {
+        let (chains, settings) = random_instance(&mut rng);
+        let fast = best_plan(&chains, &settings).unwrap();
+        let slow = best_plan_exact(&chains, &settings).unwrap();
+        match (fast, slow) {
+            (Some(f), Some(s)) => {
+                assert!(
+                    rel(f.time_per_batch, s.time_per_batch) < 1e-12,
+                    "case {case}: {} vs brute force {} ({settings:?})",
+                    f.time_per_batch,
+                    s.time_per_batch
+                );
+                let used: u64 = f.stages.iter().map(|x| x.devices).sum::<u64>() * f.data_parallel;
+                assert!(used <= settings.devices, "case {case}");
+                assert!(
+                    f.stages
+                        .iter()
+                        .all(|x| x.memory_bytes <= settings.memory_bytes),
+                    "case {case}"
+                );
+                feasible += 1;
+            }
+            (None, None) => infeasible += 1,
+            (f, s) => panic!("case {case}: program {f:?} vs brute force {s:?}"),
+        }
+    }
+    assert!(
+        feasible > 300 && infeasible > 10,
+        "{feasible} feasible, {infeasible} infeasible"
+    );
+}
+
+#[test]
+fn branching_graphs_are_refused() {
+    let layer = |id| Layer {
+        id,
+        parameter_bytes: 1.0,
+        activation_bytes: 1.0,
+        forward: 1.0,
+        backward: 1.0,
+        tensor_parallel: false,
+    };
+    let chain = Chain {
+        width: 1,
+        layers: vec![layer(0), layer(1), layer(2)],
+        edges: vec![
+            Edge {
+                from: 0,
+                to: 1,
+                bytes: 1.0,
+            },
+            Edge {
+                from: 0,
+                to: 2,
+                bytes: 1.0,
+            },
+        ],
+    };
+    let settings = Settings {
+        memory_bytes: 1e9,
+        devices: 4,
+        bandwidth: 1.0,
+        micro_batches: 4,
+        recompute: false,
+        optimizer_copies: 0.0,
+        resync: Resync::FirstStage,
+    };
+    assert_eq!(
+        best_plan(&[chain], &settings),
+        Err(PlacementError::NotAChain { width: 1, at: 2 })
+    );
+}
+
+#[test]
+fn nothing_fits_gives_no_plan_and_a_fixed_strategy_out_of_memory() {
+    let text = std::fs::read_to_string(fixture("small-adam-head.json")).unwrap();
+    let mut input = phaze::parse(&text).unwrap();
+    input.max_memory_per_device = 1e6;
+    let problem = phaze::problem(&input).unwrap();
+    let out = phaze::solve(&problem).unwrap();
+    assert!(out.stages.is_empty());
+    assert_eq!(out.final_time_per_batch, None);
+    assert_eq!(out.fixed_strategy_time_per_batch, None);
+    assert!(
+        out.messages.iter().any(|m| m.contains("no placement fits")),
+        "{:?}",
+        out.messages
+    );
+    assert!(
+        out.messages
+            .iter()
+            .any(|m| m.contains("does not fit in memory")),
+        "{:?}",
+        out.messages
+    );
+}
+
+#[test]
+fn malformed_input_is_located() {
+    let e = phaze::parse("{\"maxMemoryPerDevice\": \"lots\"}").unwrap_err();
+    assert!(e.location.contains("line 1, column"), "{e}");
+    assert!(e.location.contains("maxMemoryPerDevice"), "{e}");
+    let text = std::fs::read_to_string(fixture("small-adam-head.json")).unwrap();
+    let mut input = phaze::parse(&text).unwrap();
+    input.nodes.get_mut("2").unwrap()[3].parameter_size = -1.0;
+    let e = phaze::problem(&input).err().unwrap();
+    assert_eq!(e.location, "nodes.2[3].parameterSize");
+}

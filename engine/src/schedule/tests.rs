@@ -1,0 +1,234 @@
+//! (Tests as data: these read the fixture files, which the engine itself never does.)
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
+
+use super::*;
+use crate::phaze::schedule as format;
+use archplace_plugin_sdk::testing::Rng;
+
+fn fixtures() -> Vec<(String, Instance, f64)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/schedule");
+    let mut out = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    for path in names {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".expected.json") || !name.ends_with(".json") {
+            continue;
+        }
+        let input = format::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let expected: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(path.with_extension("expected.json")).unwrap(),
+        )
+        .unwrap();
+        out.push((
+            name,
+            format::instance(&input).unwrap(),
+            expected["makespan"].as_f64().unwrap(),
+        ));
+    }
+    out
+}
+
+/// Every reference case within the README's tolerance: `0.99·expected ≤ m ≤ expected·(1 + 1e-6)`,
+/// each schedule valid and proven optimal.
+#[test]
+fn matches_the_reference_fixtures() {
+    let cases = fixtures();
+    assert_eq!(cases.len(), 12);
+    let mut total = 0.0;
+    for (name, inst, expected) in &cases {
+        let s = solve(inst, &Options::default()).unwrap();
+        check(inst, &s.placements).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(s.optimal, "{name}: not proven optimal ({s:?})");
+        assert!(
+            s.makespan >= 0.99 * expected && s.makespan <= expected * (1.0 + 1e-6),
+            "{name}: makespan {} vs reference {expected}",
+            s.makespan
+        );
+        eprintln!(
+            "{name}: {:.6} (reference {expected:.6}) by {:?} in {:.2} ms",
+            s.makespan,
+            s.method,
+            s.solve_seconds * 1e3
+        );
+        total += s.solve_seconds;
+    }
+    eprintln!(
+        "total solve time over the 12 cases: {:.1} ms (debug build)",
+        total * 1e3
+    );
+}
+
+fn random_instance(rng: &mut Rng, n: usize) -> Instance {
+    let resources = [
+        Resource::Tensor,
+        Resource::Vector,
+        Resource::Fused,
+        Resource::None,
+        Resource::Link,
+    ];
+    let tasks = (0..n)
+        .map(|_| {
+            let resource = resources[rng.below(5) as usize];
+            let single = (1 + rng.below(20)) as f64 / 4.0;
+            let parallel = single * (2 + rng.below(12)) as f64 / 10.0;
+            Task {
+                resource,
+                single,
+                parallel,
+            }
+        })
+        .collect();
+    let mut edges = Vec::new();
+    for b in 1..n {
+        for a in 0..b {
+            if rng.below(4) == 0 {
+                edges.push((a, b));
+            }
+        }
+    }
+    Instance {
+        tensor_cores: 1 + rng.below(3) as u32,
+        vector_cores: 1 + rng.below(3) as u32,
+        tasks,
+        edges,
+    }
+}
+
+/// Exhaustive: every mode assignment × every priority order of the schedule-generation
+/// scheme (which together reach every active schedule, among which is an optimal one).
+fn exhaustive(inst: &Instance) -> f64 {
+    let p = Prep::new(inst).unwrap();
+    let m = p.len();
+    if m == 0 {
+        return 0.0;
+    }
+    let flippable: Vec<usize> = (0..m).filter(|&i| p.can_parallel[i]).collect();
+    let mut perms = vec![vec![]];
+    for k in 0..m {
+        let mut next = Vec::new();
+        for perm in &perms {
+            for pos in 0..=perm.len() {
+                let mut q: Vec<usize> = perm.clone();
+                q.insert(pos, k);
+                next.push(q);
+            }
+        }
+        perms = next;
+    }
+    let mut best = f64::INFINITY;
+    for mask in 0u32..(1 << flippable.len()) {
+        let mut modes = vec![Mode::Single; m];
+        for (b, &i) in flippable.iter().enumerate() {
+            if mask >> b & 1 == 1 {
+                modes[i] = Mode::Parallel;
+            }
+        }
+        for perm in &perms {
+            let priority: Vec<f64> = (0..m)
+                .map(|i| -(perm.iter().position(|&x| x == i).unwrap() as f64))
+                .collect();
+            let (span, _, _) = heuristic::sgs_for_tests(&p, &priority, &modes);
+            best = best.min(span);
+        }
+    }
+    best
+}
+
+#[test]
+fn agrees_with_exhaustive_search_on_small_random_instances() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut by_mip = 0;
+    for case in 0..250 {
+        let n = 2 + rng.below(5) as usize;
+        let inst = random_instance(&mut rng, n);
+        let s = solve(&inst, &Options::default()).unwrap();
+        check(&inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}\n{inst:?}\n{s:?}"));
+        let want = exhaustive(&inst);
+        assert!(s.optimal, "case {case}");
+        assert!(
+            (s.makespan - want).abs() <= 1e-6 * want.max(1.0),
+            "case {case}: {} vs exhaustive {want}\n{inst:?}",
+            s.makespan
+        );
+        assert!(
+            s.lower_bound <= want + 1e-9,
+            "case {case}: bound {} above optimum {want}",
+            s.lower_bound
+        );
+        by_mip += usize::from(s.method == Method::Mip);
+    }
+    assert!(
+        by_mip > 10,
+        "only {by_mip} cases needed the MIP: the test does not exercise it"
+    );
+}
+
+#[test]
+fn a_chain_needs_no_mip() {
+    let tasks = vec![
+        Task {
+            resource: Resource::Tensor,
+            single: 4.0,
+            parallel: 1.0
+        };
+        5
+    ];
+    let edges = (1..5).map(|i| (i - 1, i)).collect();
+    let s = solve(
+        &Instance {
+            tensor_cores: 4,
+            vector_cores: 1,
+            tasks,
+            edges,
+        },
+        &Options::default(),
+    )
+    .unwrap();
+    assert_eq!(s.method, Method::Bounds);
+    assert!(s.optimal);
+    assert_eq!(s.makespan, 5.0);
+}
+
+#[test]
+fn bad_instances_are_errors() {
+    let t = |single| Task {
+        resource: Resource::Vector,
+        single,
+        parallel: 1.0,
+    };
+    let cyc = Instance {
+        tensor_cores: 1,
+        vector_cores: 1,
+        tasks: vec![t(1.0), t(1.0)],
+        edges: vec![(0, 1), (1, 0)],
+    };
+    assert_eq!(solve(&cyc, &Options::default()), Err(ScheduleError::Cycle));
+    let nan = Instance {
+        tensor_cores: 1,
+        vector_cores: 1,
+        tasks: vec![t(f64::NAN)],
+        edges: vec![],
+    };
+    assert!(matches!(
+        solve(&nan, &Options::default()),
+        Err(ScheduleError::BadLatency(0, _, _))
+    ));
+    let none = Instance {
+        tensor_cores: 1,
+        vector_cores: 0,
+        tasks: vec![t(1.0)],
+        edges: vec![],
+    };
+    assert!(matches!(
+        solve(&none, &Options::default()),
+        Err(ScheduleError::NoCores(1, 0))
+    ));
+}

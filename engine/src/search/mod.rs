@@ -1,0 +1,799 @@
+//! The co-search (design doc §1.2, §4.5): which accelerator, and which training plan on it.
+//!
+//! Candidates are visited in the space's order (area buckets, largest first). Each
+//! candidate is evaluated at every micro-batch size, tensor-parallel width, HBM size and
+//! recomputation choice: its distinct layers (embedding, block, head; forward and
+//! backward) are scheduled once per (micro-batch, width) — a schedule depends only on the
+//! layer and the core configurations, so it serves every HBM size and recomputation
+//! choice — and placed over the devices for each HBM size and recomputation choice. A
+//! candidate's score is, over HBM sizes, the best mean over models of each model's best
+//! throughput; a model that fits nowhere fails the candidate at that HBM size.
+//!
+//! The walk stops by the reference's rule — the best scores of the last
+//! `convergence_window` buckets did not increase — except that a bucket in which every
+//! candidate failed is not evidence of convergence (it is skipped); `exhaustive` visits
+//! everything. Work inside a candidate runs on all threads (rayon) and is combined in a
+//! fixed order, so the result does not depend on the thread count; ties go to the
+//! candidate visited first.
+
+use super::estimate::estimate;
+use super::model::{BuildOptions, LayerKind, ModelConfig, ModelGraph, OpGraph, build};
+use super::placement::{self, Chain, Edge, Fixed, Layer as ChainLayer, Plan, Resync, Settings};
+use super::schedule::{self, Instance, Method};
+use super::space::{Candidate, Space};
+use super::training::{Baseline, Cluster, Optimizer, Training};
+use archplace_plugin_sdk::{
+    AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
+};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::Instant;
+
+/// A model to train and its optional baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInput {
+    pub config: ModelConfig,
+    pub baseline: Option<Baseline>,
+}
+
+/// Everything the search needs, validated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchInput {
+    pub models: Vec<ModelInput>,
+    pub training: Training,
+    pub cluster: Cluster,
+    pub convergence_window: u32,
+    pub exhaustive: bool,
+    /// How layer schedules are solved (MIP time limit, accepted gap).
+    pub schedule: schedule::Options,
+}
+
+/// The stages of a plan, with the layers they hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageReport {
+    /// First and last layer, e.g. "embedding", "block 11", "head".
+    pub first_layer: String,
+    pub last_layer: String,
+    pub layers: usize,
+    pub devices: u64,
+    pub load_seconds: f64,
+    pub memory_bytes: f64,
+}
+
+/// Timing of one distinct layer on the chosen chip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerReport {
+    pub layer: LayerKind,
+    pub count: u64,
+    pub forward_seconds: f64,
+    pub backward_seconds: f64,
+    pub forward_tensor_utilisation: f64,
+    pub forward_vector_utilisation: f64,
+    pub backward_tensor_utilisation: f64,
+    pub backward_vector_utilisation: f64,
+    /// Whether each schedule is proven optimal, and its relative gap to the best bound
+    /// (0 when proven).
+    pub forward_proven_optimal: bool,
+    pub forward_gap: f64,
+    pub backward_proven_optimal: bool,
+    pub backward_gap: f64,
+}
+
+/// One model's best plan on a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelPlan {
+    pub model: String,
+    pub micro_batch: u64,
+    pub activation_recomputation: bool,
+    pub tensor_parallel: u64,
+    pub data_parallel: u64,
+    pub pipeline_stages: usize,
+    pub time_per_batch_seconds: f64,
+    pub gradient_all_reduce_seconds: f64,
+    pub throughput_samples_per_second: f64,
+    pub throughput_tokens_per_second: f64,
+    pub stages: Vec<StageReport>,
+    pub layers: Vec<LayerReport>,
+    /// The baseline strategy on the same chip, HBM, micro-batch and recomputation.
+    pub baseline: Option<BaselineReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineReport {
+    pub pipeline: u64,
+    pub data: u64,
+    pub tensor: u64,
+    /// `None` when the baseline does not fit; `infeasible` says why.
+    pub throughput_samples_per_second: Option<f64>,
+    pub time_per_batch_seconds: Option<f64>,
+    pub infeasible: Option<String>,
+}
+
+/// What became of one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evaluated {
+    pub index: usize,
+    pub config: AcceleratorConfig,
+    pub area_um2: f64,
+    pub bucket: u64,
+    /// Mean throughput over the models at the best HBM size; `None` if it failed.
+    pub mean_throughput_samples_per_second: Option<f64>,
+    pub hbm_bytes: Option<u64>,
+    pub plans: Vec<ModelPlan>,
+    pub failure: Option<String>,
+}
+
+/// Counters of the work done.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    pub candidates_evaluated: usize,
+    pub candidates_failed: usize,
+    pub buckets_visited: usize,
+    pub converged: bool,
+    pub cancelled: bool,
+    pub estimates_computed: u64,
+    pub estimate_cache_hits: u64,
+    pub schedules_solved: u64,
+    pub schedules_by_bounds: u64,
+    pub schedules_by_mip: u64,
+    pub schedules_not_proven_optimal: u64,
+    pub mip_time_limit_hits: u64,
+    pub placements_solved: u64,
+    pub estimation_seconds: f64,
+    pub scheduling_seconds: f64,
+    pub placement_seconds: f64,
+    pub total_seconds: f64,
+}
+
+/// The search's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub best: Option<Evaluated>,
+    pub explored: Vec<Evaluated>,
+    pub stats: Stats,
+}
+
+/// Progress as the search goes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Progress {
+    pub evaluated: usize,
+    /// Candidates in the space (the search may stop before).
+    pub total: usize,
+    pub bucket: u64,
+    /// Smallest area of the current bucket (the bucket's index × the bucket size).
+    pub bucket_area_um2: f64,
+    pub best_throughput_samples_per_second: Option<f64>,
+    pub best_area_um2: Option<f64>,
+    /// Operator estimates asked of the latency model so far, and those the memo answered.
+    pub estimates_computed: u64,
+    pub estimate_cache_hits: u64,
+}
+
+/// One layer schedule, as the search settled it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ScheduleEvent {
+    pub method: Method,
+    /// Bounds, list schedule and (for [`Method::Mip`]) the MIP.
+    pub solve_seconds: f64,
+    pub hit_time_limit: bool,
+    pub proven_optimal: bool,
+}
+
+/// Hears how the search goes, for progress displays and metrics. `progress` is called
+/// from the searching thread after each candidate; the work events from the worker
+/// threads as each piece of work ends (so they must be cheap).
+pub trait Observer: Sync {
+    fn progress(&self, _p: &Progress) {}
+    /// A layer schedule was settled.
+    fn schedule(&self, _e: &ScheduleEvent) {}
+    /// One run of the placement program (one HBM size, model, micro-batch and
+    /// recomputation setting, every width) took `seconds`.
+    fn placement(&self, _seconds: f64) {}
+}
+
+impl Observer for () {}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("the latency model failed: {0}")]
+    CostModel(EstimateError),
+    #[error("the space is empty: no candidate fits the area budget")]
+    EmptySpace,
+}
+
+/// Durations of a layer graph's operators on a candidate, from the latency model through
+/// the shared memo.
+struct Estimator<'a> {
+    model: &'a dyn LatencyModel,
+    cache: RwLock<HashMap<(CoreConfig, Op), OpCost>>,
+    computed: AtomicU64,
+    hits: AtomicU64,
+}
+
+impl Estimator<'_> {
+    fn cost(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
+        let key = (*core, op.clone());
+        if let Some(c) = self
+            .cache
+            .read()
+            .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?
+            .get(&key)
+        {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(*c);
+        }
+        let c = estimate(self.model, core, std::slice::from_ref(op))?[0];
+        self.computed.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut w) = self.cache.write() {
+            w.insert(key, c);
+        }
+        Ok(c)
+    }
+
+    /// The layer's schedule instance on `c`. Operators not yet memoised are estimated
+    /// first, in one batched call per core configuration: a plugin call costs far more
+    /// than an operator in a batch.
+    fn instance(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Instance, EstimateError> {
+        let mut missing: BTreeMap<CoreConfig, Vec<Op>> = BTreeMap::new();
+        {
+            let cache = self
+                .cache
+                .read()
+                .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
+            let zero = OpCost {
+                seconds: 0.0,
+                joules: 0.0,
+            };
+            let _ = super::layer::instance_with(graph, c, |core, op| {
+                if !cache.contains_key(&(*core, op.clone())) {
+                    missing.entry(*core).or_default().push(op.clone());
+                }
+                Ok(zero)
+            });
+        }
+        let mut fetched = 0;
+        for (core, mut ops) in missing {
+            ops.sort();
+            ops.dedup();
+            let costs = estimate(self.model, &core, &ops)?;
+            fetched += ops.len() as u64;
+            if let Ok(mut w) = self.cache.write() {
+                for (op, cost) in ops.into_iter().zip(costs) {
+                    w.insert((core, op), cost);
+                }
+            }
+        }
+        self.computed.fetch_add(fetched, Ordering::Relaxed);
+        let inst = super::layer::instance_with(graph, c, |core, op| self.cost(core, op));
+        // The second pass found the prefetched operators in the memo: not hits.
+        self.hits.fetch_sub(
+            fetched.min(self.hits.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        inst
+    }
+}
+
+/// A scheduled layer: forward and backward seconds and utilisations.
+#[derive(Debug, Clone, Copy)]
+struct Timed {
+    fwd: Scheduled,
+    bwd: Scheduled,
+}
+
+/// What the search keeps of one layer schedule.
+#[derive(Debug, Clone, Copy)]
+struct Scheduled {
+    seconds: f64,
+    /// Tensor- and vector-core utilisation.
+    util: (f64, f64),
+    optimal: bool,
+    gap: f64,
+}
+
+struct Ctx<'a> {
+    input: &'a SearchInput,
+    /// graphs[model][(micro_batch, width)]
+    graphs: Vec<HashMap<(u64, u64), ModelGraph>>,
+    estimator: Estimator<'a>,
+    stats: Mutex<Stats>,
+    observer: &'a dyn Observer,
+}
+
+fn layer_name(index: usize, blocks: u64) -> String {
+    if index == 0 {
+        "embedding".into()
+    } else if index as u64 <= blocks {
+        format!("block {}", index - 1)
+    } else {
+        "head".into()
+    }
+}
+
+/// Why a layer could not be scheduled on a candidate.
+enum JobError {
+    /// The candidate is outside the latency model's domain: it fails, the search goes on.
+    Infeasible(String),
+    /// The latency model itself failed: the search fails.
+    Model(EstimateError),
+}
+
+impl From<EstimateError> for JobError {
+    fn from(e: EstimateError) -> Self {
+        match e {
+            EstimateError::OutOfDomain(why) => {
+                JobError::Infeasible(format!("latency model: {why}"))
+            }
+            other => JobError::Model(other),
+        }
+    }
+}
+
+impl Ctx<'_> {
+    fn schedule(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Scheduled, JobError> {
+        let t0 = Instant::now();
+        let inst = self.estimator.instance(graph, c)?;
+        let t1 = Instant::now();
+        let s = schedule::solve(&inst, &self.input.schedule)
+            .map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
+        let t2 = Instant::now();
+        if (t2 - t1).as_secs_f64() > 0.25 {
+            tracing::debug!(
+                seconds = (t2 - t1).as_secs_f64(),
+                optimal = s.optimal,
+                gap = s.gap,
+                instance = %serde_json::to_string(&inst).unwrap_or_default(),
+                "slow layer schedule"
+            );
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.estimation_seconds += (t1 - t0).as_secs_f64();
+            st.scheduling_seconds += (t2 - t1).as_secs_f64();
+            st.schedules_solved += 1;
+            match s.method {
+                Method::Bounds => st.schedules_by_bounds += 1,
+                Method::Mip => st.schedules_by_mip += 1,
+            }
+            st.schedules_not_proven_optimal += u64::from(!s.optimal);
+            st.mip_time_limit_hits += u64::from(s.hit_time_limit);
+        }
+        self.observer.schedule(&ScheduleEvent {
+            method: s.method,
+            solve_seconds: s.solve_seconds,
+            hit_time_limit: s.hit_time_limit,
+            proven_optimal: s.optimal,
+        });
+        Ok(Scheduled {
+            seconds: s.makespan,
+            util: s.utilisation(&inst),
+            optimal: s.optimal,
+            gap: s.gap,
+        })
+    }
+
+    fn chain(&self, g: &ModelGraph, times: &[Timed; 3]) -> Chain {
+        let t = g.tensor_parallel;
+        let mut layers = Vec::new();
+        for (i, l) in g.layers().enumerate() {
+            let timed = match l.kind {
+                LayerKind::Embedding => times[0],
+                LayerKind::Block => times[1],
+                LayerKind::Head => times[2],
+            };
+            layers.push(ChainLayer {
+                id: i as i64,
+                parameter_bytes: l.parameter_bytes as f64,
+                activation_bytes: l.stash_bytes as f64,
+                forward: timed.fwd.seconds,
+                backward: timed.bwd.seconds,
+                tensor_parallel: l.tensor_parallel && t > 1,
+            });
+        }
+        let outputs: Vec<u64> = g.layers().map(|l| l.output_bytes).collect();
+        let edges = (1..layers.len())
+            .map(|v| Edge {
+                from: v - 1,
+                to: v,
+                bytes: outputs[v - 1] as f64,
+            })
+            .collect();
+        Chain {
+            width: t,
+            layers,
+            edges,
+        }
+    }
+
+    fn settings(&self, hbm: u64, micro_batch: u64, recompute: bool) -> Settings {
+        let tr = &self.input.training;
+        Settings {
+            memory_bytes: hbm as f64,
+            devices: self.input.cluster.devices,
+            bandwidth: self.input.cluster.link_bytes_per_second,
+            micro_batches: tr.global_batch / micro_batch,
+            recompute,
+            optimizer_copies: match tr.optimizer {
+                Optimizer::Sgd => 0.0,
+                Optimizer::Adam => 1.0,
+            },
+            resync: Resync::LargestStage,
+        }
+    }
+
+    /// Evaluates one candidate.
+    fn evaluate(&self, index: usize, cand: &Candidate) -> Result<Evaluated, SearchError> {
+        let c = &cand.config;
+        let fail = |why: String| Evaluated {
+            index,
+            config: *c,
+            area_um2: cand.area_um2,
+            bucket: cand.bucket,
+            mean_throughput_samples_per_second: None,
+            hbm_bytes: None,
+            plans: Vec::new(),
+            failure: Some(why),
+        };
+        // 1. Schedule every distinct layer at every (micro-batch, width).
+        let mut jobs: Vec<(usize, u64, u64)> = Vec::new();
+        for (m, graphs) in self.graphs.iter().enumerate() {
+            let mut keys: Vec<&(u64, u64)> = graphs.keys().collect();
+            keys.sort();
+            jobs.extend(keys.into_iter().map(|&(b, t)| (m, b, t)));
+        }
+        let timed: Vec<Result<[Timed; 3], JobError>> = jobs
+            .par_iter()
+            .map(|&(m, b, t)| {
+                let g = &self.graphs[m][&(b, t)];
+                let schedule = |layer: &super::model::Layer| -> Result<Timed, JobError> {
+                    Ok(Timed {
+                        fwd: self.schedule(&layer.forward, c)?,
+                        bwd: self.schedule(&layer.backward, c)?,
+                    })
+                };
+                let out = [
+                    schedule(&g.embedding)?,
+                    schedule(&g.block)?,
+                    schedule(&g.head)?,
+                ];
+                Ok(out)
+            })
+            .collect();
+        let mut times: HashMap<(usize, u64, u64), [Timed; 3]> = HashMap::new();
+        for (job, r) in jobs.iter().zip(timed) {
+            match r {
+                Ok(t) => {
+                    times.insert(*job, t);
+                }
+                Err(JobError::Infeasible(why)) => return Ok(fail(why)),
+                Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
+            }
+        }
+        // 2. Place: every (HBM, model, micro-batch, recomputation), all widths at once.
+        let tr = &self.input.training;
+        let mut runs: Vec<(usize, usize, u64, bool)> = Vec::new();
+        for h in 0..self.input.cluster.hbm_bytes.len() {
+            for m in 0..self.graphs.len() {
+                for &b in &tr.micro_batch_sizes {
+                    for &r in &tr.activation_recomputation {
+                        runs.push((h, m, b, r));
+                    }
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let plans: Vec<Option<(Plan, Vec<Chain>)>> = runs
+            .par_iter()
+            .map(|&(h, m, b, r)| {
+                let mut widths: Vec<u64> = self.graphs[m]
+                    .keys()
+                    .filter(|k| k.0 == b)
+                    .map(|k| k.1)
+                    .collect();
+                widths.sort_unstable();
+                let chains: Vec<Chain> = widths
+                    .iter()
+                    .map(|&t| self.chain(&self.graphs[m][&(b, t)], &times[&(m, b, t)]))
+                    .collect();
+                let settings = self.settings(self.input.cluster.hbm_bytes[h], b, r);
+                let t = Instant::now();
+                let plan = placement::best_plan(&chains, &settings).ok().flatten();
+                self.observer.placement(t.elapsed().as_secs_f64());
+                plan.map(|p| (p, chains))
+            })
+            .collect();
+        if let Ok(mut st) = self.stats.lock() {
+            st.placement_seconds += t0.elapsed().as_secs_f64();
+            st.placements_solved += runs.len() as u64;
+        }
+        // 3. Per HBM size: each model's best plan; the mean over models.
+        // (mean throughput, HBM index, per model: (run index, plan, its chains))
+        type Choice<'p> = (f64, usize, Vec<(usize, &'p Plan, &'p [Chain])>);
+        let mut best: Option<Choice> = None;
+        let mut why_not = String::new();
+        for h in 0..self.input.cluster.hbm_bytes.len() {
+            let mut chosen = Vec::new();
+            let mut sum = 0.0;
+            for m in 0..self.graphs.len() {
+                let pick = runs
+                    .iter()
+                    .zip(&plans)
+                    .enumerate()
+                    .filter(|(_, (run, _))| run.0 == h && run.1 == m)
+                    .filter_map(|(k, (_, p))| {
+                        p.as_ref()
+                            .map(|(plan, chains)| (k, plan, chains.as_slice()))
+                    })
+                    .min_by(|a, b| {
+                        a.1.time_per_batch
+                            .total_cmp(&b.1.time_per_batch)
+                            .then(a.0.cmp(&b.0))
+                    });
+                match pick {
+                    Some(p) => {
+                        sum += tr.global_batch as f64 / p.1.time_per_batch;
+                        chosen.push(p);
+                    }
+                    None => {
+                        why_not = format!(
+                            "{} does not fit in {} of HBM with any micro-batch, width or placement",
+                            self.input.models[m].config.name,
+                            archplace_plugin_sdk::units::format_bytes(
+                                self.input.cluster.hbm_bytes[h]
+                            )
+                        );
+                        chosen.clear();
+                        break;
+                    }
+                }
+            }
+            if chosen.len() == self.graphs.len() {
+                let mean = sum / self.graphs.len() as f64;
+                if best.as_ref().is_none_or(|b| mean > b.0) {
+                    best = Some((mean, h, chosen));
+                }
+            }
+        }
+        let Some((mean, h, chosen)) = best else {
+            return Ok(fail(why_not));
+        };
+        let reports = chosen
+            .into_iter()
+            .map(|(k, plan, chains)| {
+                let (_, m, b, r) = runs[k];
+                self.report(m, b, r, h, plan, chains, &times)
+            })
+            .collect();
+        Ok(Evaluated {
+            index,
+            config: *c,
+            area_um2: cand.area_um2,
+            bucket: cand.bucket,
+            mean_throughput_samples_per_second: Some(mean),
+            hbm_bytes: Some(self.input.cluster.hbm_bytes[h]),
+            plans: reports,
+            failure: None,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &self,
+        m: usize,
+        b: u64,
+        recompute: bool,
+        h: usize,
+        plan: &Plan,
+        chains: &[Chain],
+        times: &HashMap<(usize, u64, u64), [Timed; 3]>,
+    ) -> ModelPlan {
+        let model = &self.input.models[m];
+        let t = plan.tensor_parallel;
+        let g = &self.graphs[m][&(b, t)];
+        let tr = &self.input.training;
+        let throughput = tr.global_batch as f64 / plan.time_per_batch;
+        let stages = plan
+            .stages
+            .iter()
+            .map(|s| StageReport {
+                first_layer: layer_name(s.start, g.blocks),
+                last_layer: layer_name(s.end - 1, g.blocks),
+                layers: s.end - s.start,
+                devices: s.devices,
+                load_seconds: s.load,
+                memory_bytes: s.memory_bytes,
+            })
+            .collect();
+        let tm = &times[&(m, b, t)];
+        let layers = [
+            (LayerKind::Embedding, 1),
+            (LayerKind::Block, g.blocks),
+            (LayerKind::Head, 1),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(k, &(layer, count))| LayerReport {
+            layer,
+            count,
+            forward_seconds: tm[k].fwd.seconds,
+            backward_seconds: tm[k].bwd.seconds,
+            forward_tensor_utilisation: tm[k].fwd.util.0,
+            forward_vector_utilisation: tm[k].fwd.util.1,
+            backward_tensor_utilisation: tm[k].bwd.util.0,
+            backward_vector_utilisation: tm[k].bwd.util.1,
+            forward_proven_optimal: tm[k].fwd.optimal,
+            forward_gap: tm[k].fwd.gap,
+            backward_proven_optimal: tm[k].bwd.optimal,
+            backward_gap: tm[k].bwd.gap,
+        })
+        .collect();
+        let baseline = model.baseline.map(|bl| {
+            let settings = self.settings(self.input.cluster.hbm_bytes[h], b, recompute);
+            let fixed = Fixed {
+                pipeline: bl.pipeline,
+                tensor: bl.tensor,
+                data: bl.data,
+                transformer_layers: model.config.layers,
+            };
+            match placement::evaluate_fixed(chains, &settings, &fixed) {
+                Ok(p) => BaselineReport {
+                    pipeline: bl.pipeline,
+                    data: bl.data,
+                    tensor: bl.tensor,
+                    throughput_samples_per_second: Some(tr.global_batch as f64 / p.time_per_batch),
+                    time_per_batch_seconds: Some(p.time_per_batch),
+                    infeasible: None,
+                },
+                Err(e) => BaselineReport {
+                    pipeline: bl.pipeline,
+                    data: bl.data,
+                    tensor: bl.tensor,
+                    throughput_samples_per_second: None,
+                    time_per_batch_seconds: None,
+                    infeasible: Some(e.to_string()),
+                },
+            }
+        });
+        ModelPlan {
+            model: model.config.name.clone(),
+            micro_batch: b,
+            activation_recomputation: recompute,
+            tensor_parallel: t,
+            data_parallel: plan.data_parallel,
+            pipeline_stages: plan.stages.len(),
+            time_per_batch_seconds: plan.time_per_batch,
+            gradient_all_reduce_seconds: plan.resync_time,
+            throughput_samples_per_second: throughput,
+            throughput_tokens_per_second: throughput * model.config.seq_len as f64,
+            stages,
+            layers,
+            baseline,
+        }
+    }
+}
+
+/// Runs the search over `space`.
+pub fn search(
+    input: &SearchInput,
+    space: &Space,
+    latency: &dyn LatencyModel,
+    observer: &dyn Observer,
+    cancel: Option<&AtomicBool>,
+) -> Result<Outcome, SearchError> {
+    let started = Instant::now();
+    if space.candidates.is_empty() {
+        return Err(SearchError::EmptySpace);
+    }
+    let mut graphs = Vec::new();
+    for m in &input.models {
+        let mut map = HashMap::new();
+        for &b in &input.training.micro_batch_sizes {
+            for t in m.config.tensor_parallel_widths() {
+                if t > input.cluster.devices {
+                    continue;
+                }
+                let opts = BuildOptions {
+                    micro_batch: b,
+                    tensor_parallel: t,
+                    bytes_per_element: input.training.bytes_per_element,
+                    link_bytes_per_second: input.cluster.link_bytes_per_second as u64,
+                };
+                map.insert((b, t), build(&m.config, &opts));
+            }
+        }
+        graphs.push(map);
+    }
+    let ctx = Ctx {
+        input,
+        graphs,
+        estimator: Estimator {
+            model: latency,
+            cache: RwLock::new(HashMap::new()),
+            computed: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        },
+        stats: Mutex::new(Stats::default()),
+        observer,
+    };
+    let mut explored: Vec<Evaluated> = Vec::new();
+    let mut best: Option<usize> = None;
+    let mut history: Vec<f64> = Vec::new();
+    let window = input.convergence_window.max(1) as usize;
+    let (mut converged, mut cancelled) = (false, false);
+    let mut buckets_visited = 0;
+    let mut i = 0;
+    let n = space.candidates.len();
+    while i < n {
+        let bucket = space.candidates[i].bucket;
+        let end = (i..n)
+            .find(|&k| space.candidates[k].bucket != bucket)
+            .unwrap_or(n);
+        buckets_visited += 1;
+        let mut bucket_best: Option<f64> = None;
+        for k in i..end {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                cancelled = true;
+                break;
+            }
+            let e = ctx.evaluate(k, &space.candidates[k])?;
+            if let Some(t) = e.mean_throughput_samples_per_second {
+                bucket_best = Some(bucket_best.map_or(t, |b: f64| b.max(t)));
+                if best.is_none_or(|b| {
+                    t > explored[b]
+                        .mean_throughput_samples_per_second
+                        .unwrap_or(0.0)
+                }) {
+                    best = Some(explored.len());
+                }
+            }
+            explored.push(e);
+            let b = best.map(|b| &explored[b]);
+            observer.progress(&Progress {
+                evaluated: explored.len(),
+                total: n,
+                bucket,
+                bucket_area_um2: bucket as f64 * space.bucket_um2,
+                best_throughput_samples_per_second: b
+                    .and_then(|e| e.mean_throughput_samples_per_second),
+                best_area_um2: b.map(|e| e.area_um2),
+                estimates_computed: ctx.estimator.computed.load(Ordering::Relaxed),
+                estimate_cache_hits: ctx.estimator.hits.load(Ordering::Relaxed),
+            });
+        }
+        if cancelled {
+            break;
+        }
+        if let Some(v) = bucket_best {
+            history.push(v);
+        }
+        if !input.exhaustive
+            && history.len() >= window
+            && history[history.len() - window..]
+                .windows(2)
+                .all(|w| w[0] >= w[1])
+        {
+            converged = true;
+            break;
+        }
+        i = end;
+    }
+    let mut stats = ctx.stats.into_inner().unwrap_or_default();
+    stats.candidates_evaluated = explored.len();
+    stats.candidates_failed = explored.iter().filter(|e| e.failure.is_some()).count();
+    stats.buckets_visited = buckets_visited;
+    stats.converged = converged;
+    stats.cancelled = cancelled;
+    stats.estimates_computed = ctx.estimator.computed.load(Ordering::Relaxed);
+    stats.estimate_cache_hits = ctx.estimator.hits.load(Ordering::Relaxed);
+    stats.total_seconds = started.elapsed().as_secs_f64();
+    Ok(Outcome {
+        best: best.map(|b| explored[b].clone()),
+        explored,
+        stats,
+    })
+}
+
+#[cfg(test)]
+mod tests;

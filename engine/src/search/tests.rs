@@ -1,0 +1,283 @@
+use super::*;
+use crate::layer;
+use crate::model::preset;
+use crate::space::{AreaBudget, SpaceSpec, enumerate};
+use archplace_reference_cost::ReferenceModel;
+
+fn tiny_model() -> ModelConfig {
+    ModelConfig {
+        name: "tiny".into(),
+        layers: 4,
+        hidden: 256,
+        heads: 4,
+        kv_heads: 4,
+        ffn: 1024,
+        vocab: 1000,
+        vocab_pad_multiple: 1,
+        seq_len: 128,
+        max_positions: 128,
+        max_tensor_parallel: 2,
+        ..preset("gpt2-xl").unwrap()
+    }
+}
+
+fn tiny() -> (SearchInput, Space) {
+    let input = SearchInput {
+        models: vec![ModelInput {
+            config: tiny_model(),
+            baseline: Some(Baseline {
+                pipeline: 2,
+                data: 4,
+                tensor: 2,
+            }),
+        }],
+        training: Training {
+            global_batch: 64,
+            micro_batch_sizes: vec![1, 2],
+            activation_recomputation: vec![false, true],
+            optimizer: Optimizer::Adam,
+            bytes_per_element: 2,
+        },
+        cluster: Cluster {
+            devices: 16,
+            link_bytes_per_second: 4.0 * (1u64 << 30) as f64,
+            hbm_bytes: vec![12 << 20, 64 << 20],
+        },
+        convergence_window: 5,
+        exhaustive: true,
+        // The same deterministic scheduler on both sides; the MIP has its own tests.
+        schedule: schedule::Options {
+            heuristic_only: true,
+            ..schedule::Options::default()
+        },
+    };
+    let spec = SpaceSpec {
+        tensor_cores: vec![1, 2, 4],
+        vector_cores: vec![1, 2],
+        width: vec![16],
+        depth: vec![8, 16],
+        vector_width: None,
+        buffer_bytes: vec![2 << 20, 8 << 20],
+        area_budget: AreaBudget::Um2(1e12),
+        min_area_fraction: 0.0,
+        ..SpaceSpec::default()
+    };
+    let space = enumerate(&spec, &ReferenceModel::default()).unwrap();
+    assert!(
+        (18..=30).contains(&space.candidates.len()),
+        "{}",
+        space.candidates.len()
+    );
+    (input, space)
+}
+
+/// Throughput of the best plan of every candidate, computed without the search's code
+/// paths: estimation straight from the model, every placement enumerated.
+/// (throughput, micro-batch, t, d, recomputation) of a candidate's best plan.
+type Found = (f64, u64, u64, u64, bool);
+
+fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
+    let model = ReferenceModel::default();
+    let cfg = &input.models[0].config;
+    space
+        .candidates
+        .iter()
+        .map(|cand| {
+            let mut best: Option<Found> = None;
+            for &b in &input.training.micro_batch_sizes {
+                let mut chains = Vec::new();
+                {
+                    for t in cfg.tensor_parallel_widths() {
+                        let g = build(
+                            cfg,
+                            &BuildOptions {
+                                micro_batch: b,
+                                tensor_parallel: t,
+                                bytes_per_element: 2,
+                                link_bytes_per_second: 4 << 30,
+                            },
+                        );
+                        let time = |graph: &OpGraph| {
+                            let inst = layer::instance(graph, &cand.config, &model).unwrap();
+                            schedule::solve(&inst, &input.schedule).unwrap().makespan
+                        };
+                        let per_kind: Vec<(f64, f64)> = [&g.embedding, &g.block, &g.head]
+                            .iter()
+                            .map(|l| (time(&l.forward), time(&l.backward)))
+                            .collect();
+                        let layers: Vec<ChainLayer> = g
+                            .layers()
+                            .enumerate()
+                            .map(|(i, l)| {
+                                let k = match l.kind {
+                                    LayerKind::Embedding => 0,
+                                    LayerKind::Block => 1,
+                                    LayerKind::Head => 2,
+                                };
+                                ChainLayer {
+                                    id: i as i64,
+                                    parameter_bytes: l.parameter_bytes as f64,
+                                    activation_bytes: l.stash_bytes as f64,
+                                    forward: per_kind[k].0,
+                                    backward: per_kind[k].1,
+                                    tensor_parallel: t > 1,
+                                }
+                            })
+                            .collect();
+                        let out: Vec<u64> = g.layers().map(|l| l.output_bytes).collect();
+                        let edges = (1..layers.len())
+                            .map(|v| Edge {
+                                from: v - 1,
+                                to: v,
+                                bytes: out[v - 1] as f64,
+                            })
+                            .collect();
+                        chains.push(Chain {
+                            width: t,
+                            layers,
+                            edges,
+                        });
+                    }
+                }
+                for &hbm in &input.cluster.hbm_bytes {
+                    for &r in &input.training.activation_recomputation {
+                        let settings = Settings {
+                            memory_bytes: hbm as f64,
+                            devices: input.cluster.devices,
+                            bandwidth: input.cluster.link_bytes_per_second,
+                            micro_batches: input.training.global_batch / b,
+                            recompute: r,
+                            optimizer_copies: 1.0,
+                            resync: Resync::LargestStage,
+                        };
+                        if let Some(p) = placement::best_plan_exact(&chains, &settings).unwrap() {
+                            let thr = input.training.global_batch as f64 / p.time_per_batch;
+                            if best.is_none_or(|x| thr > x.0) {
+                                best = Some((thr, b, p.tensor_parallel, p.data_parallel, r));
+                            }
+                        }
+                    }
+                }
+            }
+            best
+        })
+        .collect()
+}
+
+#[test]
+fn exhaustive_search_agrees_with_brute_force() {
+    let (input, space) = tiny();
+    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    assert_eq!(outcome.explored.len(), space.candidates.len());
+    let bf = brute_force(&input, &space);
+    let mut want: Option<(usize, f64)> = None;
+    for (i, b) in bf.iter().enumerate() {
+        if let Some(b) = b
+            && want.is_none_or(|w| b.0 > w.1)
+        {
+            want = Some((i, b.0));
+        }
+    }
+    let (_, wthr) = want.expect("the tiny space has a feasible candidate");
+    let best = outcome.best.expect("the search found a candidate");
+    let got = best.mean_throughput_samples_per_second.unwrap();
+    assert!(
+        ((got - wthr) / wthr).abs() < 1e-9,
+        "{got} vs brute force {wthr}"
+    );
+    // Candidates can tie exactly (e.g. a larger buffer that changes nothing), and the two
+    // computations agree to 1e-12, not bit for bit: the search's choice must be one of the
+    // brute force's best, and its strategy the brute force's strategy for that chip.
+    let chosen = bf[best.index].expect("the chosen candidate is feasible");
+    assert!(
+        ((chosen.0 - wthr) / wthr).abs() < 1e-9,
+        "the chosen chip is not among the best"
+    );
+    assert_eq!(best.config, space.candidates[best.index].config);
+    let plan = &best.plans[0];
+    assert_eq!(
+        (
+            plan.micro_batch,
+            plan.tensor_parallel,
+            plan.data_parallel,
+            plan.activation_recomputation
+        ),
+        (chosen.1, chosen.2, chosen.3, chosen.4)
+    );
+    // Every candidate's own score agrees too.
+    for (e, b) in outcome.explored.iter().zip(&bf) {
+        match (e.mean_throughput_samples_per_second, b) {
+            (Some(x), Some(y)) => assert!(
+                ((x - y.0) / y.0).abs() < 1e-9,
+                "candidate {}: {x} vs {}",
+                e.index,
+                y.0
+            ),
+            (None, None) => {}
+            (x, y) => panic!("candidate {}: search {x:?} vs brute force {y:?}", e.index),
+        }
+    }
+    // The report is complete.
+    let plan = &best.plans[0];
+    assert_eq!(plan.layers.len(), 3);
+    assert_eq!(plan.stages.iter().map(|s| s.layers).sum::<usize>(), 6);
+    assert!(plan.baseline.is_some());
+    assert!(outcome.stats.estimate_cache_hits > 0);
+    assert!(
+        outcome.stats.schedules_by_bounds + outcome.stats.schedules_by_mip
+            == outcome.stats.schedules_solved
+    );
+}
+
+#[test]
+fn the_result_does_not_depend_on_the_thread_count() {
+    let (input, space) = tiny();
+    let run = |threads| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| search(&input, &space, &ReferenceModel::default(), &(), None).unwrap())
+    };
+    let (one, two) = (run(1), run(2));
+    assert_eq!(one.best, two.best);
+    assert_eq!(one.explored, two.explored);
+}
+
+#[test]
+fn convergence_stops_early_and_cancel_stops_at_once() {
+    let (mut input, space) = tiny();
+    input.exhaustive = false;
+    input.convergence_window = 2;
+    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    assert!(outcome.stats.converged);
+    assert!(outcome.explored.len() < space.candidates.len());
+    let cancel = AtomicBool::new(true);
+    let outcome = search(
+        &input,
+        &space,
+        &ReferenceModel::default(),
+        &(),
+        Some(&cancel),
+    )
+    .unwrap();
+    assert!(outcome.stats.cancelled);
+    assert!(outcome.explored.is_empty());
+}
+
+#[test]
+fn failed_buckets_are_not_evidence_of_convergence() {
+    let (mut input, space) = tiny();
+    input.exhaustive = false;
+    input.convergence_window = 2;
+    // Far too little HBM: every candidate fails, and the search must not stop early.
+    input.cluster.hbm_bytes = vec![1 << 10];
+    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    assert!(outcome.best.is_none());
+    assert_eq!(outcome.explored.len(), space.candidates.len());
+    assert!(outcome.explored.iter().all(|e| {
+        e.failure
+            .as_deref()
+            .is_some_and(|f| f.contains("does not fit"))
+    }));
+}

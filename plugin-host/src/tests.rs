@@ -1,0 +1,316 @@
+//! The plugin host against real components: the reference plugin (bit-identical to the
+//! native model), the GPU-like example, and every hostile fixture.
+//!
+//! The components are built by `scripts/build-plugins` (the README's test command runs it
+//! first); a test fails, naming that script, if they are missing.
+
+use super::*;
+use archplace_plugin_sdk::testing::Rng;
+use archplace_plugin_sdk::{AcceleratorConfig, LatencyModel};
+use std::path::PathBuf;
+
+use crate::testing::{component, random_ops, target};
+
+fn host_with(limits: Limits, cache_dir: Option<PathBuf>) -> Host {
+    Host::new(HostOptions {
+        plugin_dirs: vec![target().join("plugins")],
+        cache_dir,
+        limits,
+        plugin_limits: Default::default(),
+    })
+    .unwrap()
+}
+
+fn host() -> Host {
+    host_with(Limits::default(), None)
+}
+
+fn session(host: &Host, name: &str) -> Arc<session::Session> {
+    let loaded = host.load_file(&component(name)).unwrap();
+    host.open(&loaded, vec![], Arc::new(AtomicBool::new(false)))
+        .unwrap()
+}
+
+fn reference_session(host: &Host) -> Arc<session::Session> {
+    session(host, "reference")
+}
+
+/// Loads `fixture`, runs one latency call, returns the fault's kind and the error text.
+fn fault_of(host: &Host, fixture: &str) -> (Option<FaultKind>, String) {
+    let s = session(host, fixture);
+    let core = AcceleratorConfig {
+        tensor_cores: 2,
+        vector_cores: 2,
+        width: 64,
+        depth: 64,
+        vector_width: 64,
+        buffer_bytes: 8 << 20,
+    }
+    .tensor_core(2);
+    let ops = random_ops(&mut Rng(1), 8);
+    let err = s.latency_uncached(&core, &ops).unwrap_err().to_string();
+    (s.faults().last().map(|f| f.kind), err)
+}
+
+#[test]
+fn every_hostile_fixture_gets_its_own_error_and_the_host_survives() {
+    let host = host();
+    let cases: [(&str, FaultKind, &str); 7] = [
+        ("hostile-infinite-loop", FaultKind::Fuel, "ran out of fuel"),
+        (
+            "hostile-memory-bomb",
+            FaultKind::Memory,
+            "exceeded its memory limit of 64 MiB",
+        ),
+        (
+            "hostile-trap",
+            FaultKind::Trap,
+            "deliberate panic in latency",
+        ),
+        ("hostile-nan-output", FaultKind::BadOutput, "returned NaN s"),
+        (
+            "hostile-negative-output",
+            FaultKind::BadOutput,
+            "returned -1 s",
+        ),
+        (
+            "hostile-wrong-count",
+            FaultKind::BadOutput,
+            "returned 9 results for 8 operators",
+        ),
+        (
+            "hostile-enormous-output",
+            FaultKind::BadOutput,
+            "error message of 33554432 bytes",
+        ),
+    ];
+    let good = reference_session(&host);
+    let config = crate::check::golden_configs()[2];
+    for (fixture, kind, text) in cases {
+        let (k, err) = fault_of(&host, fixture);
+        assert_eq!(k, Some(kind), "{fixture}: {err}");
+        assert!(err.contains(text), "{fixture}: {err}");
+        assert!(err.contains(&format!("plugin `{fixture}`")), "{err}");
+        assert!(err.contains("3 faults in this search"), "{err}");
+        // The process and the good plugin carry on.
+        assert!(good.area_uncached(&[config]).unwrap()[0].is_ok());
+    }
+    // Faults at load time, each with its own message.
+    let e = host
+        .load_file(&component("hostile-wrong-interface-version"))
+        .unwrap_err();
+    assert!(matches!(e, PluginError::InterfaceVersion { .. }), "{e}");
+    assert!(e.to_string().contains("archplace:cost-model@2.0.0"), "{e}");
+    let e = host
+        .load_file(&component("hostile-missing-export"))
+        .unwrap_err();
+    assert!(matches!(e, PluginError::Interface { .. }), "{e}");
+    assert!(e.to_string().contains("does not have export `info`"), "{e}");
+    let junk = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(junk.path(), b"\0asm not really").unwrap();
+    let e = host.load_file(junk.path()).unwrap_err();
+    assert!(matches!(e, PluginError::Compile { .. }), "{e}");
+    assert!(good.area_uncached(&[config]).unwrap()[0].is_ok());
+}
+
+#[test]
+fn the_deadline_stops_a_loop_that_has_fuel_to_burn() {
+    let limits = Limits {
+        fuel_per_call: u64::MAX / 4,
+        fuel_per_item: 0,
+        deadline_seconds: 0.2,
+        max_faults: 1,
+        ..Limits::default()
+    };
+    let host = host_with(limits, None);
+    let t = std::time::Instant::now();
+    let (kind, err) = fault_of(&host, "hostile-infinite-loop");
+    assert_eq!(kind, Some(FaultKind::Deadline), "{err}");
+    assert!(err.contains("deadline"), "{err}");
+    assert!(t.elapsed().as_secs_f64() < 5.0, "{:?}", t.elapsed());
+}
+
+#[test]
+fn cancelling_the_search_stops_a_running_plugin_call() {
+    let limits = Limits {
+        fuel_per_call: u64::MAX / 4,
+        fuel_per_item: 0,
+        deadline_seconds: 600.0,
+        ..Limits::default()
+    };
+    let host = host_with(limits, None);
+    let loaded = host.load_file(&component("hostile-infinite-loop")).unwrap();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let s = host.open(&loaded, vec![], cancel.clone()).unwrap();
+    let flag = cancel.clone();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        flag.store(true, Ordering::Relaxed);
+        Instant::now()
+    });
+    let core = crate::check::golden_configs()[0].tensor_core(1);
+    let err = s
+        .latency_uncached(&core, &random_ops(&mut Rng(2), 4))
+        .unwrap_err()
+        .to_string();
+    let stopped = Instant::now();
+    let cancelled_at = stopper.join().unwrap();
+    assert!(err.contains("cancelled"), "{err}");
+    let lag = stopped.saturating_duration_since(cancelled_at);
+    assert!(lag < Duration::from_millis(500), "{lag:?}");
+    assert!(s.faults().is_empty(), "a cancellation is not a fault");
+}
+
+#[test]
+fn compiled_components_are_cached_on_disk_and_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("compiled");
+    let first = host_with(Limits::default(), Some(cache.clone()));
+    let a = first.load_file(&component("reference")).unwrap();
+    assert!(!a.from_cache);
+    let second = host_with(Limits::default(), Some(cache.clone()));
+    let b = second.load_file(&component("reference")).unwrap();
+    assert!(b.from_cache, "the second host loads the compiled component");
+    assert_eq!(a.hash, b.hash);
+    // A tampered entry is not loaded: compiled afresh (and the answers stay right).
+    for e in std::fs::read_dir(&cache).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "cwasm") {
+            let mut bytes = std::fs::read(&p).unwrap();
+            let n = bytes.len() / 2;
+            bytes[n] ^= 0xff;
+            std::fs::write(&p, bytes).unwrap();
+        }
+    }
+    let third = host_with(Limits::default(), Some(cache));
+    let c = third.load_file(&component("reference")).unwrap();
+    assert!(!c.from_cache);
+    let s = third.open(&c, vec![], Default::default()).unwrap();
+    let config = crate::check::golden_configs()[3];
+    assert_eq!(
+        s.area_uncached(&[config]).unwrap()[0]
+            .as_ref()
+            .unwrap()
+            .to_bits(),
+        archplace_reference_cost::area::area_um2(&config)
+            .unwrap()
+            .to_bits()
+    );
+}
+
+#[test]
+fn estimates_are_memoised_across_sessions_of_a_deterministic_plugin() {
+    let host = host();
+    let core = crate::check::golden_configs()[4].tensor_core(8);
+    let ops = crate::check::golden_tensor_ops();
+    let a = reference_session(&host);
+    let first = LatencyModel::latency(a.as_ref(), &core, &ops).unwrap();
+    assert_eq!(a.counters.memo_hits.load(Ordering::Relaxed), 0);
+    let b = reference_session(&host);
+    let second = LatencyModel::latency(b.as_ref(), &core, &ops).unwrap();
+    assert_eq!(
+        b.counters.memo_hits.load(Ordering::Relaxed),
+        ops.len() as u64
+    );
+    assert_eq!(
+        b.counters.calls.load(Ordering::Relaxed),
+        0,
+        "no call into the plugin"
+    );
+    assert_eq!(first, second);
+    // Other parameters: another memo.
+    let loaded = host.load_file(&component("reference")).unwrap();
+    let fast = host
+        .open(
+            &loaded,
+            vec![Parameter {
+                name: "clock".into(),
+                value: "2.1 GHz".into(),
+            }],
+            Default::default(),
+        )
+        .unwrap();
+    let third = LatencyModel::latency(fast.as_ref(), &core, &ops).unwrap();
+    assert_eq!(fast.counters.memo_hits.load(Ordering::Relaxed), 0);
+    assert!(third[0].seconds < first[0].seconds);
+}
+
+#[test]
+fn parameters_are_validated_by_the_plugin() {
+    let host = host();
+    let loaded = host.load_file(&component("gpu-like")).unwrap();
+    let p = |n: &str, v: &str| Parameter {
+        name: n.into(),
+        value: v.into(),
+    };
+    let e = host
+        .open(
+            &loaded,
+            vec![
+                p("clock", "fast"),
+                p("hbm_bandwidth", "3 TB/s"),
+                p("node", "5nm"),
+            ],
+            Default::default(),
+        )
+        .unwrap_err();
+    let PluginError::Parameters { plugin, errors } = &e else {
+        panic!("{e}");
+    };
+    assert_eq!(plugin, "gpu-like");
+    let names: Vec<&str> = errors.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["clock", "node"], "{e}");
+    assert!(errors[1].message.contains("has no parameter `node`"), "{e}");
+    assert!(
+        host.open(
+            &loaded,
+            vec![p("hbm_bandwidth", "3 TB/s")],
+            Default::default()
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn the_log_import_is_capped_in_rate_and_size() {
+    let mut bucket = session::LogBucket::new();
+    for _ in 0..100 {
+        bucket.emit("p", bindings::Level::Debug, "x".repeat(10_000));
+    }
+    assert_eq!(bucket.dropped(), 100 - session::LOG_BURST as u64);
+}
+
+#[test]
+fn a_plugin_built_for_a_later_minor_version_loads() {
+    let host = host();
+    let loaded = host.load_file(&component("future-minor")).unwrap();
+    assert_eq!(loaded.interface, semver::Version::new(1, 1, 0));
+    assert_eq!(loaded.info.interface_version, (1, 1));
+    let s = host.open(&loaded, vec![], Default::default()).unwrap();
+    let c = crate::check::golden_configs()[0];
+    assert_eq!(s.area_uncached(&[c]).unwrap()[0], Ok(2e6));
+    let costs = s
+        .latency_uncached(&c.tensor_core(1), &crate::check::golden_tensor_ops())
+        .unwrap();
+    assert!(costs.iter().all(|c| c.seconds == 1e-6));
+}
+
+/// The 1.1 fixture's WIT is the SDK's with only the version and one added function, so the
+/// test above really is about a minor version.
+#[test]
+fn the_future_minor_fixture_only_adds_to_the_interface() {
+    let sdk = archplace_plugin_sdk::WIT;
+    let future = include_str!("../../plugins/hostile/wit/future-minor/cost-model.wit");
+    let body: String = future
+        .lines()
+        .skip_while(|l| l.starts_with("// "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let expected = sdk
+        .replace("@1.0.0;", "@1.1.0;")
+        .replace(
+            "result<list<op-cost>, estimate-error>;\n",
+            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.1 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
+        );
+    assert_eq!(body.trim_end(), expected.trim_end());
+}
