@@ -594,3 +594,34 @@ fn a_hostile_plugin_fails_only_its_search_with_the_plugin_and_fault_named() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(gout.join("result.json").exists());
 }
+
+/// A reader that stops early (`archplace schema | head -1`) ends the command quietly and
+/// successfully, as ripgrep does: no "Broken pipe" on stderr, exit 0. The outputs are
+/// larger than a pipe's buffer, so the writer does meet the closed pipe.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::io::Read;
+    for args in [&["schema"][..], &["space"][..], &["space", "--json"][..]] {
+        let mut child = archplace()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 16];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // The read end is dropped here: every later write fails with EPIPE.
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {:?} {}",
+            out.status,
+            stderr(&out)
+        );
+        assert!(
+            !stderr(&out).contains("Broken pipe"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}

@@ -139,9 +139,13 @@ pub fn cost_models(
 
 /// Whether `e` is stdout's reader going away (EPIPE), which ends a command successfully.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let pipe = Some(std::io::ErrorKind::BrokenPipe);
     e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        c.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
+            // serde_json wraps the writer's error in its own.
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == pipe
     })
 }
 
