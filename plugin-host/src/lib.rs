@@ -22,7 +22,10 @@ pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod cost;
+pub mod inspect;
+pub mod memo;
 pub mod session;
+pub mod store;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
@@ -35,12 +38,13 @@ use crate::cost::{
 use archplace_plugin_sdk::{ModelInfo, Parameter, ParameterError};
 use bindings::CostModelPre;
 use serde::{Deserialize, Serialize};
-use session::{Session, State};
+use session::Session;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+use store::State;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
@@ -244,7 +248,7 @@ pub struct Host {
     linker: Linker<State>,
     cache: Option<cache::DiskCache>,
     compiled: Mutex<HashMap<blake3::Hash, Component>>,
-    memos: Mutex<HashMap<MemoKey, Arc<session::Memo>>>,
+    memos: Mutex<HashMap<MemoKey, Arc<memo::Memo>>>,
     options: HostOptions,
     catalog: RwLock<catalog::Catalog>,
     ticker_stop: Arc<AtomicBool>,
@@ -436,14 +440,14 @@ impl Host {
         })?;
         let compile_seconds = t.elapsed().as_secs_f64();
         let shown = path.display().to_string();
-        let info = session::probe_info(&self.engine, &pre, &self.options.limits, &shown).map_err(
+        let info = inspect::probe_info(&self.engine, &pre, &self.options.limits, &shown).map_err(
             |fault| PluginError::Fault {
                 plugin: shown.clone(),
                 during: "describing itself (info)".into(),
                 fault,
             },
         )?;
-        session::check_info(&info, &interface).map_err(|message| PluginError::BadInfo {
+        inspect::check_info(&info, &interface).map_err(|message| PluginError::BadInfo {
             path: path.to_path_buf(),
             message,
         })?;

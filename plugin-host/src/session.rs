@@ -1,395 +1,19 @@
 //! One plugin with one set of parameters for one search: a pool of instances, each call
 //! run under the limits, every answer checked, faults counted.
 
-use super::bindings::{self, CostModel, CostModelPre, Level, wit};
 use super::{Fault, FaultKind, Limits, Loaded, PluginError};
+use crate::bindings::{self, CostModel, wit};
+use crate::inspect::{MAX_PARAMETERS, MAX_TEXT_BYTES, bad_output, check_cost, check_error_size};
+use crate::memo::Memo;
+use crate::store::{Slot, State, arm, classify, new_store};
 use archplace_plugin_sdk::{
     AcceleratorConfig, AreaModel, CoreConfig, EstimateError, LatencyModel, ModelInfo, Op, OpCost,
     Parameter, ParameterError,
 };
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
-use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-
-/// Bytes of a plugin's stderr kept (it is only read after a trap).
-pub const STDERR_BYTES: usize = 8 << 10;
-
-/// Longest error message, name or description a plugin may return.
-pub const MAX_TEXT_BYTES: usize = 4096;
-/// Most parameters a plugin may declare.
-pub const MAX_PARAMETERS: usize = 64;
-/// Longest log line kept (longer ones are cut).
-pub const MAX_LOG_BYTES: usize = 1024;
-/// Log lines a plugin instance may write in a burst, and per second after it.
-pub const LOG_BURST: f64 = 20.0;
-pub const LOG_PER_SECOND: f64 = 5.0;
-/// Most memoised estimates kept per plugin and parameters, per kind (area, latency); past
-/// it the cache evicts the least useful entries (S3-FIFO, quick_cache).
-pub const MEMO_CAPACITY: usize = 1 << 20;
-
-/// Why the epoch callback stopped a call.
-#[derive(Debug, thiserror::Error)]
-enum Interrupt {
-    #[error("ran past its deadline of {0:?}")]
-    Deadline(Duration),
-    #[error("stopped: the search was cancelled")]
-    Cancelled,
-}
-
-/// Store data of one instance.
-pub struct State {
-    wasi: WasiCtx,
-    /// The guest's stderr, kept in memory (capped) so that a panic's message can be shown.
-    stderr: MemoryOutputPipe,
-    table: ResourceTable,
-    limiter: Limiter,
-    log: LogBucket,
-    plugin: String,
-    cancel: Arc<AtomicBool>,
-    call_started: Instant,
-    deadline: Duration,
-}
-
-impl WasiView for State {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-/// The shared types interface has no functions to implement.
-impl bindings::archplace::cost_model::types::Host for State {}
-
-impl bindings::archplace::cost_model::host::Host for State {
-    fn log(&mut self, level: Level, message: String) {
-        self.log.emit(&self.plugin, level, message);
-    }
-}
-
-/// Caps a plugin's memory; remembers a refusal so the trap that follows is reported as
-/// what it is.
-struct Limiter {
-    memory_bytes: usize,
-    total_bytes: usize,
-    refused: Option<usize>,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let total = self
-            .total_bytes
-            .saturating_sub(current)
-            .saturating_add(desired);
-        if total > self.memory_bytes {
-            self.refused = Some(total);
-            return Ok(false);
-        }
-        self.total_bytes = total;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 16)
-    }
-
-    fn instances(&self) -> usize {
-        64
-    }
-    fn tables(&self) -> usize {
-        64
-    }
-    fn memories(&self) -> usize {
-        16
-    }
-}
-
-/// Cuts `text` to at most `max` bytes (on a character boundary), marking the cut.
-fn cut_text(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str(" […]");
-    }
-}
-
-/// Token bucket for a plugin's log lines.
-pub(crate) struct LogBucket {
-    tokens: f64,
-    last: Instant,
-    dropped: u64,
-}
-
-impl LogBucket {
-    pub(crate) fn new() -> Self {
-        LogBucket {
-            tokens: LOG_BURST,
-            last: Instant::now(),
-            dropped: 0,
-        }
-    }
-
-    /// Lines dropped since the last one written.
-    #[cfg(test)]
-    pub(crate) fn dropped(&self) -> u64 {
-        self.dropped
-    }
-
-    pub(crate) fn emit(&mut self, plugin: &str, level: Level, mut message: String) {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + (now - self.last).as_secs_f64() * LOG_PER_SECOND).min(LOG_BURST);
-        self.last = now;
-        if self.tokens < 1.0 {
-            self.dropped += 1;
-            return;
-        }
-        self.tokens -= 1.0;
-        cut_text(&mut message, MAX_LOG_BYTES);
-        let dropped = std::mem::take(&mut self.dropped);
-        match level {
-            Level::Error => tracing::error!(plugin, dropped, "{message}"),
-            Level::Warn => tracing::warn!(plugin, dropped, "{message}"),
-            Level::Info => tracing::info!(plugin, dropped, "{message}"),
-            Level::Debug => tracing::debug!(plugin, dropped, "{message}"),
-        }
-    }
-}
-
-struct Slot {
-    store: Store<State>,
-    model: CostModel,
-}
-
-fn new_store(
-    engine: &wasmtime::Engine,
-    limits: &Limits,
-    plugin: &str,
-    cancel: Arc<AtomicBool>,
-) -> Store<State> {
-    let stderr = MemoryOutputPipe::new(STDERR_BYTES);
-    let state = State {
-        // No preopened folders, no environment, no arguments, no sockets, stdin and stdout
-        // closed; stderr goes to a small in-memory buffer.
-        wasi: WasiCtxBuilder::new()
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .stderr(stderr.clone())
-            .build(),
-        stderr,
-        table: ResourceTable::new(),
-        limiter: Limiter {
-            memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
-            total_bytes: 0,
-            refused: None,
-        },
-        log: LogBucket::new(),
-        plugin: plugin.to_string(),
-        cancel,
-        call_started: Instant::now(),
-        deadline: Duration::from_secs_f64(limits.deadline_seconds.max(0.001)),
-    };
-    let mut store = Store::new(engine, state);
-    store.limiter(|s| &mut s.limiter);
-    store.epoch_deadline_callback(|ctx| {
-        let s = ctx.data();
-        if s.cancel.load(Ordering::Relaxed) {
-            return Err(wasmtime::Error::new(Interrupt::Cancelled));
-        }
-        if s.call_started.elapsed() > s.deadline {
-            return Err(wasmtime::Error::new(Interrupt::Deadline(s.deadline)));
-        }
-        Ok(UpdateDeadline::Continue(1))
-    });
-    store
-}
-
-/// Arms the limits for a call over `items` configurations or operators.
-fn arm(store: &mut Store<State>, limits: &Limits, items: usize) {
-    // Fuel is always enabled on our engine; setting it cannot fail then.
-    let _ = store.set_fuel(limits.fuel_budget(items));
-    store.set_epoch_deadline(1);
-    store.data_mut().call_started = Instant::now();
-}
-
-/// What a failed call was.
-fn classify(err: &wasmtime::Error, state: &State, limits: &Limits) -> Fault {
-    if let Some(i) = err.downcast_ref::<Interrupt>() {
-        return Fault {
-            kind: match i {
-                Interrupt::Deadline(_) => FaultKind::Deadline,
-                Interrupt::Cancelled => FaultKind::Cancelled,
-            },
-            message: i.to_string(),
-        };
-    }
-    if let Some(asked) = state.limiter.refused {
-        return Fault {
-            kind: FaultKind::Memory,
-            message: format!(
-                "exceeded its memory limit of {} (it asked for {})",
-                archplace_plugin_sdk::units::format_bytes(limits.memory_bytes),
-                archplace_plugin_sdk::units::format_bytes(asked as u64)
-            ),
-        };
-    }
-    if let Some(trap) = err.downcast_ref::<wasmtime::Trap>()
-        && *trap == wasmtime::Trap::OutOfFuel
-    {
-        return Fault {
-            kind: FaultKind::Fuel,
-            message: "ran out of fuel (its instruction budget for this call); an endless loop?"
-                .into(),
-        };
-    }
-    // The trap itself, and what the guest printed before it (a Rust panic's message).
-    tracing::debug!(plugin = %state.plugin, "plugin trap: {err:?}");
-    let cause = err.root_cause().to_string();
-    let printed = String::from_utf8_lossy(&state.stderr.contents()).into_owned();
-    let printed: Vec<&str> = printed
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
-        .collect();
-    let mut message = format!("trapped ({cause})");
-    if !printed.is_empty() {
-        let mut text = printed.join(" ");
-        cut_text(&mut text, MAX_LOG_BYTES);
-        message.push_str(&format!(" after printing: {text}"));
-    }
-    Fault {
-        kind: FaultKind::Trap,
-        message,
-    }
-}
-
-fn bad_output(message: String) -> Fault {
-    Fault {
-        kind: FaultKind::BadOutput,
-        message,
-    }
-}
-
-fn check_error_size(e: &wit::EstimateError) -> Result<(), Fault> {
-    let n = bindings::error_message_len(e);
-    if n > MAX_TEXT_BYTES {
-        return Err(bad_output(format!(
-            "returned an error message of {n} bytes (at most {MAX_TEXT_BYTES})"
-        )));
-    }
-    Ok(())
-}
-
-fn check_cost(what: &str, i: usize, seconds: f64, joules: f64) -> Result<(), Fault> {
-    if !(seconds.is_finite() && seconds >= 0.0 && joules.is_finite() && joules >= 0.0) {
-        return Err(bad_output(format!(
-            "returned {seconds} s and {joules} J for {what} {i}: costs must be finite and not negative"
-        )));
-    }
-    Ok(())
-}
-
-/// Asks a fresh instance for the plugin's `info`.
-pub fn probe_info(
-    engine: &wasmtime::Engine,
-    pre: &CostModelPre<State>,
-    limits: &Limits,
-    name: &str,
-) -> Result<ModelInfo, Fault> {
-    let mut store = new_store(engine, limits, name, Arc::new(AtomicBool::new(false)));
-    arm(&mut store, limits, 1);
-    let model = match pre.instantiate(&mut store) {
-        Ok(m) => m,
-        Err(e) => return Err(classify(&e, store.data(), limits)),
-    };
-    arm(&mut store, limits, 1);
-    match model.archplace_cost_model_model().call_info(&mut store) {
-        Ok(info) => Ok(bindings::info_from_wit(info)),
-        Err(e) => Err(classify(&e, store.data(), limits)),
-    }
-}
-
-/// Sizes and consistency of what a plugin says about itself.
-pub fn check_info(info: &ModelInfo, exported: &semver::Version) -> Result<(), String> {
-    let texts = [
-        ("name", info.name.len(), 64),
-        ("vendor", info.vendor.len(), 256),
-        ("version", info.version.len(), 64),
-    ];
-    for (what, n, max) in texts {
-        if n > max {
-            return Err(format!("its {what} is {n} bytes long (at most {max})"));
-        }
-    }
-    if info.name.is_empty() {
-        return Err("its name is empty".into());
-    }
-    if semver::Version::parse(&info.version).is_err() {
-        return Err(format!(
-            "its version `{}` is not a semantic version (e.g. 1.2.0)",
-            info.version
-        ));
-    }
-    if info.parameters.len() > MAX_PARAMETERS {
-        return Err(format!(
-            "it declares {} parameters (at most {MAX_PARAMETERS})",
-            info.parameters.len()
-        ));
-    }
-    for p in &info.parameters {
-        if p.name.len() > 64 || p.description.len() > MAX_TEXT_BYTES || p.default.len() > 256 {
-            return Err(format!(
-                "parameter `{}`: name, description or default too long",
-                p.name.chars().take(64).collect::<String>()
-            ));
-        }
-    }
-    let (major, minor) = info.interface_version;
-    if u64::from(major) != exported.major || u64::from(minor) != exported.minor {
-        return Err(format!(
-            "it says it implements interface {major}.{minor}, but it exports archplace:cost-model@{exported}"
-        ));
-    }
-    if !info.provides.area && !info.provides.latency {
-        return Err("it provides neither an area nor a latency model".into());
-    }
-    Ok(())
-}
-
-/// Memoised estimates of a deterministic plugin with fixed parameters: bounded caches
-/// shared by every search that uses the same plugin and parameters.
-pub struct Memo {
-    latency: quick_cache::sync::Cache<(CoreConfig, Op), OpCost>,
-    area: quick_cache::sync::Cache<AcceleratorConfig, Result<f64, EstimateError>>,
-}
-
-impl Default for Memo {
-    fn default() -> Self {
-        Memo {
-            latency: quick_cache::sync::Cache::new(MEMO_CAPACITY),
-            area: quick_cache::sync::Cache::new(MEMO_CAPACITY),
-        }
-    }
-}
+use std::time::Instant;
+use wasmtime::Store;
 
 /// Counters of one session (for `plugin check`, benchmarks and metrics).
 #[derive(Debug, Default)]
@@ -780,41 +404,6 @@ impl Session {
     }
 }
 
-impl Session {
-    /// Answers from `memo` where it has them; asks `fetch` for the rest (given their
-    /// indices into `keys`) in one batch and remembers its answers.
-    fn memoised<K: Eq + std::hash::Hash + Clone, V: Clone>(
-        &self,
-        memo: &quick_cache::sync::Cache<K, V>,
-        keys: Vec<K>,
-        fetch: impl FnOnce(&[usize]) -> Result<Vec<V>, EstimateError>,
-    ) -> Result<Vec<V>, EstimateError> {
-        let mut out: Vec<Option<V>> = vec![None; keys.len()];
-        let mut missing = Vec::new();
-        for (i, k) in keys.iter().enumerate() {
-            match memo.get(k) {
-                Some(v) => out[i] = Some(v),
-                None => missing.push(i),
-            }
-        }
-        self.counters
-            .memo_hits
-            .fetch_add((keys.len() - missing.len()) as u64, Ordering::Relaxed);
-        if !missing.is_empty() {
-            let got = fetch(&missing)?;
-            for (&i, v) in missing.iter().zip(&got) {
-                memo.insert(keys[i].clone(), v.clone());
-            }
-            for (i, v) in missing.into_iter().zip(got) {
-                out[i] = Some(v);
-            }
-        }
-        out.into_iter()
-            .map(|v| v.ok_or_else(|| EstimateError::Internal("memo hole".into())))
-            .collect()
-    }
-}
-
 impl AreaModel for Session {
     fn info(&self) -> ModelInfo {
         self.loaded.info.clone()
@@ -827,10 +416,15 @@ impl AreaModel for Session {
         let Some(memo) = &self.memo else {
             return self.area_uncached(configs);
         };
-        self.memoised(&memo.area, configs.to_vec(), |missing| {
-            let ask: Vec<AcceleratorConfig> = missing.iter().map(|&i| configs[i]).collect();
-            self.area_uncached(&ask)
-        })
+        crate::memo::memoised(
+            &self.counters.memo_hits,
+            &memo.area,
+            configs.to_vec(),
+            |missing| {
+                let ask: Vec<AcceleratorConfig> = missing.iter().map(|&i| configs[i]).collect();
+                self.area_uncached(&ask)
+            },
+        )
     }
 }
 
@@ -844,7 +438,7 @@ impl LatencyModel for Session {
             return self.latency_uncached(core, ops);
         };
         let keys = ops.iter().map(|op| (*core, op.clone())).collect();
-        self.memoised(&memo.latency, keys, |missing| {
+        crate::memo::memoised(&self.counters.memo_hits, &memo.latency, keys, |missing| {
             let ask: Vec<Op> = missing.iter().map(|&i| ops[i].clone()).collect();
             self.latency_uncached(core, &ask)
         })

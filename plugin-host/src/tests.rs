@@ -273,11 +273,11 @@ fn parameters_are_validated_by_the_plugin() {
 
 #[test]
 fn the_log_import_is_capped_in_rate_and_size() {
-    let mut bucket = session::LogBucket::new();
+    let mut bucket = store::LogBucket::new();
     for _ in 0..100 {
         bucket.emit("p", bindings::Level::Debug, "x".repeat(10_000));
     }
-    assert_eq!(bucket.dropped(), 100 - session::LOG_BURST as u64);
+    assert_eq!(bucket.dropped(), 100 - store::LOG_BURST as u64);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Positions in text, so that every TOML file archplace reads (specs, the daemon config,
-//! plugin manifests) locates its errors the same way: 1-based line and character column.
+//! Text helpers shared by archplace's crates: positions in text, so that every TOML file
+//! archplace reads (specs, the daemon config, plugin manifests) locates its errors the same
+//! way (1-based line and character column), and numbers with thousands separators.
 
 /// 1-based line and character column of a byte offset (clamped to the text).
 pub fn line_column(source: &str, offset: usize) -> (usize, usize) {
@@ -11,9 +12,29 @@ pub fn line_column(source: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// `1234567` → `"1,234,567"`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::line_column;
+    use super::{line_column, thousands};
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
 
     #[test]
     fn lines_and_character_columns() {

@@ -25,7 +25,7 @@ mod state;
 mod worker;
 
 use archplace_plugin_host::Host;
-use config::DaemonConfig;
+use config::{DaemonConfig, StartSettings};
 use jobs::{JobState, JobStore};
 use metrics::Metrics;
 use state::{Shared, State};
@@ -67,54 +67,28 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         load,
     } = signals;
     let (start, live) = config.split();
-    let config = &start;
-    let folder_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ServiceError::Folder { path, source }
-    };
-    if !config.spec_dir.exists() {
-        std::fs::create_dir_all(&config.spec_dir).map_err(folder_err(&config.spec_dir))?;
-        let p = config.spec_dir.join("default.toml");
-        crate::atomic::write(&p, crate::spec::DEFAULT_SPEC.as_bytes()).map_err(folder_err(&p))?;
-        tracing::info!(path = %p.display(), "created the spec folder with the default spec in it");
-    }
-    std::fs::create_dir_all(&config.results_dir).map_err(folder_err(&config.results_dir))?;
-    // Temporary files of writes that a kill -9 interrupted (never renamed into place).
-    crate::atomic::remove_stale(&config.state_dir, 1);
-    crate::atomic::remove_stale(&config.results_dir, 2);
-    let mut store = JobStore::open(&config.state_dir).map_err(folder_err(&config.state_dir))?;
-    // Jobs that were queued or running when the daemon stopped are queued again; the
-    // first scan finds their files (or cancels them if the files are gone).
-    let interrupted: Vec<String> = store
-        .jobs
-        .values()
-        .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
-        .map(|j| j.hash.clone())
-        .collect();
-    for h in &interrupted {
-        store.set(h, JobState::Queued, Some("requeued after a restart".into()));
-    }
+    let store = prepare_folders(&start)?;
     let metrics = Arc::new(Metrics::new().map_err(|e| ServiceError::Http(e.to_string()))?);
-    let host = Host::new(config.host_options())?.with_telemetry(metrics.clone());
+    let host = Host::new(start.host_options())?.with_telemetry(metrics.clone());
     for e in &host.catalog().entries {
         metrics.plugin_known(&e.manifest.name);
     }
     let ready = Arc::new(AtomicBool::new(false));
     let http_stop = Arc::new(AtomicBool::new(false));
     let addr = http::serve(
-        &config.listen,
+        &start.listen,
         metrics.clone(),
         ready.clone(),
         http_stop.clone(),
     )
     .map_err(ServiceError::Http)?;
     tracing::info!(
-        specs = %config.spec_dir.display(),
-        results = %config.results_dir.display(),
-        state = %config.state_dir.display(),
+        specs = %start.spec_dir.display(),
+        results = %start.results_dir.display(),
+        state = %start.state_dir.display(),
         "archplace daemon watching {} and writing {}; metrics at http://{addr}/metrics",
-        config.spec_dir.display(),
-        config.results_dir.display()
+        start.spec_dir.display(),
+        start.results_dir.display()
     );
     let state = State {
         live,
@@ -124,13 +98,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         progress: HashMap::new(),
         retries: Vec::new(),
     };
-    let shared = Arc::new(Shared::new(
-        start.clone(),
-        state,
-        host,
-        metrics.clone(),
-        shutdown,
-    ));
+    let shared = Arc::new(Shared::new(start, state, host, metrics, shutdown));
     let workers: Vec<_> = (0..shared.start.max_concurrent_searches)
         .map(|i| {
             let s = shared.clone();
@@ -143,83 +111,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
             path: PathBuf::from("<threads>"),
             source: e,
         })?;
-    // Changes arrive from the watcher (debounced), or from polling; a whole rescan also
-    // runs at start, periodically, and whenever the watcher reports an error.
-    let (tx, rx) = std::sync::mpsc::channel::<Wake>();
-    let _watcher = if shared.start.poll {
-        tracing::info!(
-            "polling the spec folder every {} s",
-            shared.live().poll_interval_seconds
-        );
-        None
-    } else {
-        watch(&shared.start.spec_dir, tx.clone(), metrics.clone())
-    };
-    let polling = _watcher.is_none();
-    let mut files = intake::Files::new();
-    let mut first = true;
-    let mut last_full = Instant::now();
-    let mut reason = "start";
-    let mut announced = false;
-    let mut last_update = Instant::now();
-    while !shared.shutdown.load(Ordering::Relaxed) {
-        if reload.swap(false, Ordering::Relaxed) {
-            shared.reload(load.as_ref());
-            reason = "reload";
-        }
-        tracing::debug!(reason, "scanning the spec folder");
-        metrics.rescan(reason);
-        let settling = intake::scan(&shared, &mut files, first);
-        intake::retry_due(&shared);
-        if first_done(&mut announced) {
-            ready.store(true, Ordering::Relaxed);
-            notify_systemd(&[sd_notify::NotifyState::Ready]);
-        }
-        update_metrics(&shared, &metrics);
-        let live = shared.live();
-        let poll = Duration::from_secs_f64(live.poll_interval_seconds);
-        let rescan_every = Duration::from_secs_f64(live.rescan_interval_seconds);
-        first = false;
-        // Wait for a change, the next poll, a settling file's recheck or the periodic
-        // rescan, checking for shutdown in between.
-        let wait = if polling || settling {
-            poll
-        } else {
-            rescan_every.saturating_sub(last_full.elapsed())
-        };
-        let until = Instant::now() + wait;
-        reason = "poll";
-        while !shared.shutdown.load(Ordering::Relaxed) {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            if reload.load(Ordering::Relaxed) {
-                break;
-            }
-            if last_update.elapsed() >= Duration::from_secs(1) {
-                // Also the systemd watchdog's heartbeat: this loop is alive.
-                update_metrics(&shared, &metrics);
-                last_update = Instant::now();
-            }
-            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok(Wake::Changed) => {
-                    reason = "change";
-                    break;
-                }
-                Ok(Wake::WatcherError) => {
-                    reason = "watcher_error";
-                    break;
-                }
-                Err(_) => {}
-            }
-            intake::retry_due(&shared);
-        }
-        if last_full.elapsed() >= Duration::from_secs_f64(shared.live().rescan_interval_seconds) {
-            reason = "periodic";
-            last_full = Instant::now();
-        }
-    }
+    main_loop(&shared, &reload, load.as_ref(), &ready);
     ready.store(false, Ordering::Relaxed);
     notify_systemd(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("shutting down: cancelling running searches");
@@ -235,9 +127,118 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// True the first time it is called with `false` (then sets it).
-fn first_done(announced: &mut bool) -> bool {
-    !std::mem::replace(announced, true)
+/// Creates the spec folder (with the default spec in it) and the results folder, removes
+/// temporaries of writes a kill -9 interrupted, and opens the job store, queueing again the
+/// jobs that were queued or running when the daemon stopped (the first scan finds their
+/// files, or cancels them if the files are gone).
+fn prepare_folders(start: &StartSettings) -> Result<JobStore, ServiceError> {
+    let folder_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ServiceError::Folder { path, source }
+    };
+    if !start.spec_dir.exists() {
+        std::fs::create_dir_all(&start.spec_dir).map_err(folder_err(&start.spec_dir))?;
+        let p = start.spec_dir.join("default.toml");
+        crate::atomic::write(&p, crate::spec::DEFAULT_SPEC.as_bytes()).map_err(folder_err(&p))?;
+        tracing::info!(path = %p.display(), "created the spec folder with the default spec in it");
+    }
+    std::fs::create_dir_all(&start.results_dir).map_err(folder_err(&start.results_dir))?;
+    crate::atomic::remove_stale(&start.state_dir, 1);
+    crate::atomic::remove_stale(&start.results_dir, 2);
+    let mut store = JobStore::open(&start.state_dir).map_err(folder_err(&start.state_dir))?;
+    let interrupted: Vec<String> = store
+        .jobs
+        .values()
+        .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
+        .map(|j| j.hash.clone())
+        .collect();
+    for h in &interrupted {
+        store.set(h, JobState::Queued, Some("requeued after a restart".into()));
+    }
+    Ok(store)
+}
+
+/// Scans the folder on watcher events, polls and timers, applies SIGHUP, reports to
+/// systemd, until shutdown. Changes arrive from the watcher (debounced) or from polling; a
+/// whole rescan also runs at start, periodically, and whenever the watcher reports an error.
+fn main_loop(
+    shared: &Shared,
+    reload: &AtomicBool,
+    load: &dyn Fn() -> Result<DaemonConfig, String>,
+    ready: &AtomicBool,
+) {
+    let metrics = &shared.metrics;
+    let (tx, rx) = std::sync::mpsc::channel::<Wake>();
+    let _watcher = if shared.start.poll {
+        tracing::info!(
+            "polling the spec folder every {} s",
+            shared.live().poll_interval_seconds
+        );
+        None
+    } else {
+        watch(&shared.start.spec_dir, tx.clone(), metrics.clone())
+    };
+    let polling = _watcher.is_none();
+    let mut files = intake::Files::new();
+    let mut first = true;
+    let mut last_full = Instant::now();
+    let mut reason = "start";
+    let mut last_update = Instant::now();
+    while !shared.shutdown.load(Ordering::Relaxed) {
+        if reload.swap(false, Ordering::Relaxed) {
+            shared.reload(load);
+            reason = "reload";
+        }
+        tracing::debug!(reason, "scanning the spec folder");
+        metrics.rescan(reason);
+        let settling = intake::scan(shared, &mut files, first);
+        intake::retry_due(shared);
+        if first {
+            ready.store(true, Ordering::Relaxed);
+            notify_systemd(&[sd_notify::NotifyState::Ready]);
+        }
+        update_metrics(shared, metrics);
+        let live = shared.live();
+        let poll = Duration::from_secs_f64(live.poll_interval_seconds);
+        let rescan_every = Duration::from_secs_f64(live.rescan_interval_seconds);
+        first = false;
+        // Wait for a change, the next poll, a settling file's recheck or the periodic
+        // rescan, checking for shutdown in between.
+        let wait = if polling || settling {
+            poll
+        } else {
+            rescan_every.saturating_sub(last_full.elapsed())
+        };
+        let until = Instant::now() + wait;
+        reason = "poll";
+        while !shared.shutdown.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || reload.load(Ordering::Relaxed) {
+                break;
+            }
+            if last_update.elapsed() >= Duration::from_secs(1) {
+                // Also the systemd watchdog's heartbeat: this loop is alive.
+                update_metrics(shared, metrics);
+                last_update = Instant::now();
+            }
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(Wake::Changed) => {
+                    reason = "change";
+                    break;
+                }
+                Ok(Wake::WatcherError) => {
+                    reason = "watcher_error";
+                    break;
+                }
+                Err(_) => {}
+            }
+            intake::retry_due(shared);
+        }
+        if last_full.elapsed() >= rescan_every {
+            reason = "periodic";
+            last_full = Instant::now();
+        }
+    }
 }
 
 /// Tells systemd (when it started us with `Type=notify`) how we are.

@@ -2,7 +2,7 @@
 
 use super::MAX_ELEMENTS;
 use super::rules::count_in;
-use crate::spec::raw::{RawHead, RawModel, RawSpec};
+use crate::spec::raw::{RawBaseline, RawHead, RawModel, RawSpec};
 use crate::spec::{Ctx, FieldPath, ModelSpec};
 use archplace_engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
 use archplace_engine::training::{Baseline, Cluster, Training};
@@ -43,6 +43,8 @@ pub(super) fn models(
     ok.then_some(out)
 }
 
+/// One `[[models]]` entry: its preset (or explicit shape), the overrides merged in, then
+/// each group of rules; the fit to `[training]` and `[cluster]` when those are valid.
 fn model(
     m: &RawModel,
     path: &FieldPath,
@@ -50,6 +52,32 @@ fn model(
     training: Option<&Training>,
     cluster: Option<&Cluster>,
 ) -> Option<ModelSpec> {
+    let base = check_base(m, path, ctx)?;
+    let cfg = merged(m, base);
+    if !check_counts(&cfg, path, ctx) {
+        return None;
+    }
+    let mut ok = check_shapes(&cfg, m, path, ctx);
+    if let Some(tr) = training {
+        ok &= check_size(&cfg, tr, path, ctx);
+    }
+    let baseline = match &m.baseline {
+        Some(bl) => {
+            let b = check_baseline(bl, &cfg, cluster, &path.key("baseline"), ctx);
+            ok &= b.is_some();
+            b
+        }
+        None => None,
+    };
+    ok.then_some(ModelSpec {
+        config: cfg,
+        baseline,
+    })
+}
+
+/// The preset named, or (without one) a check that the shape is given; the base to merge
+/// the entry's own values into.
+fn check_base(m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> Option<ModelConfig> {
     let base = match &m.preset {
         Some(p) => match preset(p) {
             Some(cfg) => Some(cfg),
@@ -93,7 +121,11 @@ fn model(
             return None;
         }
     }
-    let b = base.unwrap_or_else(ModelConfig::custom_base);
+    Some(base.unwrap_or_else(ModelConfig::custom_base))
+}
+
+/// The entry's values over its base (a preset's, or the custom defaults).
+fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
     let hidden = m.hidden.unwrap_or(b.hidden);
     let heads = m.heads.unwrap_or(b.heads);
     let seq_len = m.seq_len.unwrap_or(b.seq_len);
@@ -111,7 +143,7 @@ fn model(
         },
     };
     let custom_shape = m.preset.is_none();
-    let cfg = ModelConfig {
+    ModelConfig {
         name: m
             .name
             .clone()
@@ -124,7 +156,7 @@ fn model(
             .kv_heads
             .unwrap_or(if m.heads.is_some() { heads } else { b.kv_heads }),
         ffn: m.ffn.unwrap_or(if m.hidden.is_some() {
-            4 * hidden
+            hidden.saturating_mul(4)
         } else {
             b.ffn
         }),
@@ -152,7 +184,11 @@ fn model(
         head,
         dropout: m.dropout.unwrap_or(b.dropout),
         max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
-    };
+    }
+}
+
+/// Every count within what the engine represents exactly.
+fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
     let mut ok = true;
     let mut positive = |ctx: &mut Ctx<'_>, key: &str, v: u64, max: u64| {
         ok &= count_in(ctx, &path.key(key), v, max, &format!("{key} = {v}"), "");
@@ -180,9 +216,13 @@ fn model(
         );
         ok = false;
     }
-    if !ok {
-        return None;
-    }
+    ok
+}
+
+/// Shapes that fit together: heads divide the hidden size, key/value heads the heads,
+/// learned positions cover the sequence, the widest tensor-parallel width divides the model.
+fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+    let mut ok = true;
     if !cfg.hidden.is_multiple_of(cfg.heads) {
         ctx.error(
             &path.key(if m.heads.is_some() { "heads" } else { "hidden" }),
@@ -211,7 +251,7 @@ fn model(
         );
         ok = false;
     }
-    if positions == Positions::Learned && cfg.seq_len > cfg.max_positions {
+    if cfg.positions == Positions::Learned && cfg.seq_len > cfg.max_positions {
         ctx.error(
             &path.key(if m.seq_len.is_some() {
                 "seq_len"
@@ -243,84 +283,89 @@ fn model(
         );
         ok = false;
     }
-    if let Some(tr) = training {
-        let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
-        let (s, n, h) = (cfg.seq_len as u128, cfg.heads as u128, cfg.hidden as u128);
-        let widest = cfg.ffn.max(cfg.vocab).max(cfg.hidden) as u128;
-        if largest * n * s * s > MAX_ELEMENTS
-            || largest * s * widest > MAX_ELEMENTS
-            || largest * s * h > MAX_ELEMENTS
-        {
-            ctx.error(
-                path,
-                "this model is too large to represent at the largest micro-batch size (tensors over 2^53 elements)",
-                Some("use a shorter sequence or smaller micro-batches".into()),
-            );
-            ok = false;
-        }
+    ok
+}
+
+/// Tensors at the largest micro-batch size stay exact in f64 (under 2^53 elements).
+fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+    let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
+    let (s, n, h) = (cfg.seq_len as u128, cfg.heads as u128, cfg.hidden as u128);
+    let widest = cfg.ffn.max(cfg.vocab).max(cfg.hidden) as u128;
+    if largest * n * s * s > MAX_ELEMENTS
+        || largest * s * widest > MAX_ELEMENTS
+        || largest * s * h > MAX_ELEMENTS
+    {
+        ctx.error(
+            path,
+            "this model is too large to represent at the largest micro-batch size (tensors over 2^53 elements)",
+            Some("use a shorter sequence or smaller micro-batches".into()),
+        );
+        return false;
     }
-    let baseline = m.baseline.as_ref().and_then(|bl| {
-        let bp = path.key("baseline");
-        let mut good = true;
-        if bl.pipeline == 0 || bl.pipeline > cfg.layers + 2 {
+    true
+}
+
+/// The fixed baseline strategy: stages, degrees and a width the model is searched with,
+/// within the cluster.
+fn check_baseline(
+    bl: &RawBaseline,
+    cfg: &ModelConfig,
+    cluster: Option<&Cluster>,
+    bp: &FieldPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<Baseline> {
+    let mut good = true;
+    if bl.pipeline == 0 || bl.pipeline > cfg.layers + 2 {
+        ctx.error(
+            &bp.key("pipeline"),
+            format!("{} pipeline stages for {} layers", bl.pipeline, cfg.layers),
+            Some(format!("use 1 to {} stages", cfg.layers + 2)),
+        );
+        good = false;
+    }
+    if bl.data == 0 {
+        ctx.error(
+            &bp.key("data"),
+            "a data-parallel degree of 0",
+            Some("use 1 or more".into()),
+        );
+        good = false;
+    }
+    if bl.tensor == 0
+        || bl.tensor > cfg.max_tensor_parallel
+        || !cfg.supports_tensor_parallel(bl.tensor)
+    {
+        ctx.error(
+            &bp.key("tensor"),
+            format!(
+                "tensor-parallel width {} is not one this model is searched with",
+                bl.tensor
+            ),
+            Some(format!("use one of {:?}", cfg.tensor_parallel_widths())),
+        );
+        good = false;
+    }
+    if let Some(c) = cluster {
+        let total = bl
+            .pipeline
+            .saturating_mul(bl.data)
+            .saturating_mul(bl.tensor);
+        if good && total > c.devices {
             ctx.error(
-                &bp.key("pipeline"),
-                format!("{} pipeline stages for {} layers", bl.pipeline, cfg.layers),
-                Some(format!("use 1 to {} stages", cfg.layers + 2)),
-            );
-            good = false;
-        }
-        if bl.data == 0 {
-            ctx.error(
-                &bp.key("data"),
-                "a data-parallel degree of 0",
-                Some("use 1 or more".into()),
-            );
-            good = false;
-        }
-        if bl.tensor == 0
-            || bl.tensor > cfg.max_tensor_parallel
-            || !cfg.supports_tensor_parallel(bl.tensor)
-        {
-            ctx.error(
-                &bp.key("tensor"),
+                bp,
                 format!(
-                    "tensor-parallel width {} is not one this model is searched with",
-                    bl.tensor
+                    "the baseline needs {total} devices, the cluster has {}",
+                    c.devices
                 ),
-                Some(format!("use one of {:?}", cfg.tensor_parallel_widths())),
+                Some("pipeline × data × tensor must not exceed cluster.devices".into()),
             );
             good = false;
         }
-        if let Some(c) = cluster {
-            let total = bl
-                .pipeline
-                .saturating_mul(bl.data)
-                .saturating_mul(bl.tensor);
-            if good && total > c.devices {
-                ctx.error(
-                    &bp,
-                    format!(
-                        "the baseline needs {total} devices, the cluster has {}",
-                        c.devices
-                    ),
-                    Some("pipeline × data × tensor must not exceed cluster.devices".into()),
-                );
-                good = false;
-            }
-        }
-        good.then_some(Baseline {
-            pipeline: bl.pipeline,
-            data: bl.data,
-            tensor: bl.tensor,
-        })
-    });
-    if m.baseline.is_some() && baseline.is_none() {
-        ok = false;
     }
-    ok.then_some(ModelSpec {
-        config: cfg,
-        baseline,
+    good.then_some(Baseline {
+        pipeline: bl.pipeline,
+        data: bl.data,
+        tensor: bl.tensor,
     })
 }
 

@@ -2,6 +2,7 @@
 //! same (and reports the same way) wherever it applies.
 
 use crate::spec::{Ctx, FieldPath};
+use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::UnitError;
 
 /// Reports every value of `values` that repeats an earlier one.
@@ -63,17 +64,4 @@ pub(super) fn count_in(
         Some(format!("use 1 to {}{unit}", thousands(max))),
     );
     false
-}
-
-/// `1048576` → `1,048,576`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
