@@ -166,8 +166,12 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
             }
         }
     };
+    // Each scalar rule reports once and records it here (they were checked a second time
+    // before the spec was built).
+    let mut scalars_ok = true;
     let min_area_fraction = s.min_area_fraction.unwrap_or(d.min_area_fraction);
     if !(0.0..1.0).contains(&min_area_fraction) {
+        scalars_ok = false;
         ctx.error(
             &path.key("min_area_fraction"),
             format!("{min_area_fraction} is not a fraction"),
@@ -187,6 +191,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
     };
     let schedule_gap = s.schedule_gap.unwrap_or(d.schedule_gap);
     if !(0.0..0.5).contains(&schedule_gap) {
+        scalars_ok = false;
         ctx.error(
             &path.key("schedule_gap"),
             format!("{schedule_gap} is not a usable gap"),
@@ -200,6 +205,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         .schedule_time_limit_seconds
         .unwrap_or(d.schedule_time_limit_seconds);
     if !(0.001..=3600.0).contains(&schedule_time_limit_seconds) {
+        scalars_ok = false;
         ctx.error(
             &path.key("schedule_time_limit_seconds"),
             format!("{schedule_time_limit_seconds} s is not a usable time limit"),
@@ -208,6 +214,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
     }
     let convergence_window = s.convergence_window.unwrap_or(d.convergence_window);
     if convergence_window == 0 {
+        scalars_ok = false;
         ctx.error(
             &path.key("convergence_window"),
             "a convergence window of 0 buckets",
@@ -252,11 +259,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         );
         return None;
     }
-    if !(0.0..1.0).contains(&min_area_fraction)
-        || convergence_window == 0
-        || !(0.0..0.5).contains(&schedule_gap)
-        || !(0.001..=3600.0).contains(&schedule_time_limit_seconds)
-    {
+    if !scalars_ok {
         return None;
     }
     Some(SpaceSpec {
