@@ -625,3 +625,130 @@ fn a_closed_stdout_ends_the_command_quietly() {
         );
     }
 }
+
+fn plugin_dir() -> String {
+    root().join("target/plugins").display().to_string()
+}
+
+#[test]
+fn estimate_explains_a_step_and_its_memory() {
+    let spec = root().join("config/specs/estimate-a100.toml");
+    let spec = spec.display().to_string();
+    let o = run(&["--plugin-dir", &plugin_dir(), "estimate", &spec, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let step = v["step_seconds"].as_f64().unwrap();
+    assert!(step > 0.0, "{v}");
+    let m = &v["memory_bytes"];
+    let part = |k: &str| m[k].as_f64().unwrap();
+    assert_eq!(
+        part("total"),
+        part("weights") + part("gradients") + part("optimizer") + part("activations")
+    );
+    // fp16 mixed-precision Adam: 20 bytes per parameter of the most loaded stage.
+    let stage = &v["stages"][v["memory_stage"].as_u64().unwrap() as usize];
+    let params = stage["parameters"].as_f64().unwrap();
+    assert_eq!(
+        part("weights") + part("gradients") + part("optimizer"),
+        20.0 * params
+    );
+    // The time parts add up to the step.
+    let t = v["time"].as_object().unwrap();
+    let sum: f64 = t.values().map(|x| x.as_f64().unwrap()).sum();
+    assert!(((sum - step) / step).abs() < 1e-9, "{t:?} vs {step}");
+    assert!(v["model_flops_utilisation"].as_f64().unwrap() > 0.0);
+    assert!(v["energy_per_step_joules"].as_f64().unwrap() > 0.0);
+    // The same in text, for people.
+    let o = run(&["--plugin-dir", &plugin_dir(), "estimate", &spec]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "step time",
+        "pipeline bubble",
+        "optimizer state",
+        "MFU",
+        "limiting:",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+}
+
+#[test]
+fn estimate_answers_a_plan_that_cannot_run_with_the_numbers() {
+    let base = std::fs::read_to_string(root().join("config/specs/estimate-a100.toml")).unwrap();
+    // The whole model on one pipeline stage: 145.6 B / 8 parameters × 20 bytes.
+    let text = base
+        .replace("pipeline_parallel = 8", "pipeline_parallel = 1")
+        .replace("data_parallel = 24", "data_parallel = 192");
+    let (_dir, spec) = temp_spec("oom.toml", &text);
+    let spec = spec.display().to_string();
+    let o = run(&["--plugin-dir", &plugin_dir(), "estimate", &spec, "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["feasible"], false);
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("needs ") && reason.contains("HBM is 80.0 GiB"),
+        "{reason}"
+    );
+    assert!(v["memory_bytes"]["total"].as_f64().unwrap() > 80.0 * (1u64 << 30) as f64);
+    // A plan the model cannot be split into is a located spec error.
+    let text = base.replace("pipeline_parallel = 8", "pipeline_parallel = 7");
+    let (_dir, spec) = temp_spec("bad.toml", &text);
+    let o = run(&["estimate", &spec.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("plan.pipeline_parallel") && err.contains("80 blocks"),
+        "{err}"
+    );
+}
+
+#[test]
+fn estimate_op_prices_one_operator() {
+    let spec = root().join("config/specs/estimate-a100.toml");
+    let spec = spec.display().to_string();
+    let o = run(&[
+        "--plugin-dir",
+        &plugin_dir(),
+        "estimate",
+        "op",
+        &spec,
+        "--gemm",
+        "2048x12288x12288",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let seconds = v["seconds"].as_f64().unwrap();
+    let cycles = v["cycles"].as_f64().unwrap();
+    assert!((cycles / seconds / 1.41e9 - 1.0).abs() < 1e-9, "{v}");
+    let rate = v["flops_per_second"].as_f64().unwrap();
+    assert!(rate > 100e12 && rate < 312e12, "{rate}");
+    let o = run(&[
+        "--plugin-dir",
+        &plugin_dir(),
+        "estimate",
+        "op",
+        &spec,
+        "--vector",
+        "softmax",
+        "--elements",
+        "100663296",
+        "--row",
+        "2048",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("joules"));
+    let o = run(&[
+        "estimate",
+        "op",
+        &spec,
+        "--vector",
+        "sofmax",
+        "--elements",
+        "8",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("softmax"), "{}", stderr(&o));
+}

@@ -3,6 +3,9 @@
 //! * `search/default-spec/{wasm,native}` — the embedded default search with the WebAssembly
 //!   reference plugin (built by `scripts/build-plugins`) and with the natively linked one;
 //!   the ratio of the two is the cost of sandboxing (target ≤ 1.2).
+//! * `estimate/a100-example/wasm` — `archplace estimate`'s work in-process for
+//!   `config/specs/estimate-a100.toml` (the gpu-like plugin, loaded once): build the model,
+//!   estimate and schedule its layers, the step model. Target ≤ 5 ms.
 //! * `metrics/*` — what the daemon's metrics add on hot paths (a layer schedule, a plugin
 //!   call, a search's progress) and the cost of rendering `/metrics` for a folder of 200
 //!   finished specs.
@@ -44,6 +47,30 @@ fn search(c: &mut Criterion) {
     g.bench_function("wasm", |b| b.iter(|| run(&host)));
     g.bench_function("native", |b| b.iter(|| run(&NativeModels)));
     g.finish();
+}
+
+fn estimate(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let spec = archplace::spec::load(&root.join("config/specs/estimate-a100.toml"))
+        .expect("the example estimate spec");
+    let host = Host::new(HostOptions {
+        plugin_dirs: vec![root.join("target/plugins")],
+        ..HostOptions::default()
+    })
+    .expect("a host");
+    let models =
+        archplace::spec::resolve_cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))
+            .expect("the gpu-like plugin: run scripts/build-plugins first");
+    let input = archplace::estimate::step_input(&spec).expect("a fixed chip and plan");
+    // Every call goes to the plugin: the host's memo would otherwise answer from memory.
+    let latency = models.latency.clone();
+    c.bench_function("estimate/a100-example/wasm", |b| {
+        b.iter(|| {
+            archplace_engine::step::estimate_step(black_box(&input), latency.as_ref())
+                .expect("the example plan fits")
+                .step_seconds
+        })
+    });
 }
 
 fn metrics(c: &mut Criterion) {
@@ -94,5 +121,5 @@ fn metrics(c: &mut Criterion) {
     c.bench_function("metrics/render-200-specs", |b| b.iter(|| m.render().len()));
 }
 
-criterion_group!(benches, search, metrics);
+criterion_group!(benches, search, estimate, metrics);
 criterion_main!(benches);

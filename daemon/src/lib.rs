@@ -6,10 +6,12 @@
 //! * [`spec`] reads and validates search specs (TOML), with located errors.
 //! * [`cost`] resolves the cost models a spec names (plugins, or the native reference).
 //! * [`runner`] runs one spec end to end and writes its result files.
+//! * [`estimate`] explains one training step of a fixed chip and plan.
 //! * [`service`] is the daemon; [`plot`] draws the result pictures.
 
 pub mod atomic;
 pub mod cost;
+pub mod estimate;
 pub mod plot;
 pub mod runner;
 pub mod service;

@@ -92,6 +92,10 @@ enum Command {
         #[arg(long)]
         limit: Option<usize>,
     },
+    /// Estimate one training step of a fixed chip ([accelerator]) and plan ([plan]): step
+    /// time and where it goes, memory per device, throughput, FLOP rates, energy. `estimate
+    /// op`: one operator on that chip. Exit 3 when the plan cannot run.
+    Estimate(cli::estimate::EstimateArgs),
     /// Solve a device-placement problem in the reference system's JSON format and write
     /// its output fields (to OUT, atomically, or to stdout).
     Placement {
@@ -156,6 +160,7 @@ fn main() -> ExitCode {
         Command::Space { spec, json, limit } => {
             cli::space::run(spec.as_deref(), json, limit, &cli.plugins)
         }
+        Command::Estimate(args) => cli::estimate::run(&args, &cli.plugins),
         Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),
         Command::Schedule {
             layer,

@@ -18,6 +18,7 @@ use archplace_engine::search::{
     self, Evaluated, ModelInput, ModelPlan, Observer, Outcome, SearchInput, Stats,
 };
 use archplace_engine::space::{self, Space};
+use archplace_engine::training::{Precision, Recomputation};
 use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -150,6 +151,12 @@ pub struct PlanLine {
     pub model: String,
     pub micro_batch: u64,
     pub activation_recomputation: bool,
+    #[serde(default)]
+    pub recomputation: Recomputation,
+    #[serde(default)]
+    pub precision: Option<Precision>,
+    #[serde(default)]
+    pub distributed_optimizer: bool,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -172,6 +179,9 @@ impl From<&Evaluated> for ExploredLine {
                     model: p.model.clone(),
                     micro_batch: p.micro_batch,
                     activation_recomputation: p.activation_recomputation,
+                    recomputation: p.recomputation,
+                    precision: p.precision,
+                    distributed_optimizer: p.distributed_optimizer,
                     tensor_parallel: p.tensor_parallel,
                     data_parallel: p.data_parallel,
                     pipeline_stages: p.pipeline_stages,

@@ -27,6 +27,7 @@ fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
         tensor_parallel,
         bytes_per_element: 2,
         link_bytes_per_second: 4 << 30,
+        sequence_parallel: false,
     }
 }
 
@@ -145,5 +146,56 @@ fn placement(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, space, estimate, model, schedule, placement);
+/// One training step of GPT-3 175B (t = 8, p = 16, d = 8, full recomputation) on the
+/// reference chip, explained: the work of `archplace estimate` in-process.
+fn step(c: &mut Criterion) {
+    use archplace_engine::step::{Network, StepInput, StepPlan, Tier, estimate_step};
+    use archplace_engine::training::{Optimizer, Precision, Recomputation};
+    let input = StepInput {
+        model: preset("gpt3-175b").expect("preset"),
+        plan: StepPlan {
+            tensor_parallel: 8,
+            pipeline_parallel: 16,
+            data_parallel: 8,
+            micro_batch: 1,
+            interleaving: 1,
+            recomputation: Recomputation::Full,
+            sequence_parallel: false,
+            precision: Precision::Bf16Mixed,
+            optimizer: Optimizer::Adam,
+            distributed_optimizer: false,
+        },
+        accelerator: REFERENCE_CONFIG,
+        hbm_bytes: 80 << 30,
+        devices: 1024,
+        global_batch: 1536,
+        network: Network {
+            node_size: 8,
+            intra_node: Tier {
+                bytes_per_second: 300e9,
+                latency_seconds: 5e-6,
+            },
+            inter_node: Tier {
+                bytes_per_second: 25e9,
+                latency_seconds: 10e-6,
+            },
+        },
+        peak_flops_per_second: None,
+        schedule: Options {
+            time_limit_seconds: 0.1,
+            heuristic_only: false,
+            relative_gap: 0.01,
+        },
+    };
+    let model = ReferenceModel::default();
+    c.bench_function("step/gpt3-t8-p16-d8", |b| {
+        b.iter(|| {
+            estimate_step(black_box(&input), &model)
+                .expect("fits")
+                .step_seconds
+        })
+    });
+}
+
+criterion_group!(benches, space, estimate, model, schedule, placement, step);
 criterion_main!(benches);

@@ -117,6 +117,7 @@ mod tests {
                 tensor_parallel: 1,
                 bytes_per_element: 2,
                 link_bytes_per_second: 1,
+                sequence_parallel: false,
             },
         );
         let ops = OpSet::of([&g.block.forward]);

@@ -10,7 +10,9 @@
 //! * [`estimate`], [`layer`] — cost-model answers for a layer's operators;
 //! * [`schedule`] — a layer's operators on the cores (bounds, list schedule, HiGHS MIP);
 //! * [`placement`] — layers over pipeline stages and devices (dynamic program);
-//! * [`search`] — the area-ordered co-search; [`training`] — training-step formulas;
+//! * [`search`] — the area-ordered co-search; [`training`] — precision, optimizer and
+//!   recomputation, bytes per parameter;
+//! * [`step`] — one training step of a fixed chip and plan, explained;
 //! * [`phaze`] — the reference system's file formats, for comparing with it.
 
 pub mod estimate;
@@ -21,4 +23,5 @@ pub mod placement;
 pub mod schedule;
 pub mod search;
 pub mod space;
+pub mod step;
 pub mod training;

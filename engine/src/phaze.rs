@@ -3,7 +3,9 @@
 //! Units are as given: the reference mixes milliseconds (latencies) with seconds
 //! (`bytes / bandwidth`), and we keep that here, and only here.
 
-use crate::placement::{self, Chain, Edge, Fixed, FixedError, Layer, Plan, Resync, Settings};
+use crate::placement::{
+    self, Chain, Edge, Fixed, FixedError, Layer, MemoryRule, Plan, Resync, Settings,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -311,7 +313,7 @@ pub fn problem(input: &Input) -> Result<Problem, InputError> {
         bandwidth: input.bandwidth,
         micro_batches: input.mbs_in_batch.trunc() as u64,
         recompute: input.activation_recomputation,
-        optimizer_copies,
+        memory: MemoryRule::Reference { optimizer_copies },
         resync: Resync::FirstStage,
     };
     let fixed = match (

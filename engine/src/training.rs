@@ -1,15 +1,196 @@
-//! The training job and the cluster it runs on.
+//! The training job and the cluster it runs on: what a step must hold in memory per
+//! parameter (precision, optimizer, distributed optimizer) and which recomputation it uses.
+//!
+//! Bytes per parameter follow Megatron-LM (`docs/distrib_optimizer.md` of Megatron-LM; the
+//! numbers are listed in `docs/training-model.md`): mixed precision keeps 16-bit weights
+//! for the forward and backward passes, a gradient buffer (fp32 for bf16, where Megatron
+//! accumulates and reduces gradients in fp32; fp16 for fp16), fp32 master weights, for fp16
+//! an fp32 copy of the gradients inside the optimizer, and 4 bytes per optimizer moment.
+//! With the distributed optimizer (ZeRO-1) everything the optimizer owns — master weights,
+//! its gradient copy, moments — is sharded over the data-parallel group.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Optimizer {
     /// No optimizer state.
     Sgd,
-    /// One extra copy of the parameters of optimizer state (design doc §8.3).
+    /// One fp32 moment (the momentum buffer).
+    SgdMomentum,
+    /// Two fp32 moments (first and second).
     Adam,
+}
+
+impl Optimizer {
+    /// fp32 moments kept per parameter.
+    pub fn moments(self) -> u64 {
+        match self {
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => 1,
+            Optimizer::Adam => 2,
+        }
+    }
+
+    /// The reference system's optimizer state, in copies of the parameters (SGD 0, Adam 1;
+    /// it has no momentum SGD, which it would count as one copy).
+    pub fn reference_copies(self) -> f64 {
+        match self {
+            Optimizer::Sgd => 0.0,
+            Optimizer::SgdMomentum | Optimizer::Adam => 1.0,
+        }
+    }
+}
+
+/// Numeric format of the training run.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// bf16 weights and activations, fp32 gradient accumulation and master weights.
+    Bf16Mixed,
+    /// fp16 weights, gradients and activations; fp32 master weights and gradient copy.
+    Fp16Mixed,
+    /// fp32 throughout.
+    Fp32,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 3] = [Precision::Bf16Mixed, Precision::Fp16Mixed, Precision::Fp32];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Bf16Mixed => "bf16-mixed",
+            Precision::Fp16Mixed => "fp16-mixed",
+            Precision::Fp32 => "fp32",
+        }
+    }
+
+    /// Bytes of one weight, activation or activation gradient element.
+    pub fn element_bytes(self) -> u64 {
+        match self {
+            Precision::Bf16Mixed | Precision::Fp16Mixed => 2,
+            Precision::Fp32 => 4,
+        }
+    }
+
+    /// Bytes of the gradient buffer the backward pass accumulates into, per parameter.
+    fn gradient_bytes(self) -> u64 {
+        match self {
+            Precision::Bf16Mixed | Precision::Fp32 => 4,
+            Precision::Fp16Mixed => 2,
+        }
+    }
+
+    /// Bytes the optimizer owns per parameter besides its moments: fp32 master weights
+    /// (mixed precision) and, for fp16, an fp32 copy of the gradients.
+    fn optimizer_own_bytes(self) -> u64 {
+        match self {
+            Precision::Bf16Mixed => 4,
+            Precision::Fp16Mixed => 8,
+            Precision::Fp32 => 0,
+        }
+    }
+}
+
+/// What is recomputed in the backward pass instead of kept from the forward pass.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Recomputation {
+    /// Every activation the backward pass needs is kept.
+    #[default]
+    None,
+    /// The attention core (scores, softmax, its dropout, the product with the values) is
+    /// recomputed (Korthikanti et al. 2022, "selective activation recomputation").
+    Selective,
+    /// Only each block's input is kept; the whole forward pass of a block runs again.
+    Full,
+}
+
+impl Recomputation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Recomputation::None => "none",
+            Recomputation::Selective => "selective",
+            Recomputation::Full => "full",
+        }
+    }
+}
+
+/// How the memory of a device is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryModel {
+    /// As Megatron-LM trains: bytes per parameter from the precision and optimizer,
+    /// activations per recomputation and sequence parallelism (Korthikanti et al. 2022).
+    Megatron,
+    /// The reference system's: two copies of the parameters (weights and gradients) plus
+    /// the optimizer's copies, `bytes_per_element` for everything. Kept for comparisons.
+    Reference,
+}
+
+/// Bytes of state one device holds per parameter it owns.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StateBytes {
+    pub weights: f64,
+    pub gradients: f64,
+    /// Master weights, the optimizer's gradient copy and its moments (sharded over the
+    /// data-parallel group with the distributed optimizer).
+    pub optimizer: f64,
+}
+
+impl StateBytes {
+    /// Megatron-LM's bytes per parameter for `precision` and `optimizer`, with the
+    /// optimizer's part sharded over `data_parallel` devices when `distributed`.
+    pub fn megatron(
+        precision: Precision,
+        optimizer: Optimizer,
+        distributed: bool,
+        data_parallel: u64,
+    ) -> StateBytes {
+        // Plain SGD in mixed precision still updates fp32 master weights.
+        let own = (precision.optimizer_own_bytes() + 4 * optimizer.moments()) as f64;
+        let shards = if distributed {
+            data_parallel.max(1) as f64
+        } else {
+            1.0
+        };
+        StateBytes {
+            weights: precision.element_bytes() as f64,
+            gradients: precision.gradient_bytes() as f64,
+            optimizer: own / shards,
+        }
+    }
+
+    /// The reference's: weights and gradients at `bytes_per_element`, the optimizer as
+    /// copies of the weights.
+    pub fn reference(optimizer: Optimizer, bytes_per_element: u64) -> StateBytes {
+        let b = bytes_per_element as f64;
+        StateBytes {
+            weights: b,
+            gradients: b,
+            optimizer: optimizer.reference_copies() * b,
+        }
+    }
+
+    pub fn total(&self) -> f64 {
+        self.weights + self.gradients + self.optimizer
+    }
 }
 
 /// The training plan's fixed inputs and the choices the search makes among.
@@ -19,9 +200,16 @@ pub struct Training {
     pub global_batch: u64,
     /// Micro-batch sizes to try; each divides the global batch.
     pub micro_batch_sizes: Vec<u64>,
-    /// Activation-recomputation choices to try.
-    pub activation_recomputation: Vec<bool>,
+    /// Recomputation choices to try.
+    pub activation_recomputation: Vec<Recomputation>,
     pub optimizer: Optimizer,
+    /// Numeric formats to try (the Megatron memory model; the reference model uses
+    /// `bytes_per_element`).
+    pub precisions: Vec<Precision>,
+    /// Distributed-optimizer choices to try.
+    pub distributed_optimizer: Vec<bool>,
+    pub memory_model: MemoryModel,
+    /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,
 }
 
@@ -29,9 +217,13 @@ pub struct Training {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Cluster {
     pub devices: u64,
+    /// The bandwidth the search's placement charges pipeline and data-parallel traffic
+    /// at: the one tier's, or with two tiers the inter-node one's.
     pub link_bytes_per_second: f64,
     /// HBM sizes to try.
     pub hbm_bytes: Vec<u64>,
+    /// The network's tiers (one tier: [`Network::flat`] of the link bandwidth).
+    pub network: crate::step::Network,
 }
 
 /// A fixed parallelisation to compare against (design doc §1.5).
@@ -40,4 +232,48 @@ pub struct Baseline {
     pub pipeline: u64,
     pub data: u64,
     pub tensor: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Megatron-LM's table of bytes per parameter (docs/distrib_optimizer.md): 20, 18 and
+    /// 16 without the distributed optimizer; 4 + 16/d, 6 + 12/d and 8 + 8/d with it.
+    #[test]
+    fn adam_bytes_per_parameter_match_megatron() {
+        let cases = [
+            (Precision::Fp16Mixed, 20.0, 4.0, 16.0),
+            (Precision::Bf16Mixed, 18.0, 6.0, 12.0),
+            (Precision::Fp32, 16.0, 8.0, 8.0),
+        ];
+        for (p, plain, fixed, sharded) in cases {
+            assert_eq!(
+                StateBytes::megatron(p, Optimizer::Adam, false, 64).total(),
+                plain
+            );
+            for d in [1, 2, 8, 64] {
+                let s = StateBytes::megatron(p, Optimizer::Adam, true, d);
+                assert_eq!(s.total(), fixed + sharded / d as f64, "{p:?} d={d}");
+            }
+        }
+    }
+
+    #[test]
+    fn fewer_moments_less_state() {
+        let b = |o| StateBytes::megatron(Precision::Bf16Mixed, o, false, 1).total();
+        assert_eq!(b(Optimizer::Adam), 18.0);
+        assert_eq!(b(Optimizer::SgdMomentum), 14.0);
+        assert_eq!(b(Optimizer::Sgd), 10.0);
+        assert_eq!(
+            StateBytes::megatron(Precision::Fp32, Optimizer::Sgd, false, 1).total(),
+            8.0
+        );
+    }
+
+    #[test]
+    fn reference_counts_copies() {
+        assert_eq!(StateBytes::reference(Optimizer::Adam, 2).total(), 6.0);
+        assert_eq!(StateBytes::reference(Optimizer::Sgd, 2).total(), 4.0);
+    }
 }

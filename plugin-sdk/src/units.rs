@@ -176,6 +176,28 @@ pub fn parse_seconds(input: &str) -> Result<f64, UnitError> {
     Ok(value * factor)
 }
 
+/// A compute rate such as `"312 TFLOP/s"` or `"1.2 PFLOP/s"`, in floating-point operations
+/// per second (decimal prefixes k, M, G, T, P).
+pub fn parse_flops(input: &str) -> Result<f64, UnitError> {
+    let (value, unit) = split(input, "compute rate", "312 TFLOP/s")?;
+    let bad = || {
+        err(format!(
+            "`{unit}` is not a unit of compute rate; valid units: FLOP/s, GFLOP/s, TFLOP/s, PFLOP/s"
+        ))
+    };
+    let p = unit.strip_suffix("FLOP/s").ok_or_else(bad)?;
+    let factor = match p {
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        _ => return Err(bad()),
+    };
+    Ok(value * factor)
+}
+
 /// Formats bytes with the largest binary prefix that keeps the number ≥ 1 ("128 MiB").
 pub fn format_bytes(bytes: u64) -> String {
     struct B(u64);
@@ -201,6 +223,19 @@ pub fn format_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_rates() {
+        assert_eq!(parse_flops("312 TFLOP/s").unwrap(), 312e12);
+        assert_eq!(parse_flops("1.5 PFLOP/s").unwrap(), 1.5e15);
+        assert!(
+            parse_flops("312 TFLOPS")
+                .unwrap_err()
+                .message
+                .contains("TFLOP/s")
+        );
+        assert!(parse_flops("312").unwrap_err().message.contains("no unit"));
+    }
 
     #[test]
     fn sizes() {

@@ -11,6 +11,7 @@ macro_rules! outln {
 }
 
 pub mod daemon;
+pub mod estimate;
 pub mod model;
 pub mod placement;
 pub mod plugin;

@@ -169,6 +169,7 @@ pub fn run(spec: Option<&Path>, micro_batch: Option<u64>, json: bool) -> Result<
                 tensor_parallel: t,
                 bytes_per_element: spec.training.bytes_per_element,
                 link_bytes_per_second: spec.cluster.link_bytes_per_second as u64,
+                sequence_parallel: false,
             };
             reports.push(report(&build(&m.config, &opts)));
         }

@@ -162,16 +162,18 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     )?;
     for m in &best.models {
         outln!(
-            "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}, t = {}, d = {}, {} pipeline stage(s)",
+            "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {} pipeline stage(s)",
             m.model,
             m.throughput_samples_per_second,
             m.throughput_tokens_per_second,
             m.time_per_batch_seconds,
             m.micro_batch,
-            if m.activation_recomputation {
-                "on"
-            } else {
-                "off"
+            m.recomputation.name(),
+            match m.precision {
+                Some(p) if m.distributed_optimizer =>
+                    format!(", {}, distributed optimizer", p.name()),
+                Some(p) => format!(", {}", p.name()),
+                None => String::new(),
             },
             m.tensor_parallel,
             m.data_parallel,

@@ -93,7 +93,7 @@ fn draw_model(
             plan.data_parallel,
             devices,
             plan.micro_batch,
-            if plan.activation_recomputation { "on" } else { "off" },
+            plan.recomputation.name(),
         ),
         (20, 14),
         font.clone(),

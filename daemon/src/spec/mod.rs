@@ -13,7 +13,9 @@ mod validate;
 
 use archplace_engine::model::ModelConfig;
 use archplace_engine::space::SpaceSpec;
+use archplace_engine::step::StepPlan;
 use archplace_engine::training::{Baseline, Cluster, Training};
+use archplace_plugin_sdk::AcceleratorConfig;
 pub use diagnostic::{Diagnostic, FieldPath};
 use diagnostic::{Seg, did_you_mean, locate, locate_key};
 use raw::{RawModel, RawSpec, TOP_LEVEL_KEYS};
@@ -57,6 +59,17 @@ pub struct Spec {
     pub cluster: Cluster,
     pub space: SpaceSpec,
     pub cost_model: CostModelSpec,
+    /// The fixed chip and plan of `[accelerator]` and `[plan]`, for `archplace estimate`.
+    pub estimate: Option<EstimateSpec>,
+}
+
+/// One chip and one plan to estimate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EstimateSpec {
+    pub accelerator: AcceleratorConfig,
+    pub hbm_bytes: u64,
+    pub peak_flops_per_second: Option<f64>,
+    pub plan: StepPlan,
 }
 
 /// Why a spec file could not be used.
@@ -373,6 +386,8 @@ impl Ctx<'_> {
         let cluster = self.optional_section("cluster", &mut failed);
         let search = self.optional_section("search", &mut failed);
         let cost_model = self.optional_section("cost_model", &mut failed);
+        let accelerator = self.optional_section("accelerator", &mut failed);
+        let plan = self.optional_section("plan", &mut failed);
         let raw = RawSpec {
             schema_version: schema_version.unwrap_or(1),
             name: name.unwrap_or_default(),
@@ -382,6 +397,8 @@ impl Ctx<'_> {
             cluster,
             search,
             cost_model,
+            accelerator,
+            plan,
         };
         (raw, failed)
     }

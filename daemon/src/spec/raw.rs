@@ -4,7 +4,7 @@
 //! every problem can be reported with its location.
 
 use archplace_engine::model::{Activation, Norm, NormPosition, Positions};
-use archplace_engine::training::Optimizer;
+use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -34,10 +34,16 @@ pub struct RawSpec {
     pub search: RawSearch,
     #[serde(default)]
     pub cost_model: RawCostModel,
+    /// One fixed chip, for `archplace estimate` (the search ignores it).
+    #[serde(default)]
+    pub accelerator: Option<RawFixedAccelerator>,
+    /// One fixed training plan, for `archplace estimate` (the search ignores it).
+    #[serde(default)]
+    pub plan: Option<RawPlan>,
 }
 
 /// The top-level keys of a spec, in the order the docs list them.
-pub const TOP_LEVEL_KEYS: [&str; 8] = [
+pub const TOP_LEVEL_KEYS: [&str; 10] = [
     "schema_version",
     "name",
     "description",
@@ -46,7 +52,90 @@ pub const TOP_LEVEL_KEYS: [&str; 8] = [
     "cluster",
     "search",
     "cost_model",
+    "accelerator",
+    "plan",
 ];
+
+/// One value, or a list of values to try.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a value or a list of values")]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// A recomputation choice: `"none"`, `"selective"`, `"full"`, or the older booleans
+/// (`false` = none, `true` = full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "not a recomputation choice: use \"none\", \"selective\", \"full\", false (none) or true (full)"
+)]
+pub enum RawRecomputation {
+    Flag(bool),
+    Named(Recomputation),
+}
+
+impl RawRecomputation {
+    pub fn value(self) -> Recomputation {
+        match self {
+            RawRecomputation::Flag(false) => Recomputation::None,
+            RawRecomputation::Flag(true) => Recomputation::Full,
+            RawRecomputation::Named(r) => r,
+        }
+    }
+}
+
+/// The chip `archplace estimate` evaluates: the six axes of the search, and HBM.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawFixedAccelerator {
+    pub tensor_cores: u32,
+    pub vector_cores: u32,
+    /// Columns of each tensor core's MAC array.
+    pub width: u32,
+    /// Rows of each tensor core's MAC array.
+    pub depth: u32,
+    /// Lanes per vector core (default: `width`).
+    pub vector_width: Option<u32>,
+    /// Global buffer, e.g. "40 MiB".
+    pub buffer: String,
+    /// HBM per device, e.g. "80 GiB".
+    pub hbm: String,
+    /// Peak dense matrix throughput of one device, e.g. "312 TFLOP/s", for the model
+    /// FLOPs utilisation (left out: no utilisation is reported).
+    pub peak_flops: Option<String>,
+}
+
+/// The training plan `archplace estimate` evaluates.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlan {
+    pub tensor_parallel: u64,
+    pub pipeline_parallel: u64,
+    pub data_parallel: u64,
+    pub micro_batch: u64,
+    /// Virtual pipeline stages per device (default 1: plain 1F1B).
+    pub interleaving: Option<u64>,
+    /// "none", "selective" or "full" (default: the first of [training]'s list).
+    pub recomputation: Option<RawRecomputation>,
+    /// Sequence parallelism (default false; only changes anything with t > 1).
+    pub sequence_parallel: Option<bool>,
+    /// "bf16-mixed", "fp16-mixed" or "fp32" (default: the first of [training]'s list).
+    pub precision: Option<Precision>,
+    /// Shard the optimizer state over the data-parallel group (default: the first of
+    /// [training]'s list).
+    pub distributed_optimizer: Option<bool>,
+}
 
 /// Kind of head on top of the last block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -160,12 +249,24 @@ pub struct RawTraining {
     pub global_batch: Option<u64>,
     /// Micro-batch sizes to try; each must divide the global batch (default `[1]`).
     pub micro_batch_sizes: Option<Vec<u64>>,
-    /// Whether to recompute activations in the backward pass; the search tries each
-    /// value listed (default [false, true]).
-    pub activation_recomputation: Option<Vec<bool>>,
-    /// `sgd` (no optimizer state) or `adam` (default sgd, as the reference).
+    /// What to recompute in the backward pass, each value tried: "none", "selective"
+    /// (the attention core) or "full"; `false`/`true` mean none/full (default
+    /// ["none", "full"]). Selective needs the megatron memory model.
+    pub activation_recomputation: Option<Vec<RawRecomputation>>,
+    /// `adam` (two moments), `sgd_momentum` (one) or `sgd` (none). Default: adam with the
+    /// megatron memory model, sgd with the reference's.
     pub optimizer: Option<Optimizer>,
-    /// Bytes per parameter and activation element: 1, 2 or 4 (default 2).
+    /// Numeric format, one value or a list to try: "bf16-mixed" (default), "fp16-mixed",
+    /// "fp32". Sets the bytes per parameter and per activation element.
+    pub precision: Option<OneOrMany<Precision>>,
+    /// Shard the optimizer state over the data-parallel group (ZeRO-1), one value or a
+    /// list to try (default false).
+    pub distributed_optimizer: Option<OneOrMany<bool>>,
+    /// "megatron" (default: memory as Megatron-LM trains) or "reference" (the reference
+    /// system's two copies of the parameters plus optimizer copies, for comparisons).
+    pub memory_model: Option<MemoryModel>,
+    /// Bytes per element with the reference memory model: 1, 2 or 4 (default 2). With the
+    /// megatron model it must agree with the precision, if given.
     pub bytes_per_element: Option<u64>,
 }
 
@@ -179,6 +280,18 @@ pub struct RawCluster {
     pub link_bandwidth: Option<String>,
     /// HBM sizes per device to try, e.g. ["32 GiB", "80 GiB"] (default 32, 64, 80 GiB).
     pub hbm: Option<Vec<String>>,
+    /// Devices per node. With it, the network has two tiers: `intra_node_*` inside a node,
+    /// `inter_node_*` between nodes (one NIC per device). Without it, one tier:
+    /// `link_bandwidth`.
+    pub node_size: Option<u64>,
+    /// Bandwidth per device inside a node, e.g. "300 GB/s" (NVLink-class).
+    pub intra_node_bandwidth: Option<String>,
+    /// Bandwidth per device between nodes, e.g. "25 GB/s" (a 200 Gb/s NIC).
+    pub inter_node_bandwidth: Option<String>,
+    /// Latency of one message inside a node (default "5 us").
+    pub intra_node_latency: Option<String>,
+    /// Latency of one message between nodes (default "10 us").
+    pub inter_node_latency: Option<String>,
 }
 
 /// An axis of the space: a list of values, or every power of two from `min` to `max`.

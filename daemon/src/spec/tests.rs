@@ -1,4 +1,5 @@
 use super::*;
+use archplace_engine::training::Recomputation;
 
 const GOOD: &str = r#"
 schema_version = 1
@@ -52,7 +53,10 @@ fn a_good_spec_is_read_in_si_units() {
     assert_eq!(s.cluster.hbm_bytes, vec![32 << 30, 64 << 30, 80 << 30]);
     assert_eq!(s.cluster.link_bytes_per_second, 4.0 * (1u64 << 30) as f64);
     assert_eq!(s.training.micro_batch_sizes, vec![1, 2, 4, 8]);
-    assert_eq!(s.training.activation_recomputation, vec![false, true]);
+    assert_eq!(
+        s.training.activation_recomputation,
+        vec![Recomputation::None, Recomputation::Full]
+    );
     assert_eq!(s.models[0].config.layers, 96);
     assert_eq!(
         s.models[0].baseline,
@@ -401,4 +405,156 @@ fn spec_error_fixtures_render_as_expected() {
         "{}\n(after a deliberate change: UPDATE_EXPECT=1 cargo test -p archplace spec::tests)",
         mismatched.join("\n")
     );
+}
+
+#[test]
+fn training_choices_and_their_defaults() {
+    use archplace_engine::training::{MemoryModel, Optimizer, Precision};
+    let s = parse(GOOD, "good.toml").unwrap();
+    assert_eq!(s.training.memory_model, MemoryModel::Megatron);
+    assert_eq!(s.training.precisions, vec![Precision::Bf16Mixed]);
+    assert_eq!(s.training.distributed_optimizer, vec![false]);
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "optimizer = \"sgd_momentum\"\nactivation_recomputation = [false, \"selective\", true]\nprecision = [\"bf16-mixed\", \"fp32\"]\ndistributed_optimizer = [false, true]",
+    );
+    let s = parse(&src, "t.toml").unwrap();
+    assert_eq!(s.training.optimizer, Optimizer::SgdMomentum);
+    assert_eq!(
+        s.training.activation_recomputation,
+        vec![
+            Recomputation::None,
+            Recomputation::Selective,
+            Recomputation::Full
+        ]
+    );
+    assert_eq!(
+        s.training.precisions,
+        vec![Precision::Bf16Mixed, Precision::Fp32]
+    );
+    assert_eq!(s.training.distributed_optimizer, vec![false, true]);
+    // The reference memory model: its own optimizer default, and no megatron-only choice.
+    let src = GOOD.replace("optimizer = \"adam\"", "memory_model = \"reference\"");
+    let s = parse(&src, "t.toml").unwrap();
+    assert_eq!(s.training.optimizer, Optimizer::Sgd);
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "memory_model = \"reference\"\nactivation_recomputation = [\"selective\"]\nprecision = \"fp32\"\ndistributed_optimizer = true",
+    );
+    let d = errors(&src);
+    assert!(
+        find(&d, "training.activation_recomputation[0]")
+            .message
+            .contains("selective")
+    );
+    find(&d, "training.precision");
+    find(&d, "training.distributed_optimizer");
+    // An element size that contradicts the precision.
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "precision = \"fp32\"\nbytes_per_element = 2",
+    );
+    let d = errors(&src);
+    assert!(
+        find(&d, "training.bytes_per_element")
+            .message
+            .contains("contradicts precision fp32 (4 bytes)")
+    );
+}
+
+#[test]
+fn a_two_tier_network_and_its_mistakes() {
+    let two = GOOD.replace(
+        "link_bandwidth = \"4 GiB/s\"",
+        "node_size = 8\nintra_node_bandwidth = \"300 GB/s\"\ninter_node_bandwidth = \"25 GB/s\"",
+    );
+    let s = parse(&two, "t.toml").unwrap();
+    let n = s.cluster.network;
+    assert_eq!(n.node_size, 8);
+    assert_eq!(n.intra_node.bytes_per_second, 300e9);
+    assert_eq!(n.inter_node.bytes_per_second, 25e9);
+    assert_eq!(n.intra_node.latency_seconds, 5e-6);
+    assert_eq!(n.inter_node.latency_seconds, 10e-6);
+    // The placement charges traffic between stages and replicas between nodes.
+    assert_eq!(s.cluster.link_bytes_per_second, 25e9);
+    // One tier as before: the link bandwidth, no latency.
+    let s = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(s.cluster.network.node_size, u64::MAX);
+    assert_eq!(s.cluster.network.inter_node.latency_seconds, 0.0);
+    let d = errors(&GOOD.replace("devices = 1024", "devices = 1024\nnode_size = 3"));
+    assert!(
+        find(&d, "cluster.node_size")
+            .message
+            .contains("whole nodes")
+    );
+    find(&d, "cluster.link_bandwidth");
+    find(&d, "cluster.intra_node_bandwidth");
+    let d = errors(&GOOD.replace(
+        "devices = 1024",
+        "devices = 1024\ninter_node_bandwidth = \"25 GB/s\"",
+    ));
+    assert!(
+        find(&d, "cluster.inter_node_bandwidth")
+            .message
+            .contains("needs `node_size`")
+    );
+}
+
+const PLAN: &str = r#"
+[accelerator]
+tensor_cores = 108
+vector_cores = 108
+width = 32
+depth = 32
+buffer = "40 MiB"
+hbm = "80 GiB"
+peak_flops = "312 TFLOP/s"
+
+[plan]
+tensor_parallel = 8
+pipeline_parallel = 16
+data_parallel = 8
+micro_batch = 1
+recomputation = "selective"
+"#;
+
+#[test]
+fn an_estimate_plan_is_checked_against_the_model_and_cluster() {
+    let s = parse(&format!("{GOOD}{PLAN}"), "t.toml").unwrap();
+    let e = s.estimate.unwrap();
+    assert_eq!(e.accelerator.vector_width, 32);
+    assert_eq!(e.hbm_bytes, 80 << 30);
+    assert_eq!(e.peak_flops_per_second, Some(312e12));
+    assert_eq!(e.plan.recomputation, Recomputation::Selective);
+    // Left out, precision and distributed optimizer are [training]'s first values.
+    assert_eq!(
+        e.plan.precision,
+        archplace_engine::training::Precision::Bf16Mixed
+    );
+    let src = format!(
+        "{GOOD}{}",
+        PLAN.replace("data_parallel = 8", "data_parallel = 4")
+    );
+    let d = errors(&src);
+    let dp = find(&d, "plan.data_parallel");
+    assert!(
+        dp.message.contains("512 devices; the cluster has 1024"),
+        "{dp:?}"
+    );
+    let src = format!(
+        "{GOOD}{}",
+        PLAN.replace("pipeline_parallel = 16", "pipeline_parallel = 5")
+    );
+    let d = errors(&src);
+    assert!(
+        find(&d, "plan.pipeline_parallel")
+            .message
+            .contains("96 blocks")
+    );
+    let src = format!("{GOOD}{}", PLAN.replace("312 TFLOP/s", "312 TFLOPS"));
+    find(&errors(&src), "accelerator.peak_flops");
+    // One table without the other.
+    let only = PLAN.split("[plan]").next().unwrap();
+    let d = errors(&format!("{GOOD}{only}"));
+    assert!(find(&d, "accelerator").message.contains("needs a [plan]"));
 }

@@ -4,6 +4,7 @@
 
 use super::config::{Activation, Head, ModelConfig, Norm, NormPosition, Positions};
 use super::graph::{FwdKind, Input, LayerBuilder, OpGraph, Operand, Saved};
+use crate::training::Recomputation;
 use archplace_plugin_sdk::{Gemm, VectorKind};
 use serde::Serialize;
 
@@ -15,6 +16,10 @@ pub struct BuildOptions {
     pub bytes_per_element: u64,
     /// Bandwidth of one device link, for tensor-parallel collectives.
     pub link_bytes_per_second: u64,
+    /// Sequence parallelism (Korthikanti et al. 2022; only with `tensor_parallel > 1`): the
+    /// norm, dropout and residual regions work on `1/t` of the tokens, and each tensor-
+    /// parallel all-reduce becomes an all-gather and a reduce-scatter.
+    pub sequence_parallel: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -46,12 +51,29 @@ pub struct Layer {
     pub parameter_bytes: u64,
     /// Activations kept from the forward pass for the backward pass, per micro-batch.
     pub stash_bytes: u64,
+    /// Of those, what selective recomputation keeps (all but the attention core).
+    pub selective_stash_bytes: u64,
+    /// The layer's input, which is all full recomputation keeps of a block.
+    pub input_bytes: u64,
     /// Activations this layer sends to the next one, per micro-batch.
     pub output_bytes: u64,
     /// Whether the layer is split over the tensor-parallel group.
     pub tensor_parallel: bool,
     pub forward: OpGraph,
     pub backward: OpGraph,
+}
+
+impl Layer {
+    /// Activations one micro-batch keeps in this layer from its forward pass until its
+    /// backward pass under recomputation `r`. Recomputation applies to blocks only (as in
+    /// Megatron-LM); the embedding and the head keep what they save.
+    pub fn kept_bytes(&self, r: Recomputation) -> u64 {
+        match (self.kind, r) {
+            (LayerKind::Block, Recomputation::Selective) => self.selective_stash_bytes,
+            (LayerKind::Block, Recomputation::Full) => self.input_bytes,
+            _ => self.stash_bytes,
+        }
+    }
 }
 
 /// A model on one rank for one (micro-batch, tensor-parallel width): the pipeline of layers
@@ -120,6 +142,8 @@ struct Ctx<'a> {
     t: u64,
     bpe: u64,
     link: u64,
+    /// Sequence parallelism is on (and `t > 1`).
+    sp: bool,
 }
 
 fn save(producer: Input, part: &'static str, bytes: u64) -> Saved {
@@ -127,6 +151,15 @@ fn save(producer: Input, part: &'static str, bytes: u64) -> Saved {
         producer,
         part,
         bytes,
+        attention_core: false,
+    }
+}
+
+/// A tensor of the attention core: recomputed, not kept, under selective recomputation.
+fn core_save(producer: Input, part: &'static str, bytes: u64) -> Saved {
+    Saved {
+        attention_core: true,
+        ..save(producer, part, bytes)
     }
 }
 
@@ -140,6 +173,32 @@ impl<'a> Ctx<'a> {
             t: o.tensor_parallel,
             bpe: o.bytes_per_element,
             link: o.link_bytes_per_second,
+            sp: o.sequence_parallel && o.tensor_parallel > 1,
+        }
+    }
+
+    /// Elements of a tensor of the sequence-parallel region (norms, dropouts, residuals)
+    /// on one rank: all of them, or `1/t` with sequence parallelism.
+    fn rep(&self, elements: u64) -> u64 {
+        if self.sp {
+            elements.div_ceil(self.t)
+        } else {
+            elements
+        }
+    }
+
+    /// A tensor-parallel collective over a full tensor of `elements`: the all-reduce in
+    /// the pass `one_way` gives, or with sequence parallelism an all-gather and a
+    /// reduce-scatter, one in each pass.
+    fn collective(&self, one_way: fn(u64, u32, u64) -> FwdKind, elements_bytes: u64) -> FwdKind {
+        if self.sp {
+            FwdKind::AllReduceBoth {
+                bytes: elements_bytes / 2,
+                group: self.t as u32,
+                link_bytes_per_second: self.link,
+            }
+        } else {
+            one_way(elements_bytes, self.t as u32, self.link)
         }
     }
 
@@ -181,16 +240,15 @@ impl<'a> Ctx<'a> {
         if self.t == 1 {
             return x;
         }
-        lb.push(
-            name,
-            FwdKind::AllReduceBackward {
-                bytes: elements * self.bpe,
-                group: self.t as u32,
-                link_bytes_per_second: self.link,
+        let kind = self.collective(
+            |bytes, group, link_bytes_per_second| FwdKind::AllReduceBackward {
+                bytes,
+                group,
+                link_bytes_per_second,
             },
-            vec![x],
-            vec![],
-        )
+            elements * self.bpe,
+        );
+        lb.push(name, kind, vec![x], vec![])
     }
 
     /// Megatron `g`: all-reduce of partial sums forward, identity backward.
@@ -198,16 +256,15 @@ impl<'a> Ctx<'a> {
         if self.t == 1 {
             return x;
         }
-        lb.push(
-            name,
-            FwdKind::AllReduceForward {
+        let kind = self.collective(
+            |bytes, group, link_bytes_per_second| FwdKind::AllReduceForward {
                 bytes,
-                group: self.t as u32,
-                link_bytes_per_second: self.link,
+                group,
+                link_bytes_per_second,
             },
-            vec![x],
-            vec![],
-        )
+            bytes,
+        );
+        lb.push(name, kind, vec![x], vec![])
     }
 
     fn bias(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
@@ -223,6 +280,17 @@ impl<'a> Ctx<'a> {
     }
 
     fn dropout(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
+        self.dropout_as(lb, name, x, elements, false)
+    }
+
+    fn dropout_as(
+        &self,
+        lb: &mut LayerBuilder,
+        name: &str,
+        x: Input,
+        elements: u64,
+        core: bool,
+    ) -> Input {
         if !self.cfg.dropout {
             return x;
         }
@@ -233,12 +301,12 @@ impl<'a> Ctx<'a> {
             vec![],
         );
         // The mask is one byte per element (Korthikanti et al. 2022).
-        lb.save_output(d, "mask", elements);
+        lb.save_output_as(d, "mask", elements, core);
         d
     }
 
     fn norm(&self, lb: &mut LayerBuilder, name: &str, x: Input) -> Input {
-        let e = self.tokens() * self.h;
+        let e = self.rep(self.tokens() * self.h);
         lb.push(
             name,
             self.vector(self.norm_kind(), e, self.h),
@@ -261,6 +329,8 @@ impl<'a> Ctx<'a> {
             shared_parameters: shared,
             parameter_bytes: parameters * self.bpe,
             stash_bytes: lb.stash_bytes(),
+            selective_stash_bytes: lb.selective_stash_bytes(),
+            input_bytes: self.rep(self.tokens() * self.h) * self.bpe,
             output_bytes,
             tensor_parallel: self.t > 1,
             forward: lb.forward(),
@@ -302,7 +372,7 @@ impl<'a> Ctx<'a> {
             );
             x = lb.push(
                 "add_positions",
-                self.vector(VectorKind::Add, tok * h, 1),
+                self.vector(VectorKind::Add, self.rep(tok * h), 1),
                 vec![x, p],
                 vec![],
             );
@@ -317,7 +387,7 @@ impl<'a> Ctx<'a> {
             );
             x = lb.push(
                 "add_token_types",
-                self.vector(VectorKind::Add, tok * h, 1),
+                self.vector(VectorKind::Add, self.rep(tok * h), 1),
                 vec![x, p],
                 vec![],
             );
@@ -327,8 +397,8 @@ impl<'a> Ctx<'a> {
             params += self.norm_parameters();
             x = self.norm(&mut lb, "embedding_norm", x);
         }
-        self.dropout(&mut lb, "embedding_dropout", x, tok * h);
-        self.layer(LayerKind::Embedding, lb, params, 0, tok * h * bpe)
+        self.dropout(&mut lb, "embedding_dropout", x, self.rep(tok * h));
+        self.layer(LayerKind::Embedding, lb, params, 0, self.rep(tok * h) * bpe)
     }
 
     fn block(&self) -> Layer {
@@ -357,7 +427,7 @@ impl<'a> Ctx<'a> {
             "qkv",
             self.gemm(tok, q + 2 * kv, h),
             vec![a],
-            vec![save(attn_in, "out", tok * h * bpe)],
+            vec![save(attn_in, "out", self.rep(tok * h) * bpe)],
         );
         let qkv = self.bias(&mut lb, "qkv.bias", qkv, tok * (q + 2 * kv));
         let (qk_src, qk_parts) = if cfg.positions == Positions::Rotary {
@@ -395,8 +465,8 @@ impl<'a> Ctx<'a> {
             vec![scores],
             vec![],
         );
-        lb.save_output(softmax, "out", probs_elems * bpe);
-        let probs = self.dropout(&mut lb, "attention_dropout", softmax, probs_elems);
+        lb.save_output_as(softmax, "out", probs_elems * bpe, true);
+        let probs = self.dropout_as(&mut lb, "attention_dropout", softmax, probs_elems, true);
         let context = lb.push(
             "context",
             FwdKind::Gemm {
@@ -410,7 +480,7 @@ impl<'a> Ctx<'a> {
             },
             vec![probs, qkv],
             vec![
-                save(probs, "out", probs_elems * bpe),
+                core_save(probs, "out", probs_elems * bpe),
                 save(qkv, "v", tok * kv * bpe),
             ],
         );
@@ -421,11 +491,11 @@ impl<'a> Ctx<'a> {
             vec![save(context, "out", tok * q * bpe)],
         );
         let y = self.reduce_from_tp(&mut lb, "attention_out.all_reduce", proj, tok * h * bpe);
-        let y = self.bias(&mut lb, "attention_out.bias", y, tok * h);
-        let y = self.dropout(&mut lb, "attention_out.dropout", y, tok * h);
+        let y = self.bias(&mut lb, "attention_out.bias", y, self.rep(tok * h));
+        let y = self.dropout(&mut lb, "attention_out.dropout", y, self.rep(tok * h));
         let r1 = lb.push(
             "residual_1",
-            self.vector(VectorKind::Add, tok * h, 1),
+            self.vector(VectorKind::Add, self.rep(tok * h), 1),
             vec![y, x],
             vec![],
         );
@@ -447,7 +517,7 @@ impl<'a> Ctx<'a> {
             Activation::Relu => VectorKind::Relu,
             Activation::Silu => VectorKind::Silu,
         };
-        let in_save = save(mlp_in, "out", tok * h * bpe);
+        let in_save = save(mlp_in, "out", self.rep(tok * h) * bpe);
         let hidden = if cfg.gated_mlp {
             params += 2 * h * f + 2 * bias * f;
             let gate = lb.push("gate", self.gemm(tok, f, h), vec![m], vec![in_save.clone()]);
@@ -488,18 +558,18 @@ impl<'a> Ctx<'a> {
             vec![save(hidden, "out", tok * f * bpe)],
         );
         let y = self.reduce_from_tp(&mut lb, "fc2.all_reduce", down, tok * h * bpe);
-        let y = self.bias(&mut lb, "fc2.bias", y, tok * h);
-        let y = self.dropout(&mut lb, "fc2.dropout", y, tok * h);
+        let y = self.bias(&mut lb, "fc2.bias", y, self.rep(tok * h));
+        let y = self.dropout(&mut lb, "fc2.dropout", y, self.rep(tok * h));
         let r2 = lb.push(
             "residual_2",
-            self.vector(VectorKind::Add, tok * h, 1),
+            self.vector(VectorKind::Add, self.rep(tok * h), 1),
             vec![y, r1],
             vec![],
         );
         if !pre {
             self.norm(&mut lb, "mlp_norm", r2);
         }
-        self.layer(LayerKind::Block, lb, params, 0, tok * h * bpe)
+        self.layer(LayerKind::Block, lb, params, 0, self.rep(tok * h) * bpe)
     }
 
     fn head(&self) -> Layer {
@@ -536,7 +606,7 @@ impl<'a> Ctx<'a> {
                     "logits",
                     self.gemm(tok, v, e),
                     vec![xin],
-                    vec![save(x, "out", tok * e * bpe)],
+                    vec![save(x, "out", self.rep(tok * e) * bpe)],
                 );
                 // The softmax of the logits is kept in fp32 for the backward pass.
                 let ce = lb.push(

@@ -40,6 +40,14 @@ pub struct OpNode {
 
 impl OpNode {
     /// Matrix-multiply FLOPs (2 per MAC) of this operator.
+    /// Whether the node computes the attention core (scores, softmax, its dropout, the
+    /// product with the values): what selective recomputation runs again.
+    pub fn is_attention_core(&self) -> bool {
+        ["scores", "softmax", "attention_dropout", "context"]
+            .iter()
+            .any(|p| self.name.starts_with(p))
+    }
+
     pub fn matmul_flops(&self) -> f64 {
         match self.op.kind {
             OpKind::Gemm(g) => g.flops(),
@@ -105,6 +113,14 @@ pub enum FwdKind {
         group: u32,
         link_bytes_per_second: u64,
     },
+    /// A collective in both passes: sequence parallelism's all-gather (forward) and
+    /// reduce-scatter (backward), or the reverse. Each is costed as a ring all-reduce of
+    /// `bytes` = half the full tensor, which moves the same bytes per device.
+    AllReduceBoth {
+        bytes: u64,
+        group: u32,
+        link_bytes_per_second: u64,
+    },
 }
 
 /// A tensor saved for the backward pass, identified by the operator that produced it (or
@@ -115,6 +131,9 @@ pub struct Saved {
     pub producer: Input,
     pub part: &'static str,
     pub bytes: u64,
+    /// Part of the attention core (scores, softmax, its dropout mask), which selective
+    /// recomputation recomputes instead of keeping.
+    pub attention_core: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -150,20 +169,37 @@ impl LayerBuilder {
 
     /// Records that operator `op` saves (part of) its own output for the backward pass.
     pub fn save_output(&mut self, op: Input, part: &'static str, bytes: u64) {
+        self.save_output_as(op, part, bytes, false);
+    }
+
+    /// [`save_output`](Self::save_output), marking the tensor as part of the attention core
+    /// or not.
+    pub fn save_output_as(&mut self, op: Input, part: &'static str, bytes: u64, core: bool) {
         if let Input::Op(i) = op {
             self.ops[i].saves.push(Saved {
                 producer: op,
                 part,
                 bytes,
+                attention_core: core,
             });
         }
     }
 
     /// Bytes of the distinct tensors saved for the backward pass.
     pub fn stash_bytes(&self) -> u64 {
+        self.stash_bytes_where(|_| true)
+    }
+
+    /// Bytes of the distinct saved tensors outside the attention core: what selective
+    /// recomputation keeps.
+    pub fn selective_stash_bytes(&self) -> u64 {
+        self.stash_bytes_where(|s| !s.attention_core)
+    }
+
+    fn stash_bytes_where(&self, keep: impl Fn(&Saved) -> bool) -> u64 {
         let mut seen: Vec<(Input, &'static str)> = Vec::new();
         let mut total = 0;
-        for s in self.ops.iter().flat_map(|o| &o.saves) {
+        for s in self.ops.iter().flat_map(|o| &o.saves).filter(|s| keep(s)) {
             if !seen.contains(&(s.producer, s.part)) {
                 seen.push((s.producer, s.part));
                 total += s.bytes;
@@ -191,6 +227,11 @@ impl LayerBuilder {
                     }),
                 ),
                 FwdKind::AllReduceForward {
+                    bytes,
+                    group,
+                    link_bytes_per_second,
+                }
+                | FwdKind::AllReduceBoth {
                     bytes,
                     group,
                     link_bytes_per_second,
@@ -319,6 +360,11 @@ impl LayerBuilder {
                     grad_of[i].iter_mut().for_each(|s| *s = Some(node));
                 }
                 FwdKind::AllReduceBackward {
+                    bytes,
+                    group,
+                    link_bytes_per_second,
+                }
+                | FwdKind::AllReduceBoth {
                     bytes,
                     group,
                     link_bytes_per_second,
@@ -722,6 +768,7 @@ mod tests {
             producer: Input::External,
             part: "x",
             bytes,
+            attention_core: false,
         };
         b.push("a", gemm(), vec![Input::External], vec![save(100)]);
         b.push("b", gemm(), vec![Input::External], vec![save(100)]);

@@ -16,11 +16,16 @@ mod tests {
     use super::*;
 
     fn opts(b: u64, t: u64) -> BuildOptions {
+        opts_sp(b, t, false)
+    }
+
+    fn opts_sp(b: u64, t: u64, sequence_parallel: bool) -> BuildOptions {
         BuildOptions {
             micro_batch: b,
             tensor_parallel: t,
             bytes_per_element: 2,
             link_bytes_per_second: 4 << 30,
+            sequence_parallel,
         }
     }
 
@@ -88,6 +93,83 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Korthikanti et al. 2022, Table 2: activation bytes per GPT block for every
+    /// recomputation with and without sequence parallelism, exactly. `sbh` times:
+    /// none `10 + 24/t + 5as/(ht)` (sequence parallel `34/t + 5as/(ht)`), selective
+    /// `10 + 24/t` (`34/t`), full `2` (the block input; with sequence parallelism Megatron-LM
+    /// keeps its `1/t` shard: `2/t`). At t = 1 both columns are the same.
+    #[test]
+    fn kept_activations_match_korthikanti_table_2() {
+        use crate::training::Recomputation;
+        for name in [
+            "gpt3-175b",
+            "megatron-gpt2-8.3b",
+            "megatron-gpt2-2.5b",
+            "gpt2-xl",
+        ] {
+            let cfg = preset(name).unwrap();
+            let (s, h, a) = (cfg.seq_len, cfg.hidden, cfg.heads);
+            for b in [1, 2, 4] {
+                for t in cfg.tensor_parallel_widths() {
+                    // In integers (every division is exact: t divides h and a).
+                    let sbh = s * b * h;
+                    let core = 5 * a * s * s * b / t;
+                    for sp in [false, true] {
+                        let g = build(&cfg, &opts_sp(b, t, sp));
+                        let (none, selective, full) = if sp && t > 1 {
+                            (34 * sbh / t + core, 34 * sbh / t, 2 * sbh / t)
+                        } else {
+                            let kept = 10 * sbh + 24 * sbh / t;
+                            (kept + core, kept, 2 * sbh)
+                        };
+                        for (r, want) in [
+                            (Recomputation::None, none),
+                            (Recomputation::Selective, selective),
+                            (Recomputation::Full, full),
+                        ] {
+                            assert_eq!(
+                                g.block.kept_bytes(r),
+                                want,
+                                "{name} b={b} t={t} sp={sp} {r:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sequence parallelism changes neither the GEMMs nor the bytes the tensor-parallel
+    /// collectives move (Korthikanti et al. 2022, §4.2.2): each all-reduce becomes an
+    /// all-gather and a reduce-scatter.
+    #[test]
+    fn sequence_parallel_keeps_gemms_and_collective_volume() {
+        let cfg = preset("gpt3-175b").unwrap();
+        let link_bytes = |g: &OpGraph| -> u64 {
+            g.nodes
+                .iter()
+                .filter_map(|n| match n.op.kind {
+                    archplace_plugin_sdk::OpKind::AllReduce { bytes, .. } => Some(bytes),
+                    _ => None,
+                })
+                .sum()
+        };
+        let plain = build(&cfg, &opts_sp(1, 8, false));
+        let sp = build(&cfg, &opts_sp(1, 8, true));
+        for (a, b) in [
+            (&plain.block.forward, &sp.block.forward),
+            (&plain.block.backward, &sp.block.backward),
+        ] {
+            assert_eq!(a.matmul_flops(), b.matmul_flops());
+        }
+        let total = |g: &ModelGraph| link_bytes(&g.block.forward) + link_bytes(&g.block.backward);
+        assert_eq!(total(&plain), total(&sp));
+        // Two all-reduces forward and two backward become four collectives each way.
+        assert_eq!(sp.block.forward.count(Core::Link), 4);
+        assert_eq!(sp.block.backward.count(Core::Link), 4);
+        assert_eq!(sp.block.output_bytes * 8, plain.block.output_bytes);
     }
 
     /// Narayanan et al. 2021: forward + backward matrix-multiply FLOPs per iteration are

@@ -13,7 +13,8 @@
 //! * a stage's load is its forward plus backward time, with the communication of edges
 //!   that cross the stage boundary (`bytes / bandwidth`); with recomputation every stage
 //!   but the last runs its forward twice;
-//! * 1F1B memory: a stage `s` stages from the end holds `2P + opt + A + (s − 1)·stash`,
+//! * 1F1B memory ([`MemoryRule::Reference`]; archplace's own search uses Megatron-LM's
+//!   [`MemoryRule::Megatron`]): a stage `s` stages from the end holds `2P + opt + A + (s − 1)·stash`,
 //!   where the stash is the stage's activations, or with recomputation only the inputs that
 //!   enter it;
 //! * time per batch = bottleneck load × (micro-batches per replica + stages − 1) + the
@@ -74,9 +75,69 @@ pub struct Settings {
     /// Micro-batches in one global batch.
     pub micro_batches: u64,
     pub recompute: bool,
-    /// Optimizer state as a multiple of the parameters (SGD 0, Adam 1).
-    pub optimizer_copies: f64,
+    /// How a stage's memory and its data-parallel gradient synchronisation are counted.
+    pub memory: MemoryRule,
     pub resync: Resync,
+}
+
+/// How a stage's memory and its gradient synchronisation are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum MemoryRule {
+    /// The reference: `2P + optimizer_copies·P` of state, the stage's activations, and
+    /// `(s − 1)` stashes (its activations, or with recomputation the inputs entering it);
+    /// the gradient all-reduce moves `4·(d − 1)/d·P`.
+    Reference {
+        /// Optimizer state as a multiple of the parameters (SGD 0, Adam 1).
+        optimizer_copies: f64,
+    },
+    /// Megatron-LM: bytes of state per byte of parameters from the precision and the
+    /// optimizer, the optimizer's part sharded over the data-parallel group with the
+    /// distributed optimizer; a stage `s` stages from the end keeps `s` micro-batches of the
+    /// activations its layers keep (given in the chain for the recomputation chosen, whose
+    /// time the chain's backward includes), plus what recomputation rematerialises.
+    Megatron(MegatronMemory),
+}
+
+/// The Megatron-LM memory and gradient-synchronisation rule, per byte of parameters (the
+/// chain counts parameters in bytes of the activation element size).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MegatronMemory {
+    /// Weights and gradient buffer, never sharded.
+    pub replicated_per_parameter_byte: f64,
+    /// Master weights, optimizer gradient copy and moments.
+    pub optimizer_per_parameter_byte: f64,
+    /// The distributed optimizer shards the optimizer's part over the data-parallel group.
+    pub distributed: bool,
+    /// Activations rematerialised while one block's backward pass runs, in bytes.
+    pub transient_bytes: f64,
+    /// Bytes each device sends per parameter byte in units of a ring pass
+    /// `(d − 1)/d · bytes / bandwidth`: twice the gradient bytes for an all-reduce; the
+    /// gradient plus the weight bytes for the distributed optimizer's reduce-scatter and
+    /// all-gather.
+    pub sync_per_parameter_byte: f64,
+}
+
+impl MemoryRule {
+    /// State bytes per parameter byte with `shards` data-parallel replicas.
+    fn state_per_parameter_byte(&self, shards: u64) -> f64 {
+        match *self {
+            MemoryRule::Reference { optimizer_copies } => 2.0 + optimizer_copies,
+            MemoryRule::Megatron(m) => {
+                let opt = if m.distributed {
+                    m.optimizer_per_parameter_byte / shards.max(1) as f64
+                } else {
+                    m.optimizer_per_parameter_byte
+                };
+                m.replicated_per_parameter_byte + opt
+            }
+        }
+    }
+
+    /// Whether memory depends on the data-parallel degree.
+    fn sharded(&self) -> bool {
+        matches!(self, MemoryRule::Megatron(m) if m.distributed)
+    }
 }
 
 /// A fixed strategy: `pipeline` stages of `ceil(layers / pipeline)` transformer layers
@@ -173,6 +234,8 @@ struct Stages {
     constant: Vec<f64>,
     stash: Vec<f64>,
     mixed: bool,
+    /// State bytes per parameter byte at the data-parallel degree it was built for.
+    state: f64,
 }
 
 impl Stages {
@@ -194,7 +257,14 @@ impl Stages {
         self.constant[k] + (s.saturating_sub(1)) as f64 * self.stash[k]
     }
 
-    fn new(chain: &Chain, st: &Settings) -> Result<Stages, PlacementError> {
+    /// Peak memory of one device of stage `[i, j)`, `s` stages from the end, with `d`
+    /// data-parallel replicas (which only matters with the distributed optimizer).
+    fn memory_with(&self, i: usize, j: usize, s: u64, d: u64, rule: &MemoryRule) -> f64 {
+        let k = self.at(i, j);
+        self.memory(i, j, s) + (rule.state_per_parameter_byte(d) - self.state) * self.params[k]
+    }
+
+    fn new(chain: &Chain, st: &Settings, shards: u64) -> Result<Stages, PlacementError> {
         let n = chain.layers.len();
         let width = chain.width;
         if n == 0 {
@@ -232,6 +302,11 @@ impl Stages {
             stash: vec![0.0; size],
             mixed: chain.layers.iter().any(|l| l.tensor_parallel)
                 && chain.layers.iter().any(|l| !l.tensor_parallel),
+            state: st.memory.state_per_parameter_byte(shards),
+        };
+        let transient = match st.memory {
+            MemoryRule::Reference { .. } => 0.0,
+            MemoryRule::Megatron(m) => m.transient_bytes,
         };
         let layers = &chain.layers;
         let d = st.devices;
@@ -258,8 +333,12 @@ impl Stages {
                 let k = s.at(i, j);
                 s.params[k] = p;
                 s.devices[k] = if tp { width } else { 1 };
-                let constant = 2.0 * p + st.optimizer_copies * p + a;
-                let stash = if st.recompute { entering } else { a };
+                let (constant, stash) = match st.memory {
+                    MemoryRule::Reference { .. } => {
+                        (s.state * p + a, if st.recompute { entering } else { a })
+                    }
+                    MemoryRule::Megatron(_) => (s.state * p + a + transient, a),
+                };
                 s.constant[k] = constant;
                 s.stash[k] = stash;
                 s.max_s[k] = if constant + (d as f64 - 1.0) * stash <= st.memory_bytes {
@@ -430,7 +509,27 @@ impl<'a> Program<'a> {
 }
 
 fn resync_time(settings: &Settings, d: u64, params: f64) -> f64 {
-    4.0 * (d - 1) as f64 * params / (settings.bandwidth * d as f64)
+    let factor = match settings.memory {
+        MemoryRule::Reference { .. } => 4.0,
+        MemoryRule::Megatron(m) => m.sync_per_parameter_byte,
+    };
+    factor * (d - 1) as f64 * params / (settings.bandwidth * d as f64)
+}
+
+/// The data-parallel degrees `1..=max_d` in groups that share one memory bound: all of
+/// them, or with the distributed optimizer `[2^k, 2^(k+1))`, each bounded (safely) by the
+/// memory at its smallest degree `2^k`.
+fn shard_levels(settings: &Settings, max_d: u64) -> Vec<(u64, u64)> {
+    if !settings.memory.sharded() {
+        return vec![(1, max_d)];
+    }
+    let mut levels = Vec::new();
+    let mut lo = 1;
+    while lo <= max_d {
+        levels.push((lo, (2 * lo - 1).min(max_d)));
+        lo *= 2;
+    }
+    levels
 }
 
 fn ceil_div(a: u64, b: u64) -> u64 {
@@ -439,8 +538,30 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 
 /// The best plan for one chain, if any fits.
 fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, PlacementError> {
-    let st = Stages::new(chain, settings)?;
-    let p = Program::run(&st, settings);
+    let max_d = settings.devices.min(settings.micro_batches);
+    let mut best: Option<Plan> = None;
+    for (lo, hi) in shard_levels(settings, max_d) {
+        let st = Stages::new(chain, settings, lo)?;
+        if let Some(plan) = best_in_level(chain, settings, &st, lo, hi)
+            && best
+                .as_ref()
+                .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+        {
+            best = Some(plan);
+        }
+    }
+    Ok(best)
+}
+
+/// The best plan with a data-parallel degree in `lo..=hi`, memory bounded by `st`.
+fn best_in_level(
+    chain: &Chain,
+    settings: &Settings,
+    st: &Stages,
+    lo: u64,
+    hi: u64,
+) -> Option<Plan> {
+    let p = Program::run(st, settings);
     let n = st.n;
     let uniform = if chain.layers.iter().all(|l| l.tensor_parallel) {
         st.width
@@ -449,7 +570,7 @@ fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, Pl
     };
     // (time per batch, d, end of the first stage, stages, q of the rest, front entry)
     let mut best: Option<(f64, u64, usize, usize, usize, usize)> = None;
-    for d in 1..=settings.devices.min(settings.micro_batches) {
+    for d in lo..=hi {
         let cap = settings.devices / d;
         let m = ceil_div(settings.micro_batches, d);
         for j in 1..=n {
@@ -483,9 +604,7 @@ fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, Pl
             }
         }
     }
-    let Some((_, d, j, s, q, e)) = best else {
-        return Ok(None);
-    };
+    let (_, d, j, s, q, e) = best?;
     let k = st.at(0, j);
     let mut stages = vec![StagePlan {
         start: 0,
@@ -496,7 +615,13 @@ fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, Pl
         memory_bytes: st.memory(0, j, s as u64),
     }];
     stages.extend(p.stages(j, s - 1, q, e, settings));
-    Ok(Some(evaluate(settings, st.width, d, stages)))
+    // Report the memory at the chosen degree (the level bounded it at its smallest).
+    let count = stages.len() as u64;
+    for (idx, stage) in stages.iter_mut().enumerate() {
+        let from_end = count - idx as u64;
+        stage.memory_bytes = st.memory_with(stage.start, stage.end, from_end, d, &settings.memory);
+    }
+    Some(evaluate(settings, st.width, d, stages))
 }
 
 /// Time per batch of a plan (the reference's `getTimePerBatchForResult`).
@@ -582,7 +707,8 @@ pub fn evaluate_fixed(
             bounds.push((start, end));
         }
     }
-    let st = Stages::new(chain, settings).map_err(|_| FixedError::NoSuchWidth(fixed.tensor))?;
+    let st = Stages::new(chain, settings, fixed.data)
+        .map_err(|_| FixedError::NoSuchWidth(fixed.tensor))?;
     let count = bounds.len() as u64;
     let mut stages = Vec::new();
     for (idx, &(i, j)) in bounds.iter().enumerate() {
@@ -613,56 +739,65 @@ pub fn best_plan_exact(
     settings: &Settings,
 ) -> Result<Option<Plan>, PlacementError> {
     let mut best: Option<Plan> = None;
+    let max_d = settings.devices.min(settings.micro_batches);
+    // Memory that depends on the degree is checked at each degree exactly.
+    let levels: Vec<(u64, u64)> = if settings.memory.sharded() {
+        (1..=max_d).map(|d| (d, d)).collect()
+    } else {
+        vec![(1, max_d)]
+    };
     for chain in chains {
-        let st = Stages::new(chain, settings)?;
-        let n = st.n;
-        // Every composition of n layers into contiguous stages.
-        for mask in 0u64..(1u64 << (n - 1)) {
-            let mut cuts = vec![0];
-            for b in 0..n - 1 {
-                if mask >> b & 1 == 1 {
-                    cuts.push(b + 1);
+        for &(lo, hi) in &levels {
+            let st = Stages::new(chain, settings, lo)?;
+            let n = st.n;
+            // Every composition of n layers into contiguous stages.
+            for mask in 0u64..(1u64 << (n - 1)) {
+                let mut cuts = vec![0];
+                for b in 0..n - 1 {
+                    if mask >> b & 1 == 1 {
+                        cuts.push(b + 1);
+                    }
                 }
-            }
-            cuts.push(n);
-            let s_total = cuts.len() as u64 - 1;
-            if s_total as usize > (settings.devices as usize).min(n) {
-                continue;
-            }
-            let mut stages = Vec::new();
-            let mut fits = true;
-            let mut devices = 0;
-            for (idx, w) in cuts.windows(2).enumerate() {
-                let (i, j) = (w[0], w[1]);
-                let s = s_total - idx as u64;
-                let k = st.at(i, j);
-                if s > st.max_s[k] {
-                    fits = false;
-                    break;
+                cuts.push(n);
+                let s_total = cuts.len() as u64 - 1;
+                if s_total as usize > (settings.devices as usize).min(n) {
+                    continue;
                 }
-                devices += st.devices[k];
-                stages.push(StagePlan {
-                    start: i,
-                    end: j,
-                    devices: st.devices[k],
-                    load: st.load(i, j, s, settings.recompute),
-                    parameter_bytes: st.params[k],
-                    memory_bytes: st.memory(i, j, s),
-                });
-            }
-            if !fits {
-                continue;
-            }
-            for d in 1..=settings.devices.min(settings.micro_batches) {
-                if devices * d > settings.devices {
-                    break;
+                let mut stages = Vec::new();
+                let mut fits = true;
+                let mut devices = 0;
+                for (idx, w) in cuts.windows(2).enumerate() {
+                    let (i, j) = (w[0], w[1]);
+                    let s = s_total - idx as u64;
+                    let k = st.at(i, j);
+                    if s > st.max_s[k] {
+                        fits = false;
+                        break;
+                    }
+                    devices += st.devices[k];
+                    stages.push(StagePlan {
+                        start: i,
+                        end: j,
+                        devices: st.devices[k],
+                        load: st.load(i, j, s, settings.recompute),
+                        parameter_bytes: st.params[k],
+                        memory_bytes: st.memory(i, j, s),
+                    });
                 }
-                let plan = evaluate(settings, st.width, d, stages.clone());
-                if best
-                    .as_ref()
-                    .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
-                {
-                    best = Some(plan);
+                if !fits {
+                    continue;
+                }
+                for d in lo..=hi {
+                    if devices * d > settings.devices {
+                        break;
+                    }
+                    let plan = evaluate(settings, st.width, d, stages.clone());
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+                    {
+                        best = Some(plan);
+                    }
                 }
             }
         }

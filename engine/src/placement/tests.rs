@@ -121,11 +121,29 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
         },
         micro_batches: 1 + rng.below(max_micro_batches),
         recompute: rng.below(2) == 1,
-        optimizer_copies: rng.below(2) as f64,
+        memory: MemoryRule::Reference {
+            optimizer_copies: rng.below(2) as f64,
+        },
         resync: if rng.below(2) == 1 {
             Resync::LargestStage
         } else {
             Resync::FirstStage
+        },
+    };
+    // A third of the cases count memory as Megatron-LM does, half of those with the
+    // distributed optimizer.
+    let settings = match rng.below(6) {
+        0..=3 => settings,
+        k => Settings {
+            recompute: false,
+            memory: MemoryRule::Megatron(MegatronMemory {
+                replicated_per_parameter_byte: 3.0,
+                optimizer_per_parameter_byte: 6.0,
+                distributed: k == 5,
+                transient_bytes: rng.below(3) as f64 * 1e6,
+                sync_per_parameter_byte: 4.0,
+            }),
+            ..settings
         },
     };
     (chains, settings)
@@ -135,11 +153,30 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
 #[test]
 fn agrees_with_brute_force_on_random_instances() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let (mut feasible, mut infeasible) = (0, 0);
+    let (mut feasible, mut infeasible, mut sharded) = (0, 0, 0);
     for case in 0..1500 {
         let (chains, settings) = random_instance(&mut rng);
         let fast = best_plan(&chains, &settings).unwrap();
         let slow = best_plan_exact(&chains, &settings).unwrap();
+        if settings.memory.sharded() {
+            // The program bounds the memory of degrees [2^k, 2^(k+1)) by that of 2^k: never
+            // a plan that does not fit, never faster than trying everything.
+            match (&fast, &slow) {
+                (Some(f), Some(s)) => {
+                    assert!(
+                        f.time_per_batch >= s.time_per_batch * (1.0 - 1e-12),
+                        "case {case}"
+                    );
+                    for x in &f.stages {
+                        assert!(x.memory_bytes <= settings.memory_bytes, "case {case}");
+                    }
+                    sharded += 1;
+                }
+                (None, _) => {}
+                (Some(f), None) => panic!("case {case}: program {f:?}, brute force nothing"),
+            }
+            continue;
+        }
         match (fast, slow) {
             (Some(f), Some(s)) => {
                 assert!(
@@ -163,8 +200,8 @@ fn agrees_with_brute_force_on_random_instances() {
         }
     }
     assert!(
-        feasible > 300 && infeasible > 10,
-        "{feasible} feasible, {infeasible} infeasible"
+        feasible > 300 && infeasible > 10 && sharded > 50,
+        "{feasible} feasible, {infeasible} infeasible, {sharded} with the distributed optimizer"
     );
 }
 
@@ -200,7 +237,9 @@ fn branching_graphs_are_refused() {
         bandwidth: 1.0,
         micro_batches: 4,
         recompute: false,
-        optimizer_copies: 0.0,
+        memory: MemoryRule::Reference {
+            optimizer_copies: 0.0,
+        },
         resync: Resync::FirstStage,
     };
     assert_eq!(

@@ -18,10 +18,15 @@
 
 use super::estimate::estimate;
 use super::model::{BuildOptions, LayerKind, ModelConfig, ModelGraph, OpGraph, build};
-use super::placement::{self, Chain, Edge, Fixed, Layer as ChainLayer, Plan, Resync, Settings};
+use super::placement::{
+    self, Chain, Edge, Fixed, Layer as ChainLayer, MegatronMemory, MemoryRule, Plan, Resync,
+    Settings,
+};
 use super::schedule::{self, Instance, Method};
 use super::space::{Candidate, Space};
-use super::training::{Baseline, Cluster, Optimizer, Training};
+use super::training::{
+    Baseline, Cluster, MemoryModel, Precision, Recomputation, StateBytes, Training,
+};
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
 };
@@ -87,7 +92,15 @@ pub struct LayerReport {
 pub struct ModelPlan {
     pub model: String,
     pub micro_batch: u64,
+    /// Whether anything is recomputed (`recomputation` says what).
     pub activation_recomputation: bool,
+    #[serde(default)]
+    pub recomputation: Recomputation,
+    /// The numeric format (the Megatron memory model; `None` with the reference's).
+    #[serde(default)]
+    pub precision: Option<Precision>,
+    #[serde(default)]
+    pub distributed_optimizer: bool,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -288,6 +301,9 @@ struct Timed {
 #[derive(Debug, Clone, Copy)]
 struct Scheduled {
     seconds: f64,
+    /// Of the operators' durations (all cores), the attention core's: what selective
+    /// recomputation runs again.
+    core_seconds: f64,
     /// Tensor- and vector-core utilisation.
     util: (f64, f64),
     optimal: bool,
@@ -296,11 +312,62 @@ struct Scheduled {
 
 struct Ctx<'a> {
     input: &'a SearchInput,
-    /// graphs[model][(micro_batch, width)]
-    graphs: Vec<HashMap<(u64, u64), ModelGraph>>,
+    /// graphs[model][(micro_batch, width, element bytes)]
+    graphs: Vec<HashMap<GraphKey, ModelGraph>>,
     estimator: Estimator<'a>,
     stats: Mutex<Stats>,
     observer: &'a dyn Observer,
+}
+
+/// A model's graph is built per (micro-batch, tensor-parallel width, element bytes).
+type GraphKey = (u64, u64, u64);
+
+/// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
+/// precision (index into the training's list) and distributed optimizer.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    hbm: usize,
+    model: usize,
+    micro_batch: u64,
+    recompute: Recomputation,
+    precision: usize,
+    distributed: bool,
+}
+
+impl Training {
+    /// The precision at `index` of the list (bf16 mixed if the list is empty).
+    fn precision(&self, index: usize) -> Precision {
+        self.precisions
+            .get(index)
+            .copied()
+            .unwrap_or(Precision::Bf16Mixed)
+    }
+
+    /// Element bytes of the graphs for the precision at `index` of the list.
+    fn element_bytes(&self, precision: usize) -> u64 {
+        match self.memory_model {
+            MemoryModel::Reference => self.bytes_per_element,
+            MemoryModel::Megatron => self.precision(precision).element_bytes(),
+        }
+    }
+
+    /// Indices into `precisions` worth a separate run: all with the Megatron model, one
+    /// with the reference's (which ignores precision).
+    fn precision_indices(&self) -> std::ops::Range<usize> {
+        match self.memory_model {
+            MemoryModel::Reference => 0..1,
+            MemoryModel::Megatron => 0..self.precisions.len().max(1),
+        }
+    }
+
+    /// Distributed-optimizer choices worth a separate run.
+    fn distributed_choices(&self) -> Vec<bool> {
+        match self.memory_model {
+            MemoryModel::Reference => vec![false],
+            MemoryModel::Megatron if self.distributed_optimizer.is_empty() => vec![false],
+            MemoryModel::Megatron => self.distributed_optimizer.clone(),
+        }
+    }
 }
 
 fn layer_name(index: usize, blocks: u64) -> String {
@@ -366,16 +433,28 @@ impl Ctx<'_> {
             hit_time_limit: s.hit_time_limit,
             proven_optimal: s.optimal,
         });
+        let core_seconds = graph
+            .nodes
+            .iter()
+            .zip(&inst.tasks)
+            .filter(|(n, _)| n.is_attention_core())
+            .map(|(_, t)| t.parallel)
+            .sum();
         Ok(Scheduled {
             seconds: s.makespan,
+            core_seconds,
             util: s.utilisation(&inst),
             optimal: s.optimal,
             gap: s.gap,
         })
     }
 
-    fn chain(&self, g: &ModelGraph, times: &[Timed; 3]) -> Chain {
+    /// The chain of `g`. With the Megatron memory model each layer keeps what
+    /// recomputation `r` keeps and its backward includes the recomputation; with the
+    /// reference's, the placement program handles (full) recomputation itself.
+    fn chain(&self, g: &ModelGraph, times: &[Timed; 3], r: Recomputation) -> Chain {
         let t = g.tensor_parallel;
+        let megatron = self.input.training.memory_model == MemoryModel::Megatron;
         let mut layers = Vec::new();
         for (i, l) in g.layers().enumerate() {
             let timed = match l.kind {
@@ -383,12 +462,22 @@ impl Ctx<'_> {
                 LayerKind::Block => times[1],
                 LayerKind::Head => times[2],
             };
+            let (activation_bytes, again) = if megatron && l.kind == LayerKind::Block {
+                let again = match r {
+                    Recomputation::None => 0.0,
+                    Recomputation::Selective => timed.fwd.core_seconds,
+                    Recomputation::Full => timed.fwd.seconds,
+                };
+                (l.kept_bytes(r), again)
+            } else {
+                (l.stash_bytes, 0.0)
+            };
             layers.push(ChainLayer {
                 id: i as i64,
                 parameter_bytes: l.parameter_bytes as f64,
-                activation_bytes: l.stash_bytes as f64,
+                activation_bytes: activation_bytes as f64,
                 forward: timed.fwd.seconds,
-                backward: timed.bwd.seconds,
+                backward: timed.bwd.seconds + again,
                 tensor_parallel: l.tensor_parallel && t > 1,
             });
         }
@@ -407,18 +496,48 @@ impl Ctx<'_> {
         }
     }
 
-    fn settings(&self, hbm: u64, micro_batch: u64, recompute: bool) -> Settings {
+    fn settings(&self, run: &Run, g: &ModelGraph) -> Settings {
         let tr = &self.input.training;
+        let (recompute, memory) = match tr.memory_model {
+            MemoryModel::Reference => (
+                run.recompute != Recomputation::None,
+                MemoryRule::Reference {
+                    optimizer_copies: tr.optimizer.reference_copies(),
+                },
+            ),
+            MemoryModel::Megatron => {
+                let precision = tr.precision(run.precision);
+                let e = precision.element_bytes() as f64;
+                let state = StateBytes::megatron(precision, tr.optimizer, false, 1);
+                let sync = if run.distributed {
+                    state.gradients + state.weights
+                } else {
+                    2.0 * state.gradients
+                };
+                let transient = if run.recompute == Recomputation::None {
+                    0.0
+                } else {
+                    (g.block.stash_bytes - g.block.kept_bytes(run.recompute)) as f64
+                };
+                (
+                    false,
+                    MemoryRule::Megatron(MegatronMemory {
+                        replicated_per_parameter_byte: (state.weights + state.gradients) / e,
+                        optimizer_per_parameter_byte: state.optimizer / e,
+                        distributed: run.distributed,
+                        transient_bytes: transient,
+                        sync_per_parameter_byte: sync / e,
+                    }),
+                )
+            }
+        };
         Settings {
-            memory_bytes: hbm as f64,
+            memory_bytes: self.input.cluster.hbm_bytes[run.hbm] as f64,
             devices: self.input.cluster.devices,
             bandwidth: self.input.cluster.link_bytes_per_second,
-            micro_batches: tr.global_batch / micro_batch,
+            micro_batches: tr.global_batch / run.micro_batch,
             recompute,
-            optimizer_copies: match tr.optimizer {
-                Optimizer::Sgd => 0.0,
-                Optimizer::Adam => 1.0,
-            },
+            memory,
             resync: Resync::LargestStage,
         }
     }
@@ -437,16 +556,16 @@ impl Ctx<'_> {
             failure: Some(why),
         };
         // 1. Schedule every distinct layer at every (micro-batch, width).
-        let mut jobs: Vec<(usize, u64, u64)> = Vec::new();
+        let mut jobs: Vec<(usize, GraphKey)> = Vec::new();
         for (m, graphs) in self.graphs.iter().enumerate() {
-            let mut keys: Vec<&(u64, u64)> = graphs.keys().collect();
+            let mut keys: Vec<&GraphKey> = graphs.keys().collect();
             keys.sort();
-            jobs.extend(keys.into_iter().map(|&(b, t)| (m, b, t)));
+            jobs.extend(keys.into_iter().map(|&key| (m, key)));
         }
         let timed: Vec<Result<[Timed; 3], JobError>> = jobs
             .par_iter()
-            .map(|&(m, b, t)| {
-                let g = &self.graphs[m][&(b, t)];
+            .map(|&(m, key)| {
+                let g = &self.graphs[m][&key];
                 let schedule = |layer: &super::model::Layer| -> Result<Timed, JobError> {
                     Ok(Timed {
                         fwd: self.schedule(&layer.forward, c)?,
@@ -461,7 +580,7 @@ impl Ctx<'_> {
                 Ok(out)
             })
             .collect();
-        let mut times: HashMap<(usize, u64, u64), [Timed; 3]> = HashMap::new();
+        let mut times: HashMap<(usize, GraphKey), [Timed; 3]> = HashMap::new();
         for (job, r) in jobs.iter().zip(timed) {
             match r {
                 Ok(t) => {
@@ -471,14 +590,26 @@ impl Ctx<'_> {
                 Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
             }
         }
-        // 2. Place: every (HBM, model, micro-batch, recomputation), all widths at once.
+        // 2. Place: every (HBM, model, micro-batch, recomputation, precision, distributed
+        // optimizer), all widths at once.
         let tr = &self.input.training;
-        let mut runs: Vec<(usize, usize, u64, bool)> = Vec::new();
-        for h in 0..self.input.cluster.hbm_bytes.len() {
-            for m in 0..self.graphs.len() {
-                for &b in &tr.micro_batch_sizes {
-                    for &r in &tr.activation_recomputation {
-                        runs.push((h, m, b, r));
+        let mut runs: Vec<Run> = Vec::new();
+        for hbm in 0..self.input.cluster.hbm_bytes.len() {
+            for model in 0..self.graphs.len() {
+                for &micro_batch in &tr.micro_batch_sizes {
+                    for &recompute in &tr.activation_recomputation {
+                        for precision in tr.precision_indices() {
+                            for distributed in tr.distributed_choices() {
+                                runs.push(Run {
+                                    hbm,
+                                    model,
+                                    micro_batch,
+                                    recompute,
+                                    precision,
+                                    distributed,
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -486,20 +617,34 @@ impl Ctx<'_> {
         let t0 = Instant::now();
         let plans: Vec<Option<(Plan, Vec<Chain>)>> = runs
             .par_iter()
-            .map(|&(h, m, b, r)| {
-                let mut widths: Vec<u64> = self.graphs[m]
+            .map(|run| {
+                let (m, b, e) = (run.model, run.micro_batch, tr.element_bytes(run.precision));
+                let mut keys: Vec<GraphKey> = self.graphs[m]
                     .keys()
-                    .filter(|k| k.0 == b)
-                    .map(|k| k.1)
+                    .filter(|k| k.0 == b && k.2 == e)
+                    .copied()
                     .collect();
-                widths.sort_unstable();
-                let chains: Vec<Chain> = widths
+                keys.sort_unstable();
+                let chains: Vec<Chain> = keys
                     .iter()
-                    .map(|&t| self.chain(&self.graphs[m][&(b, t)], &times[&(m, b, t)]))
+                    .map(|key| self.chain(&self.graphs[m][key], &times[&(m, *key)], run.recompute))
                     .collect();
-                let settings = self.settings(self.input.cluster.hbm_bytes[h], b, r);
+                // Each width has its own settings (what recomputation rematerialises
+                // depends on it); the best plan over widths, ties to the narrowest.
                 let t = Instant::now();
-                let plan = placement::best_plan(&chains, &settings).ok().flatten();
+                let mut plan: Option<Plan> = None;
+                for (key, chain) in keys.iter().zip(&chains) {
+                    let settings = self.settings(run, &self.graphs[m][key]);
+                    if let Some(p) = placement::best_plan(std::slice::from_ref(chain), &settings)
+                        .ok()
+                        .flatten()
+                        && plan
+                            .as_ref()
+                            .is_none_or(|b| p.time_per_batch < b.time_per_batch)
+                    {
+                        plan = Some(p);
+                    }
+                }
                 self.observer.placement(t.elapsed().as_secs_f64());
                 plan.map(|p| (p, chains))
             })
@@ -521,7 +666,7 @@ impl Ctx<'_> {
                     .iter()
                     .zip(&plans)
                     .enumerate()
-                    .filter(|(_, (run, _))| run.0 == h && run.1 == m)
+                    .filter(|(_, (run, _))| run.hbm == h && run.model == m)
                     .filter_map(|(k, (_, p))| {
                         p.as_ref()
                             .map(|(plan, chains)| (k, plan, chains.as_slice()))
@@ -561,10 +706,7 @@ impl Ctx<'_> {
         };
         let reports = chosen
             .into_iter()
-            .map(|(k, plan, chains)| {
-                let (_, m, b, r) = runs[k];
-                self.report(m, b, r, h, plan, chains, &times)
-            })
+            .map(|(k, plan, chains)| self.report(&runs[k], plan, chains, &times))
             .collect();
         Ok(Evaluated {
             index,
@@ -581,18 +723,17 @@ impl Ctx<'_> {
     #[allow(clippy::too_many_arguments)]
     fn report(
         &self,
-        m: usize,
-        b: u64,
-        recompute: bool,
-        h: usize,
+        run: &Run,
         plan: &Plan,
         chains: &[Chain],
-        times: &HashMap<(usize, u64, u64), [Timed; 3]>,
+        times: &HashMap<(usize, GraphKey), [Timed; 3]>,
     ) -> ModelPlan {
+        let (m, b) = (run.model, run.micro_batch);
         let model = &self.input.models[m];
         let t = plan.tensor_parallel;
-        let g = &self.graphs[m][&(b, t)];
         let tr = &self.input.training;
+        let key = (b, t, tr.element_bytes(run.precision));
+        let g = &self.graphs[m][&key];
         let throughput = tr.global_batch as f64 / plan.time_per_batch;
         let stages = plan
             .stages
@@ -606,7 +747,7 @@ impl Ctx<'_> {
                 memory_bytes: s.memory_bytes,
             })
             .collect();
-        let tm = &times[&(m, b, t)];
+        let tm = &times[&(m, key)];
         let layers = [
             (LayerKind::Embedding, 1),
             (LayerKind::Block, g.blocks),
@@ -630,7 +771,10 @@ impl Ctx<'_> {
         })
         .collect();
         let baseline = model.baseline.map(|bl| {
-            let settings = self.settings(self.input.cluster.hbm_bytes[h], b, recompute);
+            // Settings of the baseline's width (if the model has it; otherwise the fixed
+            // evaluation reports the missing width).
+            let width_graph = self.graphs[m].get(&(b, bl.tensor, key.2)).unwrap_or(g);
+            let settings = self.settings(run, width_graph);
             let fixed = Fixed {
                 pipeline: bl.pipeline,
                 tensor: bl.tensor,
@@ -659,7 +803,13 @@ impl Ctx<'_> {
         ModelPlan {
             model: model.config.name.clone(),
             micro_batch: b,
-            activation_recomputation: recompute,
+            activation_recomputation: run.recompute != Recomputation::None,
+            recomputation: run.recompute,
+            precision: match tr.memory_model {
+                MemoryModel::Megatron => Some(tr.precision(run.precision)),
+                MemoryModel::Reference => None,
+            },
+            distributed_optimizer: run.distributed,
             tensor_parallel: t,
             data_parallel: plan.data_parallel,
             pipeline_stages: plan.stages.len(),
@@ -689,18 +839,30 @@ pub fn search(
     let mut graphs = Vec::new();
     for m in &input.models {
         let mut map = HashMap::new();
+        let mut element_bytes: Vec<u64> = input
+            .training
+            .precision_indices()
+            .map(|p| input.training.element_bytes(p))
+            .collect();
+        element_bytes.sort_unstable();
+        element_bytes.dedup();
         for &b in &input.training.micro_batch_sizes {
             for t in m.config.tensor_parallel_widths() {
                 if t > input.cluster.devices {
                     continue;
                 }
-                let opts = BuildOptions {
-                    micro_batch: b,
-                    tensor_parallel: t,
-                    bytes_per_element: input.training.bytes_per_element,
-                    link_bytes_per_second: input.cluster.link_bytes_per_second as u64,
-                };
-                map.insert((b, t), build(&m.config, &opts));
+                for &e in &element_bytes {
+                    let opts = BuildOptions {
+                        micro_batch: b,
+                        tensor_parallel: t,
+                        bytes_per_element: e,
+                        // Tensor-parallel collectives on the tier the group lives on.
+                        link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
+                            as u64,
+                        sequence_parallel: false,
+                    };
+                    map.insert((b, t, e), build(&m.config, &opts));
+                }
             }
         }
         graphs.push(map);

@@ -2,6 +2,7 @@ use super::*;
 use crate::layer;
 use crate::model::preset;
 use crate::space::{AreaBudget, SpaceSpec, enumerate};
+use crate::training::Optimizer;
 use archplace_reference_cost::ReferenceModel;
 
 fn tiny_model() -> ModelConfig {
@@ -34,14 +35,19 @@ fn tiny() -> (SearchInput, Space) {
         training: Training {
             global_batch: 64,
             micro_batch_sizes: vec![1, 2],
-            activation_recomputation: vec![false, true],
+            activation_recomputation: vec![Recomputation::None, Recomputation::Full],
             optimizer: Optimizer::Adam,
+            precisions: vec![Precision::Bf16Mixed],
+            distributed_optimizer: vec![false],
+            // The brute force below counts memory as the reference does.
+            memory_model: MemoryModel::Reference,
             bytes_per_element: 2,
         },
         cluster: Cluster {
             devices: 16,
             link_bytes_per_second: 4.0 * (1u64 << 30) as f64,
             hbm_bytes: vec![12 << 20, 64 << 20],
+            network: crate::step::Network::flat(4.0 * (1u64 << 30) as f64),
         },
         convergence_window: 5,
         exhaustive: true,
@@ -74,7 +80,7 @@ fn tiny() -> (SearchInput, Space) {
 /// Throughput of the best plan of every candidate, computed without the search's code
 /// paths: estimation straight from the model, every placement enumerated.
 /// (throughput, micro-batch, t, d, recomputation) of a candidate's best plan.
-type Found = (f64, u64, u64, u64, bool);
+type Found = (f64, u64, u64, u64, Recomputation);
 
 fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
     let model = ReferenceModel::default();
@@ -95,6 +101,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 tensor_parallel: t,
                                 bytes_per_element: 2,
                                 link_bytes_per_second: 4 << 30,
+                                sequence_parallel: false,
                             },
                         );
                         let time = |graph: &OpGraph| {
@@ -146,8 +153,10 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                             devices: input.cluster.devices,
                             bandwidth: input.cluster.link_bytes_per_second,
                             micro_batches: input.training.global_batch / b,
-                            recompute: r,
-                            optimizer_copies: 1.0,
+                            recompute: r != Recomputation::None,
+                            memory: placement::MemoryRule::Reference {
+                                optimizer_copies: 1.0,
+                            },
                             resync: Resync::LargestStage,
                         };
                         if let Some(p) = placement::best_plan_exact(&chains, &settings).unwrap() {
@@ -200,7 +209,7 @@ fn exhaustive_search_agrees_with_brute_force() {
             plan.micro_batch,
             plan.tensor_parallel,
             plan.data_parallel,
-            plan.activation_recomputation
+            plan.recomputation
         ),
         (chosen.1, chosen.2, chosen.3, chosen.4)
     );

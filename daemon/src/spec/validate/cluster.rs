@@ -1,10 +1,11 @@
-//! `[cluster]`: devices, link bandwidth, HBM sizes to try.
+//! `[cluster]`: devices, the network (one tier, or nodes with two), HBM sizes to try.
 
 use super::rules::{count_in, duplicates, positive};
 use crate::spec::raw::RawSpec;
 use crate::spec::{Ctx, FieldPath};
+use archplace_engine::step::{Network, Tier};
 use archplace_engine::training::Cluster;
-use archplace_plugin_sdk::units::{parse_bandwidth, parse_bytes};
+use archplace_plugin_sdk::units::{parse_bandwidth, parse_bytes, parse_seconds};
 pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
     let c = &raw.cluster;
     let path = FieldPath::root().key("cluster");
@@ -18,6 +19,10 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         &format!("{devices} devices"),
         " devices",
     );
+    let network = network(raw, ctx, devices);
+    if c.node_size.is_some() && network.is_none() {
+        ok = false;
+    }
     let link = c.link_bandwidth.as_deref().unwrap_or("4 GiB/s");
     let link_bytes_per_second = positive(
         ctx,
@@ -59,9 +64,115 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         }
     }
     duplicates(ctx, &hbm_path, &hbm_bytes);
+    let (link_bytes_per_second, network) = match network {
+        // Two tiers: the placement charges pipeline and data-parallel traffic between nodes.
+        Some(n) => (n.inter_node.bytes_per_second, n),
+        None => (link_bytes_per_second, Network::flat(link_bytes_per_second)),
+    };
     ok.then_some(Cluster {
         devices,
         link_bytes_per_second,
         hbm_bytes,
+        network,
     })
+}
+
+/// The two-tier network of `node_size` and the `intra_node_*`/`inter_node_*` keys, if
+/// `node_size` is given (and every problem with them reported).
+fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
+    let c = &raw.cluster;
+    let path = FieldPath::root().key("cluster");
+    let tier_keys = [
+        ("intra_node_bandwidth", &c.intra_node_bandwidth),
+        ("inter_node_bandwidth", &c.inter_node_bandwidth),
+        ("intra_node_latency", &c.intra_node_latency),
+        ("inter_node_latency", &c.inter_node_latency),
+    ];
+    let Some(node_size) = c.node_size else {
+        for (key, value) in tier_keys {
+            if value.is_some() {
+                ctx.error(
+                    &path.key(key),
+                    format!("`{key}` needs `node_size`: without it the network has one tier"),
+                    Some("add `node_size` (devices per node), or use `link_bandwidth`".into()),
+                );
+            }
+        }
+        return None;
+    };
+    let mut ok = true;
+    if node_size == 0 || node_size > devices || !devices.is_multiple_of(node_size) {
+        ctx.error(
+            &path.key("node_size"),
+            format!("{node_size} devices per node do not make whole nodes of {devices} devices"),
+            Some("use a divisor of `devices`, e.g. 8".into()),
+        );
+        ok = false;
+    }
+    if c.link_bandwidth.is_some() {
+        ctx.error(
+            &path.key("link_bandwidth"),
+            "with `node_size` the network has two tiers: `link_bandwidth` would be ignored",
+            Some("remove it; give `intra_node_bandwidth` and `inter_node_bandwidth`".into()),
+        );
+        ok = false;
+    }
+    let mut bandwidth = |key: &str, value: &Option<String>, example: &str| -> Option<f64> {
+        match value {
+            Some(v) => positive(
+                ctx,
+                &path.key(key),
+                v,
+                parse_bandwidth,
+                "a bandwidth must be above 0 B/s",
+                None,
+            ),
+            None => {
+                ctx.error(
+                    &path.key(key),
+                    format!("missing `{key}`: with `node_size`, give both tiers' bandwidths"),
+                    Some(format!("e.g. {key} = \"{example}\"")),
+                );
+                None
+            }
+        }
+    };
+    let intra = bandwidth("intra_node_bandwidth", &c.intra_node_bandwidth, "300 GB/s");
+    let inter = bandwidth("inter_node_bandwidth", &c.inter_node_bandwidth, "25 GB/s");
+    let mut latency = |key: &str, value: &Option<String>, default: f64| -> Option<f64> {
+        match value {
+            None => Some(default),
+            Some(v) => match parse_seconds(v) {
+                Ok(s) if s < 1.0 => Some(s),
+                Ok(_) => {
+                    ctx.error(
+                        &path.key(key),
+                        format!("a latency of `{v}` is not plausible"),
+                        Some("use less than 1 s, e.g. \"10 us\"".into()),
+                    );
+                    None
+                }
+                Err(e) => {
+                    ctx.error(&path.key(key), e.message, None);
+                    None
+                }
+            },
+        }
+    };
+    let intra_latency = latency("intra_node_latency", &c.intra_node_latency, 5e-6);
+    let inter_latency = latency("inter_node_latency", &c.inter_node_latency, 10e-6);
+    match (ok, intra, inter, intra_latency, inter_latency) {
+        (true, Some(a), Some(b), Some(la), Some(lb)) => Some(Network {
+            node_size,
+            intra_node: Tier {
+                bytes_per_second: a,
+                latency_seconds: la,
+            },
+            inter_node: Tier {
+                bytes_per_second: b,
+                latency_seconds: lb,
+            },
+        }),
+        _ => None,
+    }
 }

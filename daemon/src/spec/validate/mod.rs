@@ -10,6 +10,7 @@ pub(super) const MAX_SPACE: u128 = 4_000_000;
 
 mod cluster;
 mod cost_model;
+mod estimate;
 mod models;
 mod rules;
 mod space;
@@ -18,6 +19,7 @@ mod training;
 use cluster::cluster;
 use cost_model::cost_model;
 pub(crate) use cost_model::cost_model_errors;
+use estimate::estimate;
 use models::models;
 use space::space;
 use training::training;
@@ -79,6 +81,17 @@ pub(super) fn validate(
     } else {
         None
     };
+    let estimate = if ok("accelerator") && ok("plan") {
+        estimate(
+            raw,
+            ctx,
+            models.as_deref(),
+            training.as_ref(),
+            cluster.as_ref(),
+        )
+    } else {
+        None
+    };
     if !failed.is_empty() {
         return None;
     }
@@ -93,5 +106,6 @@ pub(super) fn validate(
         cluster: cluster?,
         space: space?,
         cost_model: cost_model?,
+        estimate: estimate?,
     })
 }

@@ -1,0 +1,195 @@
+//! `archplace estimate`: the step of one chip and one plan, explained; `estimate op`: one
+//! operator on that chip.
+
+use super::{load_spec, print_json};
+use anyhow::{Context, Result, anyhow};
+use archplace::estimate::{self, OpRequest};
+use archplace_engine::step::estimate_step;
+use archplace_plugin_sdk::{Direction, VectorKind};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Exit code when the plan cannot run on the chip (it does not fit, or cannot be laid
+/// out); the answer says why.
+const INFEASIBLE: u8 = 3;
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct EstimateArgs {
+    #[command(subcommand)]
+    pub command: Option<EstimateCommand>,
+    /// Spec with one model, an [accelerator] table (the chip) and a [plan] table.
+    #[arg(required = true)]
+    pub spec: Option<PathBuf>,
+    /// Print one JSON object (step_seconds, time, memory_bytes, ...) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum EstimateCommand {
+    /// One operator on the spec's [accelerator] with its latency model: seconds, joules,
+    /// cycles (when the model has a clock).
+    Op(OpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct OpArgs {
+    /// Spec with an [accelerator] table and the [cost_model] to use.
+    pub spec: PathBuf,
+    /// A GEMM, MxNxK or BATCHxMxNxK (on the tensor cores).
+    #[arg(long, conflicts_with = "vector", required_unless_present = "vector")]
+    pub gemm: Option<String>,
+    /// A vector operation (on the vector cores): layer_norm, rms_norm, add, mul, bias_add,
+    /// scale, gelu, relu, silu, tanh, dropout, softmax, cross_entropy, rotary, embedding.
+    #[arg(long, requires = "elements")]
+    pub vector: Option<String>,
+    /// Elements of the vector operation.
+    #[arg(long)]
+    pub elements: Option<u64>,
+    /// Row length of a row-wise vector operation (softmax, norms); default 1.
+    #[arg(long)]
+    pub row: Option<u64>,
+    /// Cores to use (default: all of the kind).
+    #[arg(long)]
+    pub cores: Option<u32>,
+    /// Cost the operator's backward kernel.
+    #[arg(long)]
+    pub backward: bool,
+    /// Print JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+    match &args.command {
+        Some(EstimateCommand::Op(op)) => run_op(op, plugins),
+        None => {
+            let spec = args
+                .spec
+                .as_deref()
+                .ok_or_else(|| anyhow!("give a spec file"))?;
+            run_step(spec, args.json, plugins)
+        }
+    }
+}
+
+fn run_step(path: &Path, json: bool, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+    let spec = load_spec(Some(path))?;
+    let input = estimate::step_input(&spec)?;
+    let host = plugins.host()?;
+    let models = super::cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))?;
+    let info = models.latency.info();
+    let latency_name = format!("{} {}", info.name, info.version);
+    let result = estimate_step(&input, models.latency.as_ref());
+    if let Err(archplace_engine::step::StepError::CostModel(e)) = &result {
+        return Err(anyhow!("the latency model failed: {e}"));
+    }
+    if json {
+        print_json(&estimate::document(&spec, &input, &latency_name, &result))?;
+    } else {
+        match &result {
+            Ok(r) => outln!("{}", estimate::render(&input, &latency_name, r))?,
+            Err(e) => {
+                outln!(
+                    "{}\nplan: {}",
+                    input.model.name,
+                    estimate::describe_plan(&input)
+                )?;
+                outln!("cannot run: {e}")?;
+            }
+        }
+    }
+    Ok(match result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::from(INFEASIBLE),
+    })
+}
+
+fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+    let spec = load_spec(Some(&args.spec))?;
+    let accelerator = spec
+        .estimate
+        .as_ref()
+        .map(|e| e.accelerator)
+        .ok_or(estimate::EstimateSpecError::NoPlan)?;
+    let request = match (&args.gemm, &args.vector) {
+        (Some(g), _) => OpRequest::Gemm(estimate::parse_gemm(g).map_err(|e| anyhow!(e))?),
+        (None, Some(kind)) => {
+            let kind: VectorKind = serde_json::from_value(serde_json::Value::String(kind.clone()))
+                .map_err(|_| {
+                    anyhow!(
+                        "`{kind}` is not a vector operation; use one of: {}",
+                        VectorKind::ALL
+                            .iter()
+                            .filter_map(|k| serde_json::to_value(k).ok())
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?;
+            let elements = args.elements.context("--vector needs --elements")?;
+            if elements == 0 || elements > 1 << 53 {
+                return Err(anyhow!("--elements must be 1 to 2^53"));
+            }
+            OpRequest::Vector {
+                kind,
+                elements,
+                row: args.row.unwrap_or(1).max(1),
+            }
+        }
+        (None, None) => return Err(anyhow!("give --gemm or --vector")),
+    };
+    if let Some(c) = args.cores {
+        let max = match request {
+            OpRequest::Gemm(_) => accelerator.tensor_cores,
+            OpRequest::Vector { .. } => accelerator.vector_cores,
+        };
+        if c == 0 || c > max {
+            return Err(anyhow!(
+                "--cores {c}: the chip has {max} cores of that kind"
+            ));
+        }
+    }
+    let host = plugins.host()?;
+    let models = super::cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))?;
+    let info = models.latency.info();
+    let clock = estimate::clock_hz(&spec, &info);
+    let direction = if args.backward {
+        Direction::Backward
+    } else {
+        Direction::Forward
+    };
+    let e = estimate::estimate_op(
+        &accelerator,
+        request,
+        args.cores,
+        direction,
+        models.latency.as_ref(),
+        clock,
+    )
+    .map_err(|e| anyhow!("the latency model failed: {e}"))?;
+    if args.json {
+        print_json(&e)?;
+    } else {
+        outln!(
+            "{:?} on {:?} ({} {})",
+            e.op.kind,
+            e.core,
+            info.name,
+            info.version
+        )?;
+        outln!("seconds {:.6e}", e.seconds)?;
+        outln!("joules  {:.6e}", e.joules)?;
+        match (e.cycles, e.clock_hz) {
+            (Some(c), Some(hz)) => outln!("cycles  {c:.0} at {:.3} GHz", hz / 1e9)?,
+            _ => outln!("cycles  (the latency model has no `clock` parameter)")?,
+        }
+        if let Some(f) = e.flops_per_second {
+            outln!("rate    {:.1} TFLOP/s", f / 1e12)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

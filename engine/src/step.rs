@@ -1,0 +1,756 @@
+//! One training step of a fixed chip and a fixed plan, explained: its time and where it
+//! goes, its memory per device and what fills it, throughput, FLOP rates and energy.
+//!
+//! The plan is trained as Megatron-LM trains it (Narayanan et al. 2021, Korthikanti et al.
+//! 2022): ranks are ordered tensor-parallel first, then data-parallel, then pipeline; the
+//! blocks are split evenly over `pipeline × interleaving` model chunks, the embedding on
+//! the first stage and the head on the last; micro-batches run in the 1F1B schedule, or
+//! the interleaved one with `interleaving > 1` virtual stages per device.
+//!
+//! * **Layer times** come from the layer schedules on the chip (the same latency model and
+//!   scheduler as the search); a layer's tensor-parallel collectives are operators of its
+//!   graph, costed by the latency model at the bandwidth of the tier the group lives on, so
+//!   they occupy the network inside the layer and are not overlapped with it beyond what
+//!   the operator graph allows.
+//! * **Pipeline**: a device's time per micro-batch is its chunks' forward, backward and
+//!   recomputation plus the point-to-point transfers (an activation forward and a gradient
+//!   backward per chunk, `latency + bytes / bandwidth` each, `b·s·h/t` elements thanks to
+//!   Megatron's scatter/gather, not overlapped). The step runs
+//!   `(m + (p − 1)/v) × T` for `m` micro-batches per replica and the slowest device's `T`:
+//!   the bubble is `(p − 1)/v × T`.
+//! * **Data parallel**: the gradient buffer is all-reduced (ring: `2(d − 1)/d` of it per
+//!   device, `2(d − 1)` latencies), or with the distributed optimizer reduce-scattered and
+//!   the updated weights all-gathered; when the group spans nodes, hierarchically (inside
+//!   the node, then `1/k` of it between nodes, `k` ranks of the group per node). Tied
+//!   embeddings on different stages add the all-reduce of the embedding's gradient between
+//!   the first and the last stage. Not overlapped with the backward pass (Megatron-LM 2021).
+//! * **Optimizer step**: element-wise over the parameters the device updates (its shard
+//!   with the distributed optimizer): one vector operation over them per moment, plus two
+//!   (gradient unscale/clip and the weight update), timed by the latency model.
+//! * **Memory** of the most loaded stage: state bytes per parameter
+//!   ([`StateBytes::megatron`]) × its parameters; activations per micro-batch as kept by
+//!   the recomputation ([`crate::model::Layer::kept_bytes`]), for `min(p − k, m)`
+//!   micro-batches in flight on stage `k`, times `1 + (p − 1)/(p·v)` on the first stage
+//!   with interleaving (Korthikanti et al. 2022, §4.2.3); plus, when recomputing, one
+//!   block's rematerialised activations.
+//! * **Energy** is the latency model's joules of every operator the step runs, on every
+//!   device (compute only: no static power, no network energy).
+
+use crate::estimate::estimate;
+use crate::layer::instance_with;
+use crate::model::{BuildOptions, ModelConfig, OpGraph, build};
+use crate::schedule::{self, Resource};
+use crate::training::{Optimizer, Precision, Recomputation, StateBytes};
+use archplace_plugin_sdk::{
+    AcceleratorConfig, CoreConfig, Direction, EstimateError, LatencyModel, Op, OpCost, OpKind,
+    VectorKind,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// One tier of the network: what a device sends per second and the latency of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    pub bytes_per_second: f64,
+    pub latency_seconds: f64,
+}
+
+/// A two-tier network: `node_size` devices per node on the intra-node tier (NVLink-class),
+/// nodes connected by the inter-node tier (one NIC per device).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Network {
+    pub node_size: u64,
+    pub intra_node: Tier,
+    pub inter_node: Tier,
+}
+
+impl Network {
+    /// One tier for everything (a spec without `node_size`).
+    pub fn flat(bytes_per_second: f64) -> Network {
+        let tier = Tier {
+            bytes_per_second,
+            latency_seconds: 0.0,
+        };
+        Network {
+            node_size: u64::MAX,
+            intra_node: tier,
+            inter_node: tier,
+        }
+    }
+
+    /// The tier a group of `span` consecutive ranks communicates on.
+    pub fn tier(&self, span: u64) -> Tier {
+        if span <= self.node_size {
+            self.intra_node
+        } else {
+            self.inter_node
+        }
+    }
+
+    /// Seconds of a ring collective moving `passes × (n − 1)/n × bytes` per device over a
+    /// group of `n` ranks spaced `stride` apart, with `passes` latency rounds of `n − 1`
+    /// steps; hierarchical when the group spans nodes (inside each node over the `k` ranks
+    /// there, then between nodes with `1/k` of the bytes).
+    pub fn ring_seconds(&self, bytes: f64, passes: f64, n: u64, stride: u64) -> f64 {
+        if n <= 1 || bytes <= 0.0 {
+            return 0.0;
+        }
+        let flat = |tier: Tier, n: u64, bytes: f64| {
+            let nf = n as f64;
+            passes
+                * ((nf - 1.0) / nf * bytes / tier.bytes_per_second
+                    + (nf - 1.0) * tier.latency_seconds)
+        };
+        let span = n.saturating_mul(stride.max(1));
+        if span <= self.node_size {
+            return flat(self.intra_node, n, bytes);
+        }
+        // Ranks of the group inside one node, and the nodes it spans.
+        let k = (self.node_size / stride.max(1)).clamp(1, n);
+        let nodes = n.div_ceil(k);
+        flat(self.intra_node, k, bytes) + flat(self.inter_node, nodes, bytes / k as f64)
+    }
+}
+
+/// A fixed training plan.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepPlan {
+    pub tensor_parallel: u64,
+    pub pipeline_parallel: u64,
+    pub data_parallel: u64,
+    pub micro_batch: u64,
+    /// Virtual pipeline stages per device (1: plain 1F1B).
+    pub interleaving: u64,
+    pub recomputation: Recomputation,
+    pub sequence_parallel: bool,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+    pub distributed_optimizer: bool,
+}
+
+/// Everything a step estimate needs besides the latency model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepInput {
+    pub model: ModelConfig,
+    pub plan: StepPlan,
+    pub accelerator: AcceleratorConfig,
+    pub hbm_bytes: u64,
+    pub devices: u64,
+    pub global_batch: u64,
+    pub network: Network,
+    /// Peak dense matrix FLOP/s of one device, for the model FLOPs utilisation.
+    pub peak_flops_per_second: Option<f64>,
+    /// How layer schedules are solved.
+    pub schedule: schedule::Options,
+}
+
+/// Where a step's time goes on the slowest device, in seconds; the parts add up to the
+/// step time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBreakdown {
+    pub forward_seconds: f64,
+    pub backward_seconds: f64,
+    pub recomputation_seconds: f64,
+    pub tensor_parallel_communication_seconds: f64,
+    pub pipeline_point_to_point_seconds: f64,
+    pub pipeline_bubble_seconds: f64,
+    pub data_parallel_communication_seconds: f64,
+    pub optimizer_step_seconds: f64,
+}
+
+impl TimeBreakdown {
+    pub fn total(&self) -> f64 {
+        self.parts().iter().map(|p| p.1).sum()
+    }
+
+    /// The parts with their names, in the order above.
+    pub fn parts(&self) -> [(&'static str, f64); 8] {
+        [
+            ("forward", self.forward_seconds),
+            ("backward", self.backward_seconds),
+            ("recomputation", self.recomputation_seconds),
+            (
+                "tensor-parallel communication",
+                self.tensor_parallel_communication_seconds,
+            ),
+            (
+                "pipeline point-to-point",
+                self.pipeline_point_to_point_seconds,
+            ),
+            ("pipeline bubble", self.pipeline_bubble_seconds),
+            (
+                "data-parallel communication",
+                self.data_parallel_communication_seconds,
+            ),
+            ("optimizer step", self.optimizer_step_seconds),
+        ]
+    }
+
+    /// The largest part's name.
+    pub fn limiting(&self) -> &'static str {
+        self.parts()
+            .into_iter()
+            .fold(("forward", f64::MIN), |a, b| if b.1 > a.1 { b } else { a })
+            .0
+    }
+}
+
+/// Memory of one device, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryBreakdown {
+    pub weights: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    pub activations: f64,
+    pub total: f64,
+}
+
+/// One pipeline stage (a device's chunks).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageSummary {
+    pub stage: u64,
+    pub blocks: u64,
+    pub embedding: bool,
+    pub head: bool,
+    pub parameters: u64,
+    /// Forward + backward + recomputation + point-to-point of one micro-batch.
+    pub seconds_per_micro_batch: f64,
+    /// Micro-batches whose activations it holds at its peak.
+    pub micro_batches_in_flight: f64,
+    pub memory_bytes: MemoryBreakdown,
+}
+
+/// The explained step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub step_seconds: f64,
+    pub time: TimeBreakdown,
+    /// The most loaded stage's memory per device.
+    pub memory_bytes: MemoryBreakdown,
+    pub memory_stage: u64,
+    pub hbm_bytes: u64,
+    pub stages: Vec<StageSummary>,
+    pub micro_batches_per_replica: u64,
+    pub samples_per_second: f64,
+    pub tokens_per_second: f64,
+    /// Matrix FLOPs of the model per step (forward and backward, no recomputation).
+    pub model_flops_per_step: f64,
+    /// Matrix FLOPs the devices run per step, recomputation included.
+    pub hardware_flops_per_step: f64,
+    pub model_flops_per_second_per_device: f64,
+    pub hardware_flops_per_second_per_device: f64,
+    /// Model FLOP/s per device over the peak, when the peak is known.
+    pub model_flops_utilisation: Option<f64>,
+    pub energy_per_step_joules: f64,
+    /// The largest part of the step time.
+    pub limiting: String,
+    /// Schedules of the layers not proven optimal (their makespan is an upper bound).
+    pub schedules_not_proven_optimal: u64,
+}
+
+/// Why a plan cannot run, with the numbers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
+pub enum StepError {
+    #[error(
+        "tensor-parallel width {t} must be a power of two dividing the heads ({heads}), key/value heads ({kv_heads}), hidden size ({hidden}) and MLP width ({ffn}), at most the model's max_tensor_parallel ({max})"
+    )]
+    TensorParallel {
+        t: u64,
+        heads: u64,
+        kv_heads: u64,
+        hidden: u64,
+        ffn: u64,
+        max: u64,
+    },
+    #[error(
+        "the {layers} blocks do not split evenly into {pipeline} pipeline stage(s) × {interleaving} virtual stage(s) = {chunks} model chunks"
+    )]
+    Pipeline {
+        pipeline: u64,
+        interleaving: u64,
+        layers: u64,
+        chunks: u64,
+    },
+    #[error("t = {t} × p = {p} × d = {d} is {needed} devices; the cluster has {devices}")]
+    Devices {
+        t: u64,
+        p: u64,
+        d: u64,
+        needed: u64,
+        devices: u64,
+    },
+    #[error(
+        "the global batch ({global_batch}) must be a multiple of micro-batch × data-parallel = {micro_batch} × {d}"
+    )]
+    Batch {
+        global_batch: u64,
+        micro_batch: u64,
+        d: u64,
+    },
+    #[error(
+        "the interleaved schedule needs at least 2 pipeline stages and micro-batches per replica ({micro_batches}) divisible by the stages ({pipeline})"
+    )]
+    Interleaving { micro_batches: u64, pipeline: u64 },
+    #[error(
+        "needs {} per device on pipeline stage {stage} (weights {}, gradients {}, optimizer {}, activations {}); HBM is {}",
+        gib(.memory.total), gib(.memory.weights), gib(.memory.gradients),
+        gib(.memory.optimizer), gib(.memory.activations), gib(*.hbm_bytes as f64)
+    )]
+    OutOfMemory {
+        stage: u64,
+        memory: MemoryBreakdown,
+        hbm_bytes: u64,
+    },
+    #[error("the latency model failed: {0}")]
+    CostModel(String),
+    #[error("layer schedule: {0}")]
+    Schedule(String),
+}
+
+fn gib(bytes: f64) -> String {
+    format!("{:.1} GiB", bytes / (1u64 << 30) as f64)
+}
+
+impl From<EstimateError> for StepError {
+    fn from(e: EstimateError) -> Self {
+        StepError::CostModel(e.to_string())
+    }
+}
+
+/// A layer's times for one micro-batch on one device.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct LayerTiming {
+    forward: f64,
+    backward: f64,
+    /// The link operators' time inside `forward` and `backward`.
+    forward_communication: f64,
+    backward_communication: f64,
+    /// Forward time of the attention core (selective recomputation runs it again).
+    attention_core: f64,
+    forward_joules: f64,
+    backward_joules: f64,
+    attention_core_joules: f64,
+    not_proven: u64,
+}
+
+/// Memoised latency-model answers, fetched in one batch per core configuration.
+struct Costs<'a> {
+    model: &'a dyn LatencyModel,
+    memo: HashMap<(CoreConfig, Op), OpCost>,
+}
+
+impl Costs<'_> {
+    fn prefetch(&mut self, graphs: &[&OpGraph], c: &AcceleratorConfig) -> Result<(), StepError> {
+        let mut missing: BTreeMap<CoreConfig, Vec<Op>> = BTreeMap::new();
+        let zero = OpCost {
+            seconds: 0.0,
+            joules: 0.0,
+        };
+        for g in graphs {
+            let _ = instance_with(g, c, |core, op| {
+                if !self.memo.contains_key(&(*core, op.clone())) {
+                    missing.entry(*core).or_default().push(op.clone());
+                }
+                Ok(zero)
+            });
+        }
+        for (core, mut ops) in missing {
+            ops.sort();
+            ops.dedup();
+            let costs = estimate(self.model, &core, &ops)?;
+            for (op, cost) in ops.into_iter().zip(costs) {
+                self.memo.insert((core, op), cost);
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
+        self.memo
+            .get(&(*core, op.clone()))
+            .copied()
+            .ok_or_else(|| EstimateError::Internal("operator missing from the memo".into()))
+    }
+
+    /// Times one layer graph: its schedule's makespan, its link time, the attention core,
+    /// and the joules of every operator (run on all cores of its kind).
+    fn time(
+        &self,
+        g: &OpGraph,
+        c: &AcceleratorConfig,
+        options: &schedule::Options,
+    ) -> Result<(f64, f64, f64, f64, f64, bool), StepError> {
+        let inst = instance_with(g, c, |core, op| self.get(core, op))?;
+        let s = schedule::solve(&inst, options).map_err(|e| StepError::Schedule(e.to_string()))?;
+        let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
+        for (node, task) in g.nodes.iter().zip(&inst.tasks) {
+            let all = match node.core {
+                crate::model::Core::Vector => c.vector_core(c.vector_cores),
+                crate::model::Core::Link => c.vector_core(1),
+                _ => c.tensor_core(c.tensor_cores),
+            };
+            let j = self.get(&all, &node.op)?.joules;
+            joules += j;
+            if task.resource == Resource::Link {
+                link += task.parallel;
+            }
+            if node.is_attention_core() {
+                core_seconds += task.parallel;
+                core_joules += j;
+            }
+        }
+        Ok((
+            s.makespan,
+            link,
+            core_seconds,
+            joules,
+            core_joules,
+            s.optimal,
+        ))
+    }
+}
+
+/// The blocks of each device (stage) for `p` stages of `v` chunks.
+fn blocks_per_stage(layers: u64, p: u64, v: u64) -> u64 {
+    layers / (p * v) * v
+}
+
+/// Checks the plan against the model and the cluster, before any work.
+pub fn check(input: &StepInput) -> Result<(), StepError> {
+    let (m, pl) = (&input.model, &input.plan);
+    let t = pl.tensor_parallel;
+    if t == 0 || !m.supports_tensor_parallel(t) || t > m.max_tensor_parallel.max(1) {
+        return Err(StepError::TensorParallel {
+            t,
+            heads: m.heads,
+            kv_heads: m.kv_heads,
+            hidden: m.hidden,
+            ffn: m.ffn,
+            max: m.max_tensor_parallel,
+        });
+    }
+    let (p, v) = (pl.pipeline_parallel, pl.interleaving);
+    let chunks = p.saturating_mul(v);
+    if p == 0 || v == 0 || chunks > m.layers || !m.layers.is_multiple_of(chunks) {
+        return Err(StepError::Pipeline {
+            pipeline: p,
+            interleaving: v,
+            layers: m.layers,
+            chunks,
+        });
+    }
+    let d = pl.data_parallel;
+    let needed = t.saturating_mul(p).saturating_mul(d);
+    if d == 0 || needed != input.devices {
+        return Err(StepError::Devices {
+            t,
+            p,
+            d,
+            needed,
+            devices: input.devices,
+        });
+    }
+    let per_step = pl.micro_batch.saturating_mul(d);
+    if pl.micro_batch == 0 || !input.global_batch.is_multiple_of(per_step) {
+        return Err(StepError::Batch {
+            global_batch: input.global_batch,
+            micro_batch: pl.micro_batch,
+            d,
+        });
+    }
+    let micro_batches = input.global_batch / per_step;
+    if v > 1 && (p < 2 || !micro_batches.is_multiple_of(p)) {
+        return Err(StepError::Interleaving {
+            micro_batches,
+            pipeline: p,
+        });
+    }
+    Ok(())
+}
+
+/// Estimates one training step of `input` with `latency`.
+pub fn estimate_step(
+    input: &StepInput,
+    latency: &dyn LatencyModel,
+) -> Result<StepReport, StepError> {
+    check(input)?;
+    let pl = &input.plan;
+    let (t, p, d, v, b) = (
+        pl.tensor_parallel,
+        pl.pipeline_parallel,
+        pl.data_parallel,
+        pl.interleaving,
+        pl.micro_batch,
+    );
+    let net = &input.network;
+    let tp_tier = net.tier(t);
+    let e = pl.precision.element_bytes();
+    let g = build(
+        &input.model,
+        &BuildOptions {
+            micro_batch: b,
+            tensor_parallel: t,
+            bytes_per_element: e,
+            link_bytes_per_second: tp_tier.bytes_per_second as u64,
+            sequence_parallel: pl.sequence_parallel,
+        },
+    );
+    // Memory first: a plan that does not fit is answered without any cost-model work.
+    let micro_batches = input.global_batch / (b * d);
+    let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
+    let per_stage = blocks_per_stage(input.model.layers, p, v);
+    let mut stages = Vec::with_capacity(p as usize);
+    for k in 0..p {
+        let (first, last) = (k == 0, k + 1 == p);
+        let mut params = per_stage * g.block.parameters;
+        if first {
+            params += g.embedding.parameters;
+        }
+        if last {
+            params += g.head.parameters;
+            if first {
+                // One stage holds both ends: a tied output embedding is the input's.
+                params -= g.head.shared_parameters;
+            }
+        }
+        let in_flight = (p - k).min(micro_batches) as f64
+            * if first && v > 1 {
+                1.0 + (p - 1) as f64 / (p * v) as f64
+            } else {
+                1.0
+            };
+        let mut per_micro_batch = per_stage * g.block.kept_bytes(pl.recomputation);
+        if first {
+            per_micro_batch += g.embedding.stash_bytes;
+        }
+        let mut activations = in_flight * per_micro_batch as f64;
+        if last {
+            // The head's activations live from its forward to its backward, which follows.
+            activations += g.head.stash_bytes as f64;
+        }
+        if pl.recomputation != Recomputation::None && per_stage > 0 {
+            activations += (g.block.stash_bytes - g.block.kept_bytes(pl.recomputation)) as f64;
+        }
+        let pf = params as f64;
+        let memory = MemoryBreakdown {
+            weights: pf * state.weights,
+            gradients: pf * state.gradients,
+            optimizer: pf * state.optimizer,
+            activations,
+            total: pf * state.total() + activations,
+        };
+        stages.push(StageSummary {
+            stage: k,
+            blocks: per_stage,
+            embedding: first,
+            head: last,
+            parameters: params,
+            seconds_per_micro_batch: 0.0,
+            micro_batches_in_flight: in_flight,
+            memory_bytes: memory,
+        });
+    }
+    let worst = stages
+        .iter()
+        .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
+        .map(|s| (s.stage, s.memory_bytes))
+        .unwrap_or_default();
+    if worst.1.total > input.hbm_bytes as f64 {
+        return Err(StepError::OutOfMemory {
+            stage: worst.0,
+            memory: worst.1,
+            hbm_bytes: input.hbm_bytes,
+        });
+    }
+
+    // Layer times on the chip.
+    let c = &input.accelerator;
+    let mut costs = Costs {
+        model: latency,
+        memo: HashMap::new(),
+    };
+    let graphs = [
+        &g.embedding.forward,
+        &g.embedding.backward,
+        &g.block.forward,
+        &g.block.backward,
+        &g.head.forward,
+        &g.head.backward,
+    ];
+    costs.prefetch(&graphs, c)?;
+    let mut timing = [LayerTiming::default(); 3];
+    for (k, layer) in [&g.embedding, &g.block, &g.head].into_iter().enumerate() {
+        let f = costs.time(&layer.forward, c, &input.schedule)?;
+        let bw = costs.time(&layer.backward, c, &input.schedule)?;
+        timing[k] = LayerTiming {
+            forward: f.0,
+            backward: bw.0,
+            forward_communication: f.1,
+            backward_communication: bw.1,
+            attention_core: f.2,
+            forward_joules: f.3,
+            backward_joules: bw.3,
+            attention_core_joules: f.4,
+            not_proven: u64::from(!f.5) + u64::from(!bw.5),
+        };
+    }
+    let [emb, blk, head] = timing;
+    // Recomputation of one block: (compute, communication, joules).
+    let recompute = match pl.recomputation {
+        Recomputation::None => (0.0, 0.0, 0.0),
+        Recomputation::Selective => (blk.attention_core, 0.0, blk.attention_core_joules),
+        Recomputation::Full => (
+            blk.forward - blk.forward_communication,
+            blk.forward_communication,
+            blk.forward_joules,
+        ),
+    };
+
+    // Point-to-point: per chunk, an activation forward and a gradient backward.
+    let p2p_tier = net.tier(t.saturating_mul(d).saturating_mul(p));
+    let p2p_bytes = (b * input.model.seq_len * input.model.hidden * e) as f64 / t as f64;
+    let p2p = if p > 1 {
+        2.0 * v as f64 * (p2p_tier.latency_seconds + p2p_bytes / p2p_tier.bytes_per_second)
+    } else {
+        0.0
+    };
+
+    // Per stage and micro-batch: (forward, backward, recompute, tp communication).
+    let parts = |k: u64| -> (f64, f64, f64, f64) {
+        let n = per_stage as f64;
+        let mut f = n * (blk.forward - blk.forward_communication);
+        let mut bw = n * (blk.backward - blk.backward_communication);
+        let r = n * recompute.0;
+        let mut comm = n * (blk.forward_communication + blk.backward_communication + recompute.1);
+        for (on, l) in [(k == 0, emb), (k + 1 == p, head)] {
+            if on {
+                f += l.forward - l.forward_communication;
+                bw += l.backward - l.backward_communication;
+                comm += l.forward_communication + l.backward_communication;
+            }
+        }
+        (f, bw, r, comm)
+    };
+    let mut slowest = (0, 0.0);
+    for s in stages.iter_mut() {
+        let (f, bw, r, comm) = parts(s.stage);
+        s.seconds_per_micro_batch = f + bw + r + comm + p2p;
+        if s.seconds_per_micro_batch > slowest.1 {
+            slowest = (s.stage, s.seconds_per_micro_batch);
+        }
+    }
+    let (f, bw, r, comm) = parts(slowest.0);
+    let m = micro_batches as f64;
+    let bubble = (p - 1) as f64 / v as f64 * slowest.1;
+
+    // Data-parallel synchronisation of the slowest stage's gradients (every stage syncs
+    // at once; the largest bounds the step).
+    let params_max = stages.iter().map(|s| s.parameters).max().unwrap_or(0) as f64;
+    let grads = params_max * state.gradients;
+    let mut dp = if pl.distributed_optimizer {
+        net.ring_seconds(grads, 1.0, d, t) + net.ring_seconds(params_max * state.weights, 1.0, d, t)
+    } else {
+        net.ring_seconds(grads, 2.0, d, t)
+    };
+    if p > 1 && input.model.tied_embeddings && g.head.shared_parameters > 0 {
+        let bytes = g.head.shared_parameters as f64 * state.gradients;
+        dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
+    }
+
+    // Optimizer step: element-wise passes over the parameters this device updates.
+    let updated = if pl.distributed_optimizer {
+        params_max / d as f64
+    } else {
+        params_max
+    };
+    let passes = pl.optimizer.moments() + 2;
+    let op = Op {
+        kind: OpKind::Vector {
+            kind: VectorKind::Add,
+            elements: updated.ceil() as u64,
+            row: 1,
+        },
+        direction: Direction::Forward,
+        fused: Vec::new(),
+    };
+    let opt_cost = estimate(
+        latency,
+        &c.vector_core(c.vector_cores),
+        std::slice::from_ref(&op),
+    )?
+    .first()
+    .copied()
+    .unwrap_or(OpCost {
+        seconds: 0.0,
+        joules: 0.0,
+    });
+    let optimizer_seconds = passes as f64 * opt_cost.seconds;
+
+    let time = TimeBreakdown {
+        forward_seconds: m * f,
+        backward_seconds: m * bw,
+        recomputation_seconds: m * r,
+        tensor_parallel_communication_seconds: m * comm,
+        pipeline_point_to_point_seconds: m * p2p,
+        pipeline_bubble_seconds: bubble,
+        data_parallel_communication_seconds: dp,
+        optimizer_step_seconds: optimizer_seconds,
+    };
+    let step = time.total();
+
+    // FLOPs: the graph's are one rank's, a t-th of the model's.
+    let total_micro_batches = (input.global_batch / b) as f64;
+    let model_flops = g.matmul_flops_per_micro_batch(false) * t as f64 * total_micro_batches;
+    let again = match pl.recomputation {
+        Recomputation::None => 0.0,
+        Recomputation::Selective => g
+            .block
+            .forward
+            .nodes
+            .iter()
+            .filter(|n| n.is_attention_core())
+            .map(|n| n.matmul_flops())
+            .sum(),
+        Recomputation::Full => g.block.forward.matmul_flops(),
+    };
+    let hardware_flops = model_flops + again * g.blocks as f64 * t as f64 * total_micro_batches;
+    let devices = input.devices as f64;
+    let model_rate = model_flops / step / devices;
+
+    // Energy: every operator of every layer on every device, per micro-batch.
+    let per_replica_micro_batch = emb.forward_joules
+        + emb.backward_joules
+        + g.blocks as f64 * (blk.forward_joules + blk.backward_joules + recompute.2)
+        + head.forward_joules
+        + head.backward_joules;
+    // A replica is t × p devices; its micro-batch joules are per rank of one layer.
+    let energy = per_replica_micro_batch * t as f64 * total_micro_batches
+        + passes as f64 * opt_cost.joules * devices;
+
+    let samples = input.global_batch as f64 / step;
+    Ok(StepReport {
+        step_seconds: step,
+        time,
+        memory_bytes: worst.1,
+        memory_stage: worst.0,
+        hbm_bytes: input.hbm_bytes,
+        stages,
+        micro_batches_per_replica: micro_batches,
+        samples_per_second: samples,
+        tokens_per_second: samples * input.model.seq_len as f64,
+        model_flops_per_step: model_flops,
+        hardware_flops_per_step: hardware_flops,
+        model_flops_per_second_per_device: model_rate,
+        hardware_flops_per_second_per_device: hardware_flops / step / devices,
+        model_flops_utilisation: input
+            .peak_flops_per_second
+            .filter(|p| *p > 0.0)
+            .map(|p| model_rate / p),
+        energy_per_step_joules: energy,
+        limiting: time.limiting().to_string(),
+        schedules_not_proven_optimal: timing.iter().map(|l| l.not_proven).sum(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,298 @@
+use super::*;
+use crate::model::preset;
+use archplace_reference_cost::ReferenceModel;
+
+fn chip() -> AcceleratorConfig {
+    AcceleratorConfig {
+        tensor_cores: 8,
+        vector_cores: 2,
+        width: 128,
+        depth: 128,
+        vector_width: 128,
+        buffer_bytes: 128 << 20,
+    }
+}
+
+fn plan(t: u64, p: u64, d: u64) -> StepPlan {
+    StepPlan {
+        tensor_parallel: t,
+        pipeline_parallel: p,
+        data_parallel: d,
+        micro_batch: 1,
+        interleaving: 1,
+        recomputation: Recomputation::Full,
+        sequence_parallel: false,
+        precision: Precision::Bf16Mixed,
+        optimizer: Optimizer::Adam,
+        distributed_optimizer: false,
+    }
+}
+
+fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
+    StepInput {
+        model: preset("gpt3-175b").unwrap(),
+        plan,
+        accelerator: chip(),
+        hbm_bytes: hbm_gib << 30,
+        devices: plan.tensor_parallel * plan.pipeline_parallel * plan.data_parallel,
+        global_batch: 1536,
+        network: Network {
+            node_size: 8,
+            intra_node: Tier {
+                bytes_per_second: 300e9,
+                latency_seconds: 5e-6,
+            },
+            inter_node: Tier {
+                bytes_per_second: 25e9,
+                latency_seconds: 10e-6,
+            },
+        },
+        peak_flops_per_second: Some(312e12),
+        schedule: schedule::Options {
+            heuristic_only: true,
+            ..schedule::Options::default()
+        },
+    }
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    ((a - b) / b).abs()
+}
+
+/// Weights + gradients + optimizer state of every stage are the documented bytes per
+/// parameter times the stage's parameters, exactly, for every precision, optimizer and
+/// distributed-optimizer choice.
+#[test]
+fn state_memory_is_bytes_per_parameter_times_parameters() {
+    for precision in Precision::ALL {
+        for optimizer in [Optimizer::Adam, Optimizer::SgdMomentum, Optimizer::Sgd] {
+            for distributed in [false, true] {
+                let mut pl = plan(8, 16, 8);
+                pl.precision = precision;
+                pl.optimizer = optimizer;
+                pl.distributed_optimizer = distributed;
+                let input = gpt3(pl, 1 << 20);
+                let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+                let per = StateBytes::megatron(precision, optimizer, distributed, 8);
+                for s in &r.stages {
+                    let m = s.memory_bytes;
+                    let p = s.parameters as f64;
+                    assert_eq!(m.weights + m.gradients + m.optimizer, per.total() * p);
+                    assert_eq!(m.total, per.total() * p + m.activations);
+                }
+            }
+        }
+    }
+}
+
+/// The parameters of all stages are the model's, the tied embedding counted on both ends
+/// (Megatron keeps a copy on the last stage).
+#[test]
+fn stages_hold_the_model() {
+    let input = gpt3(plan(8, 16, 8), 80);
+    let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+    let g = build(
+        &input.model,
+        &BuildOptions {
+            micro_batch: 1,
+            tensor_parallel: 8,
+            bytes_per_element: 2,
+            link_bytes_per_second: 1,
+            sequence_parallel: false,
+        },
+    );
+    let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
+    assert_eq!(
+        total,
+        g.parameters_per_rank() + g.head.shared_parameters,
+        "per tensor-parallel rank"
+    );
+    assert_eq!(r.stages.len(), 16);
+    assert!(r.stages.iter().all(|s| s.blocks == 6));
+}
+
+/// The example search's old best plan for GPT-3 (t = 1, 32 stages, d = 32, 64 GiB) needs
+/// 18 bytes per parameter of 3 blocks and the embedding: it does not fit, and the error
+/// says by how much.
+#[test]
+fn a_plan_that_does_not_fit_is_refused_with_the_numbers() {
+    let mut pl = plan(1, 32, 32);
+    pl.recomputation = Recomputation::Full;
+    let mut input = gpt3(pl, 64);
+    input.global_batch = 4096;
+    let err = estimate_step(&input, &ReferenceModel::default()).unwrap_err();
+    let StepError::OutOfMemory {
+        memory, hbm_bytes, ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(*hbm_bytes, 64 << 30);
+    assert!(
+        memory.weights + memory.gradients + memory.optimizer > 90e9,
+        "{memory:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("HBM is 64.0 GiB"), "{text}");
+    assert!(text.starts_with("needs "), "{text}");
+}
+
+#[test]
+fn impossible_plans_say_why() {
+    let r = |pl: StepPlan, devices: u64, batch: u64| {
+        let mut input = gpt3(pl, 80);
+        input.devices = devices;
+        input.global_batch = batch;
+        estimate_step(&input, &ReferenceModel::default()).unwrap_err()
+    };
+    assert!(matches!(
+        r(plan(16, 1, 1), 16, 16),
+        StepError::TensorParallel { t: 16, .. }
+    ));
+    assert!(matches!(
+        r(plan(8, 128, 1), 1024, 128),
+        StepError::Pipeline { layers: 96, .. }
+    ));
+    assert!(matches!(
+        r(plan(8, 7, 1), 56, 56),
+        StepError::Pipeline { chunks: 7, .. }
+    ));
+    assert!(matches!(
+        r(plan(8, 8, 8), 1024, 1536),
+        StepError::Devices {
+            needed: 512,
+            devices: 1024,
+            ..
+        }
+    ));
+    assert!(matches!(
+        r(plan(8, 8, 8), 512, 100),
+        StepError::Batch { .. }
+    ));
+    let mut pl = plan(8, 8, 8);
+    pl.interleaving = 2;
+    assert!(matches!(
+        r(pl, 512, 8 * 12),
+        StepError::Interleaving {
+            micro_batches: 12,
+            pipeline: 8
+        }
+    ));
+}
+
+/// The parts add up to the step, and the bubble is (p − 1)/v of the slowest stage's time
+/// per micro-batch: interleaving divides it.
+#[test]
+fn breakdown_adds_up_and_interleaving_shrinks_the_bubble() {
+    let one = estimate_step(&gpt3(plan(8, 8, 8), 80), &ReferenceModel::default()).unwrap();
+    assert!(rel(one.time.total(), one.step_seconds) < 1e-12);
+    let slowest = one
+        .stages
+        .iter()
+        .map(|s| s.seconds_per_micro_batch)
+        .fold(0.0, f64::max);
+    assert!(rel(one.time.pipeline_bubble_seconds, 7.0 * slowest) < 1e-12);
+    let m = one.micro_batches_per_replica as f64;
+    assert!(
+        rel(
+            one.time.forward_seconds
+                + one.time.backward_seconds
+                + one.time.recomputation_seconds
+                + one.time.tensor_parallel_communication_seconds
+                + one.time.pipeline_point_to_point_seconds,
+            m * slowest
+        ) < 1e-12
+    );
+    let mut pl = plan(8, 8, 8);
+    pl.interleaving = 2;
+    let two = estimate_step(&gpt3(pl, 80), &ReferenceModel::default()).unwrap();
+    assert!(two.time.pipeline_bubble_seconds < 0.6 * one.time.pipeline_bubble_seconds);
+    assert!(
+        rel(
+            two.time.pipeline_point_to_point_seconds,
+            2.0 * one.time.pipeline_point_to_point_seconds
+        ) < 1e-12
+    );
+    // The first stage holds (1 + (p − 1)/(p·v)) × p micro-batches.
+    assert!(
+        rel(
+            two.stages[0].micro_batches_in_flight,
+            8.0 * (1.0 + 7.0 / 16.0)
+        ) < 1e-12
+    );
+}
+
+/// Selective recomputation keeps more than full and less than none, and recomputes less
+/// than full; the hardware FLOPs follow.
+#[test]
+fn recomputation_trades_memory_for_time() {
+    let run = |r| {
+        let mut pl = plan(8, 8, 8);
+        pl.recomputation = r;
+        estimate_step(&gpt3(pl, 1 << 20), &ReferenceModel::default()).unwrap()
+    };
+    let (none, sel, full) = (
+        run(Recomputation::None),
+        run(Recomputation::Selective),
+        run(Recomputation::Full),
+    );
+    assert!(full.memory_bytes.activations < sel.memory_bytes.activations);
+    assert!(sel.memory_bytes.activations < none.memory_bytes.activations);
+    assert_eq!(none.time.recomputation_seconds, 0.0);
+    assert!(sel.time.recomputation_seconds > 0.0);
+    assert!(sel.time.recomputation_seconds < full.time.recomputation_seconds);
+    assert_eq!(none.hardware_flops_per_step, none.model_flops_per_step);
+    assert!(full.hardware_flops_per_step > sel.hardware_flops_per_step);
+    assert_eq!(none.model_flops_per_step, full.model_flops_per_step);
+    // Full recomputation runs about 4/3 of the matrix FLOPs (Narayanan et al. 2021).
+    let ratio = full.hardware_flops_per_step / full.model_flops_per_step;
+    assert!((ratio - 4.0 / 3.0).abs() < 0.01, "{ratio}");
+}
+
+/// The distributed optimizer shards the optimizer's state, and its reduce-scatter plus
+/// all-gather move no more than the all-reduce.
+#[test]
+fn distributed_optimizer_shards_state() {
+    let run = |dist| {
+        let mut pl = plan(8, 8, 8);
+        pl.distributed_optimizer = dist;
+        estimate_step(&gpt3(pl, 1 << 20), &ReferenceModel::default()).unwrap()
+    };
+    let (plain, dist) = (run(false), run(true));
+    assert!(
+        rel(
+            dist.memory_bytes.optimizer * 8.0,
+            plain.memory_bytes.optimizer
+        ) < 1e-12
+    );
+    assert_eq!(dist.memory_bytes.weights, plain.memory_bytes.weights);
+    assert!(
+        dist.time.data_parallel_communication_seconds
+            <= plain.time.data_parallel_communication_seconds
+    );
+}
+
+#[test]
+fn ring_collectives_go_hierarchical_across_nodes() {
+    let net = gpt3(plan(1, 1, 1), 80).network;
+    let bytes = 1e9;
+    // Inside a node: the textbook ring all-reduce.
+    let intra = net.ring_seconds(bytes, 2.0, 8, 1);
+    assert!(rel(intra, 2.0 * (7.0 / 8.0 * bytes / 300e9 + 7.0 * 5e-6)) < 1e-12);
+    // 64 ranks over 8 nodes: inside each node, then 1/8 of the bytes between nodes.
+    let hier = net.ring_seconds(bytes, 2.0, 64, 1);
+    let want = intra + 2.0 * (7.0 / 8.0 * bytes / 8.0 / 25e9 + 7.0 * 10e-6);
+    assert!(rel(hier, want) < 1e-12);
+    // A group with a stride of a whole node has one rank per node: all between nodes.
+    let strided = net.ring_seconds(bytes, 2.0, 8, 8);
+    assert!(rel(strided, 2.0 * (7.0 / 8.0 * bytes / 25e9 + 7.0 * 10e-6)) < 1e-12);
+    assert_eq!(net.ring_seconds(bytes, 2.0, 1, 1), 0.0);
+    // One tier: no latency, one bandwidth.
+    let flat = Network::flat(4e9);
+    assert!(
+        rel(
+            flat.ring_seconds(bytes, 2.0, 64, 8),
+            2.0 * 63.0 / 64.0 * bytes / 4e9
+        ) < 1e-12
+    );
+}
