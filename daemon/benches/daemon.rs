@@ -62,7 +62,9 @@ fn estimate(c: &mut Criterion) {
         archplace::spec::resolve_cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))
             .expect("the gpu-like plugin: run scripts/build-plugins first");
     let input = archplace::estimate::step_input(&spec).expect("a fixed chip and plan");
-    // Every call goes to the plugin: the host's memo would otherwise answer from memory.
+    // As in the daemon, the host memoises the (deterministic) plugin's answers: after the
+    // first iteration this is the engine's work with warm answers (the engine's own bench,
+    // `step/…`, has no memo and runs the MIP).
     let latency = models.latency.clone();
     c.bench_function("estimate/a100-example/wasm", |b| {
         b.iter(|| {

@@ -246,6 +246,8 @@ pub struct StepReport {
     pub limiting: String,
     /// Schedules of the layers not proven optimal (their makespan is an upper bound).
     pub schedules_not_proven_optimal: u64,
+    /// The largest relative gap of a layer schedule to its lower bound (0: all optimal).
+    pub schedules_max_gap: f64,
 }
 
 /// Why a plan cannot run, with the numbers.
@@ -331,6 +333,20 @@ struct LayerTiming {
     backward_joules: f64,
     attention_core_joules: f64,
     not_proven: u64,
+    max_gap: f64,
+}
+
+/// One layer graph on the chip.
+#[derive(Debug, Clone, Copy)]
+struct GraphTiming {
+    makespan: f64,
+    /// Link operators' time.
+    link: f64,
+    attention_core: f64,
+    joules: f64,
+    attention_core_joules: f64,
+    optimal: bool,
+    gap: f64,
 }
 
 /// Memoised latency-model answers, fetched in one batch per core configuration.
@@ -379,7 +395,7 @@ impl Costs<'_> {
         g: &OpGraph,
         c: &AcceleratorConfig,
         options: &schedule::Options,
-    ) -> Result<(f64, f64, f64, f64, f64, bool), StepError> {
+    ) -> Result<GraphTiming, StepError> {
         let inst = instance_with(g, c, |core, op| self.get(core, op))?;
         let s = schedule::solve(&inst, options).map_err(|e| StepError::Schedule(e.to_string()))?;
         let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
@@ -399,14 +415,15 @@ impl Costs<'_> {
                 core_joules += j;
             }
         }
-        Ok((
-            s.makespan,
+        Ok(GraphTiming {
+            makespan: s.makespan,
             link,
-            core_seconds,
+            attention_core: core_seconds,
             joules,
-            core_joules,
-            s.optimal,
-        ))
+            attention_core_joules: core_joules,
+            optimal: s.optimal,
+            gap: s.gap,
+        })
     }
 }
 
@@ -583,15 +600,16 @@ pub fn estimate_step(
         let f = costs.time(&layer.forward, c, &input.schedule)?;
         let bw = costs.time(&layer.backward, c, &input.schedule)?;
         timing[k] = LayerTiming {
-            forward: f.0,
-            backward: bw.0,
-            forward_communication: f.1,
-            backward_communication: bw.1,
-            attention_core: f.2,
-            forward_joules: f.3,
-            backward_joules: bw.3,
-            attention_core_joules: f.4,
-            not_proven: u64::from(!f.5) + u64::from(!bw.5),
+            forward: f.makespan,
+            backward: bw.makespan,
+            forward_communication: f.link,
+            backward_communication: bw.link,
+            attention_core: f.attention_core,
+            forward_joules: f.joules,
+            backward_joules: bw.joules,
+            attention_core_joules: f.attention_core_joules,
+            not_proven: u64::from(!f.optimal) + u64::from(!bw.optimal),
+            max_gap: f.gap.max(bw.gap),
         };
     }
     let [emb, blk, head] = timing;
@@ -749,6 +767,7 @@ pub fn estimate_step(
         energy_per_step_joules: energy,
         limiting: time.limiting().to_string(),
         schedules_not_proven_optimal: timing.iter().map(|l| l.not_proven).sum(),
+        schedules_max_gap: timing.iter().map(|l| l.max_gap).fold(0.0, f64::max),
     })
 }
 

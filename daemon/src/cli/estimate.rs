@@ -26,6 +26,11 @@ pub struct EstimateArgs {
     /// Print one JSON object (step_seconds, time, memory_bytes, ...) on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Schedule layers as the search does (a MIP when the list schedule is not within the
+    /// spec's schedule_gap; bounded by its wall-clock limit, so the result may vary with
+    /// load). Default: the list schedule, deterministic, its gap reported.
+    #[arg(long)]
+    pub mip: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -71,14 +76,24 @@ pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
                 .spec
                 .as_deref()
                 .ok_or_else(|| anyhow!("give a spec file"))?;
-            run_step(spec, args.json, plugins)
+            let scheduling = if args.mip {
+                estimate::Scheduling::Mip
+            } else {
+                estimate::Scheduling::ListSchedule
+            };
+            run_step(spec, args.json, scheduling, plugins)
         }
     }
 }
 
-fn run_step(path: &Path, json: bool, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+fn run_step(
+    path: &Path,
+    json: bool,
+    scheduling: estimate::Scheduling,
+    plugins: &super::plugin::PluginArgs,
+) -> Result<ExitCode> {
     let spec = load_spec(Some(path))?;
-    let input = estimate::step_input(&spec)?;
+    let input = estimate::step_input_with(&spec, scheduling)?;
     let host = plugins.host()?;
     let models = super::cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))?;
     let info = models.latency.info();
