@@ -276,11 +276,34 @@ fn run_writes_result_files_and_a_summary() {
         block["forward_proven_optimal"].is_boolean()
             && block["backward_gap"].as_f64().unwrap() >= 0.0
     );
+    // Each plan explains itself: time parts that add up, memory parts, training choices.
+    let time: f64 = plan["time"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    let per_batch = plan["time_per_batch_seconds"].as_f64().unwrap();
+    assert!(((time - per_batch) / per_batch).abs() < 1e-9, "{plan}");
+    assert!(plan["memory_bytes"]["optimizer"].as_f64().unwrap() > 0.0);
+    assert!(plan["limiting"].is_string() && plan["recomputation"].is_string());
+    assert!(summary.contains("limited by"), "{summary}");
+    // The parameters used, defaults included, and the spec with its defaults filled in.
+    assert!(result["cost_model_parameters"]["reference"]["clock"].is_string());
+    assert!(result["near_ties"].is_array());
+    let filled: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("spec.json")).unwrap()).unwrap();
+    assert_eq!(filled["name"], "e2e-tiny");
+    assert!(filled["training"]["precisions"].is_array());
     let explored = std::fs::read_to_string(out.join("explored.jsonl")).unwrap();
     assert_eq!(explored.lines().count(), 2);
     for line in explored.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(v["configuration"]["tensor_cores"].is_u64());
+        for p in v["plans"].as_array().unwrap() {
+            assert!(p["time"]["forward_seconds"].is_f64(), "{p}");
+            assert!(p["memory_bytes"]["total"].is_f64(), "{p}");
+        }
     }
     // --json prints result.json itself.
     let o = run(&[

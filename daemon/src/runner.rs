@@ -6,7 +6,8 @@
 //!   models, the best configuration and each model's training plan, timings and work
 //!   counters;
 //! * `explored.jsonl` — one line per evaluated candidate: its configuration, area, best
-//!   throughput and plan, or why it failed;
+//!   throughput and plan (with its time and memory breakdowns), or why it failed;
+//! * `spec.json` — the spec as validated, every default filled in (SI units);
 //! * `pareto.svg`, `placement.svg` — pictures of the two (see [`crate::plot`]).
 //!
 //! Each is written atomically.
@@ -18,9 +19,11 @@ use archplace_engine::search::{
     self, Evaluated, ModelInput, ModelPlan, Observer, Outcome, SearchInput, Stats,
 };
 use archplace_engine::space::{self, Space};
+use archplace_engine::step::{MemoryBreakdown, TimeBreakdown};
 use archplace_engine::training::{Precision, Recomputation};
 use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -84,6 +87,19 @@ pub struct Best {
     pub models: Vec<ModelPlan>,
 }
 
+/// A chip whose mean throughput is within 1% of the best.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NearTie {
+    pub configuration: Configuration,
+    pub hbm_bytes: u64,
+    pub mean_throughput_samples_per_second: f64,
+    /// Its throughput relative to the best's (≤ 1).
+    pub relative_to_best: f64,
+}
+
+/// Relative distance to the best within which a chip is a near-tie.
+pub const NEAR_TIE: f64 = 0.01;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SearchSummary {
     pub candidates_in_space: usize,
@@ -127,8 +143,16 @@ pub struct ResultDoc {
     pub archplace_version: String,
     pub spec: SpecRef,
     pub cost_models: CostModels,
+    /// Every parameter of each cost model as it was used: the spec's value, or the model's
+    /// default.
+    #[serde(default)]
+    pub cost_model_parameters: BTreeMap<String, BTreeMap<String, String>>,
     /// `null` when no candidate could train every model.
     pub best: Option<Best>,
+    /// Other chips within 1% of the best mean throughput (at most 5, best first): near-ties
+    /// are common, and a smaller or simpler one may be preferable.
+    #[serde(default)]
+    pub near_ties: Vec<NearTie>,
     pub search: SearchSummary,
     pub timings: Timings,
     pub work: Work,
@@ -162,6 +186,12 @@ pub struct PlanLine {
     pub pipeline_stages: usize,
     pub throughput_samples_per_second: f64,
     pub time_per_batch_seconds: f64,
+    #[serde(default)]
+    pub time: TimeBreakdown,
+    #[serde(default)]
+    pub memory_bytes: MemoryBreakdown,
+    #[serde(default)]
+    pub limiting: String,
 }
 
 impl From<&Evaluated> for ExploredLine {
@@ -187,6 +217,9 @@ impl From<&Evaluated> for ExploredLine {
                     pipeline_stages: p.pipeline_stages,
                     throughput_samples_per_second: p.throughput_samples_per_second,
                     time_per_batch_seconds: p.time_per_batch_seconds,
+                    time: p.time,
+                    memory_bytes: p.memory_bytes,
+                    limiting: p.limiting.clone(),
                 })
                 .collect(),
             failure: e.failure.clone(),
@@ -197,6 +230,8 @@ impl From<&Evaluated> for ExploredLine {
 /// A finished search.
 pub struct Finished {
     pub doc: ResultDoc,
+    /// The spec searched (written as `spec.json`).
+    pub spec: Spec,
     pub outcome: Outcome,
     pub space: Space,
     /// The reference configuration marked in `pareto.svg`: the area budget's, or the
@@ -271,6 +306,8 @@ pub fn run(
             area_source: models.area_source.clone(),
             latency_source: models.latency_source.clone(),
         },
+        cost_model_parameters: parameters_used(spec, &models),
+        near_ties: near_ties(&outcome),
         best: outcome.best.as_ref().map(|b| Best {
             configuration: Configuration::new(&b.config, b.area_um2),
             hbm_bytes: b.hbm_bytes.unwrap_or(0),
@@ -310,10 +347,69 @@ pub fn run(
     };
     Ok(Finished {
         doc,
+        spec: spec.clone(),
         outcome,
         space,
         reference,
     })
+}
+
+/// Each cost model's parameters as used: the spec's values over the model's defaults.
+fn parameters_used(
+    spec: &Spec,
+    models: &cost::CostModels,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for info in [models.area.info(), models.latency.info()] {
+        let set = spec.cost_model.parameters.get(&info.name);
+        let values = info
+            .parameters
+            .iter()
+            .map(|p| {
+                let v = set.and_then(|s| s.get(&p.name)).unwrap_or(&p.default);
+                (p.name.clone(), v.clone())
+            })
+            .collect();
+        out.insert(info.name.clone(), values);
+    }
+    out
+}
+
+/// The chips other than the best within [`NEAR_TIE`] of its mean throughput, best first.
+pub fn near_ties(outcome: &Outcome) -> Vec<NearTie> {
+    let Some(best) = &outcome.best else {
+        return Vec::new();
+    };
+    let top = best.mean_throughput_samples_per_second.unwrap_or(0.0);
+    let mut ties: Vec<&Evaluated> = outcome
+        .explored
+        .iter()
+        .filter(|e| e.index != best.index)
+        .filter(|e| {
+            e.mean_throughput_samples_per_second
+                .is_some_and(|t| t >= top * (1.0 - NEAR_TIE))
+        })
+        .collect();
+    // Best first; equal throughput: the smaller chip first, then visit order.
+    ties.sort_by(|a, b| {
+        b.mean_throughput_samples_per_second
+            .unwrap_or(0.0)
+            .total_cmp(&a.mean_throughput_samples_per_second.unwrap_or(0.0))
+            .then(a.area_um2.total_cmp(&b.area_um2))
+            .then(a.index.cmp(&b.index))
+    });
+    ties.into_iter()
+        .take(5)
+        .map(|e| {
+            let t = e.mean_throughput_samples_per_second.unwrap_or(0.0);
+            NearTie {
+                configuration: Configuration::new(&e.config, e.area_um2),
+                hbm_bytes: e.hbm_bytes.unwrap_or(0),
+                mean_throughput_samples_per_second: t,
+                relative_to_best: if top > 0.0 { t / top } else { 0.0 },
+            }
+        })
+        .collect()
 }
 
 /// The default result folder of a spec: `<root>/<name>/<first 16 hex digits of its hash>`.
@@ -366,6 +462,12 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     }
     let path = dir.join("explored.jsonl");
     crate::atomic::write(&path, &explored).map_err(err(&path))?;
+    // The spec as the search read it: every default filled in, every quantity in SI units.
+    let path = dir.join("spec.json");
+    let spec = serde_json::to_vec_pretty(&finished.spec)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .map_err(err(&path))?;
+    crate::atomic::write(&path, &spec).map_err(err(&path))?;
     match plots(finished) {
         Ok(plots) => {
             for (name, svg) in plots {

@@ -179,6 +179,29 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
             m.data_parallel,
             m.pipeline_stages
         )?;
+        let t = &m.time;
+        let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;
+        outln!(
+            "    limited by {}: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%, point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}%",
+            m.limiting,
+            share(t.forward_seconds),
+            share(t.backward_seconds),
+            share(t.recomputation_seconds),
+            share(t.tensor_parallel_communication_seconds),
+            share(t.pipeline_point_to_point_seconds),
+            share(t.pipeline_bubble_seconds),
+            share(t.data_parallel_communication_seconds),
+        )?;
+        let mem = &m.memory_bytes;
+        let gib = |b: f64| b / (1u64 << 30) as f64;
+        outln!(
+            "    memory of the most loaded stage: {:.1} GiB (weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1})",
+            gib(mem.total),
+            gib(mem.weights),
+            gib(mem.gradients),
+            gib(mem.optimizer),
+            gib(mem.activations),
+        )?;
         if let Some(b) = &m.baseline {
             match b.throughput_samples_per_second {
                 Some(t) => outln!(
@@ -197,6 +220,21 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
                 )?,
             }
         }
+    }
+    for tie in &doc.near_ties {
+        let c = &tie.configuration.chip;
+        outln!(
+            "near-tie ({:.2}% slower): {} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
+            100.0 * (1.0 - tie.relative_to_best),
+            c.tensor_cores,
+            c.width,
+            c.depth,
+            c.vector_cores,
+            c.vector_width,
+            format_bytes(c.buffer_bytes),
+            tie.configuration.area_mm2,
+            format_bytes(tie.hbm_bytes)
+        )?;
     }
     let w = &doc.work;
     outln!(

@@ -13,7 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const GIB: f64 = (1u64 << 30) as f64;
 /// Height of one model's part of the picture.
-const MODEL_HEIGHT: u32 = 620;
+const MODEL_HEIGHT: u32 = 660;
 const WIDTH: u32 = 1100;
 
 /// Stage colours, cycled.
@@ -78,8 +78,8 @@ fn draw_model(
     plan: &ModelPlan,
     hbm_bytes: u64,
 ) -> DrawResult {
-    let (top, rest) = area.split_vertically(230);
-    let (caption, blocks) = top.split_vertically(60);
+    let (top, rest) = area.split_vertically(270);
+    let (caption, blocks) = top.split_vertically(100);
     // A stage's devices are per data-parallel replica (1, or t when its layers are split).
     let d = plan.data_parallel;
     let devices: u64 = plan.stages.iter().map(|s| s.devices).sum::<u64>() * d;
@@ -106,6 +106,37 @@ fn draw_model(
             plan.gradient_all_reduce_seconds
         ),
         (20, 38),
+        ("sans-serif", 14).into_font().color(&BLACK.mix(0.75)),
+    ))?;
+    // Where the time goes (the slowest stage) and what fills memory (the fullest stage).
+    let t = &plan.time;
+    let pct = |x: f64| 100.0 * x / plan.time_per_batch_seconds.max(f64::MIN_POSITIVE);
+    caption.draw(&Text::new(
+        format!(
+            "time: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%, point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}% — limited by {}",
+            pct(t.forward_seconds),
+            pct(t.backward_seconds),
+            pct(t.recomputation_seconds),
+            pct(t.tensor_parallel_communication_seconds),
+            pct(t.pipeline_point_to_point_seconds),
+            pct(t.pipeline_bubble_seconds),
+            pct(t.data_parallel_communication_seconds),
+            plan.limiting,
+        ),
+        (20, 60),
+        ("sans-serif", 14).into_font().color(&BLACK.mix(0.75)),
+    ))?;
+    let m = &plan.memory_bytes;
+    caption.draw(&Text::new(
+        format!(
+            "memory of the fullest stage: {:.1} GiB = weights {:.1} + gradients {:.1} + optimizer {:.1} + activations {:.1}",
+            m.total / GIB,
+            m.weights / GIB,
+            m.gradients / GIB,
+            m.optimizer / GIB,
+            m.activations / GIB,
+        ),
+        (20, 82),
         ("sans-serif", 14).into_font().color(&BLACK.mix(0.75)),
     ))?;
     // The pipeline: one block per stage, as wide as its layers.

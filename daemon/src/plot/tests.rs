@@ -129,6 +129,22 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         throughput_samples_per_second: 2730.0,
         throughput_tokens_per_second: 2730.0 * 512.0,
         stages,
+        time: archplace_engine::step::TimeBreakdown {
+            forward_seconds: 0.3,
+            backward_seconds: 0.6,
+            recomputation_seconds: 0.3,
+            pipeline_bubble_seconds: 0.05,
+            data_parallel_communication_seconds: 0.25,
+            ..Default::default()
+        },
+        memory_bytes: archplace_engine::step::MemoryBreakdown {
+            weights: 2.0 * (1u64 << 30) as f64,
+            gradients: 4.0 * (1u64 << 30) as f64,
+            optimizer: 12.0 * (1u64 << 30) as f64,
+            activations: 2.5 * (1u64 << 30) as f64,
+            total: 20.5 * (1u64 << 30) as f64,
+        },
+        limiting: "backward".into(),
         layers: Vec::new(),
         baseline: None,
     }
@@ -153,6 +169,9 @@ fn placement_svg_shows_stages_layers_devices_time_and_memory_against_hbm() {
         "memory (GiB)",
         "HBM limit 32 GiB",
         "HBM 32 GiB",
+        "backward 40%",
+        "limited by backward",
+        "20.5 GiB = weights 2.0 + gradients 4.0 + optimizer 12.0 + activations 2.5",
     ] {
         assert!(texts.contains(want), "missing {want:?} in\n{texts}");
     }

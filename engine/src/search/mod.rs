@@ -24,6 +24,7 @@ use super::placement::{
 };
 use super::schedule::{self, Instance, Method};
 use super::space::{Candidate, Space};
+use super::step::{MemoryBreakdown, TimeBreakdown};
 use super::training::{
     Baseline, Cluster, MemoryModel, Precision, Recomputation, StateBytes, Training,
 };
@@ -109,6 +110,16 @@ pub struct ModelPlan {
     pub throughput_samples_per_second: f64,
     pub throughput_tokens_per_second: f64,
     pub stages: Vec<StageReport>,
+    /// Where the time per batch goes on the slowest stage (the parts add up to
+    /// `time_per_batch_seconds`; the search has no optimizer-step term).
+    #[serde(default)]
+    pub time: TimeBreakdown,
+    /// Memory per device of the most loaded stage.
+    #[serde(default)]
+    pub memory_bytes: MemoryBreakdown,
+    /// The largest part of the time.
+    #[serde(default)]
+    pub limiting: String,
     pub layers: Vec<LayerReport>,
     /// The baseline strategy on the same chip, HBM, micro-batch and recomputation.
     pub baseline: Option<BaselineReport>,
@@ -304,6 +315,8 @@ struct Scheduled {
     /// Of the operators' durations (all cores), the attention core's: what selective
     /// recomputation runs again.
     core_seconds: f64,
+    /// Of the makespan, the link operators' durations (tensor-parallel collectives).
+    link_seconds: f64,
     /// Tensor- and vector-core utilisation.
     util: (f64, f64),
     optimal: bool,
@@ -440,9 +453,16 @@ impl Ctx<'_> {
             .filter(|(n, _)| n.is_attention_core())
             .map(|(_, t)| t.parallel)
             .sum();
+        let link_seconds = inst
+            .tasks
+            .iter()
+            .filter(|t| t.resource == schedule::Resource::Link)
+            .map(|t| t.parallel)
+            .sum();
         Ok(Scheduled {
             seconds: s.makespan,
             core_seconds,
+            link_seconds,
             util: s.utilisation(&inst),
             optimal: s.optimal,
             gap: s.gap,
@@ -800,6 +820,7 @@ impl Ctx<'_> {
                 },
             }
         });
+        let (time, memory_bytes) = self.breakdown(run, plan, g, &times[&(m, key)]);
         ModelPlan {
             model: model.config.name.clone(),
             micro_batch: b,
@@ -818,9 +839,101 @@ impl Ctx<'_> {
             throughput_samples_per_second: throughput,
             throughput_tokens_per_second: throughput * model.config.seq_len as f64,
             stages,
+            limiting: time.limiting().to_string(),
+            time,
+            memory_bytes,
             layers,
             baseline,
         }
+    }
+
+    /// The time and memory breakdowns of a placed plan: the slowest stage's load split into
+    /// its layers' compute, tensor-parallel link time and recomputation, the rest of it
+    /// (boundary transfers and waits) as point-to-point; the most loaded stage's memory
+    /// split by the memory rule.
+    fn breakdown(
+        &self,
+        run: &Run,
+        plan: &Plan,
+        g: &ModelGraph,
+        tm: &[Timed; 3],
+    ) -> (TimeBreakdown, MemoryBreakdown) {
+        let tr = &self.input.training;
+        let megatron = tr.memory_model == MemoryModel::Megatron;
+        let d = plan.data_parallel.max(1);
+        let m = (tr.global_batch / run.micro_batch).div_ceil(d) as f64;
+        let count = plan.stages.len();
+        let mut time = TimeBreakdown {
+            data_parallel_communication_seconds: plan.resync_time,
+            ..TimeBreakdown::default()
+        };
+        if let Some((k, slow)) = plan
+            .stages
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.load.total_cmp(&b.1.load))
+        {
+            let from_end = count - k;
+            let (mut f, mut bw, mut r, mut tp) = (0.0, 0.0, 0.0, 0.0);
+            for i in slow.start..slow.end {
+                let (kind, timed) = if i == 0 {
+                    (LayerKind::Embedding, tm[0])
+                } else if i as u64 <= g.blocks {
+                    (LayerKind::Block, tm[1])
+                } else {
+                    (LayerKind::Head, tm[2])
+                };
+                f += timed.fwd.seconds - timed.fwd.link_seconds;
+                bw += timed.bwd.seconds - timed.bwd.link_seconds;
+                tp += timed.fwd.link_seconds + timed.bwd.link_seconds;
+                let block = kind == LayerKind::Block;
+                match (megatron, run.recompute) {
+                    (_, Recomputation::None) => {}
+                    (true, Recomputation::Selective) if block => r += timed.fwd.core_seconds,
+                    (true, Recomputation::Full) if block => {
+                        r += timed.fwd.seconds - timed.fwd.link_seconds;
+                        tp += timed.fwd.link_seconds;
+                    }
+                    // The reference recomputes every layer but on the last stage.
+                    (false, _) if from_end > 1 => {
+                        r += timed.fwd.seconds - timed.fwd.link_seconds;
+                        tp += timed.fwd.link_seconds;
+                    }
+                    _ => {}
+                }
+            }
+            let p2p = (slow.load - f - bw - r - tp).max(0.0);
+            time.forward_seconds = m * f;
+            time.backward_seconds = m * bw;
+            time.recomputation_seconds = m * r;
+            time.tensor_parallel_communication_seconds = m * tp;
+            time.pipeline_point_to_point_seconds = m * p2p;
+            time.pipeline_bubble_seconds = (count - 1) as f64 * slow.load;
+        }
+        let mut memory = MemoryBreakdown::default();
+        if let Some(s) = plan
+            .stages
+            .iter()
+            .max_by(|a, b| a.memory_bytes.total_cmp(&b.memory_bytes))
+        {
+            let (weights, gradients, optimizer) = if megatron {
+                let precision = tr.precision(run.precision);
+                let n = s.parameter_bytes / precision.element_bytes() as f64;
+                let state = StateBytes::megatron(precision, tr.optimizer, run.distributed, d);
+                (n * state.weights, n * state.gradients, n * state.optimizer)
+            } else {
+                let p = s.parameter_bytes;
+                (p, p, tr.optimizer.reference_copies() * p)
+            };
+            memory = MemoryBreakdown {
+                weights,
+                gradients,
+                optimizer,
+                activations: (s.memory_bytes - weights - gradients - optimizer).max(0.0),
+                total: s.memory_bytes,
+            };
+        }
+        (time, memory)
     }
 }
 

@@ -188,7 +188,7 @@ fn exhaustive_search_agrees_with_brute_force() {
         }
     }
     let (_, wthr) = want.expect("the tiny space has a feasible candidate");
-    let best = outcome.best.expect("the search found a candidate");
+    let best = outcome.best.clone().expect("the search found a candidate");
     let got = best.mean_throughput_samples_per_second.unwrap();
     assert!(
         ((got - wthr) / wthr).abs() < 1e-9,
@@ -231,6 +231,7 @@ fn exhaustive_search_agrees_with_brute_force() {
     assert_eq!(plan.layers.len(), 3);
     assert_eq!(plan.stages.iter().map(|s| s.layers).sum::<usize>(), 6);
     assert!(plan.baseline.is_some());
+    assert_breakdowns_add_up(&outcome);
     assert!(outcome.stats.estimate_cache_hits > 0);
     assert!(
         outcome.stats.schedules_by_bounds + outcome.stats.schedules_by_mip
@@ -289,4 +290,64 @@ fn failed_buckets_are_not_evidence_of_convergence() {
             .as_deref()
             .is_some_and(|f| f.contains("does not fit"))
     }));
+}
+
+/// Every plan's time parts add up to its time per batch, and its memory parts to its most
+/// loaded stage's memory.
+fn assert_breakdowns_add_up(outcome: &Outcome) {
+    for e in &outcome.explored {
+        for p in &e.plans {
+            let t = p.time.total();
+            assert!(
+                ((t - p.time_per_batch_seconds) / p.time_per_batch_seconds).abs() < 1e-9,
+                "candidate {}: {t} vs {}",
+                e.index,
+                p.time_per_batch_seconds
+            );
+            let m = &p.memory_bytes;
+            let most = p.stages.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
+            assert_eq!(m.total, most);
+            let parts = m.weights + m.gradients + m.optimizer + m.activations;
+            assert!(((parts - m.total) / m.total).abs() < 1e-9, "{m:?}");
+            assert!(m.activations > 0.0 && m.optimizer > 0.0, "{m:?}");
+            assert!(!p.limiting.is_empty());
+        }
+    }
+}
+
+/// With the Megatron-LM memory model (the default of specs), every recomputation,
+/// precision and distributed-optimizer choice is tried, every reported stage fits in its
+/// HBM, and the breakdowns add up.
+#[test]
+fn megatron_memory_search_reports_only_plans_that_fit() {
+    let (mut input, space) = tiny();
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.activation_recomputation = vec![
+        Recomputation::None,
+        Recomputation::Selective,
+        Recomputation::Full,
+    ];
+    input.training.precisions = vec![Precision::Bf16Mixed, Precision::Fp32];
+    input.training.distributed_optimizer = vec![false, true];
+    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let mut feasible = 0;
+    for e in &outcome.explored {
+        let Some(hbm) = e.hbm_bytes else { continue };
+        feasible += 1;
+        for p in &e.plans {
+            assert!(p.precision.is_some());
+            for s in &p.stages {
+                assert!(s.memory_bytes <= hbm as f64, "candidate {}: {s:?}", e.index);
+            }
+        }
+    }
+    assert!(feasible > 0);
+    assert_breakdowns_add_up(&outcome);
+    // 18 bytes per parameter instead of the reference's 6: never more feasible candidates.
+    let mut reference = input.clone();
+    reference.training.memory_model = MemoryModel::Reference;
+    reference.training.activation_recomputation = vec![Recomputation::None, Recomputation::Full];
+    let r = search(&reference, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let count = |o: &Outcome| o.explored.iter().filter(|e| e.hbm_bytes.is_some()).count();
+    assert!(count(&outcome) <= count(&r));
 }
