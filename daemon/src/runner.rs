@@ -181,6 +181,8 @@ pub struct PlanLine {
     pub precision: Option<Precision>,
     #[serde(default)]
     pub distributed_optimizer: bool,
+    #[serde(default)]
+    pub sequence_parallel: bool,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -212,6 +214,7 @@ impl From<&Evaluated> for ExploredLine {
                     recomputation: p.recomputation,
                     precision: p.precision,
                     distributed_optimizer: p.distributed_optimizer,
+                    sequence_parallel: p.sequence_parallel,
                     tensor_parallel: p.tensor_parallel,
                     data_parallel: p.data_parallel,
                     pipeline_stages: p.pipeline_stages,

@@ -208,6 +208,8 @@ pub struct Training {
     pub precisions: Vec<Precision>,
     /// Distributed-optimizer choices to try.
     pub distributed_optimizer: Vec<bool>,
+    /// Sequence-parallelism choices to try (they matter for widths above 1).
+    pub sequence_parallel: Vec<bool>,
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,

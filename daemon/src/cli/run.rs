@@ -170,9 +170,20 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
             m.micro_batch,
             m.recomputation.name(),
             match m.precision {
-                Some(p) if m.distributed_optimizer =>
-                    format!(", {}, distributed optimizer", p.name()),
-                Some(p) => format!(", {}", p.name()),
+                Some(p) => format!(
+                    ", {}{}{}",
+                    p.name(),
+                    if m.distributed_optimizer {
+                        ", distributed optimizer"
+                    } else {
+                        ""
+                    },
+                    if m.sequence_parallel {
+                        ", sequence parallel"
+                    } else {
+                        ""
+                    }
+                ),
                 None => String::new(),
             },
             m.tensor_parallel,

@@ -121,6 +121,7 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         recomputation: archplace_engine::training::Recomputation::Full,
         precision: None,
         distributed_optimizer: false,
+        sequence_parallel: false,
         tensor_parallel: 2,
         data_parallel: 4,
         pipeline_stages: stages.len(),

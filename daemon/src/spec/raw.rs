@@ -262,6 +262,9 @@ pub struct RawTraining {
     /// Shard the optimizer state over the data-parallel group (ZeRO-1), one value or a
     /// list to try (default false).
     pub distributed_optimizer: Option<OneOrMany<bool>>,
+    /// Sequence parallelism (norm and dropout regions split over the tensor-parallel
+    /// group), one value or a list to try (default false). Needs the megatron memory model.
+    pub sequence_parallel: Option<OneOrMany<bool>>,
     /// "megatron" (default: memory as Megatron-LM trains) or "reference" (the reference
     /// system's two copies of the parameters plus optimizer copies, for comparisons).
     pub memory_model: Option<MemoryModel>,

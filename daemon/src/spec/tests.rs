@@ -414,6 +414,7 @@ fn training_choices_and_their_defaults() {
     assert_eq!(s.training.memory_model, MemoryModel::Megatron);
     assert_eq!(s.training.precisions, vec![Precision::Bf16Mixed]);
     assert_eq!(s.training.distributed_optimizer, vec![false]);
+    assert_eq!(s.training.sequence_parallel, vec![false]);
     let src = GOOD.replace(
         "optimizer = \"adam\"",
         "optimizer = \"sgd_momentum\"\nactivation_recomputation = [false, \"selective\", true]\nprecision = [\"bf16-mixed\", \"fp32\"]\ndistributed_optimizer = [false, true]",

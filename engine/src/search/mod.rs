@@ -102,6 +102,9 @@ pub struct ModelPlan {
     pub precision: Option<Precision>,
     #[serde(default)]
     pub distributed_optimizer: bool,
+    /// Sequence parallelism (only with a tensor-parallel width above 1).
+    #[serde(default)]
+    pub sequence_parallel: bool,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -332,8 +335,9 @@ struct Ctx<'a> {
     observer: &'a dyn Observer,
 }
 
-/// A model's graph is built per (micro-batch, tensor-parallel width, element bytes).
-type GraphKey = (u64, u64, u64);
+/// A model's graph is built per (micro-batch, tensor-parallel width, element bytes,
+/// sequence parallelism — only ever true with a width above 1).
+type GraphKey = (u64, u64, u64, bool);
 
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
 /// precision (index into the training's list) and distributed optimizer.
@@ -345,9 +349,20 @@ struct Run {
     recompute: Recomputation,
     precision: usize,
     distributed: bool,
+    /// Sequence parallelism for the widths above 1.
+    sequence_parallel: bool,
 }
 
 impl Training {
+    /// Sequence-parallelism choices worth a separate run.
+    fn sequence_parallel_choices(&self) -> Vec<bool> {
+        if self.sequence_parallel.is_empty() {
+            vec![false]
+        } else {
+            self.sequence_parallel.clone()
+        }
+    }
+
     /// The precision at `index` of the list (bf16 mixed if the list is empty).
     fn precision(&self, index: usize) -> Precision {
         self.precisions
@@ -620,14 +635,17 @@ impl Ctx<'_> {
                     for &recompute in &tr.activation_recomputation {
                         for precision in tr.precision_indices() {
                             for distributed in tr.distributed_choices() {
-                                runs.push(Run {
-                                    hbm,
-                                    model,
-                                    micro_batch,
-                                    recompute,
-                                    precision,
-                                    distributed,
-                                });
+                                for sequence_parallel in tr.sequence_parallel_choices() {
+                                    runs.push(Run {
+                                        hbm,
+                                        model,
+                                        micro_batch,
+                                        recompute,
+                                        precision,
+                                        distributed,
+                                        sequence_parallel,
+                                    });
+                                }
                             }
                         }
                     }
@@ -641,7 +659,7 @@ impl Ctx<'_> {
                 let (m, b, e) = (run.model, run.micro_batch, tr.element_bytes(run.precision));
                 let mut keys: Vec<GraphKey> = self.graphs[m]
                     .keys()
-                    .filter(|k| k.0 == b && k.2 == e)
+                    .filter(|k| k.0 == b && k.2 == e && k.3 == (run.sequence_parallel && k.1 > 1))
                     .copied()
                     .collect();
                 keys.sort_unstable();
@@ -752,7 +770,12 @@ impl Ctx<'_> {
         let model = &self.input.models[m];
         let t = plan.tensor_parallel;
         let tr = &self.input.training;
-        let key = (b, t, tr.element_bytes(run.precision));
+        let key = (
+            b,
+            t,
+            tr.element_bytes(run.precision),
+            run.sequence_parallel && t > 1,
+        );
         let g = &self.graphs[m][&key];
         let throughput = tr.global_batch as f64 / plan.time_per_batch;
         let stages = plan
@@ -793,7 +816,9 @@ impl Ctx<'_> {
         let baseline = model.baseline.map(|bl| {
             // Settings of the baseline's width (if the model has it; otherwise the fixed
             // evaluation reports the missing width).
-            let width_graph = self.graphs[m].get(&(b, bl.tensor, key.2)).unwrap_or(g);
+            let width_graph = self.graphs[m]
+                .get(&(b, bl.tensor, key.2, run.sequence_parallel && bl.tensor > 1))
+                .unwrap_or(g);
             let settings = self.settings(run, width_graph);
             let fixed = Fixed {
                 pipeline: bl.pipeline,
@@ -831,6 +856,7 @@ impl Ctx<'_> {
                 MemoryModel::Reference => None,
             },
             distributed_optimizer: run.distributed,
+            sequence_parallel: run.sequence_parallel && t > 1,
             tensor_parallel: t,
             data_parallel: plan.data_parallel,
             pipeline_stages: plan.stages.len(),
@@ -965,16 +991,20 @@ pub fn search(
                     continue;
                 }
                 for &e in &element_bytes {
-                    let opts = BuildOptions {
-                        micro_batch: b,
-                        tensor_parallel: t,
-                        bytes_per_element: e,
-                        // Tensor-parallel collectives on the tier the group lives on.
-                        link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
-                            as u64,
-                        sequence_parallel: false,
-                    };
-                    map.insert((b, t, e), build(&m.config, &opts));
+                    for sp in input.training.sequence_parallel_choices() {
+                        let sp = sp && t > 1;
+                        let opts = BuildOptions {
+                            micro_batch: b,
+                            tensor_parallel: t,
+                            bytes_per_element: e,
+                            // Tensor-parallel collectives on the tier the group lives on.
+                            link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
+                                as u64,
+                            sequence_parallel: sp,
+                        };
+                        map.entry((b, t, e, sp))
+                            .or_insert_with(|| build(&m.config, &opts));
+                    }
                 }
             }
         }

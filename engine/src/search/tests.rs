@@ -39,6 +39,7 @@ fn tiny() -> (SearchInput, Space) {
             optimizer: Optimizer::Adam,
             precisions: vec![Precision::Bf16Mixed],
             distributed_optimizer: vec![false],
+            sequence_parallel: vec![false],
             // The brute force below counts memory as the reference does.
             memory_model: MemoryModel::Reference,
             bytes_per_element: 2,
@@ -329,6 +330,7 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
     ];
     input.training.precisions = vec![Precision::Bf16Mixed, Precision::Fp32];
     input.training.distributed_optimizer = vec![false, true];
+    input.training.sequence_parallel = vec![false, true];
     let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
     let mut feasible = 0;
     for e in &outcome.explored {
@@ -347,6 +349,7 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
     let mut reference = input.clone();
     reference.training.memory_model = MemoryModel::Reference;
     reference.training.activation_recomputation = vec![Recomputation::None, Recomputation::Full];
+    reference.training.sequence_parallel = vec![false];
     let r = search(&reference, &space, &ReferenceModel::default(), &(), None).unwrap();
     let count = |o: &Outcome| o.explored.iter().filter(|e| e.hbm_bytes.is_some()).count();
     assert!(count(&outcome) <= count(&r));

@@ -131,7 +131,10 @@ pub(super) fn estimate(
             },
             |r| r.value(),
         ),
-        sequence_parallel: p.sequence_parallel.unwrap_or(false),
+        sequence_parallel: p
+            .sequence_parallel
+            .or_else(|| training.sequence_parallel.first().copied())
+            .unwrap_or(false),
         precision: p
             .precision
             .or_else(|| training.precisions.first().copied())

@@ -118,6 +118,28 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         );
         ok = false;
     }
+    let sequence_parallel = match &t.sequence_parallel {
+        Some(d) => d.to_vec(),
+        None => vec![false],
+    };
+    let sp_path = path.key("sequence_parallel");
+    if sequence_parallel.is_empty() {
+        ctx.error(
+            &sp_path,
+            "no choice to try",
+            Some("use false, true or [false, true]".into()),
+        );
+        ok = false;
+    }
+    duplicates(ctx, &sp_path, &sequence_parallel);
+    if memory_model == MemoryModel::Reference && sequence_parallel.contains(&true) {
+        ctx.error(
+            &sp_path,
+            "the reference memory model has no sequence parallelism",
+            Some("use memory_model = \"megatron\"".into()),
+        );
+        ok = false;
+    }
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
     let bpe_path = path.key("bytes_per_element");
     if ![1, 2, 4].contains(&bytes_per_element) {
@@ -157,6 +179,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         optimizer,
         precisions,
         distributed_optimizer,
+        sequence_parallel,
         memory_model,
         bytes_per_element,
     })
