@@ -391,21 +391,22 @@ pub fn parse_gemm(text: &str) -> Result<Gemm, String> {
     Ok(g)
 }
 
-/// The clock of the latency model: the spec's `clock` parameter, or the model's default.
+/// The clock of the latency model: the spec's `clock` parameter; else the clock of the GPU
+/// its `preset` parameter names (the SDK's presets, which the `gpu-like` plugin shares);
+/// else the model's default `clock`.
 pub fn clock_hz(spec: &Spec, info: &archplace_plugin_sdk::ModelInfo) -> Option<f64> {
-    let set = spec
-        .cost_model
-        .parameters
-        .get(&info.name)
-        .and_then(|p| p.get("clock"))
-        .cloned();
-    let text = set.or_else(|| {
-        info.parameters
-            .iter()
-            .find(|p| p.name == "clock")
-            .map(|p| p.default.clone())
-    })?;
-    archplace_plugin_sdk::units::parse_hertz(&text).ok()
+    let set = spec.cost_model.parameters.get(&info.name);
+    if let Some(text) = set.and_then(|p| p.get("clock")) {
+        return archplace_plugin_sdk::units::parse_hertz(text).ok();
+    }
+    if let Some(g) = set
+        .and_then(|p| p.get("preset"))
+        .and_then(|name| archplace_plugin_sdk::gpus::gpu(name))
+    {
+        return Some(g.clock_hz);
+    }
+    let default = info.parameters.iter().find(|p| p.name == "clock")?;
+    archplace_plugin_sdk::units::parse_hertz(&default.default).ok()
 }
 
 #[cfg(test)]

@@ -224,7 +224,7 @@ pub struct Cluster {
     pub link_bytes_per_second: f64,
     /// HBM sizes to try.
     pub hbm_bytes: Vec<u64>,
-    /// The network's tiers (one tier: [`Network::flat`] of the link bandwidth).
+    /// The network's tiers (one tier: [`crate::step::Network::flat`] of the link bandwidth).
     pub network: crate::step::Network,
 }
 

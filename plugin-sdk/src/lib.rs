@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod gpus;
 pub mod text;
 pub mod units;
 

@@ -95,22 +95,26 @@ impl RawRecomputation {
     }
 }
 
-/// The chip `archplace estimate` evaluates: the six axes of the search, and HBM.
+/// The chip `archplace estimate` evaluates: the six axes of the search, and HBM — given,
+/// or from a GPU preset (any key given overrides the preset's).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawFixedAccelerator {
-    pub tensor_cores: u32,
-    pub vector_cores: u32,
+    /// A GPU as its datasheet describes it: "a100-sxm-80gb" or "h100-sxm-80gb" (one tensor
+    /// core and one vector core per SM, L2 as the buffer; docs/training-model.md).
+    pub preset: Option<String>,
+    pub tensor_cores: Option<u32>,
+    pub vector_cores: Option<u32>,
     /// Columns of each tensor core's MAC array.
-    pub width: u32,
+    pub width: Option<u32>,
     /// Rows of each tensor core's MAC array.
-    pub depth: u32,
+    pub depth: Option<u32>,
     /// Lanes per vector core (default: `width`).
     pub vector_width: Option<u32>,
     /// Global buffer, e.g. "40 MiB".
-    pub buffer: String,
+    pub buffer: Option<String>,
     /// HBM per device, e.g. "80 GiB".
-    pub hbm: String,
+    pub hbm: Option<String>,
     /// Peak dense matrix throughput of one device, e.g. "312 TFLOP/s", for the model
     /// FLOPs utilisation (left out: no utilisation is reported).
     pub peak_flops: Option<String>,
@@ -126,14 +130,14 @@ pub struct RawPlan {
     pub micro_batch: u64,
     /// Virtual pipeline stages per device (default 1: plain 1F1B).
     pub interleaving: Option<u64>,
-    /// "none", "selective" or "full" (default: the first of [training]'s list).
+    /// "none", "selective" or "full" (default: the first of `[training]`'s list).
     pub recomputation: Option<RawRecomputation>,
     /// Sequence parallelism (default false; only changes anything with t > 1).
     pub sequence_parallel: Option<bool>,
-    /// "bf16-mixed", "fp16-mixed" or "fp32" (default: the first of [training]'s list).
+    /// "bf16-mixed", "fp16-mixed" or "fp32" (default: the first of `[training]`'s list).
     pub precision: Option<Precision>,
     /// Shard the optimizer state over the data-parallel group (default: the first of
-    /// [training]'s list).
+    /// `[training]`'s list).
     pub distributed_optimizer: Option<bool>,
 }
 
@@ -279,6 +283,10 @@ pub struct RawTraining {
 pub struct RawCluster {
     /// Number of accelerators (default 1024).
     pub devices: Option<u64>,
+    /// Nodes of 8 of a GPU ("a100-sxm-80gb", "h100-sxm-80gb"), DGX-style: sets `node_size`,
+    /// the intra-node (NVLink) and inter-node (one InfiniBand adapter per GPU) bandwidths
+    /// and the default `hbm`; any key given overrides the preset's.
+    pub preset: Option<String>,
     /// Bandwidth of each device's link, e.g. "4 GiB/s" or "32 Gb/s" (default "4 GiB/s").
     pub link_bandwidth: Option<String>,
     /// HBM sizes per device to try, e.g. ["32 GiB", "80 GiB"] (default 32, 64, 80 GiB).

@@ -559,3 +559,49 @@ fn an_estimate_plan_is_checked_against_the_model_and_cluster() {
     let d = errors(&format!("{GOOD}{only}"));
     assert!(find(&d, "accelerator").message.contains("needs a [plan]"));
 }
+
+#[test]
+fn gpu_presets_fill_the_chip_and_the_cluster() {
+    let src = format!(
+        "{}\n[accelerator]\npreset = \"a100-sxm-80gb\"\nbuffer = \"20 MiB\"\n[plan]\ntensor_parallel = 8\npipeline_parallel = 16\ndata_parallel = 8\nmicro_batch = 1\n",
+        GOOD.replace(
+            "link_bandwidth = \"4 GiB/s\"\nhbm = [\"32 GiB\", \"64 GiB\", \"80 GiB\"]",
+            "preset = \"h100-sxm-80gb\""
+        )
+    );
+    let s = parse(&src, "t.toml").unwrap();
+    let e = s.estimate.unwrap();
+    assert_eq!(
+        (
+            e.accelerator.tensor_cores,
+            e.accelerator.width,
+            e.accelerator.depth
+        ),
+        (108, 32, 32)
+    );
+    // A key given overrides the preset's.
+    assert_eq!(e.accelerator.buffer_bytes, 20 << 20);
+    assert_eq!(e.hbm_bytes, 80 << 30);
+    assert_eq!(e.peak_flops_per_second, Some(312e12));
+    let n = s.cluster.network;
+    assert_eq!(n.node_size, 8);
+    assert_eq!(n.intra_node.bytes_per_second, 450e9);
+    assert_eq!(n.inter_node.bytes_per_second, 50e9);
+    assert_eq!(s.cluster.hbm_bytes, vec![80 << 30]);
+    let bad = src.replace("preset = \"a100-sxm-80gb\"", "preset = \"v100\"");
+    let d = errors(&bad);
+    assert!(
+        find(&d, "accelerator.preset")
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("a100-sxm-80gb")
+    );
+    let missing = src.replace("preset = \"a100-sxm-80gb\"\n", "");
+    let d = errors(&missing);
+    assert!(
+        find(&d, "accelerator.tensor_cores")
+            .message
+            .contains("missing")
+    );
+}

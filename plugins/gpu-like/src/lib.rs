@@ -73,7 +73,12 @@ struct Param {
     default: &'static str,
 }
 
-const PARAMETERS: [Param; 13] = [
+const PARAMETERS: [Param; 14] = [
+    Param {
+        name: "preset",
+        description: "a GPU whose datasheet sets clock and hbm_bandwidth: a100-sxm-80gb, h100-sxm-80gb (parameters given override it)",
+        default: "none",
+    },
     Param {
         name: "clock",
         description: "core clock",
@@ -160,10 +165,31 @@ impl GpuLike {
     pub fn with_parameters(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {
         let mut m = GpuLike::default();
         let mut errors = Vec::new();
+        // The preset first, whatever the order: the other parameters override it.
+        for p in parameters.iter().filter(|p| p.name == "preset") {
+            match (
+                p.value.trim(),
+                archplace_plugin_sdk::gpus::gpu(p.value.trim()),
+            ) {
+                ("none", _) => {}
+                (_, Some(g)) => {
+                    m.clock_hz = g.clock_hz;
+                    m.hbm_bytes_per_second = g.hbm_bytes_per_second;
+                }
+                (other, None) => errors.push(ParameterError::new(
+                    "preset",
+                    format!(
+                        "no GPU preset `{other}`; presets: {}",
+                        archplace_plugin_sdk::gpus::names()
+                    ),
+                )),
+            }
+        }
         for p in parameters {
             let v = p.value.as_str();
             let r: Result<(), String> = (|| {
                 match p.name.as_str() {
+                    "preset" => {}
                     "clock" => m.clock_hz = parse_hertz(v).map_err(|e| e.message)?,
                     "matrix_efficiency" => m.matrix_efficiency = parse_fraction(v)?,
                     "hbm_bandwidth" => {
@@ -407,6 +433,18 @@ mod tests {
             errs[2].message.contains("has no parameter `nodes`"),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn a_preset_sets_clock_and_hbm_and_parameters_override_it() {
+        let m = GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb")]).unwrap();
+        assert_eq!((m.clock_hz, m.hbm_bytes_per_second), (1.83e9, 3.35e12));
+        // Given before or after the preset, a parameter wins.
+        let m =
+            GpuLike::with_parameters(&[p("clock", "1 GHz"), p("preset", "a100-sxm-80gb")]).unwrap();
+        assert_eq!((m.clock_hz, m.hbm_bytes_per_second), (1e9, 2.039e12));
+        let errs = GpuLike::with_parameters(&[p("preset", "v100")]).unwrap_err();
+        assert!(errs[0].message.contains("a100-sxm-80gb"), "{errs:?}");
     }
 
     #[test]

@@ -5,7 +5,8 @@ use crate::spec::raw::RawSpec;
 use crate::spec::{Ctx, FieldPath};
 use archplace_engine::step::{Network, Tier};
 use archplace_engine::training::Cluster;
-use archplace_plugin_sdk::units::{parse_bandwidth, parse_bytes, parse_seconds};
+use archplace_plugin_sdk::gpus;
+use archplace_plugin_sdk::units::{format_bytes, parse_bandwidth, parse_bytes, parse_seconds};
 pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
     let c = &raw.cluster;
     let path = FieldPath::root().key("cluster");
@@ -20,7 +21,7 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         " devices",
     );
     let network = network(raw, ctx, devices);
-    if c.node_size.is_some() && network.is_none() {
+    if (c.node_size.is_some() || c.preset.is_some()) && network.is_none() {
         ok = false;
     }
     let link = c.link_bandwidth.as_deref().unwrap_or("4 GiB/s");
@@ -36,10 +37,11 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         ok = false;
         0.0
     });
-    let hbm_text: Vec<String> = c
-        .hbm
-        .clone()
-        .unwrap_or_else(|| vec!["32 GiB".into(), "64 GiB".into(), "80 GiB".into()]);
+    let preset = c.preset.as_deref().and_then(gpus::gpu);
+    let hbm_text: Vec<String> = c.hbm.clone().unwrap_or_else(|| match preset {
+        Some(g) => vec![format_bytes(g.hbm_bytes)],
+        None => vec!["32 GiB".into(), "64 GiB".into(), "80 GiB".into()],
+    });
     let hbm_path = path.key("hbm");
     if hbm_text.is_empty() {
         ctx.error(
@@ -88,7 +90,21 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         ("intra_node_latency", &c.intra_node_latency),
         ("inter_node_latency", &c.inter_node_latency),
     ];
-    let Some(node_size) = c.node_size else {
+    let preset = match &c.preset {
+        None => None,
+        Some(name) => match gpus::gpu(name) {
+            Some(g) => Some(g),
+            None => {
+                ctx.error(
+                    &path.key("preset"),
+                    format!("no GPU preset `{name}`"),
+                    Some(format!("presets: {}", gpus::names())),
+                );
+                return None;
+            }
+        },
+    };
+    let Some(node_size) = c.node_size.or(preset.map(|g| g.node_size)) else {
         for (key, value) in tier_keys {
             if value.is_some() {
                 ctx.error(
@@ -112,33 +128,45 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
     if c.link_bandwidth.is_some() {
         ctx.error(
             &path.key("link_bandwidth"),
-            "with `node_size` the network has two tiers: `link_bandwidth` would be ignored",
+            "with `node_size` (or a preset) the network has two tiers: `link_bandwidth` would be ignored",
             Some("remove it; give `intra_node_bandwidth` and `inter_node_bandwidth`".into()),
         );
         ok = false;
     }
-    let mut bandwidth = |key: &str, value: &Option<String>, example: &str| -> Option<f64> {
-        match value {
-            Some(v) => positive(
-                ctx,
-                &path.key(key),
-                v,
-                parse_bandwidth,
-                "a bandwidth must be above 0 B/s",
-                None,
-            ),
-            None => {
-                ctx.error(
+    let mut bandwidth =
+        |key: &str, value: &Option<String>, preset: Option<f64>, example: &str| -> Option<f64> {
+            match value {
+                None if preset.is_some() => preset,
+                Some(v) => positive(
+                    ctx,
                     &path.key(key),
-                    format!("missing `{key}`: with `node_size`, give both tiers' bandwidths"),
-                    Some(format!("e.g. {key} = \"{example}\"")),
-                );
-                None
+                    v,
+                    parse_bandwidth,
+                    "a bandwidth must be above 0 B/s",
+                    None,
+                ),
+                None => {
+                    ctx.error(
+                        &path.key(key),
+                        format!("missing `{key}`: with `node_size`, give both tiers' bandwidths"),
+                        Some(format!("e.g. {key} = \"{example}\"")),
+                    );
+                    None
+                }
             }
-        }
-    };
-    let intra = bandwidth("intra_node_bandwidth", &c.intra_node_bandwidth, "300 GB/s");
-    let inter = bandwidth("inter_node_bandwidth", &c.inter_node_bandwidth, "25 GB/s");
+        };
+    let intra = bandwidth(
+        "intra_node_bandwidth",
+        &c.intra_node_bandwidth,
+        preset.map(|g| g.nvlink_bytes_per_second),
+        "300 GB/s",
+    );
+    let inter = bandwidth(
+        "inter_node_bandwidth",
+        &c.inter_node_bandwidth,
+        preset.map(|g| g.infiniband_bytes_per_second),
+        "25 GB/s",
+    );
     let mut latency = |key: &str, value: &Option<String>, default: f64| -> Option<f64> {
         match value {
             None => Some(default),

@@ -7,8 +7,8 @@ use crate::spec::raw::RawSpec;
 use crate::spec::{Ctx, EstimateSpec, FieldPath, ModelSpec};
 use archplace_engine::step::{self, StepError, StepInput, StepPlan};
 use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
-use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
+use archplace_plugin_sdk::{AcceleratorConfig, gpus};
 
 /// The estimate's chip and plan, if the spec has them; `None` (with errors reported) when
 /// they are invalid, `Some(None)` when the spec has neither.
@@ -42,41 +42,92 @@ pub(super) fn estimate(
     };
     let ap = root.key("accelerator");
     let mut ok = true;
-    for (key, value, max) in [
-        ("tensor_cores", a.tensor_cores, 1 << 16),
-        ("vector_cores", a.vector_cores, 1 << 16),
-        ("width", a.width, 1 << 12),
-        ("depth", a.depth, 1 << 12),
-        ("vector_width", a.vector_width.unwrap_or(a.width), 1 << 12),
-    ] {
-        ok &= count_in(
+    let preset = match &a.preset {
+        None => None,
+        Some(name) => {
+            let g = gpus::gpu(name);
+            if g.is_none() {
+                ctx.error(
+                    &ap.key("preset"),
+                    format!("no GPU preset `{name}`"),
+                    Some(format!("presets: {}", gpus::names())),
+                );
+                ok = false;
+            }
+            g
+        }
+    };
+    // Each axis: given, or the preset's; without either, reported as missing.
+    let mut axis =
+        |ctx: &mut Ctx<'_>, key: &str, given: Option<u32>, preset: Option<u32>, max| match given
+            .or(preset)
+        {
+            Some(v) => {
+                ok &= count_in(ctx, &ap.key(key), v.into(), max, &format!("{key} {v}"), "");
+                v
+            }
+            None => {
+                ctx.error(
+                    &ap.key(key),
+                    format!("missing `{key}`"),
+                    Some(format!("give it, or a GPU `preset` ({})", gpus::names())),
+                );
+                ok = false;
+                0
+            }
+        };
+    let tensor_cores = axis(
+        ctx,
+        "tensor_cores",
+        a.tensor_cores,
+        preset.map(|g| g.streaming_multiprocessors),
+        1 << 16,
+    );
+    let vector_cores = axis(
+        ctx,
+        "vector_cores",
+        a.vector_cores,
+        preset.map(|g| g.streaming_multiprocessors),
+        1 << 16,
+    );
+    let width = axis(ctx, "width", a.width, preset.map(|g| g.mac_width), 1 << 12);
+    let depth = axis(ctx, "depth", a.depth, preset.map(|g| g.mac_depth), 1 << 12);
+    let vector_width = axis(
+        ctx,
+        "vector_width",
+        a.vector_width,
+        preset.map(|g| g.fp32_lanes_per_sm).or(Some(width)),
+        1 << 12,
+    );
+    let size = |ctx: &mut Ctx<'_>, key: &str, given: &Option<String>, preset: Option<u64>| match (
+        given, preset,
+    ) {
+        (Some(text), _) => positive(
             ctx,
             &ap.key(key),
-            value.into(),
-            max,
-            &format!("{key} {value}"),
-            "",
-        );
-    }
-    let buffer = positive(
-        ctx,
-        &ap.key("buffer"),
-        &a.buffer,
-        parse_bytes,
-        "a buffer of 0 bytes",
-        None,
-    );
-    let hbm = positive(
-        ctx,
-        &ap.key("hbm"),
-        &a.hbm,
-        parse_bytes,
-        "an HBM of 0 bytes cannot hold a model",
-        None,
-    );
-    let peak = match &a.peak_flops {
-        None => Some(None),
-        Some(text) => positive(
+            text,
+            parse_bytes,
+            "a size of 0 bytes",
+            None,
+        ),
+        (None, Some(v)) => Some(v),
+        (None, None) => {
+            ctx.error(
+                &ap.key(key),
+                format!("missing `{key}`"),
+                Some(format!(
+                    "give it, e.g. \"80 GiB\", or a GPU `preset` ({})",
+                    gpus::names()
+                )),
+            );
+            None
+        }
+    };
+    let buffer = size(ctx, "buffer", &a.buffer, preset.map(|g| g.l2_bytes));
+    let hbm = size(ctx, "hbm", &a.hbm, preset.map(|g| g.hbm_bytes));
+    let peak = match (&a.peak_flops, preset) {
+        (None, g) => Some(g.map(|g| g.peak_dense_16bit_flops_per_second)),
+        (Some(text), _) => positive(
             ctx,
             &ap.key("peak_flops"),
             text,
@@ -107,11 +158,11 @@ pub(super) fn estimate(
         return None;
     };
     let accelerator = AcceleratorConfig {
-        tensor_cores: a.tensor_cores,
-        vector_cores: a.vector_cores,
-        width: a.width,
-        depth: a.depth,
-        vector_width: a.vector_width.unwrap_or(a.width),
+        tensor_cores,
+        vector_cores,
+        width,
+        depth,
+        vector_width,
         buffer_bytes: buffer.unwrap_or(0),
     };
     let plan = StepPlan {

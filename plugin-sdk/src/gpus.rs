@@ -1,0 +1,110 @@
+//! Datasheet figures of the GPUs archplace has presets for, shared by the spec language
+//! (`[accelerator] preset`, `[cluster] preset`) and the `gpu-like` example plugin
+//! (`preset` parameter), so that both describe the same chip.
+//!
+//! Sources (every figure is the vendor's; nothing here is fitted to training runs):
+//! * A100: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs, 1,024 dense
+//!   FP16/BF16 FMA per SM per clock, 1,410 MHz boost, 312 TFLOP/s dense FP16/BF16, 40 MB L2;
+//!   NVIDIA A100 80GB datasheet (2021): SXM4 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s;
+//!   NVIDIA DGX A100 user guide: 8 GPUs per node, one 200 Gb/s HDR InfiniBand adapter per GPU.
+//! * H100: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): SXM5 with 132 SMs,
+//!   2,048 dense FP16/BF16 FMA per SM per clock, 50 MB L2; NVIDIA H100 datasheet (2023):
+//!   SXM 80 GB HBM3 at 3.35 TB/s, 989 TFLOP/s dense BF16 (1,979 with sparsity), NVLink
+//!   900 GB/s; NVIDIA DGX H100 user guide: 8 GPUs per node, one 400 Gb/s NDR InfiniBand
+//!   adapter per GPU. Its clock is the one that gives the datasheet's peak:
+//!   989.4 TFLOP/s / (2 × 132 × 2,048) = 1.83 GHz.
+//!
+//! NVLink figures are both directions together; a device sends half of it. The tensor
+//! cores of an SM are described as one `width × depth` MAC array per SM (the archplace
+//! accelerator template), with `width × depth` = the SM's FMA per clock.
+
+/// One GPU as archplace describes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gpu {
+    pub name: &'static str,
+    pub streaming_multiprocessors: u32,
+    /// The SM's tensor cores as one MAC array: `mac_width × mac_depth` dense 16-bit FMA
+    /// per clock.
+    pub mac_width: u32,
+    pub mac_depth: u32,
+    /// FP32 lanes per SM (the vector units).
+    pub fp32_lanes_per_sm: u32,
+    pub clock_hz: f64,
+    pub peak_dense_16bit_flops_per_second: f64,
+    pub l2_bytes: u64,
+    pub hbm_bytes: u64,
+    pub hbm_bytes_per_second: f64,
+    /// NVLink per GPU, one direction.
+    pub nvlink_bytes_per_second: f64,
+    /// InfiniBand per GPU (one adapter each), one direction.
+    pub infiniband_bytes_per_second: f64,
+    /// GPUs per node (DGX).
+    pub node_size: u64,
+}
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// The presets, by name.
+pub const GPUS: [Gpu; 2] = [
+    Gpu {
+        name: "a100-sxm-80gb",
+        streaming_multiprocessors: 108,
+        mac_width: 32,
+        mac_depth: 32,
+        fp32_lanes_per_sm: 64,
+        clock_hz: 1.41e9,
+        peak_dense_16bit_flops_per_second: 312e12,
+        l2_bytes: 40 * MIB,
+        hbm_bytes: 80 * GIB,
+        hbm_bytes_per_second: 2.039e12,
+        nvlink_bytes_per_second: 300e9,
+        infiniband_bytes_per_second: 25e9,
+        node_size: 8,
+    },
+    Gpu {
+        name: "h100-sxm-80gb",
+        streaming_multiprocessors: 132,
+        mac_width: 64,
+        mac_depth: 32,
+        fp32_lanes_per_sm: 128,
+        clock_hz: 1.83e9,
+        peak_dense_16bit_flops_per_second: 989.4e12,
+        l2_bytes: 50 * MIB,
+        hbm_bytes: 80 * GIB,
+        hbm_bytes_per_second: 3.35e12,
+        nvlink_bytes_per_second: 450e9,
+        infiniband_bytes_per_second: 50e9,
+        node_size: 8,
+    },
+];
+
+/// The preset called `name`.
+pub fn gpu(name: &str) -> Option<&'static Gpu> {
+    GPUS.iter().find(|g| g.name == name)
+}
+
+/// The preset names, for messages.
+pub fn names() -> String {
+    GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The MAC arrays, SM counts and clocks give the datasheets' peaks (within 0.2%).
+    #[test]
+    fn the_template_reproduces_the_datasheet_peaks() {
+        for g in GPUS {
+            let peak = 2.0
+                * f64::from(g.streaming_multiprocessors)
+                * f64::from(g.mac_width * g.mac_depth)
+                * g.clock_hz;
+            let rel = (peak - g.peak_dense_16bit_flops_per_second).abs()
+                / g.peak_dense_16bit_flops_per_second;
+            assert!(rel < 0.002, "{}: {peak:e}", g.name);
+        }
+        assert!(gpu("a100-sxm-80gb").is_some() && gpu("v100").is_none());
+    }
+}
