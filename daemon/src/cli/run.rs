@@ -148,17 +148,9 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         )?;
         return Ok(());
     };
-    let (c, area_mm2) = (&best.configuration.chip, best.configuration.area_mm2);
     outln!(
-        "best chip: {} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
-        c.tensor_cores,
-        c.width,
-        c.depth,
-        c.vector_cores,
-        c.vector_width,
-        format_bytes(c.buffer_bytes),
-        area_mm2,
-        format_bytes(best.hbm_bytes)
+        "best chip: {}",
+        describe_chip(&best.configuration, best.hbm_bytes)
     )?;
     for m in &best.models {
         outln!(
@@ -233,18 +225,10 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         }
     }
     for tie in &doc.near_ties {
-        let c = &tie.configuration.chip;
         outln!(
-            "near-tie ({:.2}% slower): {} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
+            "near-tie ({:.2}% slower): {}",
             100.0 * (1.0 - tie.relative_to_best),
-            c.tensor_cores,
-            c.width,
-            c.depth,
-            c.vector_cores,
-            c.vector_width,
-            format_bytes(c.buffer_bytes),
-            tie.configuration.area_mm2,
-            format_bytes(tie.hbm_bytes)
+            describe_chip(&tie.configuration, tie.hbm_bytes)
         )?;
     }
     let w = &doc.work;
@@ -256,4 +240,20 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         dir.display()
     )?;
     Ok(())
+}
+
+/// A chip in one line: its cores, buffer, area and HBM.
+fn describe_chip(c: &runner::Configuration, hbm_bytes: u64) -> String {
+    let k = &c.chip;
+    format!(
+        "{} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
+        k.tensor_cores,
+        k.width,
+        k.depth,
+        k.vector_cores,
+        k.vector_width,
+        format_bytes(k.buffer_bytes),
+        c.area_mm2,
+        format_bytes(hbm_bytes)
+    )
 }

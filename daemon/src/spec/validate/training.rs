@@ -2,7 +2,7 @@
 //! memory model.
 
 use super::rules::{count_in, duplicates};
-use crate::spec::raw::RawSpec;
+use crate::spec::raw::{OneOrMany, RawSpec};
 use crate::spec::{Ctx, FieldPath};
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
 pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
@@ -74,21 +74,18 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
             }
         }
     }
-    let precisions = match &t.precision {
-        Some(p) => p.to_vec(),
-        None => vec![Precision::Bf16Mixed],
-    };
+    let reference = memory_model == MemoryModel::Reference;
     let precision_path = path.key("precision");
-    if precisions.is_empty() {
-        ctx.error(
-            &precision_path,
-            "no precision to try",
-            Some("e.g. \"bf16-mixed\"".into()),
-        );
-        ok = false;
-    }
-    duplicates(ctx, &precision_path, &precisions);
-    if memory_model == MemoryModel::Reference && t.precision.is_some() {
+    let precisions = choices(
+        ctx,
+        &precision_path,
+        t.precision.as_ref(),
+        Precision::Bf16Mixed,
+        "e.g. \"bf16-mixed\"",
+    );
+    ok &= precisions.is_some();
+    let precisions = precisions.unwrap_or_default();
+    if reference && t.precision.is_some() {
         ctx.error(
             &precision_path,
             "the reference memory model counts `bytes_per_element`, not a precision",
@@ -96,50 +93,34 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         );
         ok = false;
     }
-    let distributed_optimizer = match &t.distributed_optimizer {
-        Some(d) => d.to_vec(),
-        None => vec![false],
+    // Two switches the reference memory model does not have.
+    let mut switch = |ctx: &mut Ctx<'_>, key: &str, given: Option<&OneOrMany<bool>>, what: &str| {
+        let at = path.key(key);
+        let values = choices(ctx, &at, given, false, "use false, true or [false, true]");
+        ok &= values.is_some();
+        let values = values.unwrap_or_default();
+        if reference && values.contains(&true) {
+            ctx.error(
+                &at,
+                format!("the reference memory model has no {what}"),
+                Some("use memory_model = \"megatron\"".into()),
+            );
+            ok = false;
+        }
+        values
     };
-    let dist_path = path.key("distributed_optimizer");
-    if distributed_optimizer.is_empty() {
-        ctx.error(
-            &dist_path,
-            "no choice to try",
-            Some("use false, true or [false, true]".into()),
-        );
-        ok = false;
-    }
-    duplicates(ctx, &dist_path, &distributed_optimizer);
-    if memory_model == MemoryModel::Reference && distributed_optimizer.contains(&true) {
-        ctx.error(
-            &dist_path,
-            "the reference memory model has no distributed optimizer",
-            Some("use memory_model = \"megatron\"".into()),
-        );
-        ok = false;
-    }
-    let sequence_parallel = match &t.sequence_parallel {
-        Some(d) => d.to_vec(),
-        None => vec![false],
-    };
-    let sp_path = path.key("sequence_parallel");
-    if sequence_parallel.is_empty() {
-        ctx.error(
-            &sp_path,
-            "no choice to try",
-            Some("use false, true or [false, true]".into()),
-        );
-        ok = false;
-    }
-    duplicates(ctx, &sp_path, &sequence_parallel);
-    if memory_model == MemoryModel::Reference && sequence_parallel.contains(&true) {
-        ctx.error(
-            &sp_path,
-            "the reference memory model has no sequence parallelism",
-            Some("use memory_model = \"megatron\"".into()),
-        );
-        ok = false;
-    }
+    let distributed_optimizer = switch(
+        ctx,
+        "distributed_optimizer",
+        t.distributed_optimizer.as_ref(),
+        "distributed optimizer",
+    );
+    let sequence_parallel = switch(
+        ctx,
+        "sequence_parallel",
+        t.sequence_parallel.as_ref(),
+        "sequence parallelism",
+    );
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
     let bpe_path = path.key("bytes_per_element");
     if ![1, 2, 4].contains(&bytes_per_element) {
@@ -183,4 +164,22 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         memory_model,
         bytes_per_element,
     })
+}
+
+/// The values of a key that takes one value or a list to try (`default` when absent): none
+/// reported as an error with `help`, repeats reported; `None` when empty.
+fn choices<T: Clone + PartialEq + std::fmt::Debug>(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&OneOrMany<T>>,
+    default: T,
+    help: &str,
+) -> Option<Vec<T>> {
+    let values = given.map_or_else(|| vec![default], OneOrMany::to_vec);
+    if values.is_empty() {
+        ctx.error(path, "no value to try", Some(help.to_string()));
+        return None;
+    }
+    duplicates(ctx, path, &values);
+    Some(values)
 }
