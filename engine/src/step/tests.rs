@@ -1,17 +1,7 @@
 use super::*;
 use crate::model::preset;
+use crate::space::REFERENCE_CONFIG;
 use archplace_reference_cost::ReferenceModel;
-
-fn chip() -> AcceleratorConfig {
-    AcceleratorConfig {
-        tensor_cores: 8,
-        vector_cores: 2,
-        width: 128,
-        depth: 128,
-        vector_width: 128,
-        buffer_bytes: 128 << 20,
-    }
-}
 
 fn plan(t: u64, p: u64, d: u64) -> StepPlan {
     StepPlan {
@@ -32,7 +22,7 @@ fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
     StepInput {
         model: preset("gpt3-175b").unwrap(),
         plan,
-        accelerator: chip(),
+        accelerator: REFERENCE_CONFIG,
         hbm_bytes: hbm_gib << 30,
         devices: plan.tensor_parallel * plan.pipeline_parallel * plan.data_parallel,
         global_batch: 1536,
