@@ -63,6 +63,7 @@ pub fn step_input_with(
             heuristic_only: scheduling == Scheduling::ListSchedule,
             relative_gap: spec.space.schedule_gap,
         },
+        execution: spec.training.execution,
     })
 }
 
@@ -78,6 +79,7 @@ pub struct EstimateDoc<'a> {
     pub devices: u64,
     pub global_batch: u64,
     pub network: step::Network,
+    pub execution: archplace_engine::execution::Execution,
     pub latency_model: &'a str,
     pub feasible: bool,
     /// Why the plan cannot run (with `feasible = false`).
@@ -128,6 +130,7 @@ pub fn document<'a>(
         devices: input.devices,
         global_batch: input.global_batch,
         network: input.network,
+        execution: input.execution,
         latency_model,
         feasible: report.is_some(),
         reason,
@@ -197,6 +200,14 @@ pub fn describe_plan(input: &StepInput) -> String {
         } else {
             ""
         },
+    ) + &format!(
+        "; operators {}, tensor-parallel collectives {}",
+        input.execution.operators.name(),
+        if input.execution.tensor_parallel_overlap {
+            "overlapped"
+        } else {
+            "not overlapped"
+        }
     )
 }
 

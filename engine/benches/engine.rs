@@ -119,8 +119,14 @@ fn schedule(c: &mut Criterion) {
             ("forward", &graphs.block.forward),
             ("backward", &graphs.block.backward),
         ] {
-            let inst = archplace_engine::layer::instance(graph, &REFERENCE_CONFIG, &model)
-                .expect("an instance");
+            // The reference's semantics: this measures the solver on its own instances.
+            let inst = archplace_engine::layer::instance(
+                graph,
+                &REFERENCE_CONFIG,
+                archplace_engine::execution::Execution::DATAFLOW,
+                &model,
+            )
+            .expect("an instance");
             g.bench_function(format!("{name}-t{t}-{pass}"), |b| {
                 b.iter(|| solve(black_box(&inst), &opts).expect("solves"))
             });
@@ -186,6 +192,7 @@ fn step(c: &mut Criterion) {
             heuristic_only: false,
             relative_gap: 0.01,
         },
+        execution: archplace_engine::execution::Execution::default(),
     };
     let model = ReferenceModel::default();
     c.bench_function("step/gpt3-t8-p16-d8", |b| {

@@ -1,20 +1,25 @@
 //! A layer's operator graph as a scheduling instance on one accelerator: every operator's
-//! duration on one core and on all cores of its type, from the latency model.
+//! duration on one core and on all cores of its type, from the latency model, restricted
+//! to what the [`Execution`] allows.
 
 use super::estimate::estimate;
+use super::execution::{self, Execution};
 use super::model::{Core, OpGraph};
 use super::schedule::{Instance, Resource, Task};
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
 };
 
-/// The scheduling instance of `graph` on `config`, with `cost` answering for one operator
-/// on some cores (the search passes its memo; [`instance`] asks the model directly).
+/// The scheduling instance of `graph` on `config` under `execution`, with `cost`
+/// answering for one operator on some cores (the search passes its memo; [`instance`] asks
+/// the model directly). Sequential execution asks only for all-cores durations.
 pub fn instance_with(
     graph: &OpGraph,
     config: &AcceleratorConfig,
+    execution: Execution,
     mut cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<Instance, EstimateError> {
+    let all_only = execution.all_cores_only();
     let (tc_all, tc_one) = (
         config.tensor_core(config.tensor_cores),
         config.tensor_core(1),
@@ -26,21 +31,29 @@ pub fn instance_with(
     let mut tasks = Vec::with_capacity(graph.nodes.len());
     for node in &graph.nodes {
         let (resource, one, all) = match node.core {
-            Core::Tensor => (
-                Resource::Tensor,
-                cost(&tc_one, &node.op)?,
-                cost(&tc_all, &node.op)?,
-            ),
-            Core::Fused => (
-                Resource::Fused,
-                cost(&tc_one, &node.op)?,
-                cost(&tc_all, &node.op)?,
-            ),
-            Core::Vector => (
-                Resource::Vector,
-                cost(&vc_one, &node.op)?,
-                cost(&vc_all, &node.op)?,
-            ),
+            Core::Tensor | Core::Fused => {
+                let all = cost(&tc_all, &node.op)?;
+                let one = if all_only {
+                    all
+                } else {
+                    cost(&tc_one, &node.op)?
+                };
+                let r = if node.core == Core::Tensor {
+                    Resource::Tensor
+                } else {
+                    Resource::Fused
+                };
+                (r, one, all)
+            }
+            Core::Vector => {
+                let all = cost(&vc_all, &node.op)?;
+                let one = if all_only {
+                    all
+                } else {
+                    cost(&vc_one, &node.op)?
+                };
+                (Resource::Vector, one, all)
+            }
             // All-reduces use the links, whatever the cores.
             Core::Link => {
                 let c = cost(&vc_one, &node.op)?;
@@ -53,21 +66,25 @@ pub fn instance_with(
             parallel: all.seconds,
         });
     }
-    Ok(Instance {
-        tensor_cores: config.tensor_cores,
-        vector_cores: config.vector_cores,
-        tasks,
-        edges: graph.edges.clone(),
-    })
+    Ok(execution::restrict(
+        Instance {
+            tensor_cores: config.tensor_cores,
+            vector_cores: config.vector_cores,
+            tasks,
+            edges: graph.edges.clone(),
+        },
+        execution,
+    ))
 }
 
-/// The scheduling instance of `graph` on `config`, estimated by `model`.
+/// The scheduling instance of `graph` on `config` under `execution`, estimated by `model`.
 pub fn instance(
     graph: &OpGraph,
     config: &AcceleratorConfig,
+    execution: Execution,
     model: &dyn LatencyModel,
 ) -> Result<Instance, EstimateError> {
-    instance_with(graph, config, |core, op| {
+    instance_with(graph, config, execution, |core, op| {
         Ok(estimate(model, core, std::slice::from_ref(op))?[0])
     })
 }

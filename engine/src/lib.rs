@@ -7,7 +7,8 @@
 //! `std::process`, `std::env`) keep it that way, so tests and benchmarks drive it directly.
 //!
 //! * [`model`] — operator graphs of a model's layers; [`space`] — the architecture space;
-//! * [`estimate`], [`layer`] — cost-model answers for a layer's operators;
+//! * [`estimate`], [`layer`] — cost-model answers for a layer's operators; [`execution`] —
+//!   which of them may overlap (dataflow chip, or one kernel at a time);
 //! * [`schedule`] — a layer's operators on the cores (bounds, list schedule, HiGHS MIP);
 //! * [`placement`] — layers over pipeline stages and devices (dynamic program);
 //! * [`search`] — the area-ordered co-search; [`training`] — precision, optimizer and
@@ -16,6 +17,7 @@
 //! * [`phaze`] — the reference system's file formats, for comparing with it.
 
 pub mod estimate;
+pub mod execution;
 pub mod layer;
 pub mod model;
 pub mod phaze;

@@ -24,9 +24,11 @@
 //!   the node, then `1/k` of it between nodes, `k` ranks of the group per node). Tied
 //!   embeddings on different stages add the all-reduce of the embedding's gradient between
 //!   the first and the last stage. Not overlapped with the backward pass (Megatron-LM 2021).
-//! * **Optimizer step**: element-wise over the parameters the device updates (its shard
-//!   with the distributed optimizer): one vector operation over them per moment, plus two
-//!   (gradient unscale/clip and the weight update), timed by the latency model.
+//! * **Optimizer step**: memory-bound, over the parameters the device updates (its shard
+//!   with the distributed optimizer): every byte of their state read and written once
+//!   (weights, gradient buffer, master weights, moments) and the gradient read twice more
+//!   (unscale, norm for clipping) — `2 (w + g + o) + 2 g` bytes per parameter with the
+//!   unsharded [`StateBytes`] — timed by the latency model as one element-wise operation.
 //! * **Memory** of the most loaded stage: state bytes per parameter
 //!   ([`StateBytes::megatron`]) × its parameters; activations per micro-batch as kept by
 //!   the recomputation ([`crate::model::Layer::kept_bytes`]), for `min(p − k, m)`
@@ -142,6 +144,8 @@ pub struct StepInput {
     pub peak_flops_per_second: Option<f64>,
     /// How layer schedules are solved.
     pub schedule: schedule::Options,
+    /// Which of a layer's operators may overlap on the chip.
+    pub execution: crate::execution::Execution,
 }
 
 /// Where a step's time goes on the slowest device, in seconds; the parts add up to the
@@ -352,6 +356,7 @@ struct GraphTiming {
 /// Memoised latency-model answers, fetched in one batch per core configuration.
 struct Costs<'a> {
     model: &'a dyn LatencyModel,
+    execution: crate::execution::Execution,
     memo: HashMap<(CoreConfig, Op), OpCost>,
 }
 
@@ -363,7 +368,7 @@ impl Costs<'_> {
             joules: 0.0,
         };
         for g in graphs {
-            let _ = instance_with(g, c, |core, op| {
+            let _ = instance_with(g, c, self.execution, |core, op| {
                 if !self.memo.contains_key(&(*core, op.clone())) {
                     missing.entry(*core).or_default().push(op.clone());
                 }
@@ -396,7 +401,7 @@ impl Costs<'_> {
         c: &AcceleratorConfig,
         options: &schedule::Options,
     ) -> Result<GraphTiming, StepError> {
-        let inst = instance_with(g, c, |core, op| self.get(core, op))?;
+        let inst = instance_with(g, c, self.execution, |core, op| self.get(core, op))?;
         let s = schedule::solve(&inst, options).map_err(|e| StepError::Schedule(e.to_string()))?;
         let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
         for (node, task) in g.nodes.iter().zip(&inst.tasks) {
@@ -584,6 +589,7 @@ pub fn estimate_step(
     let c = &input.accelerator;
     let mut costs = Costs {
         model: latency,
+        execution: input.execution,
         memo: HashMap::new(),
     };
     let graphs = [
@@ -675,17 +681,25 @@ pub fn estimate_step(
         dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
     }
 
-    // Optimizer step: element-wise passes over the parameters this device updates.
+    // Optimizer step: memory-bound element-wise work over the parameters this device
+    // updates — the gradient read to unscale it and take its norm, every state byte read
+    // and written by the update (weights, gradient, master weights and moments), the
+    // gradient buffer zeroed — given to the latency model as an element-wise operation
+    // of that many bytes (it reads and writes `element_bytes` per element).
     let updated = if pl.distributed_optimizer {
         params_max / d as f64
     } else {
         params_max
     };
-    let passes = pl.optimizer.moments() + 2;
+    let full = StateBytes::megatron(pl.precision, pl.optimizer, false, 1);
+    let traffic_per_parameter =
+        2.0 * (full.weights + full.gradients + full.optimizer) + 2.0 * full.gradients;
+    let element_bytes = pl.precision.element_bytes() as f64;
+    let elements = updated * traffic_per_parameter / (2.0 * element_bytes);
     let op = Op {
         kind: OpKind::Vector {
             kind: VectorKind::Add,
-            elements: updated.ceil() as u64,
+            elements: elements.ceil() as u64,
             row: 1,
         },
         direction: Direction::Forward,
@@ -702,7 +716,7 @@ pub fn estimate_step(
         seconds: 0.0,
         joules: 0.0,
     });
-    let optimizer_seconds = passes as f64 * opt_cost.seconds;
+    let optimizer_seconds = opt_cost.seconds;
 
     let time = TimeBreakdown {
         forward_seconds: m * f,
@@ -742,8 +756,8 @@ pub fn estimate_step(
         + head.forward_joules
         + head.backward_joules;
     // A replica is t × p devices; its micro-batch joules are per rank of one layer.
-    let energy = per_replica_micro_batch * t as f64 * total_micro_batches
-        + passes as f64 * opt_cost.joules * devices;
+    let energy =
+        per_replica_micro_batch * t as f64 * total_micro_batches + opt_cost.joules * devices;
 
     let samples = input.global_batch as f64 / step;
     Ok(StepReport {

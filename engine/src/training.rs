@@ -213,6 +213,8 @@ pub struct Training {
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,
+    /// Which of a layer's operators may overlap on the chip.
+    pub execution: crate::execution::Execution,
 }
 
 /// The devices and their links.

@@ -4,7 +4,8 @@
 //!
 //! Sources (every figure is the vendor's; nothing here is fitted to training runs):
 //! * A100: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs, 1,024 dense
-//!   FP16/BF16 FMA per SM per clock, 1,410 MHz boost, 312 TFLOP/s dense FP16/BF16, 40 MB L2;
+//!   FP16/BF16 FMA per SM per clock, 1,410 MHz boost, 312 TFLOP/s dense FP16/BF16, 40 MB L2
+//!   read at 5,120 bytes per clock (7.2 TB/s);
 //!   NVIDIA A100 80GB datasheet (2021): SXM4 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s;
 //!   NVIDIA DGX A100 user guide: 8 GPUs per node, one 200 Gb/s HDR InfiniBand adapter per GPU.
 //! * H100: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): SXM5 with 132 SMs,
@@ -13,6 +14,28 @@
 //!   900 GB/s; NVIDIA DGX H100 user guide: 8 GPUs per node, one 400 Gb/s NDR InfiniBand
 //!   adapter per GPU. Its clock is the one that gives the datasheet's peak:
 //!   989.4 TFLOP/s / (2 × 132 × 2,048) = 1.83 GHz.
+//!
+//! Measured, not datasheet (each is a single-GPU microbenchmark, nothing end-to-end):
+//! * The largest fraction of peak a 16-bit GEMM reaches: S. Bekman, "Machine Learning
+//!   Engineering", compute/accelerator, "Maximum Achievable Matmul FLOPS comparison table"
+//!   (bf16 `matmul`, best shape found by `mamf-finder.py`): A100 SXM 267.9 of 312 TFLOP/s
+//!   (85.9%, CUDA 12.1), H100 SXM 792.1 of 989 TFLOP/s (80.1%, CUDA 12.1).
+//! * The HBM bandwidth a streaming kernel sustains on A100 SXM4 80GB: 1.80 of 2.039 TB/s
+//!   (88%, confirmed by Nsight Compute; NVIDIA developer forums, "Trouble to Reach Peak
+//!   Bandwidth of A100", 2025, which also cites a GTC talk where no kernel exceeded ~90%).
+//!   No such figure is cited for H100 here.
+//! * The share of the NVLink line rate an NCCL collective achieves: A100, ~200 of 300 GB/s
+//!   bus bandwidth for an 8-GPU all-reduce on an HGX A100 80GB board (NVIDIA/nccl-tests
+//!   issue #149, NCCL 2.18); H100, 370 of 450 GB/s ("with the protocol overhead (~20%)
+//!   NCCL can get an effective NVLink bandwidth of 370GB/s", the NCCL maintainer in
+//!   NVIDIA/nccl-tests issue #212). No InfiniBand figure is cited: that tier stays at its
+//!   line rate.
+//! * The output tiles one SM computes per wave: cuBLAS's tile sizes for 16-bit GEMMs,
+//!   256 × 128 the largest and most efficient, down to 64 × 64 (NVIDIA, "Matrix
+//!   Multiplication Background User's Guide", DU-09799-001, 2023, §2.3 "Typical Tile
+//!   Dimensions in cuBLAS and Performance" and §3 "Dimension Quantization Effects"): a
+//!   GEMM's tiles run in waves of one tile per SM, so a GEMM whose tiles do not fill the
+//!   last wave, or whose sides are not multiples of the tile, wastes the difference.
 //!
 //! NVLink figures are both directions together; a device sends half of it. The tensor
 //! cores of an SM are described as one `width × depth` MAC array per SM (the archplace
@@ -38,12 +61,28 @@ pub struct Gpu {
     pub nvlink_bytes_per_second: f64,
     /// InfiniBand per GPU (one adapter each), one direction.
     pub infiniband_bytes_per_second: f64,
+    /// The share of the NVLink bandwidth an NCCL collective achieves (bus bandwidth over
+    /// line rate), measured.
+    pub nvlink_collective_fraction: f64,
     /// GPUs per node (DGX).
     pub node_size: u64,
+    /// L2 read bandwidth, where the vendor publishes it.
+    pub l2_bytes_per_second: Option<f64>,
+    /// The fraction of the HBM bandwidth a measured streaming kernel sustains, where one is
+    /// published.
+    pub max_memory_fraction: Option<f64>,
+    /// The largest fraction of the dense 16-bit peak a measured GEMM reaches.
+    pub max_matmul_fraction: f64,
+    /// The output tiles (rows × columns, either way round) one SM may compute per wave.
+    pub gemm_tiles: &'static [(u32, u32)],
 }
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
+
+/// cuBLAS's tile sizes for 16-bit GEMMs (the NVIDIA guide above, §2.3), each either way
+/// round.
+const CUBLAS_TILES: &[(u32, u32)] = &[(256, 128), (128, 128), (256, 64), (128, 64), (64, 64)];
 
 /// The presets, by name.
 pub const GPUS: [Gpu; 2] = [
@@ -60,7 +99,12 @@ pub const GPUS: [Gpu; 2] = [
         hbm_bytes_per_second: 2.039e12,
         nvlink_bytes_per_second: 300e9,
         infiniband_bytes_per_second: 25e9,
+        nvlink_collective_fraction: 200.0 / 300.0,
         node_size: 8,
+        l2_bytes_per_second: Some(5120.0 * 1.41e9),
+        max_memory_fraction: Some(1.80 / 2.039),
+        max_matmul_fraction: 267.9 / 312.0,
+        gemm_tiles: CUBLAS_TILES,
     },
     Gpu {
         name: "h100-sxm-80gb",
@@ -75,7 +119,13 @@ pub const GPUS: [Gpu; 2] = [
         hbm_bytes_per_second: 3.35e12,
         nvlink_bytes_per_second: 450e9,
         infiniband_bytes_per_second: 50e9,
+        nvlink_collective_fraction: 370.0 / 450.0,
         node_size: 8,
+        // The H100 whitepaper gives no L2 bandwidth figure.
+        l2_bytes_per_second: None,
+        max_memory_fraction: None,
+        max_matmul_fraction: 792.1 / 989.0,
+        gemm_tiles: CUBLAS_TILES,
     },
 ];
 

@@ -275,6 +275,13 @@ pub struct RawTraining {
     /// Bytes per element with the reference memory model: 1, 2 or 4 (default 2). With the
     /// megatron model it must agree with the precision, if given.
     pub bytes_per_element: Option<u64>,
+    /// How a layer's operators share the chip: "concurrent" (default: operators on
+    /// different cores overlap, a dataflow accelerator) or "sequential" (one operator at a
+    /// time on all the cores of its type, as Megatron-LM runs kernels on a GPU).
+    pub operator_execution: Option<archplace_engine::execution::OperatorExecution>,
+    /// Tensor-parallel collectives overlap independent computation (default false: each
+    /// runs alone).
+    pub tensor_parallel_overlap: Option<bool>,
 }
 
 /// The devices that train the model.
@@ -303,6 +310,12 @@ pub struct RawCluster {
     pub intra_node_latency: Option<String>,
     /// Latency of one message between nodes (default "10 us").
     pub inter_node_latency: Option<String>,
+    /// Fraction of `intra_node_bandwidth` collectives and transfers achieve, 0 < x ≤ 1
+    /// (default 1; a GPU preset sets the measured NCCL bus bandwidth's share).
+    pub intra_node_efficiency: Option<f64>,
+    /// Fraction of `inter_node_bandwidth` collectives and transfers achieve, 0 < x ≤ 1
+    /// (default 1).
+    pub inter_node_efficiency: Option<f64>,
 }
 
 /// An axis of the space: a list of values, or every power of two from `min` to `max`.

@@ -585,8 +585,26 @@ fn gpu_presets_fill_the_chip_and_the_cluster() {
     assert_eq!(e.peak_flops_per_second, Some(312e12));
     let n = s.cluster.network;
     assert_eq!(n.node_size, 8);
-    assert_eq!(n.intra_node.bytes_per_second, 450e9);
+    // NVLink at the share of its line rate NCCL achieves (the preset's measured figure),
+    // InfiniBand at its line rate.
+    assert_eq!(n.intra_node.bytes_per_second, 450e9 * (370.0 / 450.0));
     assert_eq!(n.inter_node.bytes_per_second, 50e9);
+    let given = src.replace(
+        "[cluster]\n",
+        "[cluster]\nintra_node_efficiency = 0.5\ninter_node_efficiency = 0.9\n",
+    );
+    let n = parse(&given, "t.toml").unwrap().cluster.network;
+    assert_eq!(
+        (n.intra_node.bytes_per_second, n.inter_node.bytes_per_second),
+        (225e9, 45e9)
+    );
+    let d = errors(&src.replace("[cluster]\n", "[cluster]\nintra_node_efficiency = 1.5\n"));
+    assert!(
+        find(&d, "cluster.intra_node_efficiency")
+            .message
+            .contains("not a fraction"),
+        "{d:?}"
+    );
     assert_eq!(s.cluster.hbm_bytes, vec![80 << 30]);
     let bad = src.replace("preset = \"a100-sxm-80gb\"", "preset = \"v100\"");
     let d = errors(&bad);

@@ -235,11 +235,24 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Megatron `f`: identity forward, all-reduce of the input gradient backward.
+    /// Megatron `f`: identity forward, all-reduce of the input gradient backward. With
+    /// sequence parallelism: the input all-gathered forward, its gradient reduce-scattered
+    /// backward — and the input all-gathered once more backward, for the weight gradient
+    /// (Megatron-LM keeps only its shard; Korthikanti et al. 2022, §4.2.2).
     fn copy_to_tp(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
         if self.t == 1 {
             return x;
         }
+        let x = if self.sp {
+            let again = FwdKind::AllReduceBackward {
+                bytes: elements * self.bpe / 2,
+                group: self.t as u32,
+                link_bytes_per_second: self.link,
+            };
+            lb.push(&format!("{name}.all_gather_again"), again, vec![x], vec![])
+        } else {
+            x
+        };
         let kind = self.collective(
             |bytes, group, link_bytes_per_second| FwdKind::AllReduceBackward {
                 bytes,

@@ -235,6 +235,7 @@ pub enum SearchError {
 /// the shared memo.
 struct Estimator<'a> {
     model: &'a dyn LatencyModel,
+    execution: crate::execution::Execution,
     cache: RwLock<HashMap<(CoreConfig, Op), OpCost>>,
     computed: AtomicU64,
     hits: AtomicU64,
@@ -274,7 +275,7 @@ impl Estimator<'_> {
                 seconds: 0.0,
                 joules: 0.0,
             };
-            let _ = super::layer::instance_with(graph, c, |core, op| {
+            let _ = super::layer::instance_with(graph, c, self.execution, |core, op| {
                 if !cache.contains_key(&(*core, op.clone())) {
                     missing.entry(*core).or_default().push(op.clone());
                 }
@@ -294,7 +295,8 @@ impl Estimator<'_> {
             }
         }
         self.computed.fetch_add(fetched, Ordering::Relaxed);
-        let inst = super::layer::instance_with(graph, c, |core, op| self.cost(core, op));
+        let inst =
+            super::layer::instance_with(graph, c, self.execution, |core, op| self.cost(core, op));
         // The second pass found the prefetched operators in the memo: not hits.
         self.hits.fetch_sub(
             fetched.min(self.hits.load(Ordering::Relaxed)),
@@ -1015,6 +1017,7 @@ pub fn search(
         graphs,
         estimator: Estimator {
             model: latency,
+            execution: input.training.execution,
             cache: RwLock::new(HashMap::new()),
             computed: AtomicU64::new(0),
             hits: AtomicU64::new(0),

@@ -43,6 +43,7 @@ fn tiny() -> (SearchInput, Space) {
             // The brute force below counts memory as the reference does.
             memory_model: MemoryModel::Reference,
             bytes_per_element: 2,
+            execution: crate::execution::Execution::default(),
         },
         cluster: Cluster {
             devices: 16,
@@ -106,7 +107,13 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                             },
                         );
                         let time = |graph: &OpGraph| {
-                            let inst = layer::instance(graph, &cand.config, &model).unwrap();
+                            let inst = layer::instance(
+                                graph,
+                                &cand.config,
+                                input.training.execution,
+                                &model,
+                            )
+                            .unwrap();
                             schedule::solve(&inst, &input.schedule).unwrap().makespan
                         };
                         let per_kind: Vec<(f64, f64)> = [&g.embedding, &g.block, &g.head]

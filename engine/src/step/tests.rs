@@ -42,6 +42,7 @@ fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
             heuristic_only: true,
             ..schedule::Options::default()
         },
+        execution: crate::execution::Execution::default(),
     }
 }
 

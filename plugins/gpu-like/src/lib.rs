@@ -7,8 +7,14 @@
 //! systolic template:
 //!
 //! * every operator is a kernel launch with a fixed overhead;
-//! * tensor cores run at a fraction of peak that falls with wave quantisation (tiles of
-//!   `width × depth` spread over the cores, the last wave partly idle);
+//! * tensor cores run at a fraction of peak (`matrix_efficiency`: what the best-shaped GEMM
+//!   reaches) that falls with tile and wave quantisation: the output is cut into tiles,
+//!   one tile per core per wave, so partial tiles at the edges and a partly idle last wave
+//!   are wasted (NVIDIA's "Matrix Multiplication Background User's Guide", §3). By default
+//!   a tile is one core's `width × depth` array; with `gemm_tiles` (cuBLAS's tile sizes on
+//!   the GPU presets) the best tile is chosen per GEMM, as cuBLAS's heuristics do — a
+//!   large tile wastes more at the edges and in the last wave, a small one re-reads its
+//!   operands more often and is bound by the on-chip bandwidth;
 //! * operands stream from HBM, re-read in proportion to how far the working set overflows
 //!   the on-chip memory; on-chip bandwidth bounds the rest;
 //! * vector kernels are memory-bound unless the element is expensive (softmax, GELU);
@@ -34,7 +40,17 @@ pub struct GpuLike {
     pub clock_hz: f64,
     /// Fraction of peak matrix throughput a large, well-shaped GEMM reaches.
     pub matrix_efficiency: f64,
+    /// The output tiles a core may compute per wave (rows, columns; either way round),
+    /// the best chosen per GEMM; empty: the core's `width × depth` array.
+    pub gemm_tiles: Vec<(u64, u64)>,
     pub hbm_bytes_per_second: f64,
+    /// Fraction of the HBM bandwidth memory-bound kernels sustain.
+    pub memory_efficiency: f64,
+    /// Element-wise work fused to a GEMM runs in its epilogue (true) or as separate
+    /// kernels after it, each reading and writing its elements (false: cuBLAS GEMMs
+    /// followed by framework kernels, as Megatron-LM runs bias + GeLU and bias + dropout +
+    /// residual).
+    pub fused_epilogues: bool,
     pub on_chip_bytes_per_second: f64,
     pub launch_seconds: f64,
     pub link_latency_seconds: f64,
@@ -52,7 +68,10 @@ impl Default for GpuLike {
         GpuLike {
             clock_hz: 1.4e9,
             matrix_efficiency: 0.75,
+            gemm_tiles: Vec::new(),
             hbm_bytes_per_second: 2.0e12,
+            memory_efficiency: 1.0,
+            fused_epilogues: true,
             on_chip_bytes_per_second: 20.0e12,
             launch_seconds: 4e-6,
             link_latency_seconds: 5e-6,
@@ -73,10 +92,10 @@ struct Param {
     default: &'static str,
 }
 
-const PARAMETERS: [Param; 14] = [
+const PARAMETERS: [Param; 17] = [
     Param {
         name: "preset",
-        description: "a GPU whose datasheet sets clock and hbm_bandwidth: a100-sxm-80gb, h100-sxm-80gb (parameters given override it)",
+        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only) and gemm_tiles (cuBLAS): a100-sxm-80gb, h100-sxm-80gb (parameters given override it)",
         default: "none",
     },
     Param {
@@ -88,6 +107,21 @@ const PARAMETERS: [Param; 14] = [
         name: "matrix_efficiency",
         description: "fraction of peak matrix throughput a large GEMM reaches (0 < x ≤ 1)",
         default: "0.75",
+    },
+    Param {
+        name: "memory_efficiency",
+        description: "fraction of the HBM bandwidth memory-bound kernels sustain (0 < x ≤ 1)",
+        default: "1",
+    },
+    Param {
+        name: "fused_epilogues",
+        description: "element-wise work fused to a GEMM runs in its epilogue (true) or as separate memory-bound kernels after it (false)",
+        default: "true",
+    },
+    Param {
+        name: "gemm_tiles",
+        description: "output tiles a core may compute per wave, the best chosen per GEMM, e.g. `256x128, 128x128, 64x64`, or `core` for the core's width × depth array",
+        default: "core",
     },
     Param {
         name: "hbm_bandwidth",
@@ -153,6 +187,27 @@ fn parse_fraction(v: &str) -> Result<f64, String> {
     }
 }
 
+/// `core` (no tiles), or a comma-separated list of `ROWSxCOLUMNS`, each side 1 to 65,536.
+fn parse_tiles(v: &str) -> Result<Vec<(u64, u64)>, String> {
+    let v = v.trim();
+    if v == "core" {
+        return Ok(Vec::new());
+    }
+    v.split(',')
+        .map(|tile| {
+            let tile = tile.trim();
+            let bad = || format!("`{tile}` is not a tile: use e.g. `256x128, 128x128`, or `core`");
+            let (r, c) = tile.split_once(['x', 'X', '×']).ok_or_else(bad)?;
+            match (r.trim().parse::<u64>(), c.trim().parse::<u64>()) {
+                (Ok(r), Ok(c)) if (1..=1 << 16).contains(&r) && (1..=1 << 16).contains(&c) => {
+                    Ok((r, c))
+                }
+                _ => Err(bad()),
+            }
+        })
+        .collect()
+}
+
 fn parse_positive(v: &str) -> Result<f64, String> {
     match v.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
@@ -175,6 +230,18 @@ impl GpuLike {
                 (_, Some(g)) => {
                     m.clock_hz = g.clock_hz;
                     m.hbm_bytes_per_second = g.hbm_bytes_per_second;
+                    if let Some(f) = g.max_memory_fraction {
+                        m.memory_efficiency = f;
+                    }
+                    m.matrix_efficiency = g.max_matmul_fraction;
+                    if let Some(l2) = g.l2_bytes_per_second {
+                        m.on_chip_bytes_per_second = l2;
+                    }
+                    m.gemm_tiles = g
+                        .gemm_tiles
+                        .iter()
+                        .map(|&(r, c)| (u64::from(r), u64::from(c)))
+                        .collect();
                 }
                 (other, None) => errors.push(ParameterError::new(
                     "preset",
@@ -192,6 +259,15 @@ impl GpuLike {
                     "preset" => {}
                     "clock" => m.clock_hz = parse_hertz(v).map_err(|e| e.message)?,
                     "matrix_efficiency" => m.matrix_efficiency = parse_fraction(v)?,
+                    "memory_efficiency" => m.memory_efficiency = parse_fraction(v)?,
+                    "fused_epilogues" => {
+                        m.fused_epilogues = match v.trim() {
+                            "true" => true,
+                            "false" => false,
+                            _ => return Err(format!("`{v}` is not true or false")),
+                        }
+                    }
+                    "gemm_tiles" => m.gemm_tiles = parse_tiles(v)?,
                     "hbm_bandwidth" => {
                         m.hbm_bytes_per_second = parse_bandwidth(v).map_err(|e| e.message)?
                     }
@@ -264,6 +340,44 @@ impl GpuLike {
         Ok(a)
     }
 
+    /// The HBM bandwidth memory-bound kernels sustain.
+    fn sustained_hbm(&self) -> f64 {
+        self.hbm_bytes_per_second * self.memory_efficiency
+    }
+
+    /// Seconds of a GEMM's matrix work on `core`: its output cut into tiles, one tile per
+    /// core per wave. With the core's own array as the tile, a tile takes its share of the
+    /// peak (at `matrix_efficiency`); with `gemm_tiles`, a tile also streams its operands
+    /// (`(rows + columns) × k` elements) through its core's share of the on-chip
+    /// bandwidth, and the fastest tile, laid either way round, is chosen.
+    pub fn matrix_seconds(&self, core: &CoreConfig, g: archplace_plugin_sdk::Gemm) -> f64 {
+        let cores = u64::from(core.cores.max(1));
+        let per_core_flops = 2.0
+            * f64::from(core.width.max(1))
+            * f64::from(core.depth.max(1))
+            * self.clock_hz
+            * self.matrix_efficiency;
+        let waves = |(tm, tn): (u64, u64)| {
+            let tiles = g.batch * g.m.div_ceil(tm) * g.n.div_ceil(tn);
+            tiles.div_ceil(cores) as f64
+        };
+        let k = g.k as f64;
+        if self.gemm_tiles.is_empty() {
+            let tile = (u64::from(core.width.max(1)), u64::from(core.depth.max(1)));
+            return waves(tile) * 2.0 * (tile.0 * tile.1) as f64 * k / per_core_flops;
+        }
+        let per_core_bandwidth = self.on_chip_bytes_per_second / cores as f64;
+        self.gemm_tiles
+            .iter()
+            .flat_map(|&(r, c)| [(r, c), (c, r)])
+            .map(|(tm, tn)| {
+                let compute = 2.0 * (tm * tn) as f64 * k / per_core_flops;
+                let operands = ELEMENT_BYTES * (tm + tn) as f64 * k / per_core_bandwidth;
+                waves((tm, tn)) * compute.max(operands)
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
     /// Flops per element of a vector operator.
     fn flops_per_element(kind: VectorKind) -> f64 {
         match kind {
@@ -294,27 +408,41 @@ impl GpuLike {
                 if core.kind != CoreKind::Tensor {
                     return Err(EstimateError::Unsupported("a GEMM on vector cores".into()));
                 }
-                let (w, d) = (u64::from(core.width.max(1)), u64::from(core.depth.max(1)));
-                // Tiles of the output, spread over the cores in waves.
-                let tiles = g.batch * g.m.div_ceil(w) * g.n.div_ceil(d);
-                let waves = tiles.div_ceil(u64::from(core.cores.max(1)));
-                let quantisation = tiles as f64 / (waves as f64 * cores);
-                let peak = 2.0 * lanes * self.clock_hz;
                 let flops = g.flops();
-                let compute = flops / (peak * self.matrix_efficiency * quantisation);
-                let working_set =
-                    ELEMENT_BYTES * (g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)) as f64;
-                let reuse = (working_set / buffer).max(1.0).sqrt();
+                let compute = self.matrix_seconds(core, g);
+                // Each GEMM of a batch has its own operands: one that overflows the
+                // on-chip memory re-reads them in proportion to the overflow.
+                let one = ELEMENT_BYTES * (g.m * g.k + g.k * g.n + g.m * g.n) as f64;
+                let working_set = g.batch as f64 * one;
+                let reuse = (one / buffer).max(1.0).sqrt();
                 let hbm = working_set * reuse;
-                let memory = hbm / self.hbm_bytes_per_second;
+                let memory = hbm / self.sustained_hbm();
                 let on_chip = 2.0 * working_set / self.on_chip_bytes_per_second;
-                let epilogue: f64 = op
+                let epilogue_flops: f64 = op
                     .fused
                     .iter()
                     .map(|f| f.elements as f64 * Self::flops_per_element(f.kind))
-                    .sum::<f64>()
-                    / (lanes * self.clock_hz);
-                (compute.max(memory).max(on_chip) + epilogue, flops, hbm)
+                    .sum();
+                let epilogue = epilogue_flops / (lanes * self.clock_hz);
+                if self.fused_epilogues {
+                    (compute.max(memory).max(on_chip) + epilogue, flops, hbm)
+                } else {
+                    // The epilogue is one element-wise kernel of its own (the framework
+                    // fuses bias, activation, dropout and residual into one): it reads
+                    // and writes the GEMM's output once more.
+                    let largest = op.fused.iter().map(|f| f.elements).max().unwrap_or(0);
+                    let bytes = 2.0 * ELEMENT_BYTES * largest as f64;
+                    let kernels = if op.fused.is_empty() {
+                        0.0
+                    } else {
+                        epilogue.max(bytes / self.sustained_hbm()) + self.launch_seconds
+                    };
+                    (
+                        compute.max(memory).max(on_chip) + kernels,
+                        flops,
+                        hbm + bytes,
+                    )
+                }
             }
             OpKind::Vector {
                 kind,
@@ -329,7 +457,7 @@ impl GpuLike {
                 if row > 1 && ELEMENT_BYTES * row as f64 > buffer / cores {
                     bytes *= 1.5;
                 }
-                (compute.max(bytes / self.hbm_bytes_per_second), flops, bytes)
+                (compute.max(bytes / self.sustained_hbm()), flops, bytes)
             }
             OpKind::AllReduce {
                 bytes,
@@ -467,6 +595,53 @@ mod tests {
             .cost(&core(2, 128, 64 << 20), &gemm(8192, 8192, 8192))
             .unwrap();
         assert!(two.seconds > 1.9 * (big.seconds - m.launch_seconds));
+    }
+
+    /// The GPU preset's tile arithmetic, worked by hand on 108 SMs of 32 × 32 MACs at
+    /// 1.41 GHz (one SM: 2,048 flops per clock at 85.9%) with 5,120 bytes of L2 per clock
+    /// shared by them: a 6912 × 16384 output (the measured best shape) is 3,456 tiles of 256 × 128,
+    /// 32 full waves — exactly the ceiling; a 2048 × 2304 output is 144 such tiles, two
+    /// waves for 1.33 of work, but 288 tiles of 128 × 128 fill three waves (2.67 for
+    /// 2.67) and win; 64 × 64 tiles are bound by the L2.
+    #[test]
+    fn the_best_tile_is_chosen_per_gemm() {
+        let m = GpuLike::with_parameters(&[p("preset", "a100-sxm-80gb")]).unwrap();
+        assert!((m.matrix_efficiency - 267.9 / 312.0).abs() < 1e-12);
+        assert!(m.gemm_tiles.contains(&(256, 128)));
+        let a100 = CoreConfig {
+            kind: CoreKind::Tensor,
+            cores: 108,
+            width: 32,
+            depth: 32,
+            buffer_bytes: 40 << 20,
+        };
+        let g = |m, n, k| Gemm { batch: 1, m, n, k };
+        let sm_flops = 2.0 * 1024.0 * 1.41e9 * m.matrix_efficiency;
+        let ideal = |g: Gemm| g.flops() / (108.0 * sm_flops);
+        let best = g(6912, 16384, 2048);
+        assert!((m.matrix_seconds(&a100, best) / ideal(best) - 1.0).abs() < 1e-12);
+        // 2048 × 2304: 128 × 128 tiles (16 × 18 = 288, three waves of 108) beat 256 × 128
+        // (144 tiles: two waves for 144/108 of work).
+        let qkv = g(2048, 2304, 6144);
+        let tile_128 = 3.0 * 2.0 * 128.0 * 128.0 * 6144.0 / sm_flops;
+        let got = m.matrix_seconds(&a100, qkv);
+        assert!(
+            (got - tile_128).abs() < 1e-12 * tile_128,
+            "{got} vs {tile_128}"
+        );
+        // Only 64 × 64 tiles: each re-reads (64 + 64) × k operands through 1/108 of the L2
+        // bandwidth, slower than its share of the peak.
+        let small = GpuLike {
+            gemm_tiles: vec![(64, 64)],
+            ..m.clone()
+        };
+        let l2 = 2.0 * 128.0 * 6144.0 / (5120.0 * 1.41e9 / 108.0);
+        let waves = (32.0f64 * 36.0 / 108.0).ceil();
+        let s = small.matrix_seconds(&a100, qkv);
+        assert!((s - waves * l2).abs() < 1e-12 * s, "{s}");
+        assert!(GpuLike::with_parameters(&[p("gemm_tiles", "256x0")]).is_err());
+        let core_tile = GpuLike::with_parameters(&[p("gemm_tiles", "core")]).unwrap();
+        assert!(core_tile.gemm_tiles.is_empty());
     }
 
     #[test]

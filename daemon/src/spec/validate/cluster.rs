@@ -84,11 +84,20 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
 fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
     let c = &raw.cluster;
     let path = FieldPath::root().key("cluster");
+    let efficiency_given = |v: Option<f64>| v.map(|_| String::new());
     let tier_keys = [
         ("intra_node_bandwidth", &c.intra_node_bandwidth),
         ("inter_node_bandwidth", &c.inter_node_bandwidth),
         ("intra_node_latency", &c.intra_node_latency),
         ("inter_node_latency", &c.inter_node_latency),
+        (
+            "intra_node_efficiency",
+            &efficiency_given(c.intra_node_efficiency),
+        ),
+        (
+            "inter_node_efficiency",
+            &efficiency_given(c.inter_node_efficiency),
+        ),
     ];
     let preset = match &c.preset {
         None => None,
@@ -189,15 +198,42 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
     };
     let intra_latency = latency("intra_node_latency", &c.intra_node_latency, 5e-6);
     let inter_latency = latency("inter_node_latency", &c.inter_node_latency, 10e-6);
-    match (ok, intra, inter, intra_latency, inter_latency) {
-        (true, Some(a), Some(b), Some(la), Some(lb)) => Some(Network {
+    let mut efficiency = |key: &str, value: Option<f64>, default: f64| -> Option<f64> {
+        match value {
+            None => Some(default),
+            Some(x) if x > 0.0 && x <= 1.0 => Some(x),
+            Some(x) => {
+                ctx.error(
+                    &path.key(key),
+                    format!("an efficiency of {x} is not a fraction in (0, 1]"),
+                    Some("e.g. 0.8: collectives achieve 80% of the link bandwidth".into()),
+                );
+                None
+            }
+        }
+    };
+    let intra_efficiency = efficiency(
+        "intra_node_efficiency",
+        c.intra_node_efficiency,
+        preset.map_or(1.0, |g| g.nvlink_collective_fraction),
+    );
+    let inter_efficiency = efficiency("inter_node_efficiency", c.inter_node_efficiency, 1.0);
+    match (
+        ok,
+        intra.zip(intra_efficiency),
+        inter.zip(inter_efficiency),
+        intra_latency,
+        inter_latency,
+    ) {
+        (true, Some((a, ea)), Some((b, eb)), Some(la), Some(lb)) => Some(Network {
             node_size,
+            // What a device achieves: the link bandwidth times the efficiency.
             intra_node: Tier {
-                bytes_per_second: a,
+                bytes_per_second: a * ea,
                 latency_seconds: la,
             },
             inter_node: Tier {
-                bytes_per_second: b,
+                bytes_per_second: b * eb,
                 latency_seconds: lb,
             },
         }),

@@ -208,6 +208,7 @@ pub(super) fn estimate(
             network: cluster.network,
             peak_flops_per_second: None,
             schedule: Default::default(),
+            execution: training.execution,
         };
         if let Err(e) = step::check(&input) {
             let key = match e {

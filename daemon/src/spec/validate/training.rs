@@ -1,9 +1,10 @@
-//! `[training]`: batch, recomputation, precision, optimizer, distributed optimizer and the
-//! memory model.
+//! `[training]`: batch, recomputation, precision, optimizer, distributed optimizer, the
+//! memory model and how a layer's operators share the chip.
 
 use super::rules::{count_in, duplicates};
 use crate::spec::raw::{OneOrMany, RawSpec};
 use crate::spec::{Ctx, FieldPath};
+use archplace_engine::execution::Execution;
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
 pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
     let t = &raw.training;
@@ -163,6 +164,10 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         sequence_parallel,
         memory_model,
         bytes_per_element,
+        execution: Execution {
+            operators: t.operator_execution.unwrap_or_default(),
+            tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or(false),
+        },
     })
 }
 
