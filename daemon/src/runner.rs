@@ -186,6 +186,8 @@ pub struct PlanLine {
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
+    #[serde(default = "one")]
+    pub pipeline_interleaving: u64,
     pub throughput_samples_per_second: f64,
     pub time_per_batch_seconds: f64,
     #[serde(default)]
@@ -194,6 +196,10 @@ pub struct PlanLine {
     pub memory_bytes: MemoryBreakdown,
     #[serde(default)]
     pub limiting: String,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl From<&Evaluated> for ExploredLine {
@@ -218,6 +224,7 @@ impl From<&Evaluated> for ExploredLine {
                     tensor_parallel: p.tensor_parallel,
                     data_parallel: p.data_parallel,
                     pipeline_stages: p.pipeline_stages,
+                    pipeline_interleaving: p.pipeline_interleaving,
                     throughput_samples_per_second: p.throughput_samples_per_second,
                     time_per_batch_seconds: p.time_per_batch_seconds,
                     time: p.time,

@@ -210,6 +210,9 @@ pub struct Training {
     pub distributed_optimizer: Vec<bool>,
     /// Sequence-parallelism choices to try (they matter for widths above 1).
     pub sequence_parallel: Vec<bool>,
+    /// Model chunks per device to try (1: plain 1F1B; above 1: interleaved 1F1B with
+    /// equal chunks).
+    pub pipeline_interleaving: Vec<u64>,
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,

@@ -154,7 +154,7 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     )?;
     for m in &best.models {
         outln!(
-            "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {} pipeline stage(s)",
+            "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {} pipeline stage(s){}",
             m.model,
             m.throughput_samples_per_second,
             m.throughput_tokens_per_second,
@@ -180,7 +180,12 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
             },
             m.tensor_parallel,
             m.data_parallel,
-            m.pipeline_stages
+            m.pipeline_stages,
+            if m.pipeline_interleaving > 1 {
+                format!(", interleaved ({} chunks each)", m.pipeline_interleaving)
+            } else {
+                String::new()
+            }
         )?;
         let t = &m.time;
         let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;

@@ -86,9 +86,14 @@ fn draw_model(
     let font = ("sans-serif", 16).into_font().color(&BLACK);
     caption.draw(&Text::new(
         format!(
-            "{}: {} pipeline stages, t = {} (tensor), d = {} (data) — {} devices; micro-batch {}, recomputation {}",
+            "{}: {} pipeline stages{}, t = {} (tensor), d = {} (data) — {} devices; micro-batch {}, recomputation {}",
             plan.model,
             plan.pipeline_stages,
+            if plan.pipeline_interleaving > 1 {
+                format!(" ({} chunks each, interleaved)", plan.pipeline_interleaving)
+            } else {
+                String::new()
+            },
             plan.tensor_parallel,
             plan.data_parallel,
             devices,

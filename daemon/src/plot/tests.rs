@@ -125,6 +125,7 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         tensor_parallel: 2,
         data_parallel: 4,
         pipeline_stages: stages.len(),
+        pipeline_interleaving: 1,
         time_per_batch_seconds: 1.5,
         gradient_all_reduce_seconds: 0.25,
         throughput_samples_per_second: 2730.0,

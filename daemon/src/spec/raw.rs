@@ -269,6 +269,10 @@ pub struct RawTraining {
     /// Sequence parallelism (norm and dropout regions split over the tensor-parallel
     /// group), one value or a list to try (default false). Needs the megatron memory model.
     pub sequence_parallel: Option<OneOrMany<bool>>,
+    /// Model chunks per device, one value or a list to try: 1 (default) is plain 1F1B,
+    /// more is Megatron-LM's interleaved 1F1B with equal chunks. Needs the megatron memory
+    /// model.
+    pub pipeline_interleaving: Option<OneOrMany<u64>>,
     /// "megatron" (default: memory as Megatron-LM trains) or "reference" (the reference
     /// system's two copies of the parameters plus optimizer copies, for comparisons).
     pub memory_model: Option<MemoryModel>,

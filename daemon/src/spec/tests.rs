@@ -450,6 +450,36 @@ fn training_choices_and_their_defaults() {
     );
     find(&d, "training.precision");
     find(&d, "training.distributed_optimizer");
+    // Interleaving: one value or a list, 1 … 64, megatron only; how operators run.
+    assert_eq!(s.training.pipeline_interleaving, vec![1]);
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "pipeline_interleaving = [1, 2]\noperator_execution = \"sequential\"\ntensor_parallel_overlap = true",
+    );
+    let s = parse(&src, "t.toml").unwrap();
+    assert_eq!(s.training.pipeline_interleaving, vec![1, 2]);
+    assert_eq!(
+        s.training.execution,
+        archplace_engine::execution::Execution {
+            operators: archplace_engine::execution::OperatorExecution::Sequential,
+            tensor_parallel_overlap: true,
+        }
+    );
+    let d = errors(&GOOD.replace("optimizer = \"adam\"", "pipeline_interleaving = [1, 65]"));
+    assert!(
+        find(&d, "training.pipeline_interleaving[1]")
+            .message
+            .contains("outside 1 … 64")
+    );
+    let d = errors(&GOOD.replace(
+        "optimizer = \"adam\"",
+        "memory_model = \"reference\"\npipeline_interleaving = 2",
+    ));
+    assert!(
+        find(&d, "training.pipeline_interleaving")
+            .message
+            .contains("no interleaved pipeline")
+    );
     // An element size that contradicts the precision.
     let src = GOOD.replace(
         "optimizer = \"adam\"",

@@ -169,6 +169,8 @@ pub struct StagePlan {
 pub struct Plan {
     pub tensor_parallel: u64,
     pub data_parallel: u64,
+    /// Model chunks per device (Megatron-LM's interleaved 1F1B); 1: plain 1F1B.
+    pub interleaving: u64,
     pub stages: Vec<StagePlan>,
     pub time_per_batch: f64,
     /// The data-parallel all-reduce part of `time_per_batch`.
@@ -637,10 +639,133 @@ fn evaluate(settings: &Settings, width: u64, d: u64, stages: Vec<StagePlan>) -> 
     Plan {
         tensor_parallel: width,
         data_parallel: d,
+        interleaving: 1,
         stages,
         time_per_batch: bottleneck * (m + s - 1) as f64 + resync,
         resync_time: resync,
     }
+}
+
+/// The best interleaved plan over all widths (ties: the narrowest), or `None` when none
+/// fits: Megatron-LM's interleaved 1F1B with `interleaving` model chunks per device.
+///
+/// The schedule needs equal chunks, so the program's free stage boundaries do not apply:
+/// the `blocks` transformer blocks (chain positions `1..=blocks`, after the embedding) are
+/// split evenly over `p × interleaving` chunks, device `k` holding every `p`-th chunk, the
+/// embedding on the first device and what follows the blocks on the last — every `p`
+/// with `p × interleaving` dividing `blocks`, every data-parallel degree. Per micro-batch a
+/// device runs its layers once forward and once backward, as contiguous stages do, plus
+/// `interleaving − 1` more activation and gradient transfers across its extra chunk
+/// boundaries. The bubble is `(p − 1)/interleaving` loads (Narayanan et al. 2021, §2.2.2)
+/// and with more than one chunk the first device keeps `p + (p − 1)/interleaving`
+/// micro-batches of activations in flight (Korthikanti et al. 2022, §4.2.3), device `k`
+/// otherwise `p − k`, as plain 1F1B. Megatron-LM's
+/// memory rule only: `None` with the reference's.
+pub fn best_interleaved(
+    chains: &[Chain],
+    settings: &Settings,
+    interleaving: u64,
+    blocks: usize,
+) -> Result<Option<Plan>, PlacementError> {
+    let MemoryRule::Megatron(_) = settings.memory else {
+        return Ok(None);
+    };
+    let v = interleaving.max(1);
+    let mut best: Option<Plan> = None;
+    for chain in chains {
+        let n = chain.layers.len();
+        if blocks == 0 || blocks + 1 > n {
+            continue;
+        }
+        let st = Stages::new(chain, settings, 1)?;
+        // The transfer across one chunk boundary: a block's output, each way.
+        let boundary = chain
+            .edges
+            .iter()
+            .find(|e| e.from == 1 && e.to == 2)
+            .map_or(0.0, |e| 2.0 * e.bytes / settings.bandwidth);
+        let max_d = settings.devices.min(settings.micro_batches);
+        for p in 2..=blocks as u64 {
+            if !(blocks as u64).is_multiple_of(p * v) {
+                continue;
+            }
+            let per = blocks / p as usize;
+            let bounds: Vec<(usize, usize)> = (0..p as usize)
+                .map(|k| {
+                    let start = if k == 0 { 0 } else { 1 + k * per };
+                    let end = if k + 1 == p as usize {
+                        n
+                    } else {
+                        1 + (k + 1) * per
+                    };
+                    (start, end)
+                })
+                .collect();
+            let width = bounds
+                .iter()
+                .map(|&(i, j)| st.devices[st.at(i, j)])
+                .max()
+                .unwrap_or(1);
+            for d in 1..=max_d {
+                if p.saturating_mul(width).saturating_mul(d) > settings.devices {
+                    break;
+                }
+                let m = ceil_div(settings.micro_batches, d);
+                let mut stages = Vec::with_capacity(bounds.len());
+                for (k, &(i, j)) in bounds.iter().enumerate() {
+                    let at = st.at(i, j);
+                    let from_end = p - k as u64;
+                    let in_flight = if k == 0 && v > 1 {
+                        p as f64 + (p - 1) as f64 / v as f64
+                    } else {
+                        from_end as f64
+                    }
+                    .min(m as f64);
+                    let memory = st.memory_with(i, j, 1, d, &settings.memory)
+                        + (in_flight - 1.0).max(0.0) * st.stash[at];
+                    if memory > settings.memory_bytes {
+                        stages.clear();
+                        break;
+                    }
+                    stages.push(StagePlan {
+                        start: i,
+                        end: j,
+                        devices: st.devices[at],
+                        load: st.load(i, j, from_end, settings.recompute)
+                            + (v - 1) as f64 * boundary,
+                        parameter_bytes: st.params[at],
+                        memory_bytes: memory,
+                    });
+                }
+                if stages.is_empty() {
+                    continue;
+                }
+                let bottleneck = stages.iter().map(|x| x.load).fold(0.0, f64::max);
+                let params = match settings.resync {
+                    Resync::FirstStage => stages[0].parameter_bytes,
+                    Resync::LargestStage => {
+                        stages.iter().map(|x| x.parameter_bytes).fold(0.0, f64::max)
+                    }
+                };
+                let resync = resync_time(settings, d, params);
+                let plan = Plan {
+                    tensor_parallel: chain.width,
+                    data_parallel: d,
+                    interleaving: v,
+                    stages,
+                    time_per_batch: bottleneck * (m as f64 + (p - 1) as f64 / v as f64) + resync,
+                    resync_time: resync,
+                };
+                if best
+                    .as_ref()
+                    .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+                {
+                    best = Some(plan);
+                }
+            }
+        }
+    }
+    Ok(best)
 }
 
 /// The best plan over all widths (ties: the narrowest), or `None` when nothing fits.

@@ -283,3 +283,110 @@ fn malformed_input_is_located() {
     let e = phaze::problem(&input).err().unwrap();
     assert_eq!(e.location, "nodes.2[3].parameterSize");
 }
+
+/// A uniform chain for the interleaving tests: an embedding, `blocks` equal blocks and a
+/// head, every layer tensor-parallel, Megatron memory.
+fn uniform(
+    blocks: usize,
+    micro_batches: u64,
+    devices: u64,
+    memory_bytes: f64,
+) -> (Vec<Chain>, Settings) {
+    // The embedding and the head: no time, no parameters, no activations.
+    let layer = |id: i64, forward: f64, parameter_bytes: f64| Layer {
+        id,
+        parameter_bytes,
+        activation_bytes: parameter_bytes / 10.0,
+        forward,
+        backward: 2.0 * forward,
+        tensor_parallel: true,
+    };
+    let mut layers = vec![layer(0, 0.0, 0.0)];
+    layers.extend((1..=blocks).map(|i| layer(i as i64, 1.0, 100.0)));
+    layers.push(layer(blocks as i64 + 1, 0.0, 0.0));
+    let edges = (1..layers.len())
+        .map(|v| Edge {
+            from: v - 1,
+            to: v,
+            bytes: 0.0,
+        })
+        .collect();
+    let chain = Chain {
+        width: 1,
+        layers,
+        edges,
+    };
+    let settings = Settings {
+        memory_bytes,
+        devices,
+        bandwidth: 1.0,
+        micro_batches,
+        recompute: false,
+        memory: MemoryRule::Megatron(MegatronMemory {
+            replicated_per_parameter_byte: 1.0,
+            optimizer_per_parameter_byte: 0.0,
+            distributed: false,
+            transient_bytes: 0.0,
+            sync_per_parameter_byte: 0.0,
+        }),
+        resync: Resync::LargestStage,
+    };
+    (vec![chain], settings)
+}
+
+/// Eight blocks of load 3 (forward 1, backward 2; 100 parameter bytes and 10 activation
+/// bytes each) on 4 devices with room for two blocks per device only: plain 1F1B's best is
+/// 4 stages of 2 blocks, `6 × (8 + 3) = 66` for 8 micro-batches; two chunks per device cut
+/// the bubble to `3/2` loads, `6 × 9.5 = 57`; four chunks would need 16 chunks of 8
+/// blocks, or stages of 4 blocks that do not fit.
+#[test]
+fn interleaving_cuts_the_bubble() {
+    let (chains, settings) = uniform(8, 8, 4, 320.0);
+    let plain = best_plan(&chains, &settings).unwrap().unwrap();
+    assert_eq!(plain.time_per_batch, 66.0);
+    assert_eq!(plain.interleaving, 1);
+    let two = best_interleaved(&chains, &settings, 2, 8).unwrap().unwrap();
+    assert_eq!((two.time_per_batch, two.interleaving), (57.0, 2));
+    assert_eq!(two.stages.len(), 4);
+    assert!(
+        best_interleaved(&chains, &settings, 4, 8)
+            .unwrap()
+            .is_none()
+    );
+    // One chunk per device is plain 1F1B with equal stages.
+    let one = best_interleaved(&chains, &settings, 1, 8).unwrap().unwrap();
+    assert_eq!(one.time_per_batch, 66.0);
+    // Chunks must divide the blocks: 3 per device over 8 blocks never do.
+    assert!(
+        best_interleaved(&chains, &settings, 3, 8)
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// The first device keeps `p + (p − 1)/v` micro-batches in flight (Korthikanti et al.
+/// 2022, §4.2.3), the others `p − k`; a memory that holds plain 1F1B's first stage but not
+/// that refuses the interleaved plan.
+#[test]
+fn interleaving_keeps_more_activations_on_the_first_device() {
+    // 4 stages of 2 blocks: 200 parameter bytes, 20 activation bytes per micro-batch.
+    let (chains, settings) = uniform(8, 8, 4, 320.0);
+    let two = best_interleaved(&chains, &settings, 2, 8).unwrap().unwrap();
+    assert_eq!(two.stages[0].memory_bytes, 200.0 + 20.0 * (4.0 + 3.0 / 2.0));
+    assert_eq!(two.stages[1].memory_bytes, 200.0 + 20.0 * 3.0);
+    // Room for plain 1F1B's first stage (200 + 4 × 20 = 280) but not the interleaved one.
+    let (chains, tight) = uniform(8, 8, 4, 285.0);
+    let plain = best_plan(&chains, &tight).unwrap().unwrap();
+    assert_eq!(plain.time_per_batch, 66.0);
+    assert!(best_interleaved(&chains, &tight, 2, 8).unwrap().is_none());
+    // The reference memory rule has no interleaving.
+    let mut reference = settings.clone();
+    reference.memory = MemoryRule::Reference {
+        optimizer_copies: 0.0,
+    };
+    assert!(
+        best_interleaved(&chains, &reference, 2, 8)
+            .unwrap()
+            .is_none()
+    );
+}

@@ -38,6 +38,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Instant;
 
+fn one() -> u64 {
+    1
+}
+
 /// A model to train and its optional baseline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelInput {
@@ -108,6 +112,10 @@ pub struct ModelPlan {
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
+    /// Model chunks per device: 1 for plain 1F1B, more for interleaved 1F1B (its stages
+    /// then list each device's layers as one range; they run as that many equal chunks).
+    #[serde(default = "one")]
+    pub pipeline_interleaving: u64,
     pub time_per_batch_seconds: f64,
     pub gradient_all_reduce_seconds: f64,
     pub throughput_samples_per_second: f64,
@@ -674,15 +682,26 @@ impl Ctx<'_> {
                 let t = Instant::now();
                 let mut plan: Option<Plan> = None;
                 for (key, chain) in keys.iter().zip(&chains) {
-                    let settings = self.settings(run, &self.graphs[m][key]);
-                    if let Some(p) = placement::best_plan(std::slice::from_ref(chain), &settings)
-                        .ok()
-                        .flatten()
-                        && plan
+                    let graph = &self.graphs[m][key];
+                    let settings = self.settings(run, graph);
+                    let one = std::slice::from_ref(chain);
+                    let mut candidates = vec![placement::best_plan(one, &settings)];
+                    // Interleaved 1F1B: equal chunks, its own evaluation.
+                    for &v in tr.pipeline_interleaving.iter().filter(|&&v| v > 1) {
+                        candidates.push(placement::best_interleaved(
+                            one,
+                            &settings,
+                            v,
+                            graph.blocks as usize,
+                        ));
+                    }
+                    for p in candidates.into_iter().filter_map(|c| c.ok().flatten()) {
+                        if plan
                             .as_ref()
                             .is_none_or(|b| p.time_per_batch < b.time_per_batch)
-                    {
-                        plan = Some(p);
+                        {
+                            plan = Some(p);
+                        }
                     }
                 }
                 self.observer.placement(t.elapsed().as_secs_f64());
@@ -862,6 +881,7 @@ impl Ctx<'_> {
             tensor_parallel: t,
             data_parallel: plan.data_parallel,
             pipeline_stages: plan.stages.len(),
+            pipeline_interleaving: plan.interleaving,
             time_per_batch_seconds: plan.time_per_batch,
             gradient_all_reduce_seconds: plan.resync_time,
             throughput_samples_per_second: throughput,
@@ -936,7 +956,8 @@ impl Ctx<'_> {
             time.recomputation_seconds = m * r;
             time.tensor_parallel_communication_seconds = m * tp;
             time.pipeline_point_to_point_seconds = m * p2p;
-            time.pipeline_bubble_seconds = (count - 1) as f64 * slow.load;
+            time.pipeline_bubble_seconds =
+                (count - 1) as f64 / plan.interleaving.max(1) as f64 * slow.load;
         }
         let mut memory = MemoryBreakdown::default();
         if let Some(s) = plan

@@ -40,6 +40,7 @@ fn tiny() -> (SearchInput, Space) {
             precisions: vec![Precision::Bf16Mixed],
             distributed_optimizer: vec![false],
             sequence_parallel: vec![false],
+            pipeline_interleaving: vec![1],
             // The brute force below counts memory as the reference does.
             memory_model: MemoryModel::Reference,
             bytes_per_element: 2,
@@ -360,4 +361,41 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
     let r = search(&reference, &space, &ReferenceModel::default(), &(), None).unwrap();
     let count = |o: &Outcome| o.explored.iter().filter(|e| e.hbm_bytes.is_some()).count();
     assert!(count(&outcome) <= count(&r));
+}
+
+/// Interleaved 1F1B is a search dimension: with it listed, no candidate's best plan gets
+/// slower, every interleaved plan fits, has equal-sized middle stages and its breakdowns
+/// add up; at least one candidate of the tiny space prefers it.
+#[test]
+fn interleaving_is_searched() {
+    let (mut input, space) = tiny();
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.activation_recomputation = vec![Recomputation::Full];
+    let plain = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    input.training.pipeline_interleaving = vec![1, 2];
+    let both = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    assert_breakdowns_add_up(&both);
+    let mut interleaved = 0;
+    for (a, b) in plain.explored.iter().zip(&both.explored) {
+        assert_eq!(a.index, b.index);
+        for (pa, pb) in a.plans.iter().zip(&b.plans) {
+            assert!(
+                pb.time_per_batch_seconds <= pa.time_per_batch_seconds * (1.0 + 1e-12),
+                "candidate {}: {} > {}",
+                a.index,
+                pb.time_per_batch_seconds,
+                pa.time_per_batch_seconds
+            );
+            if pb.pipeline_interleaving == 2 {
+                interleaved += 1;
+                let hbm = b.hbm_bytes.unwrap() as f64;
+                assert!(pb.stages.iter().all(|s| s.memory_bytes <= hbm));
+                assert!(pb.pipeline_stages >= 2);
+            }
+        }
+    }
+    assert!(
+        interleaved > 0,
+        "no candidate chose the interleaved schedule"
+    );
 }

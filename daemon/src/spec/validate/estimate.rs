@@ -170,8 +170,11 @@ pub(super) fn estimate(
         pipeline_parallel: p.pipeline_parallel,
         data_parallel: p.data_parallel,
         micro_batch: p.micro_batch,
-        interleaving: p.interleaving.unwrap_or(1),
         // Left out, a choice is the first value [training] lists.
+        interleaving: p
+            .interleaving
+            .or_else(|| training.pipeline_interleaving.first().copied())
+            .unwrap_or(1),
         recomputation: p.recomputation.map_or_else(
             || {
                 training

@@ -122,6 +122,38 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         t.sequence_parallel.as_ref(),
         "sequence parallelism",
     );
+    let interleaving_path = path.key("pipeline_interleaving");
+    let pipeline_interleaving = choices(
+        ctx,
+        &interleaving_path,
+        t.pipeline_interleaving.as_ref(),
+        1,
+        "use 1, or a list such as [1, 2]",
+    );
+    ok &= pipeline_interleaving.is_some();
+    let pipeline_interleaving = pipeline_interleaving.unwrap_or_default();
+    for (i, &v) in pipeline_interleaving.iter().enumerate() {
+        let at = if matches!(t.pipeline_interleaving, Some(OneOrMany::Many(_))) {
+            interleaving_path.index(i)
+        } else {
+            interleaving_path.clone()
+        };
+        if !(1..=64).contains(&v) {
+            ctx.error(
+                &at,
+                format!("{v} model chunks per device is outside 1 … 64"),
+                Some("1 is plain 1F1B; 2 to 4 are usual for interleaving".into()),
+            );
+            ok = false;
+        } else if v > 1 && reference {
+            ctx.error(
+                &at,
+                "the reference memory model has no interleaved pipeline",
+                Some("use memory_model = \"megatron\"".into()),
+            );
+            ok = false;
+        }
+    }
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
     let bpe_path = path.key("bytes_per_element");
     if ![1, 2, 4].contains(&bytes_per_element) {
@@ -162,6 +194,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         precisions,
         distributed_optimizer,
         sequence_parallel,
+        pipeline_interleaving,
         memory_model,
         bytes_per_element,
         execution: Execution {
