@@ -199,8 +199,12 @@ pub struct Gemm {
 }
 
 impl Gemm {
+    /// Multiply-accumulates (saturating: a shape too large for `u64` counts as the most).
     pub fn macs(&self) -> u64 {
-        self.batch * self.m * self.n * self.k
+        self.batch
+            .saturating_mul(self.m)
+            .saturating_mul(self.n)
+            .saturating_mul(self.k)
     }
     pub fn flops(&self) -> f64 {
         2.0 * self.macs() as f64

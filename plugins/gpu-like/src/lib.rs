@@ -358,7 +358,10 @@ impl GpuLike {
             * self.clock_hz
             * self.matrix_efficiency;
         let waves = |(tm, tn): (u64, u64)| {
-            let tiles = g.batch * g.m.div_ceil(tm) * g.n.div_ceil(tn);
+            let tiles = g
+                .batch
+                .saturating_mul(g.m.div_ceil(tm))
+                .saturating_mul(g.n.div_ceil(tn));
             tiles.div_ceil(cores) as f64
         };
         let k = g.k as f64;
@@ -412,7 +415,8 @@ impl GpuLike {
                 let compute = self.matrix_seconds(core, g);
                 // Each GEMM of a batch has its own operands: one that overflows the
                 // on-chip memory re-reads them in proportion to the overflow.
-                let one = ELEMENT_BYTES * (g.m * g.k + g.k * g.n + g.m * g.n) as f64;
+                let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+                let one = ELEMENT_BYTES * (m * k + k * n + m * n);
                 let working_set = g.batch as f64 * one;
                 let reuse = (one / buffer).max(1.0).sqrt();
                 let hbm = working_set * reuse;
