@@ -70,6 +70,17 @@ fn estimate(spec: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Runs, mean and largest absolute relative error of the rows `keep` selects.
+fn errors(rows: &[Row<'_>], keep: impl Fn(&Row<'_>) -> bool) -> (usize, f64, f64) {
+    let e: Vec<f64> = rows
+        .iter()
+        .filter(|r| keep(r))
+        .map(|r| r.error.abs())
+        .collect();
+    let mean = e.iter().sum::<f64>() / e.len() as f64;
+    (e.len(), mean, e.iter().copied().fold(0.0, f64::max))
+}
+
 fn render(rows: &[Row<'_>]) -> String {
     let mut t = String::from(
         "| source | run | metric | published | archplace | error |\n\
@@ -91,26 +102,18 @@ fn render(rows: &[Row<'_>]) -> String {
     }
     t.push('\n');
     for (source, _, _) in BOUNDS {
-        let errors: Vec<f64> = rows
-            .iter()
-            .filter(|r| r.case.source == source)
-            .map(|r| r.error.abs())
-            .collect();
-        let mean = errors.iter().sum::<f64>() / errors.len() as f64;
-        let max = errors.iter().copied().fold(0.0, f64::max);
+        let (n, mean, max) = errors(rows, |r| r.case.source == source);
         t.push_str(&format!(
-            "{source}: {} runs, mean absolute error {:.1}%, largest {:.1}%.\n",
-            errors.len(),
+            "{source}: {n} runs, mean absolute error {:.1}%, largest {:.1}%.\n",
             100.0 * mean,
             100.0 * max
         ));
     }
-    let all: Vec<f64> = rows.iter().map(|r| r.error.abs()).collect();
+    let (n, mean, max) = errors(rows, |_| true);
     t.push_str(&format!(
-        "All {} runs: mean absolute error {:.1}%, largest {:.1}%.\n",
-        all.len(),
-        100.0 * all.iter().sum::<f64>() / all.len() as f64,
-        100.0 * all.iter().copied().fold(0.0, f64::max)
+        "All {n} runs: mean absolute error {:.1}%, largest {:.1}%.\n",
+        100.0 * mean,
+        100.0 * max
     ));
     t
 }
@@ -162,14 +165,8 @@ fn estimates_match_published_megatron_runs() {
     }
 
     for (source, mean_bound, max_bound) in BOUNDS {
-        let errors: Vec<f64> = rows
-            .iter()
-            .filter(|r| r.case.source == source)
-            .map(|r| r.error.abs())
-            .collect();
-        assert!(!errors.is_empty(), "no case from {source}");
-        let mean = errors.iter().sum::<f64>() / errors.len() as f64;
-        let max = errors.iter().copied().fold(0.0, f64::max);
+        let (n, mean, max) = errors(&rows, |r| r.case.source == source);
+        assert!(n > 0, "no case from {source}");
         assert!(
             mean <= mean_bound && max <= max_bound,
             "{source}: mean {:.1}% (bound {:.1}%), largest {:.1}% (bound {:.1}%)\n{table}",
