@@ -59,6 +59,7 @@ pub fn step_input_with(
         network: spec.cluster.network,
         peak_flops_per_second: e.peak_flops_per_second,
         schedule: archplace_engine::schedule::Options {
+            node_limit: spec.space.schedule_node_limit,
             time_limit_seconds: spec.space.schedule_time_limit_seconds,
             heuristic_only: scheduling == Scheduling::ListSchedule,
             relative_gap: spec.space.schedule_gap,

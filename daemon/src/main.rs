@@ -109,7 +109,11 @@ enum Command {
     Schedule {
         /// Instance file (the reference's layer format, e.g. `tests/fixtures/schedule/layer-000.json`).
         layer: PathBuf,
-        /// Wall-clock limit of the MIP, seconds.
+        /// Branch-and-bound nodes the MIP may explore (the reproducible limit).
+        #[arg(long, default_value_t = 1_000_000)]
+        node_limit: u64,
+        /// Wall-clock limit of the MIP, seconds (a safety net; what it stops at depends
+        /// on the machine).
         #[arg(long, default_value_t = 10.0)]
         time_limit: f64,
         /// Accept a schedule within this relative gap of the bound (default 0: prove
@@ -164,9 +168,10 @@ fn main() -> ExitCode {
         Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),
         Command::Schedule {
             layer,
+            node_limit,
             time_limit,
             gap,
-        } => cli::schedule::run(&layer, time_limit, gap),
+        } => cli::schedule::run(&layer, node_limit, time_limit, gap),
     };
     match result {
         Ok(code) => code,

@@ -265,6 +265,7 @@ pub fn search_input(spec: &Spec) -> SearchInput {
         convergence_window: spec.space.convergence_window,
         exhaustive: spec.space.exhaustive,
         schedule: archplace_engine::schedule::Options {
+            node_limit: spec.space.schedule_node_limit,
             time_limit_seconds: spec.space.schedule_time_limit_seconds,
             heuristic_only: false,
             relative_gap: spec.space.schedule_gap,

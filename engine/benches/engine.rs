@@ -188,6 +188,7 @@ fn step(c: &mut Criterion) {
         },
         peak_flops_per_second: None,
         schedule: Options {
+            node_limit: archplace_engine::schedule::DEFAULT_NODE_LIMIT,
             time_limit_seconds: 0.1,
             heuristic_only: false,
             relative_gap: 0.01,

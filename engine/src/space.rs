@@ -40,9 +40,16 @@ pub struct SpaceSpec {
     pub exhaustive: bool,
     /// Relative gap at which a layer schedule is accepted during the search.
     pub schedule_gap: f64,
-    /// Wall-clock limit of one layer-schedule MIP during the search.
+    /// Branch-and-bound nodes of one layer-schedule MIP during the search: a work limit,
+    /// the same on any machine under any load.
+    pub schedule_node_limit: u64,
+    /// Wall-clock limit of one layer-schedule MIP during the search. What a MIP stops at
+    /// when it fires depends on the machine's speed and load (counted in the results).
     pub schedule_time_limit_seconds: f64,
 }
+
+/// The default wall-clock limit of one layer-schedule MIP in a search (the reference's).
+pub const DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS: f64 = 0.1;
 
 fn pow2(lo_log: u32, hi_log: u32) -> Vec<u32> {
     (lo_log..=hi_log).map(|l| 1u32 << l).collect()
@@ -65,7 +72,8 @@ impl Default for SpaceSpec {
             convergence_window: 5,
             exhaustive: false,
             schedule_gap: 0.01,
-            schedule_time_limit_seconds: 0.1,
+            schedule_node_limit: crate::schedule::DEFAULT_NODE_LIMIT,
+            schedule_time_limit_seconds: DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,
         }
     }
 }

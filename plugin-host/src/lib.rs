@@ -74,7 +74,61 @@ pub struct Limits {
     pub max_faults: u32,
 }
 
+/// The longest wall-clock deadline of one plugin call: a day. Beyond it a deadline is no
+/// backstop at all, and [`Duration`] cannot hold every `f64` (1e30 s would panic).
+pub const MAX_DEADLINE_SECONDS: f64 = 86_400.0;
+
+/// The most linear memory an instance may have: 4 GiB, all that 32-bit WebAssembly
+/// addresses.
+pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
+
 impl Limits {
+    /// What is wrong with these limits, as `(field, problem)` pairs; empty when they are
+    /// usable. Config validation reports them, so a daemon never starts with a limit it
+    /// cannot apply.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut e = Vec::new();
+        let d = self.deadline_seconds;
+        if !(d.is_finite() && d > 0.0 && d <= MAX_DEADLINE_SECONDS) {
+            e.push((
+                "deadline_seconds",
+                format!(
+                    "is {d}; must be more than 0 and at most {MAX_DEADLINE_SECONDS} seconds (a day)"
+                ),
+            ));
+        }
+        if self.fuel_per_call == 0 {
+            e.push(("fuel_per_call", "must be at least 1".into()));
+        }
+        if !(64 << 10..=MAX_MEMORY_BYTES).contains(&self.memory_bytes) {
+            e.push((
+                "memory_bytes",
+                format!(
+                    "is {}; must be from 65536 (one WebAssembly page) to {MAX_MEMORY_BYTES} (4 GiB)",
+                    self.memory_bytes
+                ),
+            ));
+        }
+        if !(1..=1024).contains(&self.max_instances) {
+            e.push((
+                "max_instances",
+                format!("is {}; must be from 1 to 1024", self.max_instances),
+            ));
+        }
+        if self.max_faults == 0 {
+            e.push(("max_faults", "must be at least 1".into()));
+        }
+        e
+    }
+
+    /// The deadline as a [`Duration`], clamped to what [`Limits::problems`] accepts: never
+    /// panics, whatever the field holds.
+    pub fn deadline(&self) -> Duration {
+        let d = self.deadline_seconds;
+        let d = if d.is_nan() { 0.0 } else { d };
+        Duration::from_secs_f64(d.clamp(0.001, MAX_DEADLINE_SECONDS))
+    }
+
     /// The fuel of one call over `items` configurations or operators.
     pub fn fuel_budget(&self, items: usize) -> u64 {
         self.fuel_per_call

@@ -196,7 +196,7 @@ pub(crate) fn new_store(
         plugin: plugin.to_string(),
         cancel,
         call_started: Instant::now(),
-        deadline: Duration::from_secs_f64(limits.deadline_seconds.max(0.001)),
+        deadline: limits.deadline(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);

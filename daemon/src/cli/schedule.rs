@@ -6,7 +6,7 @@ use archplace_engine::schedule::{Options, check, solve};
 use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(path: &Path, time_limit: f64, gap: f64) -> Result<ExitCode> {
+pub fn run(path: &Path, node_limit: u64, time_limit: f64, gap: f64) -> Result<ExitCode> {
     if !(0.0..1.0).contains(&gap) {
         bail!("--gap must be a fraction from 0 up to, not including, 1");
     }
@@ -22,6 +22,7 @@ pub fn run(path: &Path, time_limit: f64, gap: f64) -> Result<ExitCode> {
     let schedule = solve(
         &inst,
         &Options {
+            node_limit,
             time_limit_seconds: time_limit,
             heuristic_only: false,
             relative_gap: gap,
@@ -36,6 +37,8 @@ pub fn run(path: &Path, time_limit: f64, gap: f64) -> Result<ExitCode> {
             schedule.gap * 100.0,
             if schedule.hit_time_limit {
                 ", MIP time limit reached"
+            } else if schedule.hit_node_limit {
+                ", MIP node limit reached"
             } else {
                 ""
             }

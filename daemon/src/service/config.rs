@@ -150,6 +150,17 @@ pub fn changed_keys<T: Serialize>(old: &T, new: &T) -> Vec<String> {
 /// reports every MIP time-limit hit as a warning; the results and metrics count them.
 pub const DEFAULT_LOG_LEVEL: &str = "info,highs=error";
 
+/// The longest interval a config may set (rescan, poll, settle, retry): a week. Longer is
+/// never meant, and [`std::time::Duration`] cannot hold every `f64`.
+pub const MAX_INTERVAL_SECONDS: f64 = 604_800.0;
+
+/// `seconds` as a [`std::time::Duration`], clamped to `0..=MAX_INTERVAL_SECONDS`: the
+/// checked config never needs the clamp, but a duration must never panic the daemon.
+pub fn interval(seconds: f64) -> std::time::Duration {
+    let s = if seconds.is_nan() { 0.0 } else { seconds };
+    std::time::Duration::from_secs_f64(s.clamp(0.0, MAX_INTERVAL_SECONDS))
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
@@ -209,7 +220,7 @@ impl DaemonConfig {
             Err(errors
                 .into_iter()
                 .map(|(key, message)| {
-                    let (line, column) = key_position(text, key);
+                    let (line, column) = key_position(text, &key);
                     ConfigError {
                         file: shown.clone(),
                         line,
@@ -252,7 +263,7 @@ impl DaemonConfig {
     }
 
     /// Rules between values: (key, problem).
-    pub fn check(&self) -> Vec<(&'static str, String)> {
+    pub fn check(&self) -> Vec<(String, String)> {
         let mut e = Vec::new();
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             e.push((
@@ -274,12 +285,19 @@ impl DaemonConfig {
             ("poll_interval_seconds", self.poll_interval_seconds),
             ("retry_seconds", self.retry_seconds),
         ] {
-            if !(v.is_finite() && v > 0.0) {
-                e.push((key, "must be a positive number of seconds".into()));
+            if !(v.is_finite() && v > 0.0 && v <= MAX_INTERVAL_SECONDS) {
+                e.push((
+                    key,
+                    format!("is {v}; must be more than 0 and at most {MAX_INTERVAL_SECONDS} seconds (a week)"),
+                ));
             }
         }
-        if !(self.settle_seconds.is_finite() && self.settle_seconds >= 0.0) {
-            e.push(("settle_seconds", "must be zero or more seconds".into()));
+        let settle = self.settle_seconds;
+        if !(settle.is_finite() && (0.0..=MAX_INTERVAL_SECONDS).contains(&settle)) {
+            e.push((
+                "settle_seconds",
+                format!("is {settle}; must be from 0 to {MAX_INTERVAL_SECONDS} seconds (a week)"),
+            ));
         }
         if let Err(err) = tracing_subscriber::EnvFilter::builder().parse(&self.log_level) {
             e.push((
@@ -289,6 +307,15 @@ impl DaemonConfig {
                     self.log_level
                 ),
             ));
+        }
+        let mut e: Vec<(String, String)> = e.into_iter().map(|(k, m)| (k.to_string(), m)).collect();
+        for (field, problem) in self.plugin_limits.problems() {
+            e.push((format!("plugin_limits.{field}"), problem));
+        }
+        for (plugin, limits) in &self.plugins {
+            for (field, problem) in limits.problems() {
+                e.push((format!("plugins.{plugin}.{field}"), problem));
+            }
         }
         e
     }
@@ -372,5 +399,46 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(DaemonConfig::default().log_level, DEFAULT_LOG_LEVEL);
+    }
+
+    /// Issue 16, item 4: values the checks once let through panicked the daemon when
+    /// they became a `Duration` (`settle_seconds = 1e30`) or its search threads
+    /// (`[plugin_limits] deadline_seconds = 1e30`). Now each is refused where it is written.
+    #[test]
+    fn durations_beyond_what_the_daemon_can_wait_are_refused_with_their_place() {
+        let text = "settle_seconds = 1e30\nrescan_interval_seconds = 1e20\nretry_seconds = inf\n\
+                    [plugin_limits]\ndeadline_seconds = 1e30\n\
+                    [plugins.gpu-like]\ndeadline_seconds = nan\nmemory_bytes = 1\n";
+        let e = DaemonConfig::parse(text, Path::new("d.toml")).unwrap_err();
+        let at = |key: &str| {
+            e.iter()
+                .find(|e| e.message.starts_with(&format!("{key}: ")))
+                .map(|e| e.line)
+                .unwrap_or_else(|| panic!("no error for {key}: {e:?}"))
+        };
+        assert_eq!(at("settle_seconds"), 1);
+        assert_eq!(at("rescan_interval_seconds"), 2);
+        assert_eq!(at("retry_seconds"), 3);
+        assert_eq!(at("plugin_limits.deadline_seconds"), 5);
+        assert_eq!(at("plugins.gpu-like.deadline_seconds"), 7);
+        assert_eq!(at("plugins.gpu-like.memory_bytes"), 8);
+        assert_eq!(e.len(), 6, "{e:?}");
+        // The largest accepted values are usable durations.
+        let ok = DaemonConfig::parse(
+            "settle_seconds = 604800\n[plugin_limits]\ndeadline_seconds = 86400\n",
+            Path::new("d.toml"),
+        )
+        .unwrap();
+        assert_eq!(interval(ok.settle_seconds).as_secs(), 604_800);
+        assert_eq!(ok.plugin_limits.deadline().as_secs(), 86_400);
+        // And the conversions never panic, whatever they are given.
+        for v in [f64::NAN, f64::INFINITY, -1.0, 1e300] {
+            let _ = interval(v);
+            let l = Limits {
+                deadline_seconds: v,
+                ..Limits::default()
+            };
+            let _ = l.deadline();
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::runner::ResultDoc;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The files of the spec folder as last seen, with their content hashes.
 pub type Files = BTreeMap<PathBuf, (Seen, String)>;
@@ -18,7 +18,7 @@ pub type Files = BTreeMap<PathBuf, (Seen, String)>;
 /// One pass over the spec folder. True while some file is still being written (so the
 /// caller looks again soon).
 pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
-    let settle = Duration::from_secs_f64(s.live().settle_seconds);
+    let settle = crate::service::config::interval(s.live().settle_seconds);
     let (settled, changing) = match folder::scan(&s.start.spec_dir, settle) {
         Ok(x) => x,
         Err(e) => {

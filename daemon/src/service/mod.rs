@@ -199,8 +199,8 @@ fn main_loop(
         }
         update_metrics(shared, metrics);
         let live = shared.live();
-        let poll = Duration::from_secs_f64(live.poll_interval_seconds);
-        let rescan_every = Duration::from_secs_f64(live.rescan_interval_seconds);
+        let poll = crate::service::config::interval(live.poll_interval_seconds);
+        let rescan_every = crate::service::config::interval(live.rescan_interval_seconds);
         first = false;
         // Wait for a change, the next poll, a settling file's recheck or the periodic
         // rescan, checking for shutdown in between.

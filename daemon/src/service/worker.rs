@@ -50,7 +50,7 @@ pub fn run(s: &Shared) {
             Outcome::Failed(m) => (JobState::Failed, Some(m)),
             Outcome::RetryLater(m) => {
                 let retry_seconds = s.live().retry_seconds;
-                let after = Duration::from_secs_f64(retry_seconds);
+                let after = crate::service::config::interval(retry_seconds);
                 s.state().retries.push((Instant::now() + after, next));
                 (
                     JobState::Failed,

@@ -16,7 +16,7 @@ use super::{Mode, Options, Prep, Resource, ScheduleError};
 use good_lp::solvers::highs::highs;
 use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, variable};
 use highs::HighsModelStatus;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 pub(super) struct MipResult {
     pub makespan: f64,
@@ -25,7 +25,10 @@ pub(super) struct MipResult {
     /// Best lower bound the solver proved.
     pub bound: f64,
     pub optimal: bool,
+    /// The wall-clock safety net stopped the solver: the result depends on the machine.
     pub hit_time_limit: bool,
+    /// The node limit stopped the solver: not proven optimal, but reproducible.
+    pub hit_node_limit: bool,
 }
 
 /// Variables with their column numbers (good_lp creates HiGHS columns in this order).
@@ -121,7 +124,7 @@ pub(super) fn solve(
             || (tc_binds && ri.uses_tensor() && rj.uses_tensor())
             || (vc_binds && ri.uses_vector() && rj.uses_vector())
     };
-    let mut x: HashMap<(usize, usize), Variable> = HashMap::new();
+    let mut x: BTreeMap<(usize, usize), Variable> = BTreeMap::new();
     for i in 0..m {
         for j in 0..m {
             if i != j && !p.comparable(i, j) && conflict(i, j) {
@@ -133,7 +136,7 @@ pub(super) fn solve(
     }
 
     // Core assignment, only where the cores can run out (and more than one core exists).
-    let mut z: HashMap<(usize, u32, bool), Variable> = HashMap::new();
+    let mut z: BTreeMap<(usize, u32, bool), Variable> = BTreeMap::new();
     for (tensor, binds, cores) in [(true, tc_binds, p.tc), (false, vc_binds, p.vc)] {
         if !binds || cores <= 1 {
             continue;
@@ -144,7 +147,7 @@ pub(super) fn solve(
             .collect();
         order.sort_by(|&a, &b| h_starts[a].total_cmp(&h_starts[b]).then(a.cmp(&b)));
         let mut free = vec![f64::NEG_INFINITY; cores as usize];
-        let mut warm: HashMap<usize, u32> = HashMap::new();
+        let mut warm: BTreeMap<usize, u32> = BTreeMap::new();
         for i in order {
             let c = free
                 .iter()
@@ -273,6 +276,10 @@ pub(super) fn solve(
         .map_err(|e| ScheduleError::Solver(e.to_string()))?;
     model.make_quiet();
     model.set_option("time_limit", options.time_limit_seconds.max(0.001));
+    // The work limit that makes a search reproducible: with one thread, HiGHS explores
+    // the same nodes in the same order on any machine under any load.
+    let node_limit = i32::try_from(options.node_limit.max(1)).unwrap_or(i32::MAX);
+    model.set_option("mip_max_nodes", node_limit);
     model.set_option("mip_rel_gap", options.relative_gap.max(1e-9));
     model.set_option("mip_abs_gap", 1e-12);
     model.set_option("mip_feasibility_tolerance", 1e-9);
@@ -281,15 +288,24 @@ pub(super) fn solve(
     // We hand HiGHS the list schedule as its incumbent; its own primal heuristics cost
     // more than they find on these small models.
     model.set_option("mip_heuristic_effort", 0.0);
+    let t0 = std::time::Instant::now();
     let solved = model
         .try_solve()
         .map_err(|e| ScheduleError::Solver(format!("{e:?}")))?;
     let status = solved.status();
     let hit_time_limit = matches!(
         status,
-        HighsModelStatus::ReachedTimeLimit
-            | HighsModelStatus::ReachedIterationLimit
-            | HighsModelStatus::ReachedMemoryLimit
+        HighsModelStatus::ReachedTimeLimit | HighsModelStatus::ReachedMemoryLimit
+    );
+    let hit_node_limit = matches!(
+        status,
+        HighsModelStatus::ReachedSolutionLimit | HighsModelStatus::ReachedIterationLimit
+    );
+    tracing::debug!(
+        ?status,
+        seconds = t0.elapsed().as_secs_f64(),
+        operators = m,
+        "layer-schedule MIP solved"
     );
     let has_solution = solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible;
     if !has_solution {
@@ -301,6 +317,7 @@ pub(super) fn solve(
             bound: lower,
             optimal: false,
             hit_time_limit,
+            hit_node_limit,
         });
     }
     let sol = solved.get_solution();
@@ -337,5 +354,6 @@ pub(super) fn solve(
         },
         optimal,
         hit_time_limit,
+        hit_node_limit,
     })
 }

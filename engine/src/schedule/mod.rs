@@ -115,7 +115,10 @@ pub struct Schedule {
     /// Relative gap between the makespan and the best bound (0 when optimal).
     pub gap: f64,
     pub method: Method,
+    /// The MIP's wall-clock safety net fired: this schedule depends on the machine.
     pub hit_time_limit: bool,
+    /// The MIP stopped at its node limit (reproducibly) before proving optimality.
+    pub hit_node_limit: bool,
     pub solve_seconds: f64,
     pub placements: Vec<Placement>,
 }
@@ -163,10 +166,20 @@ pub enum ScheduleError {
     Solver(String),
 }
 
+/// Branch-and-bound nodes one layer-schedule MIP may explore by default: effectively no
+/// limit (HiGHS counts nodes in a 32-bit integer; a million takes minutes on one layer).
+/// A smaller limit makes a search reproducible at a cost in time; see
+/// `schedule_node_limit` in docs/spec.md.
+pub const DEFAULT_NODE_LIMIT: u64 = 1_000_000;
+
 /// Solver settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Options {
-    /// Wall-clock limit of one MIP (HiGHS cannot be interrupted otherwise).
+    /// Work limit of one MIP: branch-and-bound nodes. Deterministic: the same instance
+    /// stops at the same schedule on any machine under any load.
+    pub node_limit: u64,
+    /// Wall-clock limit of one MIP: a safety net (HiGHS cannot be interrupted otherwise),
+    /// reported when it fires because what it stops at depends on the machine.
     pub time_limit_seconds: f64,
     /// Build no MIP: return the list schedule with its gap to the bound.
     pub heuristic_only: bool,
@@ -178,6 +191,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
+            node_limit: DEFAULT_NODE_LIMIT,
             time_limit_seconds: 10.0,
             heuristic_only: false,
             relative_gap: 0.0,
@@ -661,6 +675,7 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
             gap: 0.0,
             method: Method::Bounds,
             hit_time_limit: false,
+            hit_node_limit: false,
             solve_seconds: started.elapsed().as_secs_f64(),
             placements,
         });
@@ -668,17 +683,22 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
     let lower = prep.lower_bound();
     let (h_span, h_starts, h_modes) = heuristic::best(&prep);
     let tolerance = 1e-9 * h_span.max(1e-300);
-    let done = |span: f64, starts: &[f64], modes: &[Mode], optimal: bool, gap: f64, method, hit| {
-        Schedule {
-            makespan: span,
-            lower_bound: lower,
-            optimal,
-            gap,
-            method,
-            hit_time_limit: hit,
-            solve_seconds: started.elapsed().as_secs_f64(),
-            placements: place(inst, &prep, starts, modes),
-        }
+    let done = |span: f64,
+                starts: &[f64],
+                modes: &[Mode],
+                optimal: bool,
+                gap: f64,
+                method,
+                mip: Option<&mip::MipResult>| Schedule {
+        makespan: span,
+        lower_bound: lower,
+        optimal,
+        gap,
+        method,
+        hit_time_limit: mip.is_some_and(|r| r.hit_time_limit),
+        hit_node_limit: mip.is_some_and(|r| r.hit_node_limit && !optimal),
+        solve_seconds: started.elapsed().as_secs_f64(),
+        placements: place(inst, &prep, starts, modes),
     };
     if h_span <= lower + tolerance {
         return Ok(done(
@@ -688,7 +708,7 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
             true,
             0.0,
             Method::Bounds,
-            false,
+            None,
         ));
     }
     if options.heuristic_only
@@ -702,12 +722,12 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
             false,
             gap,
             Method::Bounds,
-            false,
+            None,
         ));
     }
     let r = mip::solve(&prep, lower, h_span, &h_starts, &h_modes, options)?;
     let (span, starts, modes) = if r.makespan < h_span {
-        (r.makespan, r.starts, r.modes)
+        (r.makespan, r.starts.clone(), r.modes.clone())
     } else {
         (h_span, h_starts, h_modes)
     };
@@ -725,7 +745,7 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
         optimal,
         if optimal { 0.0 } else { gap },
         Method::Mip,
-        r.hit_time_limit,
+        Some(&r),
     ))
 }
 

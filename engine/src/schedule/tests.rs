@@ -66,6 +66,38 @@ fn matches_the_reference_fixtures() {
     );
 }
 
+/// A node limit is a work limit: whatever the machine, the MIP stops at the same schedule.
+/// One node cannot prove the harder reference cases optimal; each stops there, valid, with
+/// the same answer every time (issue 16: results must not depend on load).
+#[test]
+fn a_node_limit_stops_the_mip_at_the_same_schedule_every_time() {
+    let options = Options {
+        node_limit: 1,
+        time_limit_seconds: 1e3,
+        ..Options::default()
+    };
+    let mut stopped = 0;
+    for (name, inst, _) in fixtures() {
+        let first = solve(&inst, &options).unwrap();
+        check(&inst, &first.placements).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!first.hit_time_limit, "{name}");
+        assert!(first.optimal || first.hit_node_limit, "{name}: {first:?}");
+        stopped += usize::from(first.hit_node_limit);
+        for _ in 0..3 {
+            let again = solve(&inst, &options).unwrap();
+            assert_eq!(
+                (again.makespan, &again.placements, again.gap),
+                (first.makespan, &first.placements, first.gap),
+                "{name}"
+            );
+        }
+    }
+    assert!(
+        stopped > 0,
+        "no fixture reached the node limit: the test shows nothing"
+    );
+}
+
 fn random_instance(rng: &mut Rng, n: usize) -> Instance {
     let resources = [
         Resource::Tensor,

@@ -7,6 +7,10 @@ use crate::spec::{Ctx, FieldPath};
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::{parse_area_um2, parse_bytes};
+/// The most branch-and-bound nodes a spec may give one layer-schedule MIP: HiGHS counts
+/// them in a 32-bit integer, and a million already takes minutes per layer.
+const MAX_SCHEDULE_NODE_LIMIT: u64 = archplace_engine::schedule::DEFAULT_NODE_LIMIT;
+
 fn axis_u32(
     ctx: &mut Ctx<'_>,
     path: &FieldPath,
@@ -212,6 +216,18 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
             Some("use 0.001 to 3600 seconds".into()),
         );
     }
+    let schedule_node_limit = s.schedule_node_limit.unwrap_or(d.schedule_node_limit);
+    if !(1..=MAX_SCHEDULE_NODE_LIMIT).contains(&schedule_node_limit) {
+        scalars_ok = false;
+        ctx.error(
+            &path.key("schedule_node_limit"),
+            format!("{schedule_node_limit} is not a usable node limit"),
+            Some(format!(
+                "use 1 to {MAX_SCHEDULE_NODE_LIMIT} branch-and-bound nodes; the default is {}",
+                d.schedule_node_limit
+            )),
+        );
+    }
     let convergence_window = s.convergence_window.unwrap_or(d.convergence_window);
     if convergence_window == 0 {
         scalars_ok = false;
@@ -276,6 +292,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         convergence_window,
         exhaustive: s.exhaustive.unwrap_or(false),
         schedule_gap,
+        schedule_node_limit,
         schedule_time_limit_seconds,
     })
 }
