@@ -906,6 +906,49 @@ fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set()
     d.wait(Duration::from_secs(10));
 }
 
+/// Issue 16, item 2: the daemon's own reading of the folder (each scan opens the folder
+/// and the specs in it) is not a change. It used to count as one, so every scan caused the
+/// next: an idle daemon rescanned about ten times a second. Now an idle daemon scans only
+/// on its timers, and a real change still wakes it at once.
+#[test]
+fn an_idle_daemon_does_not_wake_itself() {
+    let tmp = folder();
+    let dir = tmp.path();
+    drop_spec(dir, "broken.toml", "this is not a spec");
+    let d = Daemon::start(dir);
+    let addr = metrics_addr(&d);
+    until(
+        &d,
+        Duration::from_secs(30),
+        "the broken spec in the log",
+        || d.log().contains("broken.toml"),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let changes = || {
+        sample(
+            &http_get(&addr, "/metrics"),
+            "archplace_rescans_total{reason=\"change\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let before = changes();
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = changes() - before;
+    assert!(
+        idle == 0.0,
+        "{idle} rescans for changes in 3 idle seconds\n{}",
+        d.log()
+    );
+    // A real change still wakes it.
+    drop_spec(dir, "other.toml", "neither is this");
+    until(
+        &d,
+        Duration::from_secs(10),
+        "a rescan for the new spec",
+        || changes() > before,
+    );
+}
+
 /// A bare HTTP/1.0 GET; the whole response.
 fn http_get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};

@@ -223,7 +223,15 @@ fn main_loop(
             }
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
                 Ok(Wake::Changed) => {
+                    // A burst of changes (a copy, a rename, many specs at once) is one
+                    // scan: wait for it to pass, keeping a watcher error if one came.
                     reason = "change";
+                    std::thread::sleep(Duration::from_millis(100));
+                    while let Ok(w) = rx.try_recv() {
+                        if w == Wake::WatcherError {
+                            reason = "watcher_error";
+                        }
+                    }
                     break;
                 }
                 Ok(Wake::WatcherError) => {
@@ -286,24 +294,29 @@ fn update_metrics(s: &Shared, m: &Metrics) {
 }
 
 /// Why the main loop wakes up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
     Changed,
     WatcherError,
 }
 
-/// Watches `dir` (debounced); `None` (and polling) if the watcher cannot start.
+/// Watches `dir`; `None` (and polling) if the watcher cannot start. Only changes wake the
+/// main loop: inotify also reports every open, read and close of the folder and its files
+/// — the daemon's own scans among them — and counting those made every scan trigger the
+/// next (an idle daemon rescanned ten times a second).
 fn watch(
     dir: &Path,
     tx: std::sync::mpsc::Sender<Wake>,
     metrics: Arc<Metrics>,
-) -> Option<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>> {
-    use notify_debouncer_mini::notify::RecursiveMode;
-    let handler = move |r: notify_debouncer_mini::DebounceEventResult| {
+) -> Option<notify::RecommendedWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let handler = move |r: notify::Result<notify::Event>| {
         let wake = match r {
-            Ok(events) => {
-                metrics.watcher_events(events.len());
+            Ok(event) if is_change(&event.kind) => {
+                metrics.watcher_events(1);
                 Wake::Changed
             }
+            Ok(_) => return,
             Err(e) => {
                 metrics.watcher_error();
                 tracing::warn!(error = %e, "the folder watcher reported an error; rescanning");
@@ -312,9 +325,12 @@ fn watch(
         };
         let _ = tx.send(wake);
     };
-    match notify_debouncer_mini::new_debouncer(Duration::from_millis(100), handler) {
-        Ok(mut d) => match d.watcher().watch(dir, RecursiveMode::NonRecursive) {
-            Ok(()) => Some(d),
+    fn is_change(kind: &EventKind) -> bool {
+        !matches!(kind, EventKind::Access(_))
+    }
+    match notify::recommended_watcher(handler) {
+        Ok(mut w) => match w.watch(dir, RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot watch the spec folder; polling it instead");
                 None
