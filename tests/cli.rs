@@ -114,6 +114,37 @@ fn validate_survives_missing_and_binary_files() {
     assert!(out.contains("not valid UTF-8"), "{out}");
 }
 
+/// Issue 16, items 5 and 9: `validate` on the zero device (which never ends and claims
+/// length 0) or a FIFO (whose open blocks until a writer comes) used to hang or grow
+/// without bound; a spec beyond a megabyte was read whole. Each is refused at once now,
+/// with what it is, and nothing of its contents.
+#[test]
+fn validate_refuses_devices_fifos_and_huge_files_at_once() {
+    let (dir, big) = temp_spec("big.toml", "");
+    std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).unwrap();
+    let fifo = dir.path().join("fifo.toml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    let o = run(&[
+        "validate",
+        "/dev/zero",
+        &fifo.display().to_string(),
+        &big.display().to_string(),
+    ]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(out.contains("not a regular file (a device)"), "{out}");
+    assert!(out.contains("not a regular file (a FIFO)"), "{out}");
+    assert!(out.contains("larger than 1048576 bytes"), "{out}");
+}
+
 #[test]
 fn schema_is_the_checked_in_copy() {
     let o = run(&["schema"]);

@@ -5,7 +5,7 @@
 //! name = "reference"          # what specs call it
 //! version = "0.1.0"           # semver; a spec may ask for a range
 //! interface = "1.0"           # archplace:cost-model version it was built for
-//! file = "reference.wasm"     # relative to the manifest (default: <name>.wasm)
+//! file = "reference.wasm"     # in the manifest's folder (default: <name>.wasm)
 //! blake3 = "9f2c…"            # optional: the component's hash; a differing file is refused
 //! description = "…"           # optional
 //! ```
@@ -103,7 +103,43 @@ pub fn parse_manifest(text: &str, path: &Path) -> Result<(Manifest, semver::Vers
             m.name
         ));
     }
+    if let Some(file) = &m.file {
+        let plain = Path::new(file)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if file.is_empty() || !plain {
+            return Err(format!(
+                "{}: file `{file}`: name a file inside the plugin's folder (no `..`, no absolute path)",
+                path.display()
+            ));
+        }
+    }
     Ok((m, version))
+}
+
+/// The most bytes of a manifest that are read: a manifest is a few lines.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+
+/// `entry`'s component path, checked to be inside its plugin's folder once symbolic links
+/// are resolved (a manifest may not reach a file elsewhere through a link either).
+pub fn component_path(entry: &Entry) -> Result<PathBuf, String> {
+    let folder = entry
+        .manifest_path
+        .parent()
+        .and_then(|d| d.canonicalize().ok())
+        .ok_or_else(|| "its folder cannot be resolved".to_string())?;
+    let real = entry
+        .wasm_path
+        .canonicalize()
+        .map_err(|e| format!("its component {}: {e}", entry.wasm_path.display()))?;
+    if !real.starts_with(&folder) {
+        return Err(format!(
+            "its component {} resolves outside the plugin's folder {}",
+            entry.wasm_path.display(),
+            folder.display()
+        ));
+    }
+    Ok(real)
 }
 
 impl Catalog {
@@ -125,8 +161,12 @@ impl Catalog {
             subdirs.sort();
             for sub in subdirs {
                 let path = sub.join(MANIFEST);
-                let parsed = std::fs::read_to_string(&path)
+                let parsed = crate::files::read_regular(&path, MAX_MANIFEST_BYTES)
                     .map_err(|e| format!("{}: {e}", path.display()))
+                    .and_then(|b| {
+                        String::from_utf8(b)
+                            .map_err(|_| format!("{}: is not UTF-8 text", path.display()))
+                    })
                     .and_then(|t| parse_manifest(&t, &path));
                 match parsed {
                     Ok((manifest, version)) => {
@@ -311,5 +351,36 @@ mod tests {
         assert!(e.contains("installed: acme"), "{e}");
         let e = cat.find("bad", None).unwrap_err().to_string();
         assert!(e.contains("manifest is unusable"), "{e}");
+    }
+
+    /// Issue 16, item 5: a manifest's `file` named any path (`../x`, `/etc/shadow`, a FIFO),
+    /// and the host read it. Now it must name a file inside the plugin's folder, also once
+    /// symbolic links are resolved.
+    #[test]
+    fn a_component_must_be_a_file_inside_its_plugins_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = |file: &str| {
+            format!("name = \"p\"\nversion = \"1.0.0\"\ninterface = \"1.0\"\nfile = \"{file}\"\n")
+        };
+        install(dir.path(), "up", &m("../x.wasm"));
+        install(dir.path(), "abs", &m("/etc/passwd"));
+        install(dir.path(), "link", &m("p.wasm"));
+        std::fs::write(dir.path().join("outside.wasm"), b"\0asm").unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("outside.wasm"),
+            dir.path().join("link").join("p.wasm"),
+        )
+        .unwrap();
+        let cat = Catalog::scan(&[dir.path().to_path_buf()]);
+        let problems: Vec<&str> = cat.problems.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .all(|p| p.contains("inside the plugin's folder")),
+            "{problems:?}"
+        );
+        let e = component_path(cat.find("p", None).unwrap()).unwrap_err();
+        assert!(e.contains("outside the plugin's folder"), "{e}");
     }
 }

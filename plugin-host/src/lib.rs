@@ -22,6 +22,7 @@ pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod cost;
+pub mod files;
 pub mod inspect;
 pub mod memo;
 pub mod session;
@@ -455,14 +456,8 @@ impl Host {
             path: path.to_path_buf(),
             message,
         };
-        let meta = std::fs::metadata(path).map_err(|e| read(e.to_string()))?;
-        if meta.len() > MAX_COMPONENT_BYTES {
-            return Err(read(format!(
-                "{} bytes; a plugin may have at most {MAX_COMPONENT_BYTES}",
-                meta.len()
-            )));
-        }
-        let wasm = std::fs::read(path).map_err(|e| read(e.to_string()))?;
+        let wasm =
+            files::read_regular(path, MAX_COMPONENT_BYTES).map_err(|e| read(e.to_string()))?;
         self.load_bytes(path, &wasm)
     }
 
@@ -526,12 +521,16 @@ impl Host {
                 .map_err(|_| PluginError::Engine("catalog lock poisoned".into()))?;
             cat.find(&r.name, r.version.as_deref())?.clone()
         };
-        let wasm = std::fs::read(&entry.wasm_path).map_err(|e| PluginError::Manifest {
+        let unusable = |message: String| PluginError::Manifest {
             manifest: entry.manifest_path.clone(),
-            message: format!(
+            message,
+        };
+        let real = catalog::component_path(&entry).map_err(unusable)?;
+        let wasm = files::read_regular(&real, MAX_COMPONENT_BYTES).map_err(|e| {
+            unusable(format!(
                 "cannot read its component {}: {e}",
                 entry.wasm_path.display()
-            ),
+            ))
         })?;
         let hash = blake3::hash(&wasm);
         let actual = hash.to_hex().to_string();

@@ -194,7 +194,11 @@ fn install(file: &Path, root: &Path, report: &check::Report, pin: bool) -> Resul
     let name = &report.info.name;
     let dir = root.join(format!("{name}-{}", report.info.version));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let wasm = archplace_plugin_host::files::read_regular(
+        file,
+        archplace_plugin_host::MAX_COMPONENT_BYTES,
+    )
+    .with_context(|| format!("reading {}", file.display()))?;
     archplace::atomic::write(&dir.join(format!("{name}.wasm")), &wasm)
         .with_context(|| format!("writing into {}", dir.display()))?;
     let manifest = Manifest {

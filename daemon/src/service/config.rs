@@ -234,14 +234,20 @@ impl DaemonConfig {
 
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<DaemonConfig, Vec<ConfigError>> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            vec![ConfigError {
-                file: path.display().to_string(),
-                line: 0,
-                column: 0,
-                message: format!("cannot read the config: {e}"),
-            }]
-        })?;
+        let text = crate::spec::read_input(path)
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")
+                })
+            })
+            .map_err(|e| {
+                vec![ConfigError {
+                    file: path.display().to_string(),
+                    line: 0,
+                    column: 0,
+                    message: format!("cannot read the config: {e}"),
+                }]
+            })?;
         Self::parse(&text, path)
     }
 

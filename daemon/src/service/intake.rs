@@ -31,7 +31,7 @@ pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
         if files.get(path).is_some_and(|(old, _)| old == seen) {
             continue;
         }
-        let Ok(bytes) = std::fs::read(path) else {
+        let Ok(bytes) = crate::spec::read_input(path) else {
             continue;
         };
         let hash = blake3::hash(&bytes).to_hex().to_string();

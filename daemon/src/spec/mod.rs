@@ -30,6 +30,20 @@ pub const DEFAULT_SPEC: &str = include_str!("default.toml");
 /// The name under which the embedded default spec is reported.
 pub const DEFAULT_SPEC_NAME: &str = "<embedded default spec>";
 
+/// The largest spec file that is read: specs are a few kilobytes; a megabyte leaves room
+/// for long comments and many models without letting a stray file exhaust memory.
+pub const MAX_SPEC_BYTES: u64 = 1 << 20;
+
+/// Reads a spec, config or other small input file named by a user: a regular file of at
+/// most `MAX_SPEC_BYTES` (a FIFO, a device or a folder is refused without being opened
+/// for reading).
+pub fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
+    archplace_plugin_host::files::read_regular(path, MAX_SPEC_BYTES).map_err(|e| match e {
+        archplace_plugin_host::files::ReadError::Io(e) => e,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+    })
+}
+
 /// A model to train, with an optional fixed strategy to compare against.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelSpec {
@@ -119,7 +133,7 @@ impl LoadError {
 /// Reads and validates the spec at `path`.
 pub fn load(path: &Path) -> Result<Spec, LoadError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+    let bytes = read_input(path).map_err(|source| LoadError::Io {
         path: shown.clone(),
         source,
     })?;
