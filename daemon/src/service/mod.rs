@@ -312,7 +312,7 @@ fn watch(
     use notify::{EventKind, RecursiveMode, Watcher};
     let handler = move |r: notify::Result<notify::Event>| {
         let wake = match r {
-            Ok(event) if is_change(&event.kind) => {
+            Ok(event) if !matches!(event.kind, EventKind::Access(_)) => {
                 metrics.watcher_events(1);
                 Wake::Changed
             }
@@ -325,9 +325,6 @@ fn watch(
         };
         let _ = tx.send(wake);
     };
-    fn is_change(kind: &EventKind) -> bool {
-        !matches!(kind, EventKind::Access(_))
-    }
     match notify::recommended_watcher(handler) {
         Ok(mut w) => match w.watch(dir, RecursiveMode::NonRecursive) {
             Ok(()) => Some(w),

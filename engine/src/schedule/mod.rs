@@ -683,33 +683,20 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
     let lower = prep.lower_bound();
     let (h_span, h_starts, h_modes) = heuristic::best(&prep);
     let tolerance = 1e-9 * h_span.max(1e-300);
-    let done = |span: f64,
-                starts: &[f64],
-                modes: &[Mode],
-                optimal: bool,
-                gap: f64,
-                method,
-                mip: Option<&mip::MipResult>| Schedule {
-        makespan: span,
-        lower_bound: lower,
-        optimal,
-        gap,
-        method,
-        hit_time_limit: mip.is_some_and(|r| r.hit_time_limit),
-        hit_node_limit: mip.is_some_and(|r| r.hit_node_limit && !optimal),
-        solve_seconds: started.elapsed().as_secs_f64(),
-        placements: place(inst, &prep, starts, modes),
-    };
+    let done =
+        |span: f64, starts: &[f64], modes: &[Mode], optimal: bool, gap: f64, method| Schedule {
+            makespan: span,
+            lower_bound: lower,
+            optimal,
+            gap,
+            method,
+            hit_time_limit: false,
+            hit_node_limit: false,
+            solve_seconds: started.elapsed().as_secs_f64(),
+            placements: place(inst, &prep, starts, modes),
+        };
     if h_span <= lower + tolerance {
-        return Ok(done(
-            h_span,
-            &h_starts,
-            &h_modes,
-            true,
-            0.0,
-            Method::Bounds,
-            None,
-        ));
+        return Ok(done(h_span, &h_starts, &h_modes, true, 0.0, Method::Bounds));
     }
     if options.heuristic_only
         || (options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span)
@@ -722,12 +709,11 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
             false,
             gap,
             Method::Bounds,
-            None,
         ));
     }
     let r = mip::solve(&prep, lower, h_span, &h_starts, &h_modes, options)?;
     let (span, starts, modes) = if r.makespan < h_span {
-        (r.makespan, r.starts.clone(), r.modes.clone())
+        (r.makespan, r.starts, r.modes)
     } else {
         (h_span, h_starts, h_modes)
     };
@@ -738,15 +724,18 @@ pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleErr
         0.0
     };
     let optimal = r.optimal || gap <= 1e-9;
-    Ok(done(
-        span,
-        &starts,
-        &modes,
-        optimal,
-        if optimal { 0.0 } else { gap },
-        Method::Mip,
-        Some(&r),
-    ))
+    Ok(Schedule {
+        hit_time_limit: r.hit_time_limit,
+        hit_node_limit: r.hit_node_limit && !optimal,
+        ..done(
+            span,
+            &starts,
+            &modes,
+            optimal,
+            if optimal { 0.0 } else { gap },
+            Method::Mip,
+        )
+    })
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::spec::{Ctx, FieldPath};
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::{parse_area_um2, parse_bytes};
+
 /// The most branch-and-bound nodes a spec may give one layer-schedule MIP: HiGHS counts
 /// them in a 32-bit integer, and a million already takes minutes per layer.
 const MAX_SCHEDULE_NODE_LIMIT: u64 = archplace_engine::schedule::DEFAULT_NODE_LIMIT;
