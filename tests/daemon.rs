@@ -295,6 +295,12 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
         "queued",
         "an interrupted search is searched again at the next start"
     );
+    // Its status file says so too (it said `cancelled`, issue 16).
+    let status: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(result_dirs(dir, "default-bert-large")[0].join("status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["state"], "queued", "{status}");
     std::fs::remove_file(dir.join("specs/slow.toml")).unwrap();
 
     // A search that can finish: interrupted, then completed by the restart, once.
@@ -957,6 +963,73 @@ fn http_get(addr: &str, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// Sets the job record of spec `name` to `state`, as a kill at that moment leaves it.
+fn set_job_state(dir: &Path, name: &str, state: &str) {
+    for e in std::fs::read_dir(dir.join(".archplace-state/jobs")).unwrap() {
+        let path = e.unwrap().path();
+        let mut job: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        if job["name"] == name {
+            job["state"] = state.into();
+            std::fs::write(&path, serde_json::to_vec(&job).unwrap()).unwrap();
+            return;
+        }
+    }
+    panic!("no job record for {name}");
+}
+
+/// A kill after the results were written but before the job record said so (issue 16: the
+/// whole spec was searched again): the restart finds the complete results and records the
+/// job as done without searching.
+#[test]
+fn a_kill_between_the_results_and_the_job_record_does_not_search_again() {
+    let tmp = folder();
+    let dir = tmp.path();
+    drop_spec(dir, "tiny.toml", TINY);
+    let mut d = Daemon::start(dir);
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.signal("-KILL");
+    d.wait(Duration::from_secs(5));
+    set_job_state(dir, "e2e-tiny", "running");
+    let d = Daemon::start(dir);
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    std::thread::sleep(Duration::from_millis(500));
+    let log = d.log();
+    assert!(log.contains("recorded as done"), "{log}");
+    assert!(!log.contains("search started"), "searched again:\n{log}");
+    let j = jobs(dir);
+    assert_eq!(job_named(&j, "e2e-tiny").unwrap()["attempts"], 1);
+}
+
+/// A spec during whose search the daemon keeps dying is given up after three starts with
+/// a message, instead of killing every restart under systemd's Restart=on-failure.
+#[test]
+fn a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts() {
+    let tmp = folder();
+    let dir = tmp.path();
+    drop_spec(dir, "slow.toml", &slow_spec());
+    for start in 1..=3 {
+        let mut d = Daemon::start(dir);
+        until(&d, Duration::from_secs(60), "the search to start", || {
+            job_named(&jobs(dir), "default-bert-large")
+                .is_some_and(|j| j["state"] == "running" && j["attempts"] == start)
+        });
+        d.signal("-KILL");
+        d.wait(Duration::from_secs(5));
+    }
+    let d = Daemon::start(dir);
+    wait_state(&d, dir, "default-bert-large", "failed", 60);
+    let j = jobs(dir);
+    let job = job_named(&j, "default-bert-large").unwrap();
+    assert_eq!(job["attempts"], 3);
+    assert_eq!(job["interrupted"], 3);
+    assert!(
+        job["message"].as_str().unwrap().contains("stopped 3 times"),
+        "{job}"
+    );
+    assert!(d.log().contains("giving it up"), "{}", d.log());
 }
 
 #[test]

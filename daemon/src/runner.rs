@@ -455,6 +455,15 @@ pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], crate::
     Ok([("pareto.svg", pareto), ("placement.svg", placement)])
 }
 
+/// Whether `dir` holds the complete results of the spec content `hash`: its `result.json`
+/// (written last) names that content.
+pub fn is_complete(dir: &Path, hash: &str) -> bool {
+    let Ok(bytes) = std::fs::read(dir.join("result.json")) else {
+        return false;
+    };
+    serde_json::from_slice::<ResultDoc>(&bytes).is_ok_and(|doc| doc.spec.content_hash == hash)
+}
+
 /// Writes `result.json`, `explored.jsonl` and the plots into `dir` (created if needed),
 /// each atomically; `result.json` last, so that its presence means the folder is whole.
 pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {

@@ -15,6 +15,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 use wasmtime::Store;
 
+/// Configurations per `area` call. The guest holds a call's arguments and answers in its
+/// own memory (tens of bytes each, plus what the plugin builds), so one call for a whole
+/// space of millions of chips ran into the plugin's memory cap at search time, on a spec the
+/// validator had accepted, and was counted as the plugin's fault (issue 16). Batches keep a
+/// call's memory independent of the space and its fuel proportional to it.
+pub const AREA_BATCH: usize = 4096;
+
 /// Counters of one session (for `plugin check`, benchmarks and metrics).
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -355,8 +362,19 @@ impl Session {
         }
     }
 
-    /// Areas without the memo.
+    /// Areas without the memo, asked [`AREA_BATCH`] configurations at a time.
     pub fn area_uncached(
+        &self,
+        configs: &[AcceleratorConfig],
+    ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+        let mut out = Vec::with_capacity(configs.len());
+        for batch in configs.chunks(AREA_BATCH) {
+            out.extend(self.area_batch(batch)?);
+        }
+        Ok(out)
+    }
+
+    fn area_batch(
         &self,
         configs: &[AcceleratorConfig],
     ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {

@@ -314,3 +314,37 @@ fn the_future_minor_fixture_only_adds_to_the_interface() {
         );
     assert_eq!(body.trim_end(), expected.trim_end());
 }
+
+/// A space of a million chips is costed within the reference plugin's default memory cap
+/// (issue 16: one `area` call for the whole space ran out of the plugin's memory at search
+/// time, was reported as an internal error and counted as the plugin's fault).
+#[test]
+fn a_million_configurations_are_costed_within_the_memory_cap() {
+    let host = host();
+    let s = reference_session(&host);
+    let configs: Vec<AcceleratorConfig> = (0..1_000_000u32)
+        .map(|i| AcceleratorConfig {
+            tensor_cores: 1 + i % 64,
+            vector_cores: 1 + (i / 64) % 64,
+            width: 8 << (i / 4096 % 5),
+            depth: 8 << (i / 20480 % 5),
+            vector_width: 64,
+            buffer_bytes: (2 + u64::from(i / 102_400)) << 20,
+        })
+        .collect();
+    let areas = s.area_uncached(&configs).unwrap();
+    assert_eq!(areas.len(), configs.len());
+    let bad = areas
+        .iter()
+        .position(|a| !a.as_ref().is_ok_and(|a| *a > 0.0));
+    assert!(
+        bad.is_none(),
+        "{:?}: {:?}",
+        bad.map(|i| &configs[i]),
+        bad.map(|i| &areas[i])
+    );
+    assert!(s.faults().is_empty(), "{:?}", s.faults());
+    // In order: each answer is its own configuration's.
+    let one = s.area_uncached(&configs[777_777..777_778]).unwrap();
+    assert_eq!(one[0], areas[777_777]);
+}

@@ -45,6 +45,9 @@ pub struct Job {
     pub state: JobState,
     /// Times the search was started.
     pub attempts: u32,
+    /// Times the daemon stopped while the search ran (found `running` at a start).
+    #[serde(default)]
+    pub interrupted: u32,
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -141,6 +144,7 @@ mod tests {
             name: "a".into(),
             state,
             attempts: 0,
+            interrupted: 0,
             message: None,
             result_dir: "results/a/x".into(),
             updated_unix_seconds: 0.0,

@@ -24,6 +24,7 @@ pub mod metrics;
 mod state;
 mod worker;
 
+use crate::runner;
 use archplace_plugin_host::Host;
 use config::{DaemonConfig, StartSettings};
 use jobs::{JobState, JobStore};
@@ -146,16 +147,47 @@ fn prepare_folders(start: &StartSettings) -> Result<JobStore, ServiceError> {
     crate::atomic::remove_stale(&start.state_dir, 1);
     crate::atomic::remove_stale(&start.results_dir, 2);
     let mut store = JobStore::open(&start.state_dir).map_err(folder_err(&start.state_dir))?;
-    let interrupted: Vec<String> = store
+    recover(&mut store);
+    Ok(store)
+}
+
+/// Times the daemon may stop during one search (crash, kill -9, power loss) before that
+/// search is given up: a spec that kills the daemon must not restart it forever.
+pub const MAX_INTERRUPTED_STARTS: u32 = 3;
+
+/// After a restart: a job whose results were completely written is done (the daemon died
+/// between writing them and recording it); one that was running when the daemon died
+/// counts that, and is given up after [`MAX_INTERRUPTED_STARTS`]; the rest are queued again.
+fn recover(store: &mut JobStore) {
+    let interrupted: Vec<jobs::Job> = store
         .jobs
         .values()
         .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
-        .map(|j| j.hash.clone())
+        .cloned()
         .collect();
-    for h in &interrupted {
-        store.set(h, JobState::Queued, Some("requeued after a restart".into()));
+    for mut job in interrupted {
+        if runner::is_complete(&job.result_dir, &job.hash) {
+            tracing::info!(hash = %job.hash, dir = %job.result_dir.display(), "its results were complete before the restart: recorded as done");
+            job.state = JobState::Done;
+            job.message = Some("its results were written before the restart".into());
+        } else if job.state == JobState::Running {
+            job.interrupted += 1;
+            if job.interrupted >= MAX_INTERRUPTED_STARTS {
+                tracing::error!(hash = %job.hash, file = %job.file.display(), times = job.interrupted, "the daemon stopped during this search every time; giving it up");
+                job.state = JobState::Failed;
+                job.message = Some(format!(
+                    "the daemon stopped {} times while searching this spec (a crash, kill or power loss); it is not searched again: change the spec to retry",
+                    job.interrupted
+                ));
+            } else {
+                job.state = JobState::Queued;
+                job.message = Some("requeued after a restart".into());
+            }
+        } else {
+            job.message = Some("requeued after a restart".into());
+        }
+        store.put(job);
     }
-    Ok(store)
 }
 
 /// Scans the folder on watcher events, polls and timers, applies SIGHUP, reports to

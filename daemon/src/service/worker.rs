@@ -72,7 +72,7 @@ pub fn run(s: &Shared) {
             .search_ended(&labels, outcome, started.elapsed().as_secs_f64());
         tracing::info!(
             state = state.name(),
-            message = message.as_deref().unwrap_or(""),
+            reason = message.as_deref().unwrap_or(""),
             "search ended"
         );
         s.state().store.set(&job.hash, state, message);
@@ -294,7 +294,14 @@ fn search(
     };
     let result = pool.install(|| runner::run(&spec, &s.host, &status, cancel));
     if cancel.load(Ordering::Relaxed) {
-        status.write("cancelled", None);
+        // A shutdown puts the job back in the queue (searched again at the next start);
+        // only a cancellation for a reason (its spec deleted or changed) ends it.
+        let requeued = s.shutdown.load(Ordering::Relaxed)
+            && s.state()
+                .running
+                .get(&job.hash)
+                .is_none_or(|r| r.reason.is_none());
+        status.write(if requeued { "queued" } else { "cancelled" }, None);
         return Outcome::Cancelled;
     }
     match result {

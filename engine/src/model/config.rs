@@ -221,6 +221,12 @@ impl ModelConfig {
         self.hidden / self.heads
     }
 
+    /// Layers of the pipeline the placement cuts into stages: the embedding, the blocks and
+    /// the head (what [`crate::model::ModelGraph::layers`] yields).
+    pub fn pipeline_layers(&self) -> u64 {
+        self.layers.saturating_add(2)
+    }
+
     /// Vocabulary rows per tensor-parallel rank, after padding.
     pub fn vocab_per_rank(&self, t: u64) -> u64 {
         let multiple = self.vocab_pad_multiple.max(1) * t;

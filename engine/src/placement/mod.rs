@@ -6,8 +6,13 @@
 //! embedding, such as attention masks), those sets are exactly its suffixes and a stage is
 //! a contiguous range of layers. That, and the facts that a stage uses 1 or `t` devices and
 //! that a pipeline of `s` stages needs at least `s` devices, make the program
-//! `O(n³ + n · Σ_d min(n, devices/d))` per width instead of the reference's
-//! `O(downsets² · devices · stages)`.
+//! `O(n² · min(n, devices))` steps per width (times the front sizes) instead of the
+//! reference's `O(downsets² · devices · stages)`.
+//!
+//! Invariants: memory is linear in `n` for a given number of devices — the ranges are
+//! computed a row at a time (`stages.rs`), never tabulated `(n + 1)²`; and the program's size
+//! is known before it runs ([`ProgramSize`]): one beyond [`MAX_PROGRAM_STEPS`] is refused,
+//! by the spec's validator with the numbers and here as a typed error.
 //!
 //! Semantics, as the reference:
 //! * a stage's load is its forward plus backward time, with the communication of edges
@@ -26,6 +31,9 @@
 //! time and the slowest one bounds the step.
 
 use serde::Serialize;
+
+mod stages;
+use stages::{Range, Stages};
 
 /// One layer of the chain, in pipeline order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -189,6 +197,77 @@ pub enum PlacementError {
     Empty { width: u64 },
     #[error("{0}")]
     Invalid(String),
+    #[error(
+        "width {width}: placing {layers} layers over {devices} devices takes {steps:.1e} steps of the placement program, above its limit of {max:.1e}",
+        steps = *steps as f64,
+        max = MAX_PROGRAM_STEPS as f64
+    )]
+    TooLarge {
+        width: u64,
+        layers: usize,
+        devices: u64,
+        steps: u128,
+    },
+}
+
+/// The most steps one placement program may take (about 5 s on one core of a 2024 laptop,
+/// measured by the `placement/steps` benchmark): a longer chain or more devices than this
+/// allows is refused by the spec's validator, and here, before any memory is allocated.
+pub const MAX_PROGRAM_STEPS: u128 = 1_000_000_000;
+
+/// The size of the placement program for a chain of `layers` over `devices`, known before
+/// it runs. Its steps are the ranges it visits — every `[i, j)` once per number of stages
+/// (and per count of wide stages when widths are mixed); its memory is one front per suffix,
+/// number of stages and count, plus one row of ranges — linear in the layers for a given
+/// number of devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ProgramSize {
+    pub steps: u128,
+    /// The program's tables with one entry per front (more when the objective trades load
+    /// against parameters).
+    pub bytes: u128,
+}
+
+impl ProgramSize {
+    pub fn of(layers: usize, devices: u64, mixed: bool) -> ProgramSize {
+        let n = layers as u128;
+        let bound = u128::from(devices).min(n);
+        let qn = if mixed { bound + 1 } else { 1 };
+        let mut steps = 0u128;
+        for rest in 1..=n {
+            steps += rest * (1 + rest.min(bound) * qn);
+        }
+        let cells = (n + 1) * (bound + 1) * qn;
+        let front = (std::mem::size_of::<Vec<Entry>>() + std::mem::size_of::<Entry>()) as u128;
+        let row = (std::mem::size_of::<stages::Range>() + 3 * std::mem::size_of::<f64>()) as u128;
+        ProgramSize {
+            steps,
+            bytes: cells * front + n * row,
+        }
+    }
+
+    /// Whether the program may run.
+    pub fn fits(&self) -> bool {
+        self.steps <= MAX_PROGRAM_STEPS
+    }
+}
+
+/// The longest chain whose program fits over `devices` (0 if none does).
+pub fn max_layers(devices: u64, mixed: bool) -> usize {
+    let (mut lo, mut hi) = (0usize, 1usize);
+    while ProgramSize::of(hi, devices, mixed).fits() {
+        lo = hi;
+        hi *= 2;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ProgramSize::of(mid, devices, mixed).fits() {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// Why a fixed strategy cannot run.
@@ -222,165 +301,6 @@ pub enum FixedError {
     BadPipeline(u64),
 }
 
-/// Per-stage quantities for every contiguous range `[i, j)` of one chain.
-struct Stages {
-    n: usize,
-    width: u64,
-    /// a(i, j): devices of the stage.
-    devices: Vec<u64>,
-    load_plain: Vec<f64>,
-    load_recompute: Vec<f64>,
-    params: Vec<f64>,
-    /// Largest number of stages from this one to the end that fits in memory.
-    max_s: Vec<u64>,
-    constant: Vec<f64>,
-    stash: Vec<f64>,
-    mixed: bool,
-    /// State bytes per parameter byte at the data-parallel degree it was built for.
-    state: f64,
-}
-
-impl Stages {
-    fn at(&self, i: usize, j: usize) -> usize {
-        i * (self.n + 1) + j
-    }
-
-    fn load(&self, i: usize, j: usize, s: u64, recompute: bool) -> f64 {
-        let k = self.at(i, j);
-        if recompute && s > 1 {
-            self.load_recompute[k]
-        } else {
-            self.load_plain[k]
-        }
-    }
-
-    fn memory(&self, i: usize, j: usize, s: u64) -> f64 {
-        let k = self.at(i, j);
-        self.constant[k] + (s.saturating_sub(1)) as f64 * self.stash[k]
-    }
-
-    /// Peak memory of one device of stage `[i, j)`, `s` stages from the end, with `d`
-    /// data-parallel replicas (which only matters with the distributed optimizer).
-    fn memory_with(&self, i: usize, j: usize, s: u64, d: u64, rule: &MemoryRule) -> f64 {
-        let k = self.at(i, j);
-        self.memory(i, j, s) + (rule.state_per_parameter_byte(d) - self.state) * self.params[k]
-    }
-
-    fn new(chain: &Chain, st: &Settings, shards: u64) -> Result<Stages, PlacementError> {
-        let n = chain.layers.len();
-        let width = chain.width;
-        if n == 0 {
-            return Err(PlacementError::Empty { width });
-        }
-        let mut incoming: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
-        let mut outgoing: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
-        for e in &chain.edges {
-            if e.from >= e.to || e.to >= n {
-                return Err(PlacementError::BackwardEdge {
-                    width,
-                    from: e.from,
-                    to: e.to,
-                });
-            }
-            incoming[e.to].push((e.from, e.bytes / st.bandwidth));
-            outgoing[e.from].push((e.to, e.bytes / st.bandwidth));
-        }
-        if let Some(v) = (1..n).find(|&v| !incoming[v].iter().any(|&(u, _)| u == v - 1)) {
-            return Err(PlacementError::NotAChain {
-                width,
-                at: chain.layers[v].id,
-            });
-        }
-        let size = (n + 1) * (n + 1);
-        let mut s = Stages {
-            n,
-            width,
-            devices: vec![0; size],
-            load_plain: vec![f64::INFINITY; size],
-            load_recompute: vec![f64::INFINITY; size],
-            params: vec![0.0; size],
-            max_s: vec![0; size],
-            constant: vec![0.0; size],
-            stash: vec![0.0; size],
-            mixed: chain.layers.iter().any(|l| l.tensor_parallel)
-                && chain.layers.iter().any(|l| !l.tensor_parallel),
-            state: st.memory.state_per_parameter_byte(shards),
-        };
-        let transient = match st.memory {
-            MemoryRule::Reference { .. } => 0.0,
-            MemoryRule::Megatron(m) => m.transient_bytes,
-        };
-        let layers = &chain.layers;
-        let d = st.devices;
-        let mut fw_lat = vec![0.0; size];
-        // Forward pass of [i, j) grows with j.
-        for i in 0..n {
-            let mut finish = vec![0.0f64; n];
-            let (mut p, mut a, mut tp, mut fw_part, mut entering) = (0.0, 0.0, false, 0.0, 0.0);
-            for j in i + 1..=n {
-                let v = j - 1;
-                let mut start = 0.0f64;
-                for &(u, c) in &incoming[v] {
-                    start = start.max(if u >= i { finish[u] } else { c });
-                    if u < i {
-                        entering += c * st.bandwidth;
-                    }
-                }
-                finish[v] = start + layers[v].forward;
-                fw_lat[i * (n + 1) + j] = finish[v];
-                p += layers[v].parameter_bytes;
-                a += layers[v].activation_bytes;
-                tp |= layers[v].tensor_parallel;
-                fw_part += layers[v].forward;
-                let k = s.at(i, j);
-                s.params[k] = p;
-                s.devices[k] = if tp { width } else { 1 };
-                let (constant, stash) = match st.memory {
-                    MemoryRule::Reference { .. } => {
-                        (s.state * p + a, if st.recompute { entering } else { a })
-                    }
-                    MemoryRule::Megatron(_) => (s.state * p + a + transient, a),
-                };
-                s.constant[k] = constant;
-                s.stash[k] = stash;
-                s.max_s[k] = if constant + (d as f64 - 1.0) * stash <= st.memory_bytes {
-                    d
-                } else if constant > st.memory_bytes {
-                    0
-                } else {
-                    1 + ((st.memory_bytes - constant) / stash).floor() as u64
-                };
-                // Recomputation: forward again (ignoring external inputs), then backward.
-                if st.recompute {
-                    let mut fin = vec![0.0f64; n];
-                    for v in (i..j).rev() {
-                        let mut start = fw_part;
-                        for &(w, c) in &outgoing[v] {
-                            start = start.max(if w < j { fin[w] } else { c });
-                        }
-                        fin[v] = start + layers[v].backward;
-                    }
-                    s.load_recompute[k] = fw_lat[k] + fin[i];
-                }
-            }
-        }
-        // Backward pass of [i, j) grows downwards in i.
-        for j in 1..=n {
-            let mut finish = vec![0.0f64; n];
-            for i in (0..j).rev() {
-                let mut start = 0.0f64;
-                for &(w, c) in &outgoing[i] {
-                    start = start.max(if w < j { finish[w] } else { c });
-                }
-                finish[i] = start + layers[i].backward;
-                let k = s.at(i, j);
-                s.load_plain[k] = fw_lat[k] + finish[i];
-            }
-        }
-        Ok(s)
-    }
-}
-
 /// A non-dominated way to place a suffix: its bottleneck load, the parameters of its
 /// largest stage (0 when the objective ignores them), the end of its first stage and the
 /// entry of the rest in the next state's front.
@@ -402,8 +322,8 @@ fn insert(front: &mut Vec<Entry>, e: Entry) {
 }
 
 /// The dynamic program over suffixes for one chain.
-struct Program<'a> {
-    st: &'a Stages,
+struct Program<'s, 'a> {
+    st: &'s Stages<'a>,
     /// Stages are at most this many (the reference's bound: min(devices, layers)).
     bound: usize,
     qn: usize,
@@ -412,13 +332,13 @@ struct Program<'a> {
     fronts: Vec<Vec<Entry>>,
 }
 
-impl<'a> Program<'a> {
+impl<'s, 'a> Program<'s, 'a> {
     fn idx(&self, i: usize, s: usize, q: usize) -> usize {
         (i * (self.bound + 1) + s) * self.qn + q
     }
 
-    fn wide(&self, k: usize) -> usize {
-        usize::from(self.st.mixed && self.st.devices[k] == self.st.width && self.st.width > 1)
+    fn wide(&self, r: &Range) -> usize {
+        usize::from(self.st.mixed && r.devices == self.st.width && self.st.width > 1)
     }
 
     /// Devices of `s` stages of which `q` are wide; `u64::MAX` if impossible.
@@ -430,7 +350,7 @@ impl<'a> Program<'a> {
         }
     }
 
-    fn run(st: &'a Stages, settings: &Settings) -> Program<'a> {
+    fn run(st: &'s Stages<'a>, settings: &Settings) -> Program<'s, 'a> {
         let n = st.n;
         let bound = (settings.devices as usize).min(n);
         let qn = if st.mixed { bound + 1 } else { 1 };
@@ -449,16 +369,17 @@ impl<'a> Program<'a> {
             next: n as u32,
             child: 0,
         });
+        let mut row = Vec::with_capacity(n);
         for i in (0..n).rev() {
+            st.row(i, n, &mut row);
             for s in 1..=bound.min(n - i) {
-                for j in i + 1..=n {
-                    let k = st.at(i, j);
-                    if (s as u64) > st.max_s[k] || (j == n) != (s == 1) {
+                for (j, r) in (i + 1..=n).zip(&row) {
+                    if (s as u64) > r.max_s || (j == n) != (s == 1) {
                         continue;
                     }
-                    let load = st.load(i, j, s as u64, settings.recompute);
-                    let params = if track_params { st.params[k] } else { 0.0 };
-                    let wide = p.wide(k);
+                    let load = r.load(s as u64, settings.recompute);
+                    let params = if track_params { r.params } else { 0.0 };
+                    let wide = p.wide(r);
                     for q in wide..qn {
                         let from = p.idx(j, s - 1, q - wide);
                         let at = p.idx(i, s, q);
@@ -492,16 +413,16 @@ impl<'a> Program<'a> {
         while s > 0 {
             let entry = self.fronts[self.idx(i, s, q)][e];
             let j = entry.next as usize;
-            let k = self.st.at(i, j);
+            let r = self.st.range(i, j);
             out.push(StagePlan {
                 start: i,
                 end: j,
-                devices: self.st.devices[k],
-                load: self.st.load(i, j, s as u64, settings.recompute),
-                parameter_bytes: self.st.params[k],
-                memory_bytes: self.st.memory(i, j, s as u64),
+                devices: r.devices,
+                load: r.load(s as u64, settings.recompute),
+                parameter_bytes: r.params,
+                memory_bytes: r.memory(s as u64),
             });
-            q -= self.wide(k);
+            q -= self.wide(&r);
             i = j;
             s -= 1;
             e = entry.child as usize;
@@ -540,6 +461,17 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 
 /// The best plan for one chain, if any fits.
 fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, PlacementError> {
+    let mixed = chain.layers.iter().any(|l| l.tensor_parallel)
+        && chain.layers.iter().any(|l| !l.tensor_parallel);
+    let size = ProgramSize::of(chain.layers.len(), settings.devices, mixed);
+    if !size.fits() {
+        return Err(PlacementError::TooLarge {
+            width: chain.width,
+            layers: chain.layers.len(),
+            devices: settings.devices,
+            steps: size.steps,
+        });
+    }
     let max_d = settings.devices.min(settings.micro_batches);
     let mut best: Option<Plan> = None;
     for (lo, hi) in shard_levels(settings, max_d) {
@@ -559,7 +491,7 @@ fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, Pl
 fn best_in_level(
     chain: &Chain,
     settings: &Settings,
-    st: &Stages,
+    st: &Stages<'_>,
     lo: u64,
     hi: u64,
 ) -> Option<Plan> {
@@ -570,23 +502,24 @@ fn best_in_level(
     } else {
         1
     };
+    let mut first_row = Vec::with_capacity(n);
+    st.row(0, n, &mut first_row);
     // (time per batch, d, end of the first stage, stages, q of the rest, front entry)
     let mut best: Option<(f64, u64, usize, usize, usize, usize)> = None;
     for d in lo..=hi {
         let cap = settings.devices / d;
         let m = ceil_div(settings.micro_batches, d);
-        for j in 1..=n {
-            let k = st.at(0, j);
-            let a = st.devices[k];
+        for (j, r) in (1..=n).zip(&first_row) {
+            let a = r.devices;
             if a > cap {
                 continue;
             }
-            let smax = (st.max_s[k] as usize).min(p.bound).min(cap as usize);
+            let smax = (r.max_s as usize).min(p.bound).min(cap as usize);
             for s in 1..=smax {
                 if (j == n) != (s == 1) {
                     continue;
                 }
-                let first = st.load(0, j, s as u64, settings.recompute);
+                let first = r.load(s as u64, settings.recompute);
                 for q in 0..p.qn {
                     if p.devices_of(s - 1, q, uniform) > cap - a {
                         continue;
@@ -594,8 +527,8 @@ fn best_in_level(
                     for (e, rest) in p.fronts[p.idx(j, s - 1, q)].iter().enumerate() {
                         let pipeline = rest.load.max(first) * (m + s as u64 - 1) as f64;
                         let params = match settings.resync {
-                            Resync::FirstStage => st.params[k],
-                            Resync::LargestStage => rest.pmax.max(st.params[k]),
+                            Resync::FirstStage => r.params,
+                            Resync::LargestStage => rest.pmax.max(r.params),
                         };
                         let tpb = pipeline + resync_time(settings, d, params);
                         if best.is_none_or(|b| tpb < b.0) {
@@ -607,21 +540,22 @@ fn best_in_level(
         }
     }
     let (_, d, j, s, q, e) = best?;
-    let k = st.at(0, j);
+    let r = first_row[j - 1];
     let mut stages = vec![StagePlan {
         start: 0,
         end: j,
-        devices: st.devices[k],
-        load: st.load(0, j, s as u64, settings.recompute),
-        parameter_bytes: st.params[k],
-        memory_bytes: st.memory(0, j, s as u64),
+        devices: r.devices,
+        load: r.load(s as u64, settings.recompute),
+        parameter_bytes: r.params,
+        memory_bytes: r.memory(s as u64),
     }];
     stages.extend(p.stages(j, s - 1, q, e, settings));
     // Report the memory at the chosen degree (the level bounded it at its smallest).
     let count = stages.len() as u64;
     for (idx, stage) in stages.iter_mut().enumerate() {
         let from_end = count - idx as u64;
-        stage.memory_bytes = st.memory_with(stage.start, stage.end, from_end, d, &settings.memory);
+        let r = st.range(stage.start, stage.end);
+        stage.memory_bytes = st.memory_with(&r, from_end, d, &settings.memory);
     }
     Some(evaluate(settings, st.width, d, stages))
 }
@@ -701,19 +635,15 @@ pub fn best_interleaved(
                     (start, end)
                 })
                 .collect();
-            let width = bounds
-                .iter()
-                .map(|&(i, j)| st.devices[st.at(i, j)])
-                .max()
-                .unwrap_or(1);
+            let ranges: Vec<Range> = bounds.iter().map(|&(i, j)| st.range(i, j)).collect();
+            let width = ranges.iter().map(|r| r.devices).max().unwrap_or(1);
             for d in 1..=max_d {
                 if p.saturating_mul(width).saturating_mul(d) > settings.devices {
                     break;
                 }
                 let m = ceil_div(settings.micro_batches, d);
                 let mut stages = Vec::with_capacity(bounds.len());
-                for (k, &(i, j)) in bounds.iter().enumerate() {
-                    let at = st.at(i, j);
+                for (k, (&(i, j), r)) in bounds.iter().zip(&ranges).enumerate() {
                     let from_end = p - k as u64;
                     let in_flight = if k == 0 && v > 1 {
                         p as f64 + (p - 1) as f64 / v as f64
@@ -721,8 +651,8 @@ pub fn best_interleaved(
                         from_end as f64
                     }
                     .min(m as f64);
-                    let memory = st.memory_with(i, j, 1, d, &settings.memory)
-                        + (in_flight - 1.0).max(0.0) * st.stash[at];
+                    let memory = st.memory_with(r, 1, d, &settings.memory)
+                        + (in_flight - 1.0).max(0.0) * r.stash;
                     if memory > settings.memory_bytes {
                         stages.clear();
                         break;
@@ -730,10 +660,9 @@ pub fn best_interleaved(
                     stages.push(StagePlan {
                         start: i,
                         end: j,
-                        devices: st.devices[at],
-                        load: st.load(i, j, from_end, settings.recompute)
-                            + (v - 1) as f64 * boundary,
-                        parameter_bytes: st.params[at],
+                        devices: r.devices,
+                        load: r.load(from_end, settings.recompute) + (v - 1) as f64 * boundary,
+                        parameter_bytes: r.params,
                         memory_bytes: memory,
                     });
                 }
@@ -838,11 +767,11 @@ pub fn evaluate_fixed(
     let mut stages = Vec::new();
     for (idx, &(i, j)) in bounds.iter().enumerate() {
         let s = count - idx as u64;
-        let k = st.at(i, j);
-        if s > st.max_s[k] {
+        let r = st.range(i, j);
+        if s > r.max_s {
             return Err(FixedError::OutOfMemory {
                 stage: idx,
-                needed_bytes: st.memory(i, j, s),
+                needed_bytes: r.memory(s),
                 memory_bytes: settings.memory_bytes,
             });
         }
@@ -850,9 +779,9 @@ pub fn evaluate_fixed(
             start: i,
             end: j,
             devices: fixed.tensor,
-            load: st.load(i, j, s, settings.recompute),
-            parameter_bytes: st.params[k],
-            memory_bytes: st.memory(i, j, s),
+            load: r.load(s, settings.recompute),
+            parameter_bytes: r.params,
+            memory_bytes: r.memory(s),
         });
     }
     Ok(evaluate(settings, fixed.tensor, fixed.data, stages))
@@ -875,6 +804,13 @@ pub fn best_plan_exact(
         for &(lo, hi) in &levels {
             let st = Stages::new(chain, settings, lo)?;
             let n = st.n;
+            let table: Vec<Vec<Range>> = (0..n)
+                .map(|i| {
+                    let mut row = Vec::new();
+                    st.row(i, n, &mut row);
+                    row
+                })
+                .collect();
             // Every composition of n layers into contiguous stages.
             for mask in 0u64..(1u64 << (n - 1)) {
                 let mut cuts = vec![0];
@@ -894,19 +830,19 @@ pub fn best_plan_exact(
                 for (idx, w) in cuts.windows(2).enumerate() {
                     let (i, j) = (w[0], w[1]);
                     let s = s_total - idx as u64;
-                    let k = st.at(i, j);
-                    if s > st.max_s[k] {
+                    let r = table[i][j - i - 1];
+                    if s > r.max_s {
                         fits = false;
                         break;
                     }
-                    devices += st.devices[k];
+                    devices += r.devices;
                     stages.push(StagePlan {
                         start: i,
                         end: j,
-                        devices: st.devices[k],
-                        load: st.load(i, j, s, settings.recompute),
-                        parameter_bytes: st.params[k],
-                        memory_bytes: st.memory(i, j, s),
+                        devices: r.devices,
+                        load: r.load(s, settings.recompute),
+                        parameter_bytes: r.params,
+                        memory_bytes: r.memory(s),
                     });
                 }
                 if !fits {

@@ -390,3 +390,228 @@ fn interleaving_keeps_more_activations_on_the_first_device() {
             .is_none()
     );
 }
+
+/// A range's loads simulated directly, node by node, as the reference defines them: the
+/// forward pass in order, the backward pass from the last node, each node waiting for its
+/// successors inside the range and for the edges that leave it (and, with recomputation, for
+/// the range's forward run again).
+fn direct_loads(chain: &Chain, settings: &Settings, i: usize, j: usize) -> (f64, f64) {
+    let n = chain.layers.len();
+    let l = &chain.layers;
+    let cost = |e: &Edge| e.bytes / settings.bandwidth;
+    let mut fin = vec![0.0f64; n];
+    for v in i..j {
+        let start = chain
+            .edges
+            .iter()
+            .filter(|e| e.to == v)
+            .map(|e| if e.from >= i { fin[e.from] } else { cost(e) })
+            .fold(0.0, f64::max);
+        fin[v] = start + l[v].forward;
+    }
+    let forward = fin[j - 1];
+    let fw_part: f64 = l[i..j].iter().map(|x| x.forward).sum();
+    let backward = |floor: f64| {
+        let mut b = vec![0.0f64; n];
+        for v in (i..j).rev() {
+            let start = chain
+                .edges
+                .iter()
+                .filter(|e| e.from == v)
+                .map(|e| if e.to < j { b[e.to] } else { cost(e) })
+                .fold(floor, f64::max);
+            b[v] = start + l[v].backward;
+        }
+        b[i]
+    };
+    (forward + backward(0.0), forward + backward(fw_part))
+}
+
+/// Every range's loads, computed a row at a time in closed form, agree with the direct
+/// simulation on random chains with skip edges (to the last bits of rounding).
+#[test]
+fn rows_agree_with_simulating_each_range() {
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    let mut checked = 0;
+    for _ in 0..300 {
+        let (chains, settings) = random_instance(&mut rng);
+        let settings = Settings {
+            recompute: true,
+            ..settings
+        };
+        for chain in &chains {
+            let st = Stages::new(chain, &settings, 1).unwrap();
+            let n = chain.layers.len();
+            let mut row = Vec::new();
+            for i in 0..n {
+                st.row(i, n, &mut row);
+                assert_eq!(row.len(), n - i);
+                for (j, r) in (i + 1..=n).zip(&row) {
+                    let (plain, again) = direct_loads(chain, &settings, i, j);
+                    assert!(
+                        rel(r.load_plain, plain) < 1e-12,
+                        "[{i}, {j}) {r:?} vs {plain}"
+                    );
+                    assert!(
+                        rel(r.load_recompute, again) < 1e-12,
+                        "[{i}, {j}) {r:?} vs {again}"
+                    );
+                    let one = st.range(i, j);
+                    assert_eq!(one.load_plain.to_bits(), r.load_plain.to_bits());
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 3000, "{checked}");
+}
+
+/// Counts the bytes the current thread has allocated at its peak, while asked to.
+mod peak {
+    #![allow(unsafe_code)]
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static TRACKING: Cell<bool> = const { Cell::new(false) };
+        static NOW: Cell<usize> = const { Cell::new(0) };
+        static PEAK: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub struct Counting;
+
+    // SAFETY: every call is forwarded to the system allocator unchanged; the counters are
+    // const-initialised thread-locals, which never allocate.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if TRACKING.with(Cell::get) {
+                let now = NOW.with(|n| {
+                    n.set(n.get() + layout.size());
+                    n.get()
+                });
+                PEAK.with(|p| p.set(p.get().max(now)));
+            }
+            // SAFETY: the caller's layout, passed on.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            if TRACKING.with(Cell::get) {
+                NOW.with(|n| n.set(n.get().saturating_sub(layout.size())));
+            }
+            // SAFETY: allocated by `alloc` above with this layout.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    /// The peak bytes `f` held on this thread beyond what it started with.
+    pub fn of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        NOW.with(|n| n.set(0));
+        PEAK.with(|p| p.set(0));
+        TRACKING.with(|t| t.set(true));
+        let out = f();
+        TRACKING.with(|t| t.set(false));
+        (out, PEAK.with(Cell::get))
+    }
+}
+
+fn long_chain(n: usize) -> Chain {
+    let layers: Vec<Layer> = (0..n)
+        .map(|i| Layer {
+            id: i as i64,
+            parameter_bytes: 1e6,
+            activation_bytes: 1e6,
+            forward: 1.0,
+            backward: 2.0,
+            tensor_parallel: false,
+        })
+        .collect();
+    let edges = (1..n)
+        .map(|v| Edge {
+            from: v - 1,
+            to: v,
+            bytes: 1e3,
+        })
+        .collect();
+    Chain {
+        width: 1,
+        layers,
+        edges,
+    }
+}
+
+/// A long model's placement needs memory linear in its layers, not quadratic (issue 16:
+/// per-range tables took 88 bytes × (layers + 1)², 1.4 GB at 4,000 layers, and aborted the
+/// daemon at 100,000): four times the layers, about four times the peak memory.
+#[test]
+fn placement_memory_grows_linearly_with_layers() {
+    let settings = Settings {
+        memory_bytes: 1e12,
+        devices: 4,
+        bandwidth: 1e9,
+        micro_batches: 8,
+        recompute: false,
+        memory: MemoryRule::Reference {
+            optimizer_copies: 1.0,
+        },
+        resync: Resync::LargestStage,
+    };
+    let mut peaks = Vec::new();
+    for n in [1_000, 4_000] {
+        let chain = long_chain(n);
+        let (plan, bytes) = peak::of(|| best_plan(std::slice::from_ref(&chain), &settings));
+        let plan = plan.unwrap().unwrap();
+        assert_eq!(plan.stages.len() as u64 * plan.data_parallel, 4);
+        assert_eq!(
+            plan.stages.iter().map(|s| s.end - s.start).sum::<usize>(),
+            n
+        );
+        peaks.push(bytes);
+    }
+    eprintln!("peak bytes at 1,000 and 4,000 layers: {peaks:?}");
+    assert!(peaks[1] < 8 << 20, "{peaks:?}");
+    assert!(peaks[1] < 6 * peaks[0], "{peaks:?}");
+}
+
+/// A chain beyond the program's step limit is refused with its numbers, before anything
+/// the size of the program is allocated; the longest chain `max_layers` allows is placed.
+#[test]
+fn a_chain_beyond_the_step_limit_is_refused_with_numbers() {
+    let settings = Settings {
+        memory_bytes: 1e12,
+        devices: 8,
+        bandwidth: 1e9,
+        micro_batches: 8,
+        recompute: false,
+        memory: MemoryRule::Reference {
+            optimizer_copies: 1.0,
+        },
+        resync: Resync::FirstStage,
+    };
+    let most = max_layers(8, false);
+    assert!(ProgramSize::of(most, 8, false).fits());
+    assert!(!ProgramSize::of(most + 1, 8, false).fits());
+    assert!((10_000..20_000).contains(&most), "{most}");
+    let err = best_plan(&[long_chain(100_002)], &settings).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PlacementError::TooLarge {
+                layers: 100_002,
+                devices: 8,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("100002 layers over 8 devices"),
+        "{err}"
+    );
+    // Wider clusters allow shorter chains: the program is cubic in layers up to the devices.
+    assert!(max_layers(1024, false) < 2_000);
+    assert!(max_layers(1024, true) < max_layers(1024, false));
+}

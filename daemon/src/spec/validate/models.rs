@@ -5,6 +5,7 @@ use super::rules::count_in;
 use crate::spec::raw::{RawBaseline, RawHead, RawModel, RawSpec};
 use crate::spec::{Ctx, FieldPath, ModelSpec};
 use archplace_engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
+use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::training::{Baseline, Cluster, Training};
 pub(super) fn models(
     raw: &RawSpec,
@@ -52,6 +53,18 @@ fn model(
     training: Option<&Training>,
     cluster: Option<&Cluster>,
 ) -> Option<ModelSpec> {
+    if let Some(name) = &m.name
+        && (name.trim().is_empty()
+            || name.chars().count() > 100
+            || name.chars().any(char::is_control))
+    {
+        ctx.error(
+            &path.key("name"),
+            format!("{name:?} cannot name a model"),
+            Some("use 1 to 100 printable characters (it labels the model in results, plots and metrics)".into()),
+        );
+        return None;
+    }
     let base = check_base(m, path, ctx)?;
     let cfg = merged(m, base);
     if !check_counts(&cfg, path, ctx) {
@@ -60,6 +73,9 @@ fn model(
     let mut ok = check_shapes(&cfg, m, path, ctx);
     if let Some(tr) = training {
         ok &= check_size(&cfg, tr, path, ctx);
+    }
+    if let Some(c) = cluster {
+        ok &= check_placement(&cfg, c, m, path, ctx);
     }
     let baseline = match &m.baseline {
         Some(bl) => {
@@ -303,6 +319,43 @@ fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<
         return false;
     }
     true
+}
+
+/// The placement program for this model over the cluster stays within the engine's step
+/// limit (its memory is linear in the layers, its time is not): refused here with the
+/// numbers, not after minutes of search.
+fn check_placement(
+    cfg: &ModelConfig,
+    cluster: &Cluster,
+    m: &RawModel,
+    path: &FieldPath,
+    ctx: &mut Ctx<'_>,
+) -> bool {
+    let layers = cfg.pipeline_layers() as usize;
+    let size = ProgramSize::of(layers, cluster.devices, false);
+    if size.fits() {
+        return true;
+    }
+    let most = max_layers(cluster.devices, false).saturating_sub(2);
+    ctx.error(
+        &path.key(if m.layers.is_some() || m.preset.is_none() {
+            "layers"
+        } else {
+            "preset"
+        }),
+        format!(
+            "placing {} layers (and the embedding and head) over {} devices takes {:.1e} steps of the placement program, above its limit of {:.1e}",
+            cfg.layers,
+            cluster.devices,
+            size.steps as f64,
+            MAX_PROGRAM_STEPS as f64
+        ),
+        Some(format!(
+            "use at most {most} layers on {} devices, or fewer devices",
+            cluster.devices
+        )),
+    );
+    false
 }
 
 /// The fixed baseline strategy: stages, degrees and a width the model is searched with,
