@@ -44,12 +44,32 @@ impl Daemon {
     }
 
     fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Daemon {
+        Self::start_via(
+            Command::new(env!("CARGO_BIN_EXE_archplace")),
+            dir,
+            extra,
+            env,
+        )
+    }
+
+    /// Started with at most `files` open file descriptors (`ulimit -n`).
+    fn start_with_open_files(dir: &Path, files: u32) -> Daemon {
+        let mut sh = Command::new("sh");
+        sh.args([
+            "-c",
+            &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_archplace"),
+        ]);
+        Self::start_via(sh, dir, &[], &[])
+    }
+
+    fn start_via(mut cmd: Command, dir: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Daemon {
         let settle: &[&str] = if extra.contains(&"--settle-seconds") {
             &[]
         } else {
             &["--settle-seconds", "0.3"]
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_archplace"))
+        let child = cmd
             .args(["daemon", "--listen", "127.0.0.1:0"])
             .args(settle)
             .args(extra)
@@ -963,6 +983,126 @@ fn http_get(addr: &str, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// The status line and the whole answer of one request (HTTP/1.0, so the server closes).
+fn http_request(addr: &str, method: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    (out.lines().next().unwrap_or_default().to_string(), out)
+}
+
+/// GET and HEAD only (issue 16: any method got 200).
+#[test]
+fn the_endpoint_answers_get_and_head_and_refuses_other_methods() {
+    let tmp = folder();
+    let d = Daemon::start(tmp.path());
+    let addr = metrics_addr(&d);
+    let (status, _) = http_request(&addr, "GET", "/livez");
+    assert!(status.contains("200"), "{status}");
+    let (status, all) = http_request(&addr, "HEAD", "/metrics");
+    assert!(status.contains("200"), "{status}");
+    assert!(
+        all.ends_with("\r\n\r\n"),
+        "a HEAD answer has no body: {all}"
+    );
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        let (status, all) = http_request(&addr, method, "/metrics");
+        assert!(status.contains("405"), "{method}: {status}");
+        assert!(
+            all.to_ascii_lowercase().contains("allow: get, head"),
+            "{all}"
+        );
+    }
+    let (status, _) = http_request(&addr, "GET", "/nothing");
+    assert!(status.contains("404"), "{status}");
+}
+
+/// Idle connections are closed and `accept` errors do not end the listener (issue 16: with
+/// file descriptors exhausted by idle connections, one `accept` error stopped /livez and
+/// /metrics for good while the daemon ran on). 300 idle connections against a daemon
+/// allowed 256 open files: some cannot be accepted; once the idle ones time out, it answers.
+#[test]
+fn the_endpoint_survives_idle_connections_that_exhaust_file_descriptors() {
+    let tmp = folder();
+    let mut d = Daemon::start_with_open_files(tmp.path(), 256);
+    let addr = metrics_addr(&d);
+    let (status, _) = http_request(&addr, "GET", "/livez");
+    assert!(status.contains("200"), "{status}");
+    let idle: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    until(
+        &d,
+        Duration::from_secs(20),
+        "an accept error in the log",
+        || d.log().contains("cannot accept a connection"),
+    );
+    // The idle connections are closed by the header timeout (5 s); then it answers again.
+    let t = Instant::now();
+    let mut answered = false;
+    while t.elapsed() < Duration::from_secs(20) && !answered {
+        std::thread::sleep(Duration::from_millis(500));
+        answered = std::panic::catch_unwind(|| http_request(&addr, "GET", "/livez"))
+            .is_ok_and(|(status, _)| status.contains("200"));
+    }
+    assert!(answered, "/livez never answered again\n{}", d.log());
+    let (status, body) = http_request(&addr, "GET", "/metrics");
+    assert!(
+        status.contains("200") && body.contains("archplace_"),
+        "{status}"
+    );
+    assert!(d.child.try_wait().unwrap().is_none(), "the daemon exited");
+    drop(idle);
+}
+
+/// A results folder deleted by hand is searched again at the next start (issue 16: never
+/// regenerated); FIFOs and links out of the folder are skipped with a log line, once.
+#[test]
+fn deleted_results_are_regenerated_and_odd_files_are_reported() {
+    let tmp = folder();
+    let dir = tmp.path();
+    drop_spec(dir, "tiny.toml", TINY);
+    let mut d = Daemon::start(dir);
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.signal("-TERM");
+    d.wait(Duration::from_secs(10));
+    std::fs::remove_dir_all(dir.join("results/e2e-tiny")).unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(dir.join("specs/fifo.toml"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("x.toml"), TINY).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("x.toml"), dir.join("specs/out.toml")).unwrap();
+    let d = Daemon::start(dir);
+    until(&d, Duration::from_secs(60), "the results again", || {
+        result_dirs(dir, "e2e-tiny")
+            .iter()
+            .any(|r| r.join("result.json").is_file())
+    });
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = d.log();
+    assert!(log.contains("its results are gone"), "{log}");
+    assert_eq!(log.matches("search started").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("skipped: not a regular file").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("skipped: a symbolic link to a file outside")
+            .count(),
+        1,
+        "{log}"
+    );
 }
 
 /// Sets the job record of spec `name` to `state`, as a kill at that moment leaves it.

@@ -22,35 +22,75 @@ pub struct Seen {
     pub modified: Option<SystemTime>,
 }
 
-/// The spec files in `dir` that are settled (unchanged for `settle`), with what was seen.
-/// Files still changing are returned in the second list (to be looked at again).
-pub fn scan(
-    dir: &Path,
-    settle: Duration,
-) -> std::io::Result<(BTreeMap<PathBuf, Seen>, Vec<PathBuf>)> {
-    let mut settled = BTreeMap::new();
-    let mut changing = Vec::new();
+/// One scan of the folder: the settled spec files with what was seen of them, the files
+/// still changing (to be looked at again), and the entries skipped, with why.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub settled: BTreeMap<PathBuf, Seen>,
+    pub changing: Vec<PathBuf>,
+    pub skipped: Vec<(PathBuf, &'static str)>,
+}
+
+/// The spec files in `dir` that are settled (unchanged for `settle`).
+///
+/// A symbolic link is followed when it resolves to a regular file inside the folder — how a
+/// Kubernetes ConfigMap mounts its files (`a.toml -> ..data/a.toml`); what it reads then
+/// changes when the link is repointed. A link leading outside the folder, a directory, a
+/// FIFO, a device or a name that is not UTF-8 is skipped and reported.
+pub fn scan(dir: &Path, settle: Duration) -> std::io::Result<Scan> {
+    let mut out = Scan::default();
     let now = SystemTime::now();
+    let root = dir.canonicalize()?;
     for e in std::fs::read_dir(dir)? {
         let Ok(e) = e else { continue };
+        let path = e.path();
         let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
+        let Some(name) = name.to_str() else {
+            if name.to_string_lossy().ends_with(".toml") {
+                out.skipped.push((path, "its name is not valid UTF-8"));
+            }
+            continue;
+        };
         if !is_spec_name(name) {
             continue;
         }
-        let Ok(meta) = e.metadata() else { continue };
+        let Ok(link) = e.metadata() else { continue };
+        let meta = if link.file_type().is_symlink() {
+            match path.canonicalize() {
+                Ok(target) if !target.starts_with(&root) => {
+                    out.skipped
+                        .push((path, "a symbolic link to a file outside the spec folder"));
+                    continue;
+                }
+                Ok(target) => match std::fs::metadata(&target) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                },
+                Err(_) => {
+                    out.skipped.push((path, "a broken symbolic link"));
+                    continue;
+                }
+            }
+        } else {
+            link
+        };
         if !meta.is_file() {
+            let why = if meta.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file (a FIFO, socket or device)"
+            };
+            out.skipped.push((path, why));
             continue;
         }
         let modified = meta.modified().ok();
         let age = modified
             .and_then(|m| now.duration_since(m).ok())
             .unwrap_or(Duration::MAX);
-        let path = e.path();
         if age < settle {
-            changing.push(path);
+            out.changing.push(path);
         } else {
-            settled.insert(
+            out.settled.insert(
                 path,
                 Seen {
                     len: meta.len(),
@@ -59,7 +99,7 @@ pub fn scan(
             );
         }
     }
-    Ok((settled, changing))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -89,10 +129,65 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.toml"), "x").unwrap();
         std::fs::write(dir.path().join(".b.toml"), "x").unwrap();
-        let (settled, changing) = scan(dir.path(), Duration::from_secs(60)).unwrap();
-        assert!(settled.is_empty());
-        assert_eq!(changing.len(), 1);
-        let (settled, _) = scan(dir.path(), Duration::ZERO).unwrap();
-        assert_eq!(settled.len(), 1);
+        let s = scan(dir.path(), Duration::from_secs(60)).unwrap();
+        assert!(s.settled.is_empty());
+        assert_eq!(s.changing.len(), 1);
+        let s = scan(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(s.settled.len(), 1);
+    }
+
+    /// Links inside the folder are followed (a ConfigMap's layout); links out of it,
+    /// directories, FIFOs and undecodable names are skipped with a reason (issue 16: they
+    /// were skipped silently).
+    #[test]
+    fn links_inside_are_followed_and_the_rest_is_skipped_with_a_reason() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("..data")).unwrap();
+        std::fs::write(d.join("..data/mounted.toml"), "x").unwrap();
+        std::os::unix::fs::symlink("..data/mounted.toml", d.join("mounted.toml")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.toml"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.toml"), d.join("out.toml")).unwrap();
+        std::os::unix::fs::symlink("missing.toml", d.join("broken.toml")).unwrap();
+        std::fs::create_dir(d.join("dir.toml")).unwrap();
+        let fifo = d.join("fifo.toml");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::fs::write(d.join(std::ffi::OsStr::from_bytes(b"bad\xff.toml")), "x").unwrap();
+        let s = scan(d, Duration::ZERO).unwrap();
+        let settled: Vec<_> = s.settled.keys().map(|p| p.file_name().unwrap()).collect();
+        assert_eq!(settled, ["mounted.toml"]);
+        let mut skipped: Vec<(String, &str)> = s
+            .skipped
+            .iter()
+            .map(|(p, why)| (p.file_name().unwrap().to_string_lossy().into_owned(), *why))
+            .collect();
+        skipped.sort();
+        assert_eq!(
+            skipped,
+            [
+                (
+                    "bad\u{fffd}.toml".to_string(),
+                    "its name is not valid UTF-8"
+                ),
+                ("broken.toml".to_string(), "a broken symbolic link"),
+                ("dir.toml".to_string(), "a directory"),
+                (
+                    "fifo.toml".to_string(),
+                    "not a regular file (a FIFO, socket or device)"
+                ),
+                (
+                    "out.toml".to_string(),
+                    "a symbolic link to a file outside the spec folder"
+                ),
+            ]
+        );
     }
 }

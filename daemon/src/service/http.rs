@@ -1,9 +1,82 @@
 //! The daemon's HTTP endpoint: `/metrics` (Prometheus text format), `/livez`, `/readyz`.
 //! Loopback by default; `127.0.0.1:0` takes a free port (the log says which).
+//!
+//! On tokio and hyper, on a thread of its own, with the limits a listener open to
+//! misbehaving clients needs (issue 16: one `accept` error — file descriptors exhausted by
+//! idle connections that were never timed out — ended the old listener for good):
+//! * at most [`MAX_CONNECTIONS`] at once; one more is answered `503` and closed;
+//! * a request's head must arrive within [`HEADER_TIMEOUT`], and a connection lives at most
+//!   [`CONNECTION_TIMEOUT`] (so idle keep-alive and slowloris connections are closed);
+//! * an `accept` error is logged and the listener goes on after a short pause;
+//! * methods other than GET and HEAD are answered `405` with `Allow: GET, HEAD`.
 
 use super::metrics::Metrics;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Time for a request's head to arrive, from the connection's start or its previous answer.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a connection is kept, however busy.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause after an `accept` error (e.g. out of file descriptors) before accepting again.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// What the endpoint answers from.
+struct Endpoint {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Endpoint {
+    fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let (status, body, kind): (StatusCode, Vec<u8>, &str) = match req.uri().path() {
+            _ if req.method() != Method::GET && req.method() != Method::HEAD => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                b"only GET and HEAD\n".to_vec(),
+                "text/plain",
+            ),
+            "/metrics" => (
+                StatusCode::OK,
+                self.metrics.render(),
+                "text/plain; version=0.0.4",
+            ),
+            "/livez" => (StatusCode::OK, b"ok\n".to_vec(), "text/plain"),
+            "/readyz"
+                if self.ready.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) =>
+            {
+                (StatusCode::OK, b"ready\n".to_vec(), "text/plain")
+            }
+            "/readyz" => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                b"not ready\n".to_vec(),
+                "text/plain",
+            ),
+            _ => (
+                StatusCode::NOT_FOUND,
+                b"not found; try /metrics, /livez or /readyz\n".to_vec(),
+                "text/plain",
+            ),
+        };
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = status;
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static(kind));
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            resp.headers_mut()
+                .insert(ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
+        }
+        resp
+    }
+}
 
 /// Serves until `stop` is set. Returns the bound address.
 pub fn serve(
@@ -12,40 +85,86 @@ pub fn serve(
     ready: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> Result<std::net::SocketAddr, String> {
-    let server =
-        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| format!("{listen} is not an IP address"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let endpoint = Arc::new(Endpoint {
+        metrics,
+        ready,
+        stop: stop.clone(),
+    });
     std::thread::Builder::new()
         .name("archplace-http".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(Some(req)) = server.recv_timeout(std::time::Duration::from_millis(200))
-                else {
-                    continue;
-                };
-                let (code, body, kind) = match req.url() {
-                    "/metrics" => (200, metrics.render(), "text/plain; version=0.0.4"),
-                    "/livez" => (200, b"ok\n".to_vec(), "text/plain"),
-                    "/readyz" if ready.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) => {
-                        (200, b"ready\n".to_vec(), "text/plain")
-                    }
-                    "/readyz" => (503, b"not ready\n".to_vec(), "text/plain"),
-                    _ => (
-                        404,
-                        b"not found; try /metrics, /livez or /readyz\n".to_vec(),
-                        "text/plain",
-                    ),
-                };
-                let mut resp = tiny_http::Response::from_data(body).with_status_code(code);
-                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", kind) {
-                    resp = resp.with_header(h);
-                }
-                let _ = req.respond(resp);
-            }
-        })
+        .spawn(move || runtime.block_on(accept_loop(listener, endpoint, stop)))
         .map_err(|e| format!("cannot start the HTTP thread: {e}"))?;
     Ok(addr)
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    endpoint: Arc<Endpoint>,
+    stop: Arc<AtomicBool>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    while !stop.load(Ordering::Relaxed) {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = tick.tick() => continue,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "the metrics endpoint cannot accept a connection; trying again");
+                tokio::time::sleep(ACCEPT_PAUSE).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let resp = endpoint.answer(&req);
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(stream), service);
+            // A connection past its time is dropped (and with it its socket).
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Answers a connection beyond the limit with `503` and closes it.
+async fn refuse(stream: tokio::net::TcpStream) {
+    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+        let mut resp = Response::new(Full::new(Bytes::from_static(
+            b"too many connections; try again\n",
+        )));
+        *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        resp.headers_mut()
+            .insert(CONNECTION, hyper::header::HeaderValue::from_static("close"));
+        Ok::<_, std::convert::Infallible>(resp)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(1))
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
 }

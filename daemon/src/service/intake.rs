@@ -19,7 +19,11 @@ pub type Files = BTreeMap<PathBuf, (Seen, String)>;
 /// caller looks again soon).
 pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
     let settle = crate::service::config::interval(s.live().settle_seconds);
-    let (settled, changing) = match folder::scan(&s.start.spec_dir, settle) {
+    let folder::Scan {
+        settled,
+        changing,
+        skipped,
+    } = match folder::scan(&s.start.spec_dir, settle) {
         Ok(x) => x,
         Err(e) => {
             s.metrics.watcher_error();
@@ -27,6 +31,18 @@ pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
             return false;
         }
     };
+    {
+        let mut state = s.state();
+        for (path, why) in &skipped {
+            if state.skipped.insert(path.clone()) {
+                tracing::warn!(file = %path.display(), "skipped: {why}");
+            }
+        }
+        // Forget what is fixed or gone, so that it is reported again if it comes back.
+        state
+            .skipped
+            .retain(|p| skipped.iter().any(|(q, _)| q == p));
+    }
     for (path, seen) in &settled {
         if files.get(path).is_some_and(|(old, _)| old == seen) {
             continue;
@@ -114,6 +130,13 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         };
         state.store.put(job.clone());
         existing = Some(job);
+    }
+    if let Some(job) = existing.as_ref().filter(|j| j.state == JobState::Done)
+        && !crate::runner::is_complete(&job.result_dir, hash)
+    {
+        // Done, but its results are gone (deleted by hand): searched again, not ignored.
+        tracing::warn!(file = %path.display(), hash, dir = %job.result_dir.display(), "its results are gone; searching it again");
+        existing = None;
     }
     match existing.as_ref().map(|j| j.state) {
         Some(st) if st.is_final() => {

@@ -98,6 +98,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         running: HashMap::new(),
         progress: HashMap::new(),
         retries: Vec::new(),
+        skipped: Default::default(),
     };
     let shared = Arc::new(Shared::new(start, state, host, metrics, shutdown));
     let workers: Vec<_> = (0..shared.start.max_concurrent_searches)

@@ -45,6 +45,8 @@ pub struct State {
     pub progress: HashMap<String, Progress>,
     /// Searches to try again (their results could not be written), with when.
     pub retries: Vec<(Instant, Queued)>,
+    /// Folder entries reported as skipped (each is logged once, not at every scan).
+    pub skipped: std::collections::BTreeSet<std::path::PathBuf>,
 }
 
 /// What the daemon's threads share.
