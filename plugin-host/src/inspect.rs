@@ -105,3 +105,88 @@ pub fn check_info(info: &ModelInfo, exported: &semver::Version) -> Result<(), St
     }
     Ok(())
 }
+
+/// Property tests of the answer checks: whatever a plugin returns, the check accepts exactly
+/// what the contract allows and never panics (issue 16's fuzzing of the plugin output checks).
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use archplace_plugin_sdk::{ParameterInfo, Provides};
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, RngSeed};
+
+    fn config() -> Config {
+        Config {
+            cases: 4000,
+            failure_persistence: None,
+            rng_algorithm: RngAlgorithm::ChaCha,
+            rng_seed: RngSeed::Fixed(0x16),
+            ..Config::default()
+        }
+    }
+
+    /// Any f64, weighted towards the edges.
+    fn number() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<f64>(),
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(-0.0),
+            Just(0.0),
+            Just(f64::MIN_POSITIVE),
+            Just(f64::MAX),
+        ]
+    }
+
+    fn text(max: usize) -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,80}",
+            proptest::collection::vec(any::<char>(), 0..max).prop_map(String::from_iter),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn costs_pass_exactly_when_finite_and_not_negative(s in number(), j in number()) {
+            let ok = s.is_finite() && s >= 0.0 && j.is_finite() && j >= 0.0;
+            prop_assert_eq!(check_cost("op", 3, s, j).is_ok(), ok);
+        }
+
+        #[test]
+        fn info_checks_never_panic_and_bound_what_they_echo(
+            name in text(100),
+            vendor in text(300),
+            version in prop_oneof![Just("1.0.0".to_string()), text(80)],
+            interface in (0u16..3, 0u16..3),
+            provides in (any::<bool>(), any::<bool>()),
+            parameters in proptest::collection::vec((text(100), text(80), text(300)), 0..70),
+        ) {
+            let info = ModelInfo {
+                name,
+                vendor,
+                version,
+                interface_version: interface,
+                deterministic: true,
+                provides: Provides { area: provides.0, latency: provides.1 },
+                parameters: parameters
+                    .into_iter()
+                    .map(|(name, description, default)| ParameterInfo { name, description, default })
+                    .collect(),
+            };
+            let exported = semver::Version::new(1, 0, 0);
+            match check_info(&info, &exported) {
+                Ok(()) => {
+                    prop_assert!(!info.name.is_empty() && info.name.len() <= 64);
+                    prop_assert!(info.parameters.len() <= MAX_PARAMETERS);
+                    prop_assert_eq!(info.interface_version, (1, 0));
+                    prop_assert!(info.provides.area || info.provides.latency);
+                }
+                // A refusal never echoes more than a bounded part of what the plugin said.
+                Err(message) => prop_assert!(message.len() <= 600, "{}", message.len()),
+            }
+        }
+    }
+}
