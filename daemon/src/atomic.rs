@@ -4,6 +4,27 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The environment variable of the fault-injection hook: with `=n`, the process aborts
+/// (no destructors, no flushing: as `kill -9`) at the `n`-th step of its atomic writes.
+/// `tests/daemon.rs` kills the daemon at every step of a job's life this way.
+pub const ABORT_AT_STEP_VAR: &str = "ARCHPLACE_TEST_ABORT_AT_STEP";
+
+/// One file-system step: the temporary file created, its bytes written, synced, renamed.
+/// Counts the steps and aborts at the one [`ABORT_AT_STEP_VAR`] names, if any.
+fn step(what: &str, path: &Path) {
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let Some(at) = *AT.get_or_init(|| std::env::var(ABORT_AT_STEP_VAR).ok()?.parse().ok()) else {
+        return;
+    };
+    if COUNT.fetch_add(1, Ordering::Relaxed) + 1 == at {
+        tracing::error!(step = at, what, path = %path.display(), "fault injection: aborting");
+        std::process::abort();
+    }
+}
 
 /// Writes `bytes` to `path` atomically.
 pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -15,9 +36,13 @@ pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .prefix(".archplace-")
         .suffix(".tmp")
         .tempfile_in(dir)?;
+    step("created the temporary file", path);
     tmp.write_all(bytes)?;
+    step("wrote the temporary file", path);
     tmp.as_file().sync_all()?;
+    step("synced the temporary file", path);
     tmp.persist(path).map_err(|e| e.error)?;
+    step("renamed it into place", path);
     if let Ok(d) = std::fs::File::open(dir) {
         // Not every platform can sync a folder; the rename itself is what must not tear.
         let _ = d.sync_all();

@@ -12,6 +12,7 @@
 pub mod atomic;
 pub mod cost;
 pub mod estimate;
+pub mod journal;
 pub mod plot;
 pub mod runner;
 pub mod service;

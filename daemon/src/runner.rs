@@ -13,6 +13,7 @@
 //! Each is written atomically.
 
 use crate::cost::{self, CostModelSource, ModelSource};
+use crate::journal::{self, Journal};
 use crate::spec::Diagnostic;
 use crate::spec::Spec;
 use archplace_engine::search::{
@@ -25,8 +26,8 @@ use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 /// Version of the result format.
 pub const RESULT_FORMAT_VERSION: u32 = 1;
@@ -108,7 +109,13 @@ pub struct SearchSummary {
     pub buckets_visited: usize,
     pub exhaustive: bool,
     pub converged: bool,
+    /// Stopped before the end (Ctrl-C in `archplace run`): the result is partial — the best
+    /// of the candidates evaluated — and running the same spec again continues it.
     pub cancelled: bool,
+    /// Candidates taken from the checkpoint of an interrupted run of the same search (their
+    /// results are those of the interrupted run; the work counters count only this run).
+    #[serde(default)]
+    pub resumed_candidates: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -286,23 +293,90 @@ pub fn space_of(
     Ok((space, models, t.elapsed().as_secs_f64()))
 }
 
+/// An observer that also appends every evaluated candidate to the search's journal.
+struct Checkpointed<'a> {
+    inner: &'a dyn Observer,
+    journal: Mutex<Option<Journal>>,
+}
+
+impl Observer for Checkpointed<'_> {
+    fn progress(&self, p: &search::Progress) {
+        self.inner.progress(p);
+    }
+
+    fn schedule(&self, e: &search::ScheduleEvent) {
+        self.inner.schedule(e);
+    }
+
+    fn placement(&self, seconds: f64) {
+        self.inner.placement(seconds);
+    }
+
+    fn evaluated(&self, e: &search::Evaluated) {
+        self.inner.evaluated(e);
+        let Ok(mut journal) = self.journal.lock() else {
+            return;
+        };
+        if let Some(j) = journal.as_mut()
+            && let Err(err) = j.record(e)
+        {
+            // The search goes on; only its checkpoint is lost.
+            tracing::warn!(error = %err, "cannot append to the search's journal; it will not be resumable");
+            *journal = None;
+        }
+    }
+}
+
 /// Runs the search of `spec` with the cost models `source` makes. `observer` hears of
 /// every candidate; `cancel` stops it at the next candidate (and a plugin call in flight).
+/// With `checkpoint`, the search's journal in that folder is resumed from and appended to
+/// (see [`crate::journal`]).
 pub fn run(
     spec: &Spec,
     source: &dyn CostModelSource,
     observer: &dyn Observer,
     cancel: &Arc<AtomicBool>,
+    checkpoint: Option<&Path>,
 ) -> Result<Finished, RunError> {
     let (space, models, enumeration) = space_of(spec, source, cancel)?;
     let input = search_input(spec);
-    let outcome = search::search(
+    let identity = CostModels {
+        area: models.area.info(),
+        latency: models.latency.info(),
+        area_source: models.area_source.clone(),
+        latency_source: models.latency_source.clone(),
+    };
+    let header = journal::Header {
+        journal_format: 1,
+        content_hash: spec.content_hash.clone(),
+        archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+        cost_models: serde_json::to_value(&identity).unwrap_or_default(),
+    };
+    let (journal, done) = match checkpoint.map(|dir| Journal::open(dir, &header)) {
+        Some(Ok((j, done))) => (Some(j), done),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "cannot open the search's journal; it will not be resumable");
+            (None, BTreeMap::new())
+        }
+        None => (None, BTreeMap::new()),
+    };
+    let observer = Checkpointed {
+        inner: observer,
+        journal: Mutex::new(journal),
+    };
+    let outcome = search::search_resuming(
         &input,
         &space,
         models.latency.as_ref(),
-        observer,
+        &observer,
         Some(cancel.as_ref()),
+        &done,
     )?;
+    let resumed_candidates = outcome
+        .explored
+        .iter()
+        .filter(|e| done.contains_key(&e.index))
+        .count();
     let s: &Stats = &outcome.stats;
     let doc = ResultDoc {
         format_version: RESULT_FORMAT_VERSION,
@@ -333,6 +407,7 @@ pub fn run(
             exhaustive: input.exhaustive,
             converged: s.converged,
             cancelled: s.cancelled,
+            resumed_candidates,
         },
         timings: Timings {
             total_seconds: s.total_seconds + enumeration,
@@ -456,12 +531,13 @@ pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], crate::
 }
 
 /// Whether `dir` holds the complete results of the spec content `hash`: its `result.json`
-/// (written last) names that content.
+/// (written last) names that content and is not the partial result of an interrupted run.
 pub fn is_complete(dir: &Path, hash: &str) -> bool {
     let Ok(bytes) = std::fs::read(dir.join("result.json")) else {
         return false;
     };
-    serde_json::from_slice::<ResultDoc>(&bytes).is_ok_and(|doc| doc.spec.content_hash == hash)
+    serde_json::from_slice::<ResultDoc>(&bytes)
+        .is_ok_and(|doc| doc.spec.content_hash == hash && !doc.search.cancelled)
 }
 
 /// Writes `result.json`, `explored.jsonl` and the plots into `dir` (created if needed),
@@ -504,5 +580,9 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     doc.push(b'\n');
     let path = dir.join("result.json");
     crate::atomic::write(&path, &doc).map_err(err(&path))?;
+    // Complete: the checkpoint has served. A partial result keeps it, to be continued.
+    if !finished.doc.search.cancelled {
+        crate::journal::remove(dir);
+    }
     Ok(())
 }

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 /// Exit code when the search ran but no candidate can train the models.
 const NO_FEASIBLE: u8 = 3;
+/// Exit code of an interrupted search (128 + SIGINT, as shells report it).
+const INTERRUPTED: i32 = 130;
 
 /// A progress bar on a terminal, plain lines every few seconds otherwise.
 struct Reporter {
@@ -103,8 +105,16 @@ pub fn run(
         pool.current_num_threads(),
         dir.display()
     );
+    // Ctrl-C (or SIGTERM) stops the search at its next candidate and writes the best so far,
+    // marked partial; a second one ends the process at once. The journal in `dir` keeps
+    // every finished candidate, so running the same spec again continues the search.
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, INTERRUPTED, cancel.clone())
+            .context("installing signal handlers")?;
+        signal_hook::flag::register(sig, cancel.clone()).context("installing signal handlers")?;
+    }
     let finished = pool
-        .install(|| runner::run(&spec, &host, &reporter, &cancel))
+        .install(|| runner::run(&spec, &host, &reporter, &cancel, Some(&dir)))
         .context("the search failed")?;
     if let Some(bar) = &reporter.bar {
         bar.finish_and_clear();
@@ -115,6 +125,13 @@ pub fn run(
         print_json(doc)?;
     } else {
         print_summary(doc, &dir)?;
+    }
+    if doc.search.cancelled {
+        eprintln!(
+            "interrupted: the result is partial ({} of {} candidates); run the same spec again to continue",
+            doc.search.candidates_evaluated, doc.search.candidates_in_space
+        );
+        return Ok(ExitCode::from(INTERRUPTED as u8));
     }
     Ok(if doc.best.is_some() {
         ExitCode::SUCCESS
@@ -132,7 +149,9 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         s.candidates_in_space,
         s.candidates_failed,
         s.buckets_visited,
-        if s.exhaustive {
+        if s.cancelled {
+            "interrupted (partial result)"
+        } else if s.exhaustive {
             "exhaustive"
         } else if s.converged {
             "converged"
@@ -141,6 +160,12 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         },
         doc.timings.total_seconds
     )?;
+    if s.resumed_candidates > 0 {
+        outln!(
+            "{} candidates resumed from the journal of an interrupted run",
+            s.resumed_candidates
+        )?;
+    }
     let Some(best) = &doc.best else {
         outln!(
             "no candidate can train every model within the HBM sizes given; see {}/explored.jsonl",

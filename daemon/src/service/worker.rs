@@ -292,7 +292,7 @@ fn search(
         Ok(p) => p,
         Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
     };
-    let result = pool.install(|| runner::run(&spec, &s.host, &status, cancel));
+    let result = pool.install(|| runner::run(&spec, &s.host, &status, cancel, Some(&dir)));
     if cancel.load(Ordering::Relaxed) {
         // A shutdown puts the job back in the queue (searched again at the next start);
         // only a cancellation for a reason (its spec deleted or changed) ends it.

@@ -148,7 +148,7 @@ pub struct BaselineReport {
 }
 
 /// What became of one candidate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evaluated {
     pub index: usize,
     pub config: AcceleratorConfig,
@@ -227,6 +227,9 @@ pub trait Observer: Sync {
     /// One run of the placement program (one HBM size, model, micro-batch and
     /// recomputation setting, every width) took `seconds`.
     fn placement(&self, _seconds: f64) {}
+    /// A candidate was evaluated (not called for those a resumed search reuses): what a
+    /// checkpoint of the search records.
+    fn evaluated(&self, _e: &Evaluated) {}
 }
 
 impl Observer for () {}
@@ -994,6 +997,22 @@ pub fn search(
     observer: &dyn Observer,
     cancel: Option<&AtomicBool>,
 ) -> Result<Outcome, SearchError> {
+    search_resuming(input, space, latency, observer, cancel, &BTreeMap::new())
+}
+
+/// Runs the search over `space`, reusing the candidates an interrupted run of the same
+/// search finished (`done`, by index; one whose configuration or area differs from the
+/// space's is evaluated again). Because a candidate's evaluation depends only on the
+/// candidate, the spec and the cost models, and the walk only on the evaluations, the
+/// outcome is the uninterrupted run's; only the work counters and timings count this run.
+pub fn search_resuming(
+    input: &SearchInput,
+    space: &Space,
+    latency: &dyn LatencyModel,
+    observer: &dyn Observer,
+    cancel: Option<&AtomicBool>,
+    done: &BTreeMap<usize, Evaluated>,
+) -> Result<Outcome, SearchError> {
     let started = Instant::now();
     if space.candidates.is_empty() {
         return Err(SearchError::EmptySpace);
@@ -1066,7 +1085,29 @@ pub fn search(
                 cancelled = true;
                 break;
             }
-            let e = ctx.evaluate(k, &space.candidates[k])?;
+            let cand = &space.candidates[k];
+            let e = match done.get(&k) {
+                Some(e)
+                    if e.config == cand.config
+                        && e.bucket == cand.bucket
+                        && e.area_um2.to_bits() == cand.area_um2.to_bits() =>
+                {
+                    e.clone()
+                }
+                _ => match ctx.evaluate(k, cand) {
+                    Ok(e) => {
+                        observer.evaluated(&e);
+                        e
+                    }
+                    // Cancelling also stops a plugin call in flight, which then fails: the
+                    // search was cancelled, the candidate is not evaluated.
+                    Err(_) if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) => {
+                        cancelled = true;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
             if let Some(t) = e.mean_throughput_samples_per_second {
                 bucket_best = Some(bucket_best.map_or(t, |b: f64| b.max(t)));
                 if best.is_none_or(|b| {

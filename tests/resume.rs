@@ -1,0 +1,185 @@
+//! Resuming an interrupted search from its journal (`daemon/src/journal.rs`): killed with
+//! -9 at half its candidates, `archplace run` finishes in at most 60% of a whole run's time
+//! with the identical result; Ctrl-C writes the best result so far, marked partial, and the
+//! next run continues it.
+//!
+//! Its own test binary, so that no other test competes for the CPU while it compares times.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn archplace() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
+    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+        .env("XDG_DATA_HOME", root().join("target/test-data"))
+        .env_remove("ARCHPLACE_PLUGIN_DIRS");
+    c
+}
+
+/// 36 chips of a 4-layer model, every layer schedule bounded by a node limit (not a clock),
+/// so each candidate's result is the same in every run.
+fn spec() -> String {
+    include_str!("fixtures/tiny.toml")
+        .replace("name = \"e2e-tiny\"", "name = \"resume\"")
+        .replace("layers = 2", "layers = 4")
+        .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
+        .replace("width = [16]", "width = [16, 32, 64]")
+        .replace("depth = [16]", "depth = [16, 32, 64]")
+        .replace(
+            "schedule_time_limit_seconds = 0.05",
+            "schedule_time_limit_seconds = 60\nschedule_node_limit = 200",
+        )
+}
+
+fn result(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap()
+}
+
+/// The result without what describes the run rather than the search: timings, work
+/// counters, candidates resumed.
+fn comparable(mut doc: serde_json::Value) -> serde_json::Value {
+    let o = doc.as_object_mut().unwrap();
+    o.remove("timings");
+    o.remove("work");
+    o["search"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resumed_candidates");
+    doc
+}
+
+/// Candidates in the journal of `dir` (its lines after the header).
+fn journaled(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("journal.jsonl"))
+        .map(|t| t.lines().count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+/// Starts `archplace run` into `out` and waits until `at_least` candidates are journaled.
+fn run_until(spec: &Path, out: &Path, at_least: usize) -> std::process::Child {
+    let mut child = archplace()
+        .args(["run"])
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while journaled(out) < at_least {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before {at_least} candidates"
+        );
+        assert!(t.elapsed() < Duration::from_secs(300), "too slow");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec_path = tmp.path().join("resume.toml");
+    std::fs::write(&spec_path, spec()).unwrap();
+    let (whole, killed, stopped) = (
+        tmp.path().join("whole"),
+        tmp.path().join("killed"),
+        tmp.path().join("stopped"),
+    );
+
+    // The whole search, uninterrupted.
+    let t = Instant::now();
+    let o = archplace()
+        .args(["run"])
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let full_wall = t.elapsed();
+    let full = result(&whole);
+    let n = full["search"]["candidates_in_space"].as_u64().unwrap() as usize;
+    assert_eq!(
+        full["search"]["candidates_evaluated"].as_u64().unwrap() as usize,
+        n
+    );
+    assert!(
+        !whole.join("journal.jsonl").exists(),
+        "a complete search keeps no journal"
+    );
+
+    // Killed (-9) half-way through (by the clock), then run again.
+    let mut child = run_until(&spec_path, &killed, 1);
+    std::thread::sleep(full_wall / 2);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!killed.join("result.json").exists());
+    let t = Instant::now();
+    let o = archplace()
+        .args(["run"])
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&killed)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rest_wall = t.elapsed();
+    let resumed = result(&killed);
+    let reused = resumed["search"]["resumed_candidates"].as_u64().unwrap() as usize;
+    assert!(reused > 0 && reused < n, "{reused} of {n}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("resumed from the journal"));
+    let ratio = rest_wall.as_secs_f64() / full_wall.as_secs_f64();
+    eprintln!(
+        "whole run {full_wall:.2?}; killed after {:.2?} at {reused}/{n} candidates; the resumed run {rest_wall:.2?} ({:.0}%)",
+        full_wall / 2,
+        100.0 * ratio
+    );
+    assert!(
+        ratio <= 0.6,
+        "resumed in {rest_wall:?}, the whole run took {full_wall:?}"
+    );
+    assert_eq!(comparable(resumed), comparable(full.clone()));
+    assert_eq!(
+        std::fs::read(killed.join("explored.jsonl")).unwrap(),
+        std::fs::read(whole.join("explored.jsonl")).unwrap()
+    );
+    assert!(!killed.join("journal.jsonl").exists());
+
+    // Ctrl-C: the best so far, marked partial, exit 130; the next run completes it.
+    let child = run_until(&spec_path, &stopped, 3);
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("the result is partial"), "{err}");
+    let partial = result(&stopped);
+    assert_eq!(partial["search"]["cancelled"], true);
+    let evaluated = partial["search"]["candidates_evaluated"].as_u64().unwrap() as usize;
+    assert!((3..n).contains(&evaluated), "{evaluated}");
+    assert!(partial["best"].is_object(), "the best so far is reported");
+    assert!(stopped.join("journal.jsonl").exists(), "kept to continue");
+    let o = archplace()
+        .args(["run"])
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&stopped)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let completed = result(&stopped);
+    assert!(completed["search"]["resumed_candidates"].as_u64().unwrap() as usize >= evaluated);
+    assert_eq!(comparable(completed), comparable(full));
+}
