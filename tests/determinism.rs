@@ -1,0 +1,123 @@
+//! Determinism: with the solver bounded by work (branch-and-bound nodes), not by the clock,
+//! a search's result depends only on the spec, the cost models and archplace's version —
+//! not on the load, the thread count or the time it took (issue 16: four runs of the same
+//! spec gave four results). The same spec is searched on one thread, on two, and on two
+//! while busy processes compete for both cores; the results must be identical byte for
+//! byte, but for the timings and work counters (how long it took and how much was cached
+//! describe the run, not the search).
+//!
+//! Its own test binary: the load it makes must not disturb other tests' timings.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn archplace() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
+    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+        .env("XDG_DATA_HOME", root().join("target/test-data"))
+        .env_remove("ARCHPLACE_PLUGIN_DIRS");
+    c
+}
+
+/// 36 chips of a 4-layer model; every layer-schedule MIP stops at 200 nodes (its wall-clock
+/// limit of 60 s is only a safety net, never reached here).
+fn spec() -> String {
+    include_str!("fixtures/tiny.toml")
+        .replace("name = \"e2e-tiny\"", "name = \"determinism\"")
+        .replace("layers = 2", "layers = 4")
+        .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
+        .replace("width = [16]", "width = [16, 32, 64]")
+        .replace("depth = [16]", "depth = [16, 32, 64]")
+        .replace(
+            "schedule_time_limit_seconds = 0.05",
+            "schedule_time_limit_seconds = 60\nschedule_node_limit = 200",
+        )
+}
+
+/// `result.json` without timings and work counters, and `explored.jsonl`, as bytes.
+fn outcome(dir: &Path) -> (Vec<u8>, Vec<u8>) {
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
+    let o = doc.as_object_mut().unwrap();
+    assert_eq!(
+        o["work"]["mip_time_limit_hits"], 0,
+        "the safety net was reached"
+    );
+    o.remove("timings");
+    o.remove("work");
+    (
+        serde_json::to_vec_pretty(&doc).unwrap(),
+        std::fs::read(dir.join("explored.jsonl")).unwrap(),
+    )
+}
+
+fn search(spec: &Path, out: &Path, threads: &str) {
+    let o = archplace()
+        .args(["run"])
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .args(["--threads", threads])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Busy processes, one per core and one more, until dropped.
+struct Load(Vec<Child>);
+
+impl Load {
+    fn new() -> Load {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Load(
+            (0..=cores)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn the_same_spec_gives_the_same_result_under_any_load_and_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec_path = tmp.path().join("determinism.toml");
+    std::fs::write(&spec_path, spec()).unwrap();
+    let quiet = tmp.path().join("one-thread");
+    search(&spec_path, &quiet, "1");
+    let two = tmp.path().join("two-threads");
+    search(&spec_path, &two, "2");
+    let loaded = tmp.path().join("two-threads-loaded");
+    {
+        let _load = Load::new();
+        search(&spec_path, &loaded, "2");
+    }
+    let want = outcome(&quiet);
+    assert!(!want.1.is_empty());
+    assert!(want.0 == outcome(&two).0, "two threads changed result.json");
+    assert!(
+        want.1 == outcome(&two).1,
+        "two threads changed explored.jsonl"
+    );
+    assert!(want.0 == outcome(&loaded).0, "load changed result.json");
+    assert!(want.1 == outcome(&loaded).1, "load changed explored.jsonl");
+}
