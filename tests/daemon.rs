@@ -1194,6 +1194,44 @@ fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
     }
 }
 
+/// A spec renamed while it is searched: the search goes on, and its job record,
+/// `status.json` and metrics follow the new name (issue 16: the old name stayed).
+#[test]
+fn renaming_a_spec_during_its_search_moves_its_labels_and_paths() {
+    let tmp = folder();
+    let dir = tmp.path();
+    let d = Daemon::start(dir);
+    let addr = metrics_addr(&d);
+    drop_spec(dir, "before.toml", &slow_spec());
+    wait_state(&d, dir, "default-bert-large", "running", 60);
+    until(
+        &d,
+        Duration::from_secs(60),
+        "progress under the old name",
+        || http_get(&addr, "/metrics").contains("file=\"before.toml\""),
+    );
+    std::fs::rename(dir.join("specs/before.toml"), dir.join("specs/after.toml")).unwrap();
+    until(
+        &d,
+        Duration::from_secs(60),
+        "the metrics to follow the rename",
+        || {
+            let m = http_get(&addr, "/metrics");
+            m.contains("archplace_search_candidates_evaluated{file=\"after.toml\"")
+                && !m.contains("file=\"before.toml\"")
+        },
+    );
+    let j = jobs(dir);
+    let job = job_named(&j, "default-bert-large").unwrap();
+    assert_eq!(job["state"], "running", "the search goes on: {job}");
+    assert_eq!(job["file"], "specs/after.toml", "{job}");
+    until(&d, Duration::from_secs(30), "status.json to follow", || {
+        std::fs::read_to_string(result_dirs(dir, "default-bert-large")[0].join("status.json"))
+            .is_ok_and(|t| t.contains("specs/after.toml"))
+    });
+    assert!(d.log().contains("the spec was renamed"), "{}", d.log());
+}
+
 /// Sets the job record of spec `name` to `state`, as a kill at that moment leaves it.
 fn set_job_state(dir: &Path, name: &str, state: &str) {
     for e in std::fs::read_dir(dir.join(".archplace-state/jobs")).unwrap() {

@@ -152,10 +152,17 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
             }
             return true;
         }
-        Some(JobState::Running) => return true,
+        Some(JobState::Running) => {
+            renamed(&mut state, existing.as_ref(), path);
+            return true;
+        }
         _ => {}
     }
     if state.queue.iter().any(|q| q.hash == hash) {
+        renamed(&mut state, existing.as_ref(), path);
+        if let Some(q) = state.queue.iter_mut().find(|q| q.hash == hash) {
+            q.path = path.to_path_buf();
+        }
         return true;
     }
     if state.queue.len() >= state.live.max_queue {
@@ -188,6 +195,18 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     });
     s.wake.notify_one();
     true
+}
+
+/// The content of a queued or running job now lives under another name (the spec was
+/// renamed): its record, its `status.json` and its metrics follow the new name.
+fn renamed(state: &mut super::state::State, job: Option<&Job>, path: &Path) {
+    let Some(job) = job.filter(|j| j.file != path) else {
+        return;
+    };
+    tracing::info!(from = %job.file.display(), to = %path.display(), hash = %job.hash, "the spec was renamed");
+    let mut job = job.clone();
+    job.file = path.to_path_buf();
+    state.store.put(job);
 }
 
 /// The content `hash` is no longer in the folder under any name: cancel its search.

@@ -465,6 +465,12 @@ impl Metrics {
         self.search_duration
             .with_label_values(&[outcome])
             .observe(seconds);
+        self.search_ended_series(labels);
+    }
+
+    /// Removes the progress series of the search of `labels` (it ended, or its spec was
+    /// renamed and it goes on under the new name).
+    pub fn search_ended_series(&self, labels: &SpecLabels) {
         let l = labels.values();
         for g in [&self.candidates_evaluated, &self.candidates] {
             let _ = g.remove_label_values(&l);

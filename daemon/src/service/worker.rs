@@ -146,18 +146,44 @@ struct StatusWriter<'a> {
     last: Mutex<Option<Instant>>,
     /// Where the daemon's STATUS line reads progress from, and the metrics.
     shared: &'a Shared,
-    labels: SpecLabels,
+    /// The metrics labels, which follow a rename of the spec while it is searched.
+    labels: Mutex<SpecLabels>,
     /// Estimate counters already added to the metrics.
     estimates_seen: Mutex<(u64, u64)>,
 }
 
 impl StatusWriter<'_> {
+    /// The spec file's path now (the job record follows renames).
+    fn current_file(&self) -> PathBuf {
+        self.shared
+            .state()
+            .store
+            .get(&self.job.hash)
+            .map_or_else(|| self.job.file.clone(), |j| j.file.clone())
+    }
+
+    /// The labels for the spec's current name; the series of an old name are removed.
+    fn current_labels(&self) -> SpecLabels {
+        let file = file_name(&self.current_file());
+        let Ok(mut labels) = self.labels.lock() else {
+            return SpecLabels {
+                spec: self.job.name.clone(),
+                file,
+            };
+        };
+        if labels.file != file {
+            self.shared.metrics.search_ended_series(&labels);
+            labels.file = file;
+        }
+        labels.clone()
+    }
+
     fn write(&self, state: &str, p: Option<&archplace_engine::search::Progress>) {
         let status = Status {
             state,
             spec: &self.job.name,
             hash: &self.job.hash,
-            file: self.job.file.display().to_string(),
+            file: self.current_file().display().to_string(),
             candidates_evaluated: p.map(|p| p.evaluated),
             candidates_total: p.map(|p| p.total),
             area_bucket: p.map(|p| p.bucket),
@@ -188,7 +214,8 @@ impl Observer for StatusWriter<'_> {
 
     fn progress(&self, p: &archplace_engine::search::Progress) {
         if let Ok(mut seen) = self.estimates_seen.lock() {
-            self.shared.metrics.progress(&self.labels, p, &mut seen);
+            let labels = self.current_labels();
+            self.shared.metrics.progress(&labels, p, &mut seen);
         }
         self.shared.state().progress.insert(
             self.job.hash.clone(),
@@ -281,7 +308,7 @@ fn search(
         started: Instant::now(),
         last: Mutex::new(None),
         shared: s,
-        labels: labels.clone(),
+        labels: Mutex::new(labels.clone()),
         estimates_seen: Mutex::new((0, 0)),
     };
     status.write("running", None);
@@ -293,6 +320,8 @@ fn search(
         Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
     };
     let result = pool.install(|| runner::run(&spec, &s.host, &status, cancel, Some(&dir)));
+    // The search ends under the spec's current name (it may have been renamed meanwhile).
+    *labels = status.current_labels();
     if cancel.load(Ordering::Relaxed) {
         // A shutdown puts the job back in the queue (searched again at the next start);
         // only a cancellation for a reason (its spec deleted or changed) ends it.
