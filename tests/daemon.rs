@@ -137,7 +137,11 @@ fn jobs(dir: &Path) -> Vec<serde_json::Value> {
     let Ok(rd) = std::fs::read_dir(dir.join(".archplace-state/jobs")) else {
         return vec![];
     };
-    rd.filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+    // Records only: a write's temporary file (`.archplace-*.tmp`) holds a record that is
+    // not in force until it is renamed.
+    rd.filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| std::fs::read(p).ok())
         .filter_map(|b| serde_json::from_slice(&b).ok())
         .collect()
 }
@@ -1115,7 +1119,12 @@ fn assert_whole(dir: &Path, after_restart: bool) {
                 .unwrap_or_else(|err| panic!("torn {}: {err}", e.display()));
         }
         if after_restart {
-            assert!(!name.ends_with(".tmp"), "left behind: {}", e.display());
+            assert!(
+                !name.ends_with(".tmp"),
+                "left behind: {}\n{:#?}",
+                e.display(),
+                walk(dir)
+            );
         }
     }
 }
@@ -1169,9 +1178,12 @@ fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
             .any(|r| r.join("result.json").is_file());
         std::fs::rename(dir.join("daemon.log"), dir.join("killed.log")).unwrap();
         let mut d = Daemon::start(dir);
+        // Up (and past its start-up clean-up) before the job's state is believed.
+        metrics_addr(&d);
         wait_state(&d, dir, "e2e-tiny", "done", 60);
         d.signal("-TERM");
-        d.wait(Duration::from_secs(10));
+        let (code, _) = d.wait(Duration::from_secs(10));
+        assert_eq!(code, Some(0), "step {step}: {}", d.log());
         assert_whole(dir, true);
         let results = result_dirs(dir, "e2e-tiny");
         assert_eq!(results.len(), 1, "step {step}: {results:?}");

@@ -110,7 +110,7 @@ enum Command {
         /// Instance file (the reference's layer format, e.g. `tests/fixtures/schedule/layer-000.json`).
         layer: PathBuf,
         /// Branch-and-bound nodes the MIP may explore (the reproducible limit).
-        #[arg(long, default_value_t = 1_000_000)]
+        #[arg(long, default_value_t = archplace_engine::schedule::MAX_NODE_LIMIT)]
         node_limit: u64,
         /// Wall-clock limit of the MIP, seconds (a safety net; what it stops at depends
         /// on the machine).

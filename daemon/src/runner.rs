@@ -427,6 +427,12 @@ pub fn run(
             placements_solved: s.placements_solved,
         },
     };
+    if s.mip_time_limit_hits > 0 {
+        tracing::warn!(
+            hits = s.mip_time_limit_hits,
+            "layer-schedule MIPs stopped at the wall-clock safety net: this result depends on the machine's speed and load"
+        );
+    }
     let reference = match &spec.space.area_budget {
         space::AreaBudget::ReferenceConfig(c) => (*c, Some(space.budget_um2)),
         space::AreaBudget::Um2(_) => (space::REFERENCE_CONFIG, None),

@@ -189,7 +189,7 @@ fn step(c: &mut Criterion) {
         peak_flops_per_second: None,
         schedule: Options {
             node_limit: archplace_engine::schedule::DEFAULT_NODE_LIMIT,
-            time_limit_seconds: 0.1,
+            time_limit_seconds: archplace_engine::space::DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,
             heuristic_only: false,
             relative_gap: 0.01,
         },

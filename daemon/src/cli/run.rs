@@ -160,6 +160,12 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         },
         doc.timings.total_seconds
     )?;
+    if doc.work.mip_time_limit_hits > 0 {
+        outln!(
+            "not reproducible: {} layer-schedule MIPs stopped at the wall-clock safety net (schedule_time_limit_seconds), where what they find depends on the machine's speed and load",
+            doc.work.mip_time_limit_hits
+        )?;
+    }
     if s.resumed_candidates > 0 {
         outln!(
             "{} candidates resumed from the journal of an interrupted run",

@@ -405,15 +405,16 @@ pub struct RawSearch {
     /// as the reference; 0 proves every schedule optimal, which is slower).
     pub schedule_gap: Option<f64>,
     /// Branch-and-bound nodes one layer-schedule MIP may explore during the search
-    /// (default 1000000, in effect no limit). A work limit: a schedule that reaches it
-    /// keeps the best solution found, the same on any machine, and is counted as not
-    /// proven optimal. With a wall-clock limit that never fires, it makes a search's result
-    /// reproducible (e.g. 100 nodes and 10 s).
+    /// (default 100; at most 1000000). A work limit: a schedule that reaches it keeps the
+    /// best solution found, the same on any machine under any load, and is counted as not
+    /// proven optimal. It is what makes a search's result depend only on the spec, the cost
+    /// models and archplace's version.
     pub schedule_node_limit: Option<u64>,
     /// Wall-clock limit of one layer-schedule MIP during the search, in seconds (default
-    /// 0.1). A schedule that hits it keeps the best solution found and is counted in the
-    /// results as not proven optimal; what it stops at depends on the machine's speed and
-    /// load.
+    /// 10): a safety net behind the node limit. When it fires, what the MIP stops at
+    /// depends on the machine's speed and load; the results count it
+    /// (`work.mip_time_limit_hits`) and the run's summary says the result is not
+    /// reproducible.
     pub schedule_time_limit_seconds: Option<f64>,
 }
 

@@ -288,6 +288,18 @@ pub(super) fn solve(
     // We hand HiGHS the list schedule as its incumbent; its own primal heuristics cost
     // more than they find on these small models.
     model.set_option("mip_heuristic_effort", 0.0);
+    // Keep the root cheap: with a node limit, the root is where the time goes (presolve,
+    // probing, strong branching, the root heuristics). Measured on the default spec and
+    // BERT-large at 100 nodes (debug build, 2 cores): the feasibility-jump, RINS, RENS
+    // and root reduced-cost heuristics, strong branching until pseudo-costs are reliable,
+    // symmetry detection and restarts cost 2.3× the time and found nothing better.
+    model.set_option("mip_heuristic_run_feasibility_jump", false);
+    model.set_option("mip_heuristic_run_rins", false);
+    model.set_option("mip_heuristic_run_rens", false);
+    model.set_option("mip_heuristic_run_root_reduced_cost", false);
+    model.set_option("mip_pscost_minreliable", 0);
+    model.set_option("mip_detect_symmetry", false);
+    model.set_option("mip_allow_restart", false);
     let t0 = std::time::Instant::now();
     let solved = model
         .try_solve()

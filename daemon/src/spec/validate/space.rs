@@ -10,7 +10,7 @@ use archplace_plugin_sdk::units::{parse_area_um2, parse_bytes};
 
 /// The most branch-and-bound nodes a spec may give one layer-schedule MIP: HiGHS counts
 /// them in a 32-bit integer, and a million already takes minutes per layer.
-const MAX_SCHEDULE_NODE_LIMIT: u64 = archplace_engine::schedule::DEFAULT_NODE_LIMIT;
+const MAX_SCHEDULE_NODE_LIMIT: u64 = archplace_engine::schedule::MAX_NODE_LIMIT;
 
 fn axis_u32(
     ctx: &mut Ctx<'_>,
