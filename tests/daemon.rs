@@ -1244,6 +1244,39 @@ fn renaming_a_spec_during_its_search_moves_its_labels_and_paths() {
     assert!(d.log().contains("the spec was renamed"), "{}", d.log());
 }
 
+/// JSON log lines are objects with each key once (issue 16: "search ended" repeated the
+/// `message` key, which log shippers reject or silently overwrite).
+#[test]
+fn json_log_lines_have_each_key_once() {
+    let tmp = folder();
+    let dir = tmp.path();
+    let d = Daemon::start_env(dir, &["--log-format", "json"], &[]);
+    drop_spec(dir, "tiny.toml", TINY);
+    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    until(
+        &d,
+        Duration::from_secs(10),
+        "the search's end in the log",
+        || d.log().contains("search ended"),
+    );
+    let log = d.log();
+    let mut lines = 0;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let fields = v["fields"].as_object().unwrap_or_else(|| panic!("{line}"));
+        // The text has exactly as many `"key":` as the parsed object has keys: none twice.
+        let inner = line.split("\"fields\":").nth(1).unwrap_or_default();
+        let inner = &inner[..inner.find('}').map_or(inner.len(), |i| i + 1)];
+        for key in fields.keys() {
+            assert_eq!(inner.matches(&format!("\"{key}\":")).count(), 1, "{line}");
+        }
+        lines += 1;
+    }
+    assert!(lines > 3, "{log}");
+    assert!(log.contains("\"reason\":"), "{log}");
+}
+
 /// Sets the job record of spec `name` to `state`, as a kill at that moment leaves it.
 fn set_job_state(dir: &Path, name: &str, state: &str) {
     for e in std::fs::read_dir(dir.join(".archplace-state/jobs")).unwrap() {

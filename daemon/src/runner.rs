@@ -38,14 +38,28 @@ pub enum RunError {
     #[error("cost model: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
     CostModel(Vec<Diagnostic>),
     #[error("architecture space: {0}")]
-    Space(#[from] space::SpaceError),
+    Space(space::SpaceError),
     #[error("search: {0}")]
-    Search(#[from] search::SearchError),
-    #[error("cannot write {path}: {source}")]
+    Search(search::SearchError),
+    #[error("cannot write {path}: {error}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+}
+
+// The causes are in the messages, not sources as well: printed as a chain (`{:#}`) they
+// would repeat (issue 16).
+impl From<space::SpaceError> for RunError {
+    fn from(e: space::SpaceError) -> Self {
+        RunError::Space(e)
+    }
+}
+
+impl From<search::SearchError> for RunError {
+    fn from(e: search::SearchError) -> Self {
+        RunError::Search(e)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -551,7 +565,7 @@ pub fn is_complete(dir: &Path, hash: &str) -> bool {
 pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| RunError::Write { path, source }
+        move |error| RunError::Write { path, error }
     };
     std::fs::create_dir_all(dir).map_err(err(dir))?;
     let mut explored = Vec::new();
@@ -591,4 +605,32 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
         crate::journal::remove(dir);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use archplace_plugin_sdk::EstimateError;
+
+    /// A plugin's error is told once, however the error is printed (issue 16: an area
+    /// model's error appeared three times in `error.json` and the log).
+    #[test]
+    fn a_cost_model_error_is_told_once_in_the_chain() {
+        let errors = [
+            RunError::from(space::SpaceError::from(EstimateError::Internal(
+                "out of memory".into(),
+            ))),
+            RunError::from(search::SearchError::CostModel(EstimateError::Internal(
+                "out of memory".into(),
+            ))),
+            RunError::Write {
+                path: "x".into(),
+                error: std::io::Error::other("out of memory"),
+            },
+        ];
+        for e in errors {
+            let chain = format!("{:#}", anyhow::Error::from(e).context("the search failed"));
+            assert_eq!(chain.matches("out of memory").count(), 1, "{chain}");
+        }
+    }
 }

@@ -121,10 +121,13 @@ pub struct Space {
     pub enumerated: usize,
 }
 
+/// Messages carry their cause in the text, not as a `source` too: an error chain printed
+/// with its sources (anyhow's `{:#}`) would repeat it (issue 16: a plugin's error three
+/// times over).
 #[derive(Debug, thiserror::Error)]
 pub enum SpaceError {
     #[error("the area model failed: {0}")]
-    AreaModel(#[from] EstimateError),
+    AreaModel(EstimateError),
     #[error("the area model returned {got} areas for {want} configurations")]
     WrongCount { got: usize, want: usize },
     #[error("the area model returned an invalid area {area} µm² for {config:?}")]
@@ -136,6 +139,12 @@ pub enum SpaceError {
         "the reference configuration of the area budget is outside the area model's domain: {0}"
     )]
     BudgetOutOfDomain(EstimateError),
+}
+
+impl From<EstimateError> for SpaceError {
+    fn from(e: EstimateError) -> Self {
+        SpaceError::AreaModel(e)
+    }
 }
 
 fn descending<T: Copy + Ord>(v: &[T]) -> Vec<T> {

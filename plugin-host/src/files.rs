@@ -13,7 +13,7 @@ use std::path::Path;
 /// Why a file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("is not a regular file (a {0}); only regular files are read")]
     NotRegular(&'static str),

@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
-    #[error("cannot use {}: {source}", path.display())]
+    #[error("cannot use {}: {error}", path.display())]
     Folder {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Plugin(#[from] archplace_plugin_host::PluginError),
@@ -111,7 +111,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         .collect::<Result<_, _>>()
         .map_err(|e| ServiceError::Folder {
             path: PathBuf::from("<threads>"),
-            source: e,
+            error: e,
         })?;
     main_loop(&shared, &reload, load.as_ref(), &ready);
     ready.store(false, Ordering::Relaxed);
@@ -136,7 +136,7 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
 fn prepare_folders(start: &StartSettings) -> Result<JobStore, ServiceError> {
     let folder_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| ServiceError::Folder { path, source }
+        move |error| ServiceError::Folder { path, error }
     };
     if !start.spec_dir.exists() {
         std::fs::create_dir_all(&start.spec_dir).map_err(folder_err(&start.spec_dir))?;
