@@ -550,14 +550,19 @@ pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], crate::
     Ok([("pareto.svg", pareto), ("placement.svg", placement)])
 }
 
-/// Whether `dir` holds the complete results of the spec content `hash`: its `result.json`
-/// (written last) names that content and is not the partial result of an interrupted run.
+/// The `result.json` of `dir` if it holds the complete results of the spec content `hash`:
+/// it (written last) names that content and is not the partial result of an interrupted run.
+pub fn complete_result(dir: &Path, hash: &str) -> Option<ResultDoc> {
+    let bytes = std::fs::read(dir.join("result.json")).ok()?;
+    let doc: ResultDoc = serde_json::from_slice(&bytes)
+        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "unreadable result.json"))
+        .ok()?;
+    (doc.spec.content_hash == hash && !doc.search.cancelled).then_some(doc)
+}
+
+/// Whether `dir` holds the complete results of the spec content `hash`.
 pub fn is_complete(dir: &Path, hash: &str) -> bool {
-    let Ok(bytes) = std::fs::read(dir.join("result.json")) else {
-        return false;
-    };
-    serde_json::from_slice::<ResultDoc>(&bytes)
-        .is_ok_and(|doc| doc.spec.content_hash == hash && !doc.search.cancelled)
+    complete_result(dir, hash).is_some()
 }
 
 /// Writes `result.json`, `explored.jsonl` and the plots into `dir` (created if needed),

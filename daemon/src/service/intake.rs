@@ -6,7 +6,6 @@ use super::folder::{self, Seen};
 use super::jobs::{Job, JobState};
 use super::metrics::SpecLabels;
 use super::state::{Queued, Shared};
-use crate::runner::ResultDoc;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -131,24 +130,35 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         state.store.put(job.clone());
         existing = Some(job);
     }
-    if let Some(job) = existing.as_ref().filter(|j| j.state == JobState::Done)
-        && !crate::runner::is_complete(&job.result_dir, hash)
-    {
+    // A done job's results, read once: whether they are still whole, and its best for the
+    // metrics.
+    let done = existing
+        .as_ref()
+        .filter(|j| j.state == JobState::Done)
+        .map(|j| crate::runner::complete_result(&j.result_dir, hash));
+    if let Some(None) = done {
         // Done, but its results are gone (deleted by hand): searched again, not ignored.
-        tracing::warn!(file = %path.display(), hash, dir = %job.result_dir.display(), "its results are gone; searching it again");
+        if let Some(job) = &existing {
+            tracing::warn!(file = %path.display(), hash, dir = %job.result_dir.display(), "its results are gone; searching it again");
+        }
         existing = None;
     }
     match existing.as_ref().map(|j| j.state) {
         Some(st) if st.is_final() => {
             tracing::info!(file = %path.display(), hash, state = st.name(), "already searched; not searching the same content again");
-            if let Some(job) = existing.as_ref().filter(|j| j.state == JobState::Done)
-                && let Some((throughput, area_um2)) = best_of(&job.result_dir)
+            if let Some(job) = &existing
+                && let Some(Some(doc)) = &done
+                && let Some(best) = &doc.best
             {
                 let labels = SpecLabels {
                     spec: job.name.clone(),
                     file: file_name(path),
                 };
-                s.metrics.set_result(&labels, throughput, area_um2);
+                s.metrics.set_result(
+                    &labels,
+                    best.mean_throughput_samples_per_second,
+                    best.configuration.area_mm2 * 1e6,
+                );
             }
             return true;
         }
@@ -261,18 +271,6 @@ pub fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-/// The best configuration's throughput and area (µm²) in the `result.json` of `dir`.
-fn best_of(dir: &Path) -> Option<(f64, f64)> {
-    let doc: ResultDoc = serde_json::from_slice(&std::fs::read(dir.join("result.json")).ok()?)
-        .inspect_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "unreadable result.json"))
-        .ok()?;
-    let best = doc.best?;
-    Some((
-        best.mean_throughput_samples_per_second,
-        best.configuration.area_mm2 * 1e6,
-    ))
 }
 
 /// The result folder of content `hash` if its `result.json` exists

@@ -64,6 +64,15 @@ pub struct Chain {
     pub edges: Vec<Edge>,
 }
 
+impl Chain {
+    /// Whether some layers are tensor-parallel and some are not (stages are then 1 or
+    /// `width` devices wide, and the program counts the wide ones).
+    pub fn mixed(&self) -> bool {
+        self.layers.iter().any(|l| l.tensor_parallel)
+            && self.layers.iter().any(|l| !l.tensor_parallel)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Resync {
@@ -461,9 +470,7 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 
 /// The best plan for one chain, if any fits.
 fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, PlacementError> {
-    let mixed = chain.layers.iter().any(|l| l.tensor_parallel)
-        && chain.layers.iter().any(|l| !l.tensor_parallel);
-    let size = ProgramSize::of(chain.layers.len(), settings.devices, mixed);
+    let size = ProgramSize::of(chain.layers.len(), settings.devices, chain.mixed());
     if !size.fits() {
         return Err(PlacementError::TooLarge {
             width: chain.width,

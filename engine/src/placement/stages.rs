@@ -120,8 +120,7 @@ impl<'a> Stages<'a> {
         Ok(Stages {
             n,
             width,
-            mixed: chain.layers.iter().any(|l| l.tensor_parallel)
-                && chain.layers.iter().any(|l| !l.tensor_parallel),
+            mixed: chain.mixed(),
             state: settings.memory.state_per_parameter_byte(shards),
             chain,
             settings,
