@@ -58,12 +58,78 @@ fn temp_spec(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
 fn validate_accepts_every_example_and_the_default() {
     let o = run(&["validate"]);
     assert!(o.status.success(), "{o:?}");
-    let mut args = vec!["validate".to_string()];
+    // Every example fits the daemon's default memory budget on eight threads.
+    let mut args = vec![
+        "validate".to_string(),
+        "--memory-budget".into(),
+        "3 GiB".into(),
+        "--threads".into(),
+        "8".into(),
+    ];
     for e in std::fs::read_dir(root().join("config/specs")).unwrap() {
         args.push(e.unwrap().path().display().to_string());
     }
     let o = archplace().args(&args).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// A spec whose search may need more memory than the budget is refused before it starts,
+/// with the estimate, its largest parts and what to change (issue 16); under a larger
+/// budget the same spec is accepted and its estimate printed.
+#[test]
+fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
+    let (dir, spec) = temp_spec("tiny.toml", TINY);
+    let spec = spec.to_str().unwrap();
+    let o = run(&[
+        "validate",
+        "--memory-budget",
+        "200 MiB",
+        "--threads",
+        "1",
+        spec,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let out = stdout(&o);
+    assert!(out.contains("above the memory budget of 200 MiB"), "{out}");
+    assert!(out.contains("the cost-model plugins 512"), "{out}");
+    assert!(out.contains("tiny.toml:19:1"), "located at [search]: {out}");
+    assert!(
+        out.contains("--memory-budget"),
+        "says what to change: {out}"
+    );
+    let o = run(&[
+        "validate",
+        "--memory-budget",
+        "4 GiB",
+        "--threads",
+        "1",
+        spec,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stdout(&o).contains("may need up to")
+            && stdout(&o).contains("of its 4 GiB memory budget on 1 thread(s)"),
+        "{}",
+        stdout(&o)
+    );
+    let out_dir = dir.path().join("out");
+    let o = run(&[
+        "run",
+        "--memory-budget",
+        "200 MiB",
+        "--out",
+        out_dir.to_str().unwrap(),
+        spec,
+    ]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        stderr(&o).contains("above the memory budget of 200 MiB"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out_dir.exists(), "nothing searched, nothing written");
+    let o = run(&["validate", "--memory-budget", "lots", spec]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
 
 #[test]

@@ -466,6 +466,55 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
     assert!(err.contains("hostile-trap"), "{err}");
 }
 
+/// A spec whose search may need more memory than the daemon's budget is refused before it
+/// starts, with the numbers in its error file (issue 16: not aborted mid-search, taking
+/// the daemon with it); a small spec beside it is searched.
+#[test]
+fn a_spec_above_the_memory_budget_is_refused_with_the_numbers() {
+    let tmp = folder();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("archplace.toml"),
+        "search_memory_bytes = 1073741824\nthreads_per_search = 1\n",
+    )
+    .unwrap();
+    let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
+    // 64 × 64 × 8 × 8 × 8 = 2,097,152 configurations.
+    let list = |n: u32| {
+        (1..=n)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let huge = TINY
+        .replace("name = \"e2e-tiny\"", "name = \"huge\"")
+        .replace("tensor_cores = [1, 2]", &format!("tensor_cores = [{}]", list(64)))
+        .replace("vector_cores = [1]", &format!("vector_cores = [{}]", list(64)))
+        .replace("width = [16]", "width = [2, 4, 8, 16, 32, 64, 128, 256]")
+        .replace("depth = [16]", "depth = [2, 4, 8, 16, 32, 64, 128, 256]")
+        .replace(
+            "buffer = [\"2 MiB\"]",
+            "buffer = [\"1 MiB\", \"2 MiB\", \"3 MiB\", \"4 MiB\", \"5 MiB\", \"6 MiB\", \"7 MiB\", \"8 MiB\"]",
+        );
+    drop_spec(dir, "huge.toml", &huge);
+    drop_spec(dir, "tiny.toml", TINY);
+    until(&d, Duration::from_secs(120), "both specs", || {
+        let j = jobs(dir);
+        state_is(&j, "huge", "failed") && state_is(&j, "e2e-tiny", "done")
+    });
+    let err: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(result_dirs(dir, "huge")[0].join("error.json")).unwrap(),
+    )
+    .unwrap();
+    let e = &err["errors"][0];
+    let m = e["message"].as_str().unwrap();
+    assert!(m.contains("above the memory budget of 1 GiB"), "{m}");
+    assert!(m.contains("2,097,152 candidates"), "{m}");
+    assert_eq!(e["field"], "search");
+    assert_eq!(e["line"], 19);
+    assert!(!result_dirs(dir, "huge")[0].join("result.json").exists());
+}
+
 #[test]
 fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
     let tmp = folder();

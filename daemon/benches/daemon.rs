@@ -30,7 +30,7 @@ fn search(c: &mut Criterion) {
     .expect("a host");
     let cancel = Arc::new(AtomicBool::new(false));
     let run = |source: &dyn CostModelSource| {
-        archplace::runner::run(&spec, source, &(), &cancel, None)
+        archplace::runner::run(&spec, source, &(), &cancel, None, None)
             .expect("the default search: run scripts/build-plugins first")
             .doc
             .best

@@ -28,16 +28,27 @@ fn step(what: &str, path: &Path) {
 
 /// Writes `bytes` to `path` atomically.
 pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_with(path, |w| w.write_all(bytes))
+}
+
+/// Writes what `fill` writes to `path` atomically, through a buffer: for files too large to
+/// build in memory first (`explored.jsonl` has a line per candidate).
+pub fn write_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::Builder::new()
+    let tmp = tempfile::Builder::new()
         .prefix(".archplace-")
         .suffix(".tmp")
         .tempfile_in(dir)?;
     step("created the temporary file", path);
-    tmp.write_all(bytes)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);
+    fill(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| e.into_error())?;
     step("wrote the temporary file", path);
     tmp.as_file().sync_all()?;
     step("synced the temporary file", path);

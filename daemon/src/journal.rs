@@ -34,8 +34,8 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens `dir/journal.jsonl` for `header`: the candidates it already holds (by index),
-    /// and the journal to append to.
+    /// Opens `dir/journal.jsonl` for `header`: the candidates it already holds (by index,
+    /// summarised: see `Evaluated::summarise`), and the journal to append to.
     pub fn open(
         dir: &Path,
         header: &Header,
@@ -66,7 +66,10 @@ impl Journal {
                     }
                 } else {
                     match serde_json::from_str::<Evaluated>(&line) {
-                        Ok(e) => {
+                        Ok(mut e) => {
+                            // Summaries: a resumed search holds what an uninterrupted one
+                            // does per candidate, and evaluates its best again if needed.
+                            e.summarise();
                             done.insert(e.index, e);
                         }
                         Err(_) => break,

@@ -13,6 +13,7 @@ pub mod atomic;
 pub mod cost;
 pub mod estimate;
 pub mod journal;
+pub mod memory;
 pub mod plot;
 pub mod runner;
 pub mod service;

@@ -49,6 +49,11 @@ enum Command {
         /// Worker threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// The most memory the search may need, by the estimate made before it starts
+        /// (e.g. "8 GiB"; default: half of this machine's memory): a larger search is
+        /// refused with the numbers.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        memory_budget: Option<u64>,
     },
     /// Run the daemon: watch a folder of specs, search each new one, write results and
     /// states; stop cleanly on SIGTERM or SIGINT.
@@ -63,6 +68,14 @@ enum Command {
         /// Print the problems as JSON (one array) on stdout.
         #[arg(long)]
         json: bool,
+        /// Refuse a spec whose search may need more memory than this (e.g. "8 GiB";
+        /// default: half of this machine's memory, as for `run`; the daemon's is
+        /// `search_memory_bytes`).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        memory_budget: Option<u64>,
+        /// Worker threads the memory estimate counts (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Print the JSON Schema of spec files.
     Schema,
@@ -137,11 +150,13 @@ fn main() -> ExitCode {
             results,
             json,
             threads,
+            memory_budget,
         } => cli::run::run(
             spec.as_deref(),
             out.as_deref(),
             &results,
             json,
+            memory_budget.unwrap_or_else(archplace::memory::machine_budget_bytes),
             threads,
             &cli.plugins,
         ),
@@ -150,7 +165,19 @@ fn main() -> ExitCode {
             json,
             ..
         } => cli::daemon::validate_config(&config, json),
-        Command::Validate { files, json, .. } => cli::validate::run(&files, json, &cli.plugins),
+        Command::Validate {
+            files,
+            json,
+            memory_budget,
+            threads,
+            ..
+        } => cli::validate::run(
+            &files,
+            json,
+            memory_budget.unwrap_or_else(archplace::memory::machine_budget_bytes),
+            threads,
+            &cli.plugins,
+        ),
         Command::Daemon(args) => cli::daemon::run(&args, &cli.plugins, logging),
         Command::Plugin(cmd) => cli::plugin::run(cmd, &cli.plugins),
         Command::Schema => {
@@ -183,4 +210,9 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A size on the command line: "8 GiB", "512 MiB", or bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    archplace_plugin_sdk::units::parse_bytes(s).map_err(|e| e.to_string())
 }

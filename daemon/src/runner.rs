@@ -37,6 +37,9 @@ pub enum RunError {
     /// The spec's cost models could not be made; located in the spec.
     #[error("cost model: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
     CostModel(Vec<Diagnostic>),
+    /// The search may need more memory than its budget; located in the spec.
+    #[error("memory: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
+    Memory(Vec<Diagnostic>),
     #[error("architecture space: {0}")]
     Space(space::SpaceError),
     #[error("search: {0}")]
@@ -311,6 +314,8 @@ pub fn space_of(
 struct Checkpointed<'a> {
     inner: &'a dyn Observer,
     journal: Mutex<Option<Journal>>,
+    /// Candidates evaluated by this run (the rest of the explored ones were resumed).
+    evaluated: std::sync::atomic::AtomicUsize,
 }
 
 impl Observer for Checkpointed<'_> {
@@ -328,6 +333,8 @@ impl Observer for Checkpointed<'_> {
 
     fn evaluated(&self, e: &search::Evaluated) {
         self.inner.evaluated(e);
+        self.evaluated
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Ok(mut journal) = self.journal.lock() else {
             return;
         };
@@ -344,14 +351,21 @@ impl Observer for Checkpointed<'_> {
 /// Runs the search of `spec` with the cost models `source` makes. `observer` hears of
 /// every candidate; `cancel` stops it at the next candidate (and a plugin call in flight).
 /// With `checkpoint`, the search's journal in that folder is resumed from and appended to
-/// (see [`crate::journal`]).
+/// (see [`crate::journal`]). With `memory_budget_bytes`, a search whose memory estimate
+/// (on the current rayon pool's threads) is above it is refused before it starts.
 pub fn run(
     spec: &Spec,
     source: &dyn CostModelSource,
     observer: &dyn Observer,
     cancel: &Arc<AtomicBool>,
     checkpoint: Option<&Path>,
+    memory_budget_bytes: Option<u64>,
 ) -> Result<Finished, RunError> {
+    if let Some(budget) = memory_budget_bytes {
+        let e = crate::memory::estimate(spec, source, rayon::current_num_threads());
+        crate::memory::check(spec, &e, budget).map_err(RunError::Memory)?;
+        tracing::debug!(estimate = %crate::memory::describe(&e), "memory estimate");
+    }
     let (space, models, enumeration) = space_of(spec, source, cancel)?;
     let input = search_input(spec);
     let identity = CostModels {
@@ -377,6 +391,7 @@ pub fn run(
     let observer = Checkpointed {
         inner: observer,
         journal: Mutex::new(journal),
+        evaluated: Default::default(),
     };
     let outcome = search::search_resuming(
         &input,
@@ -384,13 +399,13 @@ pub fn run(
         models.latency.as_ref(),
         &observer,
         Some(cancel.as_ref()),
-        &done,
+        done,
     )?;
-    let resumed_candidates = outcome
-        .explored
-        .iter()
-        .filter(|e| done.contains_key(&e.index))
-        .count();
+    let resumed_candidates = outcome.explored.len().saturating_sub(
+        observer
+            .evaluated
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     let s: &Stats = &outcome.stats;
     let doc = ResultDoc {
         format_version: RESULT_FORMAT_VERSION,
@@ -573,16 +588,17 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
         move |error| RunError::Write { path, error }
     };
     std::fs::create_dir_all(dir).map_err(err(dir))?;
-    let mut explored = Vec::new();
-    for e in &finished.outcome.explored {
-        let line = serde_json::to_vec(&ExploredLine::from(e))
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .map_err(err(dir))?;
-        explored.extend_from_slice(&line);
-        explored.push(b'\n');
-    }
+    // Streamed: a line per candidate, never the whole file in memory.
     let path = dir.join("explored.jsonl");
-    crate::atomic::write(&path, &explored).map_err(err(&path))?;
+    crate::atomic::write_with(&path, |w| {
+        for e in &finished.outcome.explored {
+            serde_json::to_writer(&mut *w, &ExploredLine::from(e))
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+    .map_err(err(&path))?;
     // The spec as the search read it: every default filled in, every quantity in SI units.
     let path = dir.join("spec.json");
     let spec = serde_json::to_vec_pretty(&finished.spec)

@@ -109,4 +109,17 @@ pub trait CostModelSource: Send + Sync {
         spec: &CostModelSpec,
         cancel: Arc<AtomicBool>,
     ) -> Result<CostModels, Vec<CostModelError>>;
+
+    /// The most memory the instances of `plugin` may hold at once in one search: what a
+    /// search's memory estimate adds for a cost model. 0 for models linked natively, whose
+    /// memory is the process's own.
+    fn instance_memory_bytes(&self, _plugin: &str) -> u64 {
+        0
+    }
+
+    /// The most memory the source's memo of one plugin's estimates holds (shared by the
+    /// searches that use it). 0 when there is none.
+    fn memo_memory_bytes(&self) -> u64 {
+        0
+    }
 }

@@ -631,6 +631,17 @@ fn interface_version(
 }
 
 impl CostModelSource for Host {
+    fn memo_memory_bytes(&self) -> u64 {
+        memo::memory_bytes()
+    }
+
+    fn instance_memory_bytes(&self, plugin: &str) -> u64 {
+        let limits = self.options.limits_for(plugin);
+        limits
+            .memory_bytes
+            .saturating_mul(limits.max_instances as u64)
+    }
+
     fn resolve(
         &self,
         spec: &CostModelSpec,

@@ -8,6 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// it the cache evicts the least useful entries (S3-FIFO, quick_cache).
 pub const MEMO_CAPACITY: usize = 1 << 20;
 
+/// The most memory one [`Memo`] holds: its capacity of each kind, with the cache's own
+/// bookkeeping (about as much again as an entry, counted generously).
+pub fn memory_bytes() -> u64 {
+    let latency = std::mem::size_of::<((CoreConfig, Op), OpCost)>() as u64;
+    let area = std::mem::size_of::<(AcceleratorConfig, Result<f64, EstimateError>)>() as u64;
+    MEMO_CAPACITY as u64 * 2 * (latency + area)
+}
+
 /// Memoised estimates of a deterministic plugin with fixed parameters: bounded caches
 /// shared by every search that uses the same plugin and parameters.
 pub struct Memo {

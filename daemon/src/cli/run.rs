@@ -65,6 +65,7 @@ pub fn run(
     out: Option<&Path>,
     results: &Path,
     json: bool,
+    memory_budget_bytes: u64,
     threads: Option<usize>,
     plugins: &super::plugin::PluginArgs,
 ) -> Result<ExitCode> {
@@ -83,6 +84,15 @@ pub fn run(
         .num_threads(threads.unwrap_or(0))
         .build()
         .context("starting worker threads")?;
+    // A search larger than the budget is refused here, located in the spec, before the
+    // progress bar starts.
+    let memory = archplace::memory::estimate(&spec, &host, pool.current_num_threads());
+    if let Err(diags) = archplace::memory::check(&spec, &memory, memory_budget_bytes) {
+        for d in &diags {
+            eprint!("{}", d.render(&spec.source_text));
+        }
+        bail!("the search was not started");
+    }
     let terminal = std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
@@ -114,7 +124,7 @@ pub fn run(
         signal_hook::flag::register(sig, cancel.clone()).context("installing signal handlers")?;
     }
     let finished = pool
-        .install(|| runner::run(&spec, &host, &reporter, &cancel, Some(&dir)))
+        .install(|| runner::run(&spec, &host, &reporter, &cancel, Some(&dir), None))
         .context("the search failed")?;
     if let Some(bar) = &reporter.bar {
         bar.finish_and_clear();

@@ -2,24 +2,44 @@
 
 use anyhow::Result;
 use archplace::spec::{self, Diagnostic};
+use archplace_plugin_sdk::units::format_bytes;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Checks each spec, then resolves its cost models with the plugin host (so a missing
-/// plugin or a parameter a plugin rejects is reported at its place in the spec).
-pub fn run(files: &[PathBuf], json: bool, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+/// plugin or a parameter a plugin rejects is reported at its place in the spec), then
+/// estimates its search's memory on `threads` (default: all cores) against the budget.
+pub fn run(
+    files: &[PathBuf],
+    json: bool,
+    memory_budget_bytes: u64,
+    threads: Option<usize>,
+    plugins: &super::plugin::PluginArgs,
+) -> Result<ExitCode> {
     let host = plugins.host()?;
+    let threads = threads
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mut all: Vec<Diagnostic> = Vec::new();
     let mut text = String::new();
+    // The memory estimate in words when the spec is good.
     let check_models = |s: &spec::Spec, text: &mut String, all: &mut Vec<Diagnostic>| {
-        match spec::resolve_cost_models(s, &host, Default::default()) {
-            Ok(_) => true,
+        let checked = spec::resolve_cost_models(s, &host, Default::default()).and_then(|_| {
+            let e = archplace::memory::estimate(s, &host, threads);
+            archplace::memory::check(s, &e, memory_budget_bytes).map(|()| e)
+        });
+        match checked {
+            Ok(e) => Some(format!(
+                "may need up to {} of its {} memory budget on {threads} thread(s)",
+                format_bytes(e.total_bytes),
+                format_bytes(memory_budget_bytes)
+            )),
             Err(diags) => {
                 for d in &diags {
                     text.push_str(&d.render(&s.source_text));
                 }
                 all.extend(diags);
-                false
+                None
             }
         }
     };
@@ -32,19 +52,22 @@ pub fn run(files: &[PathBuf], json: bool, plugins: &super::plugin::PluginArgs) -
                 all.extend(diags);
             }
             Ok(s) => {
-                if check_models(&s, &mut text, &mut all) && !json {
-                    outln!("ok: {}", spec::DEFAULT_SPEC_NAME)?;
+                if let Some(memory) = check_models(&s, &mut text, &mut all)
+                    && !json
+                {
+                    outln!("ok: {} ({memory})", spec::DEFAULT_SPEC_NAME)?;
                 }
             }
         }
     }
     for f in files {
         match spec::load(f) {
-            Ok(s) if !check_models(&s, &mut text, &mut all) => {}
             Ok(s) => {
-                if !json {
+                if let Some(memory) = check_models(&s, &mut text, &mut all)
+                    && !json
+                {
                     outln!(
-                        "ok: {} (search `{}`, {} model(s))",
+                        "ok: {} (search `{}`, {} model(s); {memory})",
                         f.display(),
                         s.name,
                         s.models.len()

@@ -199,12 +199,13 @@ fn a_search_with_a_hostile_plugin_fails_and_the_next_one_succeeds_in_the_same_pr
     .unwrap();
     let cancel = Arc::new(AtomicBool::new(false));
     for f in fixtures {
-        let err = crate::runner::run(&tiny_spec(f), &host, &(), &cancel, None)
+        let err = crate::runner::run(&tiny_spec(f), &host, &(), &cancel, None, None)
             .err()
             .unwrap_or_else(|| panic!("{f}: the search succeeded"))
             .to_string();
         assert!(err.contains(&format!("plugin `{f}`")), "{f}: {err}");
-        let good = crate::runner::run(&tiny_spec("reference"), &host, &(), &cancel, None).unwrap();
+        let good =
+            crate::runner::run(&tiny_spec("reference"), &host, &(), &cancel, None, None).unwrap();
         assert!(good.doc.best.is_some(), "after {f}");
     }
 }

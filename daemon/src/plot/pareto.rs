@@ -32,6 +32,10 @@ pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
+/// Cells of the dot grid across and up the plot: about 3 pixels each, a dot's radius.
+const DOT_CELLS_X: f64 = 300.0;
+const DOT_CELLS_Y: f64 = 200.0;
+
 /// `pareto.svg` of a search.
 pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
     let err = |e: &dyn std::fmt::Display| PlotError::new("pareto.svg", e);
@@ -97,12 +101,17 @@ pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
             .draw()
             .map_err(|e| err(&e))?;
         let grey = RGBColor(90, 110, 160);
+        // One dot per cell of about the dots' size: a million candidates draw no more dots
+        // than the picture has room for (the legend counts them all).
+        let mut cells = std::collections::HashSet::new();
+        let (xw, yw) = (x_range.end - x_range.start, y_range.end - y_range.start);
+        let shown = points.iter().filter(|p| {
+            let cx = ((p.0 - x_range.start) / xw * DOT_CELLS_X).floor() as i64;
+            let cy = ((p.1 - y_range.start) / yw * DOT_CELLS_Y).floor() as i64;
+            cells.insert((cx, cy))
+        });
         chart
-            .draw_series(
-                points
-                    .iter()
-                    .map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())),
-            )
+            .draw_series(shown.map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())))
             .map_err(|e| err(&e))?
             .label(format!(
                 "evaluated candidates ({}{})",

@@ -193,3 +193,35 @@ fn placement_svg_of_many_stages_and_of_no_plan_is_still_valid() {
     let svg = placement_svg("none", "no chip", &[], 0).unwrap();
     assert!(svg_texts(&svg).join("\n").contains("no plan"));
 }
+
+/// A million evaluated candidates draw no more dots than the picture has cells for: the
+/// plot's size does not grow with the search (issue 16), and the legend still counts them
+/// all.
+#[test]
+fn pareto_svg_of_a_huge_search_stays_small() {
+    let n = 1_000_000;
+    let explored: Vec<Evaluated> = (0..n)
+        .map(|i| {
+            let area = 100.0 + (i % 1000) as f64 * 0.2;
+            let t = 1.0 + ((i * 7919) % 10_007) as f64 / 1000.0;
+            candidate(i, chip(2), area, Some(t))
+        })
+        .collect();
+    let svg = pareto_svg(&ParetoInput {
+        title: "huge",
+        explored: &explored,
+        best: Some(0),
+        reference: None,
+        budget_um2: 300e6,
+    })
+    .unwrap();
+    let dots = svg.matches("<circle").count();
+    assert!(dots <= 300 * 200 + 100, "{dots} dots");
+    assert!(svg.len() < 16 << 20, "{} bytes", svg.len());
+    assert!(
+        svg_texts(&svg)
+            .join("\n")
+            .contains("evaluated candidates (1000000"),
+        "the legend counts every candidate"
+    );
+}

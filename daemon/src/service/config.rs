@@ -29,6 +29,9 @@ pub struct DaemonConfig {
     pub max_concurrent_searches: usize,
     /// Worker threads per search (0: all cores).
     pub threads_per_search: usize,
+    /// The most memory one search may need (bytes), by the estimate made before it starts:
+    /// a spec above it is refused with the numbers instead of searched (3 GiB by default).
+    pub search_memory_bytes: u64,
     /// Most specs waiting to be searched; beyond it new specs wait in the folder.
     pub max_queue: usize,
     /// How often the whole folder is rescanned.
@@ -74,6 +77,7 @@ pub struct StartSettings {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LiveSettings {
     pub threads_per_search: usize,
+    pub search_memory_bytes: u64,
     pub max_queue: usize,
     pub rescan_interval_seconds: f64,
     pub poll_interval_seconds: f64,
@@ -95,6 +99,7 @@ impl DaemonConfig {
             listen,
             max_concurrent_searches,
             threads_per_search,
+            search_memory_bytes,
             max_queue,
             rescan_interval_seconds,
             poll,
@@ -120,6 +125,7 @@ impl DaemonConfig {
             },
             LiveSettings {
                 threads_per_search,
+                search_memory_bytes,
                 max_queue,
                 rescan_interval_seconds,
                 poll_interval_seconds,
@@ -150,6 +156,9 @@ pub fn changed_keys<T: Serialize>(old: &T, new: &T) -> Vec<String> {
 /// reports every MIP time-limit hit as a warning; the results and metrics count them.
 pub const DEFAULT_LOG_LEVEL: &str = "info,highs=error";
 
+/// The smallest memory budget of one search: one thread's layer-schedule solver.
+pub const MIN_SEARCH_MEMORY_BYTES: u64 = archplace_engine::search::memory::SOLVER_BYTES_PER_THREAD;
+
 /// The longest interval a config may set (rescan, poll, settle, retry): a week. Longer is
 /// never meant, and [`std::time::Duration`] cannot hold every `f64`.
 pub const MAX_INTERVAL_SECONDS: f64 = 604_800.0;
@@ -172,6 +181,7 @@ impl Default for DaemonConfig {
             listen: "127.0.0.1:9464".into(),
             max_concurrent_searches: 2,
             threads_per_search: 0,
+            search_memory_bytes: crate::memory::DEFAULT_BUDGET_BYTES,
             max_queue: 10_000,
             rescan_interval_seconds: 30.0,
             poll: false,
@@ -285,6 +295,15 @@ impl DaemonConfig {
         }
         if self.max_queue == 0 {
             e.push(("max_queue", "must be at least 1".into()));
+        }
+        if self.search_memory_bytes < MIN_SEARCH_MEMORY_BYTES {
+            e.push((
+                "search_memory_bytes",
+                format!(
+                    "is {}; must be at least {MIN_SEARCH_MEMORY_BYTES} (32 MiB: one search thread's solver alone may need that)",
+                    self.search_memory_bytes
+                ),
+            ));
         }
         for (key, v) in [
             ("rescan_interval_seconds", self.rescan_interval_seconds),

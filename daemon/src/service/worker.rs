@@ -319,7 +319,9 @@ fn search(
         Ok(p) => p,
         Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
     };
-    let result = pool.install(|| runner::run(&spec, &s.host, &status, cancel, Some(&dir)));
+    let budget = s.live().search_memory_bytes;
+    let result =
+        pool.install(|| runner::run(&spec, &s.host, &status, cancel, Some(&dir), Some(budget)));
     // The search ends under the spec's current name (it may have been renamed meanwhile).
     *labels = status.current_labels();
     if cancel.load(Ordering::Relaxed) {
@@ -349,7 +351,7 @@ fn search(
                 Outcome::RetryLater(e.to_string())
             }
         },
-        Err(RunError::CostModel(diags)) => invalid(diags, &dir),
+        Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(diags, &dir),
         Err(e) => {
             let message = e.to_string();
             let _ = write_error(&dir, &q.path, serde_json::json!([{ "message": message }]));

@@ -201,6 +201,27 @@ pub fn parse(source: &str, file: &str) -> Result<Spec, Vec<Diagnostic>> {
     }
 }
 
+impl Spec {
+    /// A problem found after validation, located at `field` of the spec's text (the whole
+    /// file if the spec does not write that field).
+    pub fn diagnostic_at(
+        &self,
+        field: &[&str],
+        message: String,
+        help: Option<String>,
+    ) -> Diagnostic {
+        let source = self.source_text.as_str();
+        let (doc, _) = DeTable::parse_recoverable(source);
+        let mut path = FieldPath::root();
+        for k in field {
+            path = path.key(k);
+        }
+        let span =
+            locate_key(doc.get_ref(), &path).map(|_| locate(doc.get_ref(), doc.span(), &path));
+        Diagnostic::new(&self.source_file, source, span, path.to_string(), message).with_help(help)
+    }
+}
+
 /// Resolves the cost models `spec` names through `models` (loading plugins, validating
 /// their parameters); problems are located in the spec's text like any other error.
 pub fn resolve_cost_models(

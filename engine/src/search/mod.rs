@@ -34,6 +34,8 @@ use archplace_plugin_sdk::{
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+
+pub mod memory;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Instant;
@@ -159,6 +161,23 @@ pub struct Evaluated {
     pub hbm_bytes: Option<u64>,
     pub plans: Vec<ModelPlan>,
     pub failure: Option<String>,
+}
+
+impl Evaluated {
+    /// Drops what only the best candidate's report needs (each plan's stages and layers),
+    /// keeping what `explored.jsonl`, the plots and the walk use: a search keeps every
+    /// candidate's record, so this is its memory per candidate.
+    pub fn summarise(&mut self) {
+        for p in &mut self.plans {
+            p.stages = Vec::new();
+            p.layers = Vec::new();
+        }
+    }
+
+    /// Whether the record was summarised (a plan always has a stage).
+    pub fn is_summary(&self) -> bool {
+        self.plans.iter().any(|p| p.stages.is_empty())
+    }
 }
 
 /// Counters of the work done.
@@ -350,7 +369,7 @@ struct Ctx<'a> {
 
 /// A model's graph is built per (micro-batch, tensor-parallel width, element bytes,
 /// sequence parallelism — only ever true with a width above 1).
-type GraphKey = (u64, u64, u64, bool);
+pub(crate) type GraphKey = (u64, u64, u64, bool);
 
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
 /// precision (index into the training's list) and distributed optimizer.
@@ -989,34 +1008,9 @@ impl Ctx<'_> {
     }
 }
 
-/// Runs the search over `space`.
-pub fn search(
-    input: &SearchInput,
-    space: &Space,
-    latency: &dyn LatencyModel,
-    observer: &dyn Observer,
-    cancel: Option<&AtomicBool>,
-) -> Result<Outcome, SearchError> {
-    search_resuming(input, space, latency, observer, cancel, &BTreeMap::new())
-}
-
-/// Runs the search over `space`, reusing the candidates an interrupted run of the same
-/// search finished (`done`, by index; one whose configuration or area differs from the
-/// space's is evaluated again). Because a candidate's evaluation depends only on the
-/// candidate, the spec and the cost models, and the walk only on the evaluations, the
-/// outcome is the uninterrupted run's; only the work counters and timings count this run.
-pub fn search_resuming(
-    input: &SearchInput,
-    space: &Space,
-    latency: &dyn LatencyModel,
-    observer: &dyn Observer,
-    cancel: Option<&AtomicBool>,
-    done: &BTreeMap<usize, Evaluated>,
-) -> Result<Outcome, SearchError> {
-    let started = Instant::now();
-    if space.candidates.is_empty() {
-        return Err(SearchError::EmptySpace);
-    }
+/// The layer graphs a search schedules: per model, one per (micro-batch, tensor-parallel
+/// width, element bytes, sequence parallelism) the training plan allows on the cluster.
+pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGraph>> {
     let mut graphs = Vec::new();
     for m in &input.models {
         let mut map = HashMap::new();
@@ -1052,6 +1046,43 @@ pub fn search_resuming(
         }
         graphs.push(map);
     }
+    graphs
+}
+
+/// Runs the search over `space`.
+pub fn search(
+    input: &SearchInput,
+    space: &Space,
+    latency: &dyn LatencyModel,
+    observer: &dyn Observer,
+    cancel: Option<&AtomicBool>,
+) -> Result<Outcome, SearchError> {
+    search_resuming(input, space, latency, observer, cancel, BTreeMap::new())
+}
+
+/// Runs the search over `space`, reusing the candidates an interrupted run of the same
+/// search finished (`done`, by index; one whose configuration or area differs from the
+/// space's is evaluated again). Because a candidate's evaluation depends only on the
+/// candidate, the spec and the cost models, and the walk only on the evaluations, the
+/// outcome is the uninterrupted run's; only the work counters and timings count this run.
+/// `done` may hold summaries ([`Evaluated::summarise`]): if the best is one, it is
+/// evaluated again for its stages and layers.
+///
+/// Only the best candidate's record is kept whole: the others are summarised as they are
+/// passed, so the memory a search holds per candidate is a summary's (see [`memory`]).
+pub fn search_resuming(
+    input: &SearchInput,
+    space: &Space,
+    latency: &dyn LatencyModel,
+    observer: &dyn Observer,
+    cancel: Option<&AtomicBool>,
+    mut done: BTreeMap<usize, Evaluated>,
+) -> Result<Outcome, SearchError> {
+    let started = Instant::now();
+    if space.candidates.is_empty() {
+        return Err(SearchError::EmptySpace);
+    }
+    let graphs = layer_graphs(input);
     let ctx = Ctx {
         input,
         graphs,
@@ -1086,13 +1117,13 @@ pub fn search_resuming(
                 break;
             }
             let cand = &space.candidates[k];
-            let e = match done.get(&k) {
+            let e = match done.remove(&k) {
                 Some(e)
                     if e.config == cand.config
                         && e.bucket == cand.bucket
                         && e.area_um2.to_bits() == cand.area_um2.to_bits() =>
                 {
-                    e.clone()
+                    e
                 }
                 _ => match ctx.evaluate(k, cand) {
                     Ok(e) => {
@@ -1108,6 +1139,8 @@ pub fn search_resuming(
                     Err(e) => return Err(e),
                 },
             };
+            let mut e = e;
+            let mut new_best = false;
             if let Some(t) = e.mean_throughput_samples_per_second {
                 bucket_best = Some(bucket_best.map_or(t, |b: f64| b.max(t)));
                 if best.is_none_or(|b| {
@@ -1115,8 +1148,15 @@ pub fn search_resuming(
                         .mean_throughput_samples_per_second
                         .unwrap_or(0.0)
                 }) {
+                    if let Some(b) = best {
+                        explored[b].summarise();
+                    }
                     best = Some(explored.len());
+                    new_best = true;
                 }
+            }
+            if !new_best {
+                e.summarise();
             }
             explored.push(e);
             let b = best.map(|b| &explored[b]);
@@ -1148,6 +1188,14 @@ pub fn search_resuming(
             break;
         }
         i = end;
+    }
+    // A best resumed from a summary: its stages and layers, evaluated again (the same
+    // evaluation, so the same record).
+    if let Some(b) = best
+        && explored[b].is_summary()
+        && let Some(cand) = space.candidates.get(explored[b].index)
+    {
+        explored[b] = ctx.evaluate(explored[b].index, cand)?;
     }
     let mut stats = ctx.stats.into_inner().unwrap_or_default();
     stats.candidates_evaluated = explored.len();

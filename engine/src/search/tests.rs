@@ -80,6 +80,34 @@ fn tiny() -> (SearchInput, Space) {
     (input, space)
 }
 
+/// An exhaustive or converging search whose explored list holds every candidate whole (as
+/// the observer hears them), not the summaries the search keeps of all but the best.
+fn whole(input: &SearchInput, space: &Space) -> Outcome {
+    struct Records(Mutex<Vec<Evaluated>>);
+    impl Observer for Records {
+        fn evaluated(&self, e: &Evaluated) {
+            self.0.lock().unwrap().push(e.clone());
+        }
+    }
+    let records = Records(Mutex::new(Vec::new()));
+    let mut outcome = search(input, space, &ReferenceModel::default(), &records, None).unwrap();
+    let records = records.0.into_inner().unwrap();
+    assert_eq!(records.len(), outcome.explored.len());
+    for (summary, e) in outcome.explored.iter().zip(&records) {
+        assert_eq!(summary.index, e.index);
+        let mut s = e.clone();
+        s.summarise();
+        let mut t = summary.clone();
+        t.summarise();
+        assert_eq!(
+            s, t,
+            "a summary is the record without its stages and layers"
+        );
+    }
+    outcome.explored = records;
+    outcome
+}
+
 /// Throughput of the best plan of every candidate, computed without the search's code
 /// paths: estimation straight from the model, every placement enumerated.
 /// (throughput, micro-batch, t, d, recomputation) of a candidate's best plan.
@@ -185,7 +213,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
 #[test]
 fn exhaustive_search_agrees_with_brute_force() {
     let (input, space) = tiny();
-    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let outcome = whole(&input, &space);
     assert_eq!(outcome.explored.len(), space.candidates.len());
     let bf = brute_force(&input, &space);
     let mut want: Option<(usize, f64)> = None;
@@ -256,11 +284,67 @@ fn the_result_does_not_depend_on_the_thread_count() {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| search(&input, &space, &ReferenceModel::default(), &(), None).unwrap())
+        pool.install(|| whole(&input, &space))
     };
     let (one, two) = (run(1), run(2));
     assert_eq!(one.best, two.best);
     assert_eq!(one.explored, two.explored);
+}
+
+/// The search keeps a summary of each candidate and the best whole (its memory per
+/// candidate is a summary's); resumed from summaries of every candidate — the journal's
+/// records, summarised as the daemon loads them — it evaluates only the best again and
+/// gives the same outcome.
+#[test]
+fn only_the_best_is_kept_whole_and_a_resume_from_summaries_gives_the_same_outcome() {
+    let (input, space) = tiny();
+    let full = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let best = full.best.clone().unwrap();
+    assert!(!best.is_summary() && best.plans.iter().all(|p| !p.layers.is_empty()));
+    for e in &full.explored {
+        if e.index == best.index {
+            assert_eq!(*e, best, "the best, whole, in the explored list");
+        } else {
+            assert!(
+                e.plans
+                    .iter()
+                    .all(|p| p.stages.is_empty() && p.layers.is_empty())
+            );
+        }
+    }
+    let done: BTreeMap<usize, Evaluated> = full
+        .explored
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            e.summarise();
+            (e.index, e)
+        })
+        .collect();
+    // Counts the candidates evaluated again.
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl Observer for Count {
+        fn evaluated(&self, _: &Evaluated) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let count = Count(Default::default());
+    let resumed = search_resuming(
+        &input,
+        &space,
+        &ReferenceModel::default(),
+        &count,
+        None,
+        done,
+    )
+    .unwrap();
+    assert_eq!(resumed.best, full.best);
+    assert_eq!(resumed.explored, full.explored);
+    assert_eq!(count.0.load(Ordering::Relaxed), 0, "not journalled again");
+    assert!(
+        resumed.stats.schedules_solved > 0,
+        "the best was evaluated again"
+    );
 }
 
 #[test]
@@ -268,7 +352,7 @@ fn convergence_stops_early_and_cancel_stops_at_once() {
     let (mut input, space) = tiny();
     input.exhaustive = false;
     input.convergence_window = 2;
-    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let outcome = whole(&input, &space);
     assert!(outcome.stats.converged);
     assert!(outcome.explored.len() < space.candidates.len());
     let cancel = AtomicBool::new(true);
@@ -291,7 +375,7 @@ fn failed_buckets_are_not_evidence_of_convergence() {
     input.convergence_window = 2;
     // Far too little HBM: every candidate fails, and the search must not stop early.
     input.cluster.hbm_bytes = vec![1 << 10];
-    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let outcome = whole(&input, &space);
     assert!(outcome.best.is_none());
     assert_eq!(outcome.explored.len(), space.candidates.len());
     assert!(outcome.explored.iter().all(|e| {
@@ -339,7 +423,7 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
     input.training.precisions = vec![Precision::Bf16Mixed, Precision::Fp32];
     input.training.distributed_optimizer = vec![false, true];
     input.training.sequence_parallel = vec![false, true];
-    let outcome = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let outcome = whole(&input, &space);
     let mut feasible = 0;
     for e in &outcome.explored {
         let Some(hbm) = e.hbm_bytes else { continue };
@@ -358,7 +442,7 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
     reference.training.memory_model = MemoryModel::Reference;
     reference.training.activation_recomputation = vec![Recomputation::None, Recomputation::Full];
     reference.training.sequence_parallel = vec![false];
-    let r = search(&reference, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let r = whole(&reference, &space);
     let count = |o: &Outcome| o.explored.iter().filter(|e| e.hbm_bytes.is_some()).count();
     assert!(count(&outcome) <= count(&r));
 }
@@ -371,9 +455,9 @@ fn interleaving_is_searched() {
     let (mut input, space) = tiny();
     input.training.memory_model = MemoryModel::Megatron;
     input.training.activation_recomputation = vec![Recomputation::Full];
-    let plain = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let plain = whole(&input, &space);
     input.training.pipeline_interleaving = vec![1, 2];
-    let both = search(&input, &space, &ReferenceModel::default(), &(), None).unwrap();
+    let both = whole(&input, &space);
     assert_breakdowns_add_up(&both);
     let mut interleaved = 0;
     for (a, b) in plain.explored.iter().zip(&both.explored) {

@@ -1,0 +1,270 @@
+//! What a search holds in memory, known before it starts, so that a spec whose search
+//! would need more than the operator's budget is refused with the numbers instead of
+//! aborting (or swapping) the process that runs it.
+//!
+//! The estimate is an upper bound of the engine's heap, part by part, from the spec alone:
+//! it assumes every configuration of the axes is a candidate and every candidate is
+//! evaluated (an exhaustive search; a converging one stops earlier), and that every worker
+//! thread holds its largest placement program and layer-schedule solver at once. What
+//! grows with the space is small per candidate: the search keeps a summary of each
+//! evaluated candidate ([`Evaluated::summarise`]) and the whole record of the best only.
+//! `engine/tests/search_memory.rs` checks the bound against the bytes a search allocates.
+//!
+//! Not counted here: the cost-model plugins' instances (their memory cap is the plugin
+//! host's setting, which the caller adds) and the result files the caller writes.
+
+use super::{Evaluated, ModelPlan, SearchInput, StageReport, layer_graphs};
+use crate::estimate::OpSet;
+use crate::model::{Layer, OpNode};
+use crate::placement::{self, ProgramSize};
+use crate::schedule::Instance;
+use crate::space::{Candidate, SpaceSpec};
+use archplace_plugin_sdk::{AcceleratorConfig, CoreConfig, EstimateError, FusedOp, Op, OpCost};
+use serde::Serialize;
+use std::mem::size_of;
+
+/// Bytes one thread's layer-schedule solver may hold: the HiGHS MIP of one layer and its
+/// list schedule. Measured with `/usr/bin/time -f %M`: the largest of the reference's
+/// twelve layer fixtures peaks at ~6 MB above the process's own 13 MB (`archplace
+/// schedule`), and a whole GPT-3 search on one thread at 60 MB resident after 3,365 MIPs
+/// (`archplace run --threads 1 config/specs/gpt3-175b.toml`, debug build, memo included).
+pub const SOLVER_BYTES_PER_THREAD: u64 = 32 << 20;
+
+/// The longest reason a failed candidate records: the engine's own sentences, which name
+/// a model (its name's length is added) and an HBM size.
+const FAILURE_BYTES: u64 = 256;
+
+/// The longest `limiting` label of a plan ("gradient all-reduce" and the like).
+const LIMITING_BYTES: u64 = 32;
+
+/// The longest layer label of a stage ("block 123456").
+const LAYER_LABEL_BYTES: u64 = 16;
+
+/// A hash table's bytes for `entries` of `entry` bytes: hashbrown keeps at most 7/8 of its
+/// buckets full and doubles them (so up to 16/7 buckets per entry, each with a control
+/// byte), and holds the old and the new table while it grows.
+fn table_bytes(entries: u64, entry: u64) -> u64 {
+    let buckets = entries.saturating_mul(16) / 7 + 16;
+    buckets.saturating_mul(entry + 1).saturating_mul(3) / 2
+}
+
+/// A vector of `n` elements of `each` bytes grown by pushing: up to twice its length.
+fn vec_bytes(n: u64, each: u64) -> u64 {
+    n.saturating_mul(each).saturating_mul(2)
+}
+
+fn size<T>() -> u64 {
+    size_of::<T>() as u64
+}
+
+/// A search's memory, part by part (bytes; every part an upper bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryEstimate {
+    /// Configurations of the axes: the most candidates the space can have.
+    pub configurations: u64,
+    /// Worker threads counted for the per-thread parts.
+    pub threads: u64,
+    /// The enumerated space: every configuration, its area and its candidate record.
+    pub space_bytes: u64,
+    /// One summary per evaluated candidate (all of them), the best one whole, and the
+    /// journal's records when a search resumes.
+    pub explored_bytes: u64,
+    /// The memo of operator estimates: every distinct operator on every distinct core
+    /// configuration of the space.
+    pub memo_bytes: u64,
+    /// The layer graphs (per model, micro-batch, width, precision).
+    pub graphs_bytes: u64,
+    /// One candidate's schedules, chains and plans, which it holds while it is evaluated.
+    pub candidate_bytes: u64,
+    /// The placement program's tables, once per thread.
+    pub placement_bytes: u64,
+    /// The layer-schedule solver, once per thread ([`SOLVER_BYTES_PER_THREAD`]).
+    pub solver_bytes: u64,
+    /// The sum of the parts.
+    pub total_bytes: u64,
+}
+
+/// The number of configurations the axes of `space` make (its candidates before the area
+/// filter), saturating.
+pub fn configurations(space: &SpaceSpec) -> u64 {
+    [
+        space.tensor_cores.len(),
+        space.vector_cores.len(),
+        space.width.len(),
+        space.depth.len(),
+        space.vector_width.as_ref().map_or(1, Vec::len),
+        space.buffer_bytes.len(),
+    ]
+    .iter()
+    .fold(1u64, |a, &n| a.saturating_mul(n as u64))
+}
+
+/// Distinct values of an axis, with 1 added (the single-core configurations every
+/// candidate is also estimated on).
+fn with_one(axis: &[u32]) -> u64 {
+    let mut v = axis.to_vec();
+    v.push(1);
+    v.sort_unstable();
+    v.dedup();
+    v.len() as u64
+}
+
+fn distinct<T: Ord + Clone>(axis: &[T]) -> u64 {
+    let mut v = axis.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len() as u64
+}
+
+fn fused_bytes(op: &Op) -> u64 {
+    op.fused.len() as u64 * size::<FusedOp>()
+}
+
+/// The memory a search of `input` over `space` holds at most, with `threads` workers.
+pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> MemoryEstimate {
+    let threads = threads.max(1) as u64;
+    let p = configurations(space);
+    let models = input.models.len() as u64;
+
+    // The space: the product's configurations and the area model's answers (both dropped
+    // after enumeration), the candidates, and the distinct core configurations.
+    let space_bytes = vec_bytes(p, size::<AcceleratorConfig>())
+        .saturating_add(vec_bytes(p, size::<Result<f64, EstimateError>>()))
+        .saturating_add(vec_bytes(p, size::<Candidate>()))
+        .saturating_add(2 * vec_bytes(p, size::<CoreConfig>()))
+        .saturating_add(2 * table_bytes(p, size::<CoreConfig>()));
+
+    // Candidates: a summary each (held in the explored list, or in the journal's map while
+    // a resumed search has not reached it), and the best whole.
+    let names: u64 = input
+        .models
+        .iter()
+        .map(|m| m.config.name.len() as u64)
+        .max()
+        .unwrap_or(0);
+    let plan_summary = size::<ModelPlan>() + names + LIMITING_BYTES;
+    let record = (3 * size::<Evaluated>())
+        .saturating_add((models * plan_summary).max(FAILURE_BYTES + names))
+        .saturating_add(size::<usize>());
+    let longest = input
+        .models
+        .iter()
+        .map(|m| m.config.pipeline_layers())
+        .max()
+        .unwrap_or(0);
+    let stages = longest.min(input.cluster.devices.max(1));
+    let best = models.saturating_mul(
+        stages.saturating_mul(size::<StageReport>() + 2 * LAYER_LABEL_BYTES)
+            + 3 * size::<super::LayerReport>(),
+    );
+    let explored_bytes = p.saturating_mul(record).saturating_add(2 * best);
+
+    // The graphs, and the memo: each distinct operator on each distinct core
+    // configuration, but no more than each candidate's own (two of each core kind).
+    let graphs = layer_graphs(input);
+    let mut graphs_bytes = 0u64;
+    let mut chain_layers = 0u64;
+    let mut widths = 0u64;
+    for map in &graphs {
+        graphs_bytes += table_bytes(map.len() as u64, 64);
+        for g in map.values() {
+            widths += 1;
+            chain_layers += g.blocks + 2;
+            for layer in [&g.embedding, &g.block, &g.head] {
+                graphs_bytes += size::<Layer>() + g.model.len() as u64;
+                for og in [&layer.forward, &layer.backward] {
+                    graphs_bytes += og.nodes.len() as u64 * size::<OpNode>()
+                        + og.nodes.iter().map(|n| fused_bytes(&n.op)).sum::<u64>()
+                        + og.edges.len() as u64 * size::<(usize, usize)>();
+                }
+            }
+        }
+    }
+    let ops = OpSet::of(graphs.iter().flat_map(|map| {
+        map.values().flat_map(|g| {
+            [&g.embedding, &g.block, &g.head]
+                .into_iter()
+                .flat_map(|l| [&l.forward, &l.backward])
+        })
+    }));
+    let fused = ops
+        .tensor
+        .iter()
+        .chain(&ops.vector)
+        .chain(&ops.link)
+        .map(fused_bytes)
+        .max()
+        .unwrap_or(0);
+    let buffers = distinct(&space.buffer_bytes);
+    let tensor_keys = (with_one(&space.tensor_cores)
+        .saturating_mul(distinct(&space.width))
+        .saturating_mul(distinct(&space.depth))
+        .saturating_mul(buffers))
+    .min(p.saturating_mul(2));
+    let vector_widths = space
+        .vector_width
+        .as_deref()
+        .map_or_else(|| distinct(&space.width), distinct);
+    let vector_keys = (with_one(&space.vector_cores)
+        .saturating_mul(vector_widths)
+        .saturating_mul(buffers))
+    .min(p.saturating_mul(2));
+    let entries = tensor_keys
+        .saturating_mul(ops.tensor.len() as u64)
+        .saturating_add(vector_keys.saturating_mul((ops.vector.len() + ops.link.len()) as u64));
+    let entry = size::<((CoreConfig, Op), OpCost)>() + fused;
+    let memo_bytes = table_bytes(entries, entry).saturating_add(entries.saturating_mul(fused));
+
+    // One candidate in flight: its schedule instances, and every placement run's chains
+    // and plan (runs: HBM sizes × models × micro-batches × the training choices).
+    let tr = &input.training;
+    let choices = (input.cluster.hbm_bytes.len()
+        * tr.activation_recomputation.len().max(1)
+        * tr.precision_indices().len().max(1)
+        * tr.distributed_choices().len().max(1)
+        * tr.sequence_parallel_choices().len().max(1)) as u64;
+    let chain_bytes = size::<placement::Layer>() + size::<placement::Edge>();
+    let largest_graph = graphs
+        .iter()
+        .flat_map(|m| m.values())
+        .flat_map(|g| [&g.embedding, &g.block, &g.head])
+        .flat_map(|l| [l.forward.nodes.len(), l.backward.nodes.len()])
+        .max()
+        .unwrap_or(0) as u64;
+    let candidate_bytes = choices
+        .saturating_mul(chain_layers.saturating_mul(chain_bytes) + widths * 256)
+        .saturating_add(
+            widths
+                .saturating_mul(6)
+                .saturating_mul(size::<Instance>() + largest_graph * 64),
+        );
+
+    let placement_bytes = threads.saturating_mul(
+        u64::try_from(ProgramSize::of(longest as usize, input.cluster.devices, false).bytes)
+            .unwrap_or(u64::MAX),
+    );
+    let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
+    let total_bytes = [
+        space_bytes,
+        explored_bytes,
+        memo_bytes,
+        graphs_bytes,
+        candidate_bytes,
+        placement_bytes,
+        solver_bytes,
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.saturating_add(b));
+    MemoryEstimate {
+        configurations: p,
+        threads,
+        space_bytes,
+        explored_bytes,
+        memo_bytes,
+        graphs_bytes,
+        candidate_bytes,
+        placement_bytes,
+        solver_bytes,
+        total_bytes,
+    }
+}
