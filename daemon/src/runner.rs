@@ -155,6 +155,8 @@ pub struct Work {
     /// Settled by bounds: the list schedule met the lower bound.
     pub mips_avoided: u64,
     pub mips_solved: u64,
+    /// Layer schedules not proven within the spec's `schedule_gap` (their gap is in the
+    /// best plan's `layers[]`).
     pub schedules_not_proven_optimal: u64,
     pub mip_time_limit_hits: u64,
     pub placements_solved: u64,

@@ -26,6 +26,23 @@ fn bottom_levels(p: &Prep) -> Vec<f64> {
     bl
 }
 
+/// Longest path from each operator to the end, single-core durations: the work still
+/// ahead of an operator if nothing ran on all cores.
+fn bottom_levels_single(p: &Prep) -> Vec<f64> {
+    let m = p.len();
+    let mut bl = p.single.clone();
+    for i in (0..m).rev() {
+        let tail = p
+            .edges
+            .iter()
+            .filter(|e| e.0 == i)
+            .map(|e| bl[e.1])
+            .fold(0.0, f64::max);
+        bl[i] = p.single[i] + tail;
+    }
+    bl
+}
+
 /// Largest number of intervals in `slots` (those `relevant`) that overlap at one instant
 /// inside `[t, t + d)`.
 fn peak(slots: &[Slot], t: f64, d: f64, eps: f64, relevant: impl Fn(&Slot) -> bool) -> usize {
@@ -164,6 +181,32 @@ pub(super) fn best(p: &Prep) -> (f64, Vec<f64>, Vec<Mode>) {
         .collect();
     for start in [shortest, vec![Mode::Single; p.len()]] {
         let r = sgs(p, &priority, Some(&start), eps);
+        if r.0 < best.0 - eps {
+            best = r;
+        }
+    }
+    // Parallel for the operators with the most work still ahead of them, single for the
+    // rest: the critical chain runs alone on all cores while what hangs off it (a
+    // backward pass's weight gradients) waits to run side by side on single cores. One
+    // threshold per distinct bottom level (single durations).
+    let ahead = bottom_levels_single(p);
+    let mut thresholds: Vec<f64> = (0..p.len())
+        .filter(|&i| p.can_parallel[i])
+        .map(|i| ahead[i])
+        .collect();
+    thresholds.sort_by(f64::total_cmp);
+    thresholds.dedup();
+    for &theta in &thresholds {
+        let modes: Vec<Mode> = (0..p.len())
+            .map(|i| {
+                if p.can_parallel[i] && ahead[i] >= theta {
+                    Mode::Parallel
+                } else {
+                    Mode::Single
+                }
+            })
+            .collect();
+        let r = sgs(p, &priority, Some(&modes), eps);
         if r.0 < best.0 - eps {
             best = r;
         }

@@ -11,7 +11,10 @@
 //! (tensor-parallel all-reduces) use the network, one at a time, and no core — they may
 //! overlap anything.
 //!
-//! How it is solved, cheapest first:
+//! How it is solved, cheapest first, for each *series part* of the instance — the operators
+//! between two cuts that every operator before precedes every operator after (a
+//! tensor-parallel all-reduce is one), which run one part after another, so the optimum is
+//! the sum of the parts' optima:
 //! 1. a lower bound — the critical path; the work of each core type where a parallel
 //!    operator's time counts in full because it runs alone; and the two combined along
 //!    every path;
@@ -323,6 +326,52 @@ impl Prep {
         self.real.len()
     }
 
+    /// The instance cut into parts that run one after another: a cut falls between two
+    /// operators of the topological order wherever every operator before it precedes every
+    /// operator after it (a transformer block's tensor-parallel all-reduces and norms are
+    /// such cuts). Such a split is a prefix of every topological order, so checking the
+    /// prefixes of this one finds them all. In any schedule each part ends before the next
+    /// begins, so the optimum is the sum of the parts' optima: each is solved alone, with
+    /// a smaller MIP where one is needed.
+    fn series_parts(&self) -> Vec<std::ops::Range<usize>> {
+        let m = self.len();
+        let mut parts = Vec::new();
+        let mut start = 0;
+        for k in 1..m {
+            if (0..k).all(|a| (k..m).all(|b| self.reach[a][b])) {
+                parts.push(start..k);
+                start = k;
+            }
+        }
+        parts.push(start..m);
+        parts
+    }
+
+    /// The operators of `r` (a range of the topological order) as an instance of their own.
+    fn slice(&self, r: std::ops::Range<usize>) -> Prep {
+        let reach = self.reach[r.clone()]
+            .iter()
+            .map(|row| row[r.clone()].to_vec())
+            .collect();
+        let edges = self
+            .edges
+            .iter()
+            .filter(|&&(a, b)| r.contains(&a) && r.contains(&b))
+            .map(|&(a, b)| (a - r.start, b - r.start))
+            .collect();
+        Prep {
+            real: self.real[r.clone()].to_vec(),
+            res: self.res[r.clone()].to_vec(),
+            single: self.single[r.clone()].to_vec(),
+            parallel: self.parallel[r.clone()].to_vec(),
+            can_parallel: self.can_parallel[r].to_vec(),
+            reach,
+            edges,
+            tc: self.tc,
+            vc: self.vc,
+        }
+    }
+
     fn comparable(&self, i: usize, j: usize) -> bool {
         self.reach[i][j] || self.reach[j][i]
     }
@@ -418,6 +467,133 @@ impl Prep {
         critical.max(work_bound).max(self.path_work_bound(&a, &b))
     }
 
+    /// The most operators whose modes [`Prep::mode_bound`] enumerates (2^16 assignments, a
+    /// few milliseconds: computed only before a MIP, which costs more).
+    const MODE_BOUND_MAX_CHOICES: usize = 16;
+
+    /// A lower bound by the modes: for each assignment of modes to the operators for which
+    /// all cores are faster, parallel operators run alone (no core operator beside them), so
+    /// the makespan is at least the sum of their durations plus the single-core operators
+    /// of any path (links excluded: they may run beside a parallel operator), plus each
+    /// core type's single-core work over its cores; and at least the critical path with
+    /// those durations, and the links one at a time. The bound is the least of these over
+    /// every assignment (an operator for which all cores are not faster only loses by
+    /// running on them, so it is single here). Beyond [`Self::MODE_BOUND_MAX_CHOICES`]
+    /// operators with a choice, the shortest of them count as taking no time (a relaxation:
+    /// an instance with shorter operators has no longer optimum), which loses at most their
+    /// durations.
+    fn mode_bound(&self) -> Option<f64> {
+        self.mode_bound_with(Self::MODE_BOUND_MAX_CHOICES)
+    }
+
+    /// [`Prep::mode_bound`] enumerating the modes of at most `most` operators.
+    fn mode_bound_with(&self, most: usize) -> Option<f64> {
+        let m = self.len();
+        let mut choices: Vec<usize> = (0..m).filter(|&i| self.can_parallel[i]).collect();
+        let mut ignored = vec![false; m];
+        if choices.len() > most {
+            choices.sort_by(|&a, &b| self.single[b].total_cmp(&self.single[a]).then(a.cmp(&b)));
+            for &i in &choices[most..] {
+                ignored[i] = true;
+            }
+            choices.truncate(most);
+        }
+        if choices.is_empty() {
+            return None;
+        }
+        let link: f64 = (0..m)
+            .filter(|&i| self.res[i] == Resource::Link)
+            .map(|i| self.single[i])
+            .sum();
+        let preds: Vec<Vec<usize>> = (0..m)
+            .map(|j| {
+                self.edges
+                    .iter()
+                    .filter(|e| e.1 == j)
+                    .map(|e| e.0)
+                    .collect()
+            })
+            .collect();
+        let windows = Windows::new(self);
+        let mut parallel = vec![false; m];
+        let mut on_path = vec![0.0f64; m];
+        let mut critical = vec![0.0f64; m];
+        let mut best = f64::INFINITY;
+        for mask in 0u32..(1u32 << choices.len()) {
+            let mut par_sum = 0.0;
+            for (bit, &i) in choices.iter().enumerate() {
+                parallel[i] = mask & (1 << bit) != 0;
+                if parallel[i] {
+                    par_sum += self.parallel[i];
+                }
+            }
+            if par_sum >= best {
+                continue;
+            }
+            let (mut tc_work, mut vc_work) = (0.0, 0.0);
+            let (mut path, mut crit) = (0.0f64, 0.0f64);
+            for j in 0..m {
+                if ignored[j] {
+                    let (mut p_in, mut c_in) = (0.0f64, 0.0f64);
+                    for &a in &preds[j] {
+                        p_in = p_in.max(on_path[a]);
+                        c_in = c_in.max(critical[a]);
+                    }
+                    on_path[j] = p_in;
+                    critical[j] = c_in;
+                    continue;
+                }
+                let core_single = self.res[j].is_core() && !parallel[j];
+                if core_single {
+                    if self.res[j].uses_tensor() {
+                        tc_work += self.single[j];
+                    }
+                    if self.res[j].uses_vector() {
+                        vc_work += self.single[j];
+                    }
+                }
+                let d = if parallel[j] {
+                    self.parallel[j]
+                } else {
+                    self.single[j]
+                };
+                let w = if core_single { self.single[j] } else { 0.0 };
+                let (mut p_in, mut c_in) = (0.0f64, 0.0f64);
+                for &a in &preds[j] {
+                    p_in = p_in.max(on_path[a]);
+                    c_in = c_in.max(critical[a]);
+                }
+                on_path[j] = p_in + w;
+                critical[j] = c_in + d;
+                path = path.max(on_path[j]);
+                crit = crit.max(critical[j]);
+            }
+            let mut bound = (par_sum
+                + path
+                    .max(tc_work / self.tc.max(1) as f64)
+                    .max(vc_work / self.vc.max(1) as f64))
+            .max(crit)
+            .max(link);
+            if bound < best
+                && let Some(w) = &windows
+            {
+                let singles = (0..m)
+                    .filter(|&j| !ignored[j] && self.res[j].is_core() && !parallel[j])
+                    .fold(0u128, |b, j| b | 1 << j);
+                for (bit, &pj) in choices.iter().enumerate() {
+                    if mask & (1 << bit) != 0 {
+                        bound = bound.max(par_sum + w.around(pj, singles, &self.single));
+                        if bound >= best {
+                            break;
+                        }
+                    }
+                }
+            }
+            best = best.min(bound);
+        }
+        Some(best)
+    }
+
     /// Parallel operators run alone, so for every path C:
     /// `T ≥ Σ_parallel p + max(Σ_{single core ops on C} l, W_tc / tc, W_vc / vc)`. A convex
     /// combination (μ_path, μ_tc, μ_vc) of the three turns the choice of modes into
@@ -506,6 +682,83 @@ impl Prep {
             }
         }
         k - matching
+    }
+}
+
+/// Which operators come before and after each one, as bit sets, for the two-window bound
+/// of [`Prep::mode_bound`]: a parallel operator `P` runs alone, so every single-core
+/// operator runs wholly before it or wholly after it, and the time outside the parallel
+/// operators is at least the longest single-core operator before `P` plus the longest
+/// after it — those that must come before (its ancestors) or after (its descendants), and
+/// the others on the side that costs least.
+struct Windows {
+    ancestors: Vec<u128>,
+    descendants: Vec<u128>,
+    /// Operators, longest single-core duration first.
+    longest_first: Vec<usize>,
+}
+
+impl Windows {
+    /// `None` beyond 128 operators (the bit sets' width).
+    fn new(p: &Prep) -> Option<Windows> {
+        let m = p.len();
+        if m > 128 {
+            return None;
+        }
+        let mut ancestors = vec![0u128; m];
+        let mut descendants = vec![0u128; m];
+        for i in 0..m {
+            for j in 0..m {
+                if p.reach[i][j] {
+                    descendants[i] |= 1 << j;
+                    ancestors[j] |= 1 << i;
+                }
+            }
+        }
+        let mut longest_first: Vec<usize> = (0..m).collect();
+        longest_first.sort_by(|&a, &b| p.single[b].total_cmp(&p.single[a]).then(a.cmp(&b)));
+        Some(Windows {
+            ancestors,
+            descendants,
+            longest_first,
+        })
+    }
+
+    /// The least single-core time outside the parallel operators with `pj` parallel and
+    /// `singles` on one core: the longest before plus the longest after, with each operator
+    /// free to go either way on the side that costs least.
+    fn around(&self, pj: usize, singles: u128, single: &[f64]) -> f64 {
+        let longest = |set: u128| {
+            self.longest_first
+                .iter()
+                .find(|&&i| set >> i & 1 == 1)
+                .map_or(0.0, |&i| single[i])
+        };
+        let before = longest(singles & self.ancestors[pj]);
+        let after = longest(singles & self.descendants[pj]);
+        let free = singles & !self.ancestors[pj] & !self.descendants[pj];
+        // The free operators, longest first: those longer than one side's length go to the
+        // other side. Try each free length (and none) as the shorter side's bound.
+        let mut best = f64::INFINITY;
+        for (low, high) in [(before, after), (after, before)] {
+            // `low` side takes every free operator up to `cap`; the rest go to `high`.
+            let mut caps = vec![low];
+            caps.extend(
+                self.longest_first
+                    .iter()
+                    .filter(|&&i| free >> i & 1 == 1 && single[i] > low)
+                    .map(|&i| single[i]),
+            );
+            for cap in caps {
+                let rest = self
+                    .longest_first
+                    .iter()
+                    .find(|&&i| free >> i & 1 == 1 && single[i] > cap)
+                    .map_or(0.0, |&i| single[i]);
+                best = best.min(cap + high.max(rest));
+            }
+        }
+        best
     }
 }
 
@@ -672,75 +925,115 @@ fn place(inst: &Instance, prep: &Prep, starts: &[f64], modes: &[Mode]) -> Vec<Pl
 pub fn solve(inst: &Instance, options: &Options) -> Result<Schedule, ScheduleError> {
     let started = Instant::now();
     let prep = Prep::new(inst)?;
-    if prep.len() == 0 {
-        let placements = place(inst, &prep, &[], &[]);
-        return Ok(Schedule {
-            makespan: 0.0,
-            lower_bound: 0.0,
-            optimal: true,
-            gap: 0.0,
-            method: Method::Bounds,
-            hit_time_limit: false,
-            hit_node_limit: false,
-            solve_seconds: started.elapsed().as_secs_f64(),
-            placements,
-        });
+    let m = prep.len();
+    let (mut starts, mut modes) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    let (mut span, mut lower, mut bound) = (0.0, 0.0, 0.0);
+    let (mut optimal, mut mip, mut hit_time, mut hit_nodes) = (true, false, false, false);
+    if m > 0 {
+        for r in prep.series_parts() {
+            let part = solve_part(&prep.slice(r), options)?;
+            starts.extend(part.starts.iter().map(|s| s + span));
+            modes.extend(part.modes);
+            span += part.makespan;
+            lower += part.lower;
+            bound += part.bound;
+            optimal &= part.optimal;
+            mip |= part.mip;
+            hit_time |= part.hit_time_limit;
+            hit_nodes |= part.hit_node_limit;
+        }
     }
+    let gap = if optimal || span <= 0.0 {
+        0.0
+    } else {
+        ((span - bound) / span).max(0.0)
+    };
+    Ok(Schedule {
+        makespan: span,
+        lower_bound: lower,
+        optimal,
+        gap,
+        method: if mip { Method::Mip } else { Method::Bounds },
+        hit_time_limit: hit_time,
+        hit_node_limit: hit_nodes && !optimal,
+        solve_seconds: started.elapsed().as_secs_f64(),
+        placements: place(inst, &prep, &starts, &modes),
+    })
+}
+
+/// The schedule of one series part ([`Prep::series_parts`]), its starts from 0.
+struct Part {
+    makespan: f64,
+    starts: Vec<f64>,
+    modes: Vec<Mode>,
+    /// The part's lower bound, and the best bound known (the MIP's, if it ran).
+    lower: f64,
+    bound: f64,
+    optimal: bool,
+    mip: bool,
+    hit_time_limit: bool,
+    hit_node_limit: bool,
+}
+
+/// Bounds, then the list schedule, then (if they do not meet within the accepted gap) the
+/// MIP warm-started with it.
+fn solve_part(prep: &Prep, options: &Options) -> Result<Part, ScheduleError> {
     let lower = prep.lower_bound();
-    let (h_span, h_starts, h_modes) = heuristic::best(&prep);
+    let (h_span, h_starts, h_modes) = heuristic::best(prep);
     let tolerance = 1e-9 * h_span.max(1e-300);
-    let done =
-        |span: f64, starts: &[f64], modes: &[Mode], optimal: bool, gap: f64, method| Schedule {
-            makespan: span,
-            lower_bound: lower,
-            optimal,
-            gap,
-            method,
-            hit_time_limit: false,
-            hit_node_limit: false,
-            solve_seconds: started.elapsed().as_secs_f64(),
-            placements: place(inst, &prep, starts, modes),
-        };
+    let listed = |optimal: bool| Part {
+        makespan: h_span,
+        starts: h_starts.clone(),
+        modes: h_modes.clone(),
+        lower,
+        bound: if optimal { h_span } else { lower },
+        optimal,
+        mip: false,
+        hit_time_limit: false,
+        hit_node_limit: false,
+    };
     if h_span <= lower + tolerance {
-        return Ok(done(h_span, &h_starts, &h_modes, true, 0.0, Method::Bounds));
+        return Ok(listed(true));
     }
     if options.heuristic_only
         || (options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span)
     {
-        let gap = (h_span - lower) / h_span;
-        return Ok(done(
-            h_span,
-            &h_starts,
-            &h_modes,
-            false,
-            gap,
-            Method::Bounds,
-        ));
+        return Ok(listed(false));
     }
-    let r = mip::solve(&prep, lower, h_span, &h_starts, &h_modes, options)?;
+    // Before a MIP: the bound by the modes, which often meets the list schedule.
+    let lower = match prep.mode_bound() {
+        Some(b) if b > lower => b.min(h_span),
+        _ => lower,
+    };
+    let listed = |optimal: bool| Part {
+        lower,
+        bound: if optimal { h_span } else { lower },
+        ..listed(optimal)
+    };
+    if h_span <= lower + tolerance {
+        return Ok(listed(true));
+    }
+    if options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span {
+        return Ok(listed(false));
+    }
+    let r = mip::solve(prep, lower, h_span, &h_starts, &h_modes, options)?;
     let (span, starts, modes) = if r.makespan < h_span {
         (r.makespan, r.starts, r.modes)
     } else {
         (h_span, h_starts, h_modes)
     };
-    let bound = r.bound.max(lower);
-    let gap = if span > 0.0 {
-        ((span - bound) / span).max(0.0)
-    } else {
-        0.0
-    };
-    let optimal = r.optimal || gap <= 1e-9;
-    Ok(Schedule {
+    let bound = r.bound.max(lower).min(span);
+    let optimal = r.optimal || span - bound <= 1e-9 * span.max(1e-300);
+    Ok(Part {
+        makespan: span,
+        starts,
+        modes,
+        lower,
+        bound: if optimal { span } else { bound },
+        optimal,
+        mip: true,
         hit_time_limit: r.hit_time_limit,
         hit_node_limit: r.hit_node_limit && !optimal,
-        ..done(
-            span,
-            &starts,
-            &modes,
-            optimal,
-            if optimal { 0.0 } else { gap },
-            Method::Mip,
-        )
     })
 }
 

@@ -99,6 +99,11 @@ fn a_node_limit_stops_the_mip_at_the_same_schedule_every_time() {
 }
 
 fn random_instance(rng: &mut Rng, n: usize) -> Instance {
+    random_instance_with(rng, n, 3)
+}
+
+/// A random instance with 1 to `max_cores` cores of each type.
+fn random_instance_with(rng: &mut Rng, n: usize, max_cores: u64) -> Instance {
     let resources = [
         Resource::Tensor,
         Resource::Vector,
@@ -127,11 +132,89 @@ fn random_instance(rng: &mut Rng, n: usize) -> Instance {
         }
     }
     Instance {
-        tensor_cores: 1 + rng.below(3) as u32,
-        vector_cores: 1 + rng.below(3) as u32,
+        tensor_cores: 1 + rng.below(max_cores) as u32,
+        vector_cores: 1 + rng.below(max_cores) as u32,
         tasks,
         edges,
     }
+}
+
+/// The bound by the modes (issue 13) is a lower bound: never above the optimum, on random
+/// instances with few cores (where work limits) and many (where paths do); and it is often
+/// stronger than the other bounds, so the test shows something.
+#[test]
+fn the_mode_bound_never_exceeds_the_optimum() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut stronger = 0;
+    for case in 0..400 {
+        let n = 2 + rng.below(5) as usize;
+        let cores = if case % 2 == 0 { 3 } else { 16 };
+        let inst = random_instance_with(&mut rng, n, cores);
+        let p = Prep::new(&inst).unwrap();
+        let want = exhaustive(&inst);
+        // Every choice enumerated, and (a relaxation) only the longest two.
+        for most in [Prep::MODE_BOUND_MAX_CHOICES, 2] {
+            let Some(b) = p.mode_bound_with(most) else {
+                continue;
+            };
+            assert!(
+                b <= want + 1e-9 * want.max(1.0),
+                "case {case}: mode bound {b} (at most {most} choices) above the optimum {want}\n{inst:?}"
+            );
+            if most > 2 {
+                stronger += usize::from(b > p.lower_bound() + 1e-9);
+            }
+        }
+    }
+    assert!(
+        stronger > 20,
+        "only {stronger} cases: the bound adds nothing here"
+    );
+}
+
+/// An instance made of two in series (every operator of the first precedes every one of the
+/// second) is cut into its parts, each solved alone, and the sum is the optimum.
+#[test]
+fn series_parts_are_solved_apart_and_the_sum_is_the_optimum() {
+    let mut rng = Rng(0x6a09_e667_f3bc_c908);
+    let mut cut = 0;
+    for case in 0..150 {
+        let (na, nb) = (1 + rng.below(3) as usize, 1 + rng.below(3) as usize);
+        let a = random_instance_with(&mut rng, na, 16);
+        let b = random_instance_with(&mut rng, nb, 16);
+        let mut tasks = a.tasks.clone();
+        tasks.extend(b.tasks.iter().copied());
+        let mut edges = a.edges.clone();
+        edges.extend(b.edges.iter().map(|&(x, y)| (x + na, y + na)));
+        for x in 0..na {
+            for y in 0..nb {
+                edges.push((x, na + y));
+            }
+        }
+        let inst = Instance {
+            tensor_cores: a.tensor_cores,
+            vector_cores: a.vector_cores,
+            tasks,
+            edges,
+        };
+        let p = Prep::new(&inst).unwrap();
+        let real = |t: &[Task]| t.iter().any(|t| t.resource != Resource::None);
+        if real(&a.tasks) && real(&b.tasks) {
+            assert!(p.series_parts().len() >= 2, "case {case}");
+            cut += 1;
+        }
+        let s = solve(&inst, &Options::default()).unwrap();
+        check(&inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}"));
+        let want = exhaustive(&inst);
+        assert!(s.optimal, "case {case}");
+        assert!(
+            (s.makespan - want).abs() <= 1e-6 * want.max(1.0),
+            "case {case}: {} vs exhaustive {want}\n{inst:?}",
+            s.makespan
+        );
+        assert!(s.lower_bound <= want + 1e-9 * want.max(1.0), "case {case}");
+    }
+    assert!(cut > 50, "only {cut} cases were cut");
 }
 
 /// Exhaustive: every mode assignment × every priority order of the schedule-generation

@@ -13,8 +13,9 @@
 //! `convergence_window` buckets did not increase — except that a bucket in which every
 //! candidate failed is not evidence of convergence (it is skipped); `exhaustive` visits
 //! everything. Work inside a candidate runs on all threads (rayon) and is combined in a
-//! fixed order, so the result does not depend on the thread count; ties go to the
-//! candidate visited first.
+//! fixed order, so the result does not depend on the thread count. Two candidates of the
+//! same throughput (within [`TIE_RELATIVE`]) go to the smaller chip, then to the one
+//! visited first.
 
 use super::estimate::estimate;
 use super::model::{BuildOptions, LayerKind, ModelConfig, ModelGraph, OpGraph, build};
@@ -193,6 +194,8 @@ pub struct Stats {
     pub schedules_solved: u64,
     pub schedules_by_bounds: u64,
     pub schedules_by_mip: u64,
+    /// Layer schedules not proven within the accepted gap (`schedule::Options::relative_gap`,
+    /// the spec's `schedule_gap`): those the MIP's node limit stopped further from the bound.
     pub schedules_not_proven_optimal: u64,
     pub mip_time_limit_hits: u64,
     pub placements_solved: u64,
@@ -484,7 +487,8 @@ impl Ctx<'_> {
                 Method::Bounds => st.schedules_by_bounds += 1,
                 Method::Mip => st.schedules_by_mip += 1,
             }
-            st.schedules_not_proven_optimal += u64::from(!s.optimal);
+            st.schedules_not_proven_optimal +=
+                u64::from(!s.optimal && s.gap > self.input.schedule.relative_gap);
             st.mip_time_limit_hits += u64::from(s.hit_time_limit);
         }
         self.observer.schedule(&ScheduleEvent {
@@ -1049,6 +1053,23 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
     graphs
 }
 
+/// Two candidates' mean throughputs tie when they differ by less than this fraction of the
+/// larger: one part in a million, finer than any report prints them (six significant
+/// digits at most) and coarser than the rounding of the sums behind them.
+pub const TIE_RELATIVE: f64 = 1e-6;
+
+/// Whether a candidate of throughput `t` and area `area_um2` replaces `best`: it is faster,
+/// or it ties ([`TIE_RELATIVE`]) and is smaller — the chip to build is the cheaper of two
+/// that train as fast. (An equal area keeps the one visited first.)
+pub fn beats(t: f64, area_um2: f64, best: &Evaluated) -> bool {
+    let b = best.mean_throughput_samples_per_second.unwrap_or(0.0);
+    if (t - b).abs() <= TIE_RELATIVE * t.abs().max(b.abs()) {
+        area_um2 < best.area_um2
+    } else {
+        t > b
+    }
+}
+
 /// Runs the search over `space`.
 pub fn search(
     input: &SearchInput,
@@ -1143,11 +1164,7 @@ pub fn search_resuming(
             let mut new_best = false;
             if let Some(t) = e.mean_throughput_samples_per_second {
                 bucket_best = Some(bucket_best.map_or(t, |b: f64| b.max(t)));
-                if best.is_none_or(|b| {
-                    t > explored[b]
-                        .mean_throughput_samples_per_second
-                        .unwrap_or(0.0)
-                }) {
+                if best.is_none_or(|b| beats(t, e.area_um2, &explored[b])) {
                     if let Some(b) = best {
                         explored[b].summarise();
                     }

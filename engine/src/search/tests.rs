@@ -210,6 +210,48 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
         .collect()
 }
 
+/// Of two candidates that tie, the smaller chip wins wherever it is visited; a faster one
+/// wins whatever its size.
+#[test]
+fn a_tie_goes_to_the_smaller_chip() {
+    let (input, space) = tiny();
+    let outcome = whole(&input, &space);
+    let best = outcome.best.unwrap();
+    let t = best.mean_throughput_samples_per_second.unwrap();
+    assert!(beats(t * (1.0 + 1e-7), best.area_um2 - 1.0, &best));
+    assert!(!beats(t * (1.0 + 1e-7), best.area_um2 + 1.0, &best));
+    assert!(
+        !beats(t, best.area_um2, &best),
+        "equal: the first visited stays"
+    );
+    assert!(beats(t * 1.01, best.area_um2 * 10.0, &best));
+    assert!(!beats(t * 0.99, best.area_um2 / 10.0, &best));
+    // In the walk: the tiny space has chips that tie with the best (a larger buffer that
+    // changes nothing), visited before it; the best is the smallest of them.
+    let mut smallest = outcome
+        .explored
+        .iter()
+        .filter(|e| {
+            e.mean_throughput_samples_per_second
+                .is_some_and(|x| ((x - t) / t).abs() < TIE_RELATIVE / 2.0)
+        })
+        .map(|e| e.area_um2)
+        .fold(f64::INFINITY, f64::min);
+    if smallest.is_infinite() {
+        smallest = best.area_um2;
+    }
+    assert_eq!(best.area_um2, smallest);
+    let ties = outcome
+        .explored
+        .iter()
+        .filter(|e| {
+            e.mean_throughput_samples_per_second
+                .is_some_and(|x| ((x - t) / t).abs() < TIE_RELATIVE)
+        })
+        .count();
+    assert!(ties > 1, "the tiny space has ties to break");
+}
+
 #[test]
 fn exhaustive_search_agrees_with_brute_force() {
     let (input, space) = tiny();
@@ -238,6 +280,21 @@ fn exhaustive_search_agrees_with_brute_force() {
     assert!(
         ((chosen.0 - wthr) / wthr).abs() < 1e-9,
         "the chosen chip is not among the best"
+    );
+    // Of the chips that tie with the best, the smallest is chosen (issue 13).
+    let tied: Vec<usize> = (0..bf.len())
+        .filter(|&i| bf[i].is_some_and(|b| ((b.0 - wthr) / wthr).abs() < TIE_RELATIVE / 2.0))
+        .collect();
+    let smallest = tied
+        .iter()
+        .map(|&i| space.candidates[i].area_um2)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(
+        best.area_um2,
+        smallest,
+        "{} chips tie; the smallest is {smallest} µm², the chosen {} µm²",
+        tied.len(),
+        best.area_um2
     );
     assert_eq!(best.config, space.candidates[best.index].config);
     let plan = &best.plans[0];
