@@ -22,15 +22,17 @@ fn archplace() -> Command {
     c
 }
 
-/// 36 chips of a 4-layer model, every layer schedule bounded by a node limit (not a clock),
-/// so each candidate's result is the same in every run.
+/// 128 chips of a 4-layer model (enough work that the process's start and the plugin's
+/// load are a small part of a run), every layer schedule bounded by a node limit (not a
+/// clock), so each candidate's result is the same in every run.
 fn spec() -> String {
     include_str!("fixtures/tiny.toml")
         .replace("name = \"e2e-tiny\"", "name = \"resume\"")
         .replace("layers = 2", "layers = 4")
         .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
-        .replace("width = [16]", "width = [16, 32, 64]")
-        .replace("depth = [16]", "depth = [16, 32, 64]")
+        .replace("vector_cores = [1]", "vector_cores = [1, 2]")
+        .replace("width = [16]", "width = [16, 32, 64, 128]")
+        .replace("depth = [16]", "depth = [16, 32, 64, 128]")
         .replace(
             "schedule_time_limit_seconds = 0.05",
             "schedule_time_limit_seconds = 60\nschedule_node_limit = 200",

@@ -234,6 +234,61 @@ pub(super) fn best(p: &Prep) -> (f64, Vec<f64>, Vec<Mode>) {
     best
 }
 
+/// A deeper search from `start` (a list schedule `best` returned), for a schedule the
+/// bounds have not settled, before a MIP is built: every pair of mode flips, each with the
+/// bottom levels of its own durations as priorities as well as the usual ones.
+pub(super) fn deeper(p: &Prep, start: (f64, Vec<f64>, Vec<Mode>)) -> (f64, Vec<f64>, Vec<Mode>) {
+    let priority = bottom_levels(p);
+    let scale: f64 = (0..p.len()).map(|i| p.single[i]).sum::<f64>().max(1e-300);
+    let eps = 1e-12 * scale;
+    let mut best = start;
+    let flippable: Vec<usize> = (0..p.len()).filter(|&i| p.can_parallel[i]).collect();
+    let flip = |m: Mode| match m {
+        Mode::Single => Mode::Parallel,
+        Mode::Parallel => Mode::Single,
+    };
+    let mut improved = true;
+    while improved {
+        improved = false;
+        let base = best.2.clone();
+        for (x, &i) in flippable.iter().enumerate() {
+            for &j in &flippable[x..] {
+                let mut modes = base.clone();
+                modes[i] = flip(modes[i]);
+                if j != i {
+                    modes[j] = flip(modes[j]);
+                }
+                let own = bottom_levels_of(p, &modes);
+                for pr in [&priority, &own] {
+                    let r = sgs(p, pr, Some(&modes), eps);
+                    if r.0 < best.0 - eps {
+                        best = r;
+                        improved = true;
+                    }
+                }
+            }
+        }
+    }
+    best
+}
+
+/// Longest path from each operator to the end with the durations of `modes`.
+fn bottom_levels_of(p: &Prep, modes: &[Mode]) -> Vec<f64> {
+    let m = p.len();
+    let d: Vec<f64> = (0..m).map(|i| p.duration(i, modes[i])).collect();
+    let mut bl = d.clone();
+    for i in (0..m).rev() {
+        let tail = p
+            .edges
+            .iter()
+            .filter(|e| e.0 == i)
+            .map(|e| bl[e.1])
+            .fold(0.0, f64::max);
+        bl[i] = d[i] + tail;
+    }
+    bl
+}
+
 /// The scheme with fixed modes and priorities, for exhaustive tests.
 #[cfg(test)]
 pub(super) fn sgs_for_tests(

@@ -1016,6 +1016,26 @@ fn solve_part(prep: &Prep, options: &Options) -> Result<Part, ScheduleError> {
     if options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span {
         return Ok(listed(false));
     }
+    // Before a MIP: a deeper list-schedule search (pairs of mode flips).
+    let (h_span, h_starts, h_modes) = heuristic::deeper(prep, (h_span, h_starts, h_modes));
+    let tolerance = 1e-9 * h_span.max(1e-300);
+    let listed = |optimal: bool| Part {
+        makespan: h_span,
+        starts: h_starts.clone(),
+        modes: h_modes.clone(),
+        lower,
+        bound: if optimal { h_span } else { lower },
+        optimal,
+        mip: false,
+        hit_time_limit: false,
+        hit_node_limit: false,
+    };
+    if h_span <= lower + tolerance {
+        return Ok(listed(true));
+    }
+    if options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span {
+        return Ok(listed(false));
+    }
     let r = mip::solve(prep, lower, h_span, &h_starts, &h_modes, options)?;
     let (span, starts, modes) = if r.makespan < h_span {
         (r.makespan, r.starts, r.modes)
