@@ -10,10 +10,10 @@ use super::{Mode, Prep, Resource};
 /// One placed operator: start, finish, index, mode.
 type Slot = (f64, f64, usize, Mode);
 
-/// Longest path from each operator to the end, shortest durations.
-fn bottom_levels(p: &Prep) -> Vec<f64> {
+/// Longest path from each operator to the end, with `duration(i)` for operator `i`.
+fn bottom_levels_by(p: &Prep, duration: impl Fn(usize) -> f64) -> Vec<f64> {
     let m = p.len();
-    let mut bl: Vec<f64> = (0..m).map(|i| p.min_duration(i)).collect();
+    let mut bl: Vec<f64> = (0..m).map(&duration).collect();
     for i in (0..m).rev() {
         let tail = p
             .edges
@@ -21,26 +21,20 @@ fn bottom_levels(p: &Prep) -> Vec<f64> {
             .filter(|e| e.0 == i)
             .map(|e| bl[e.1])
             .fold(0.0, f64::max);
-        bl[i] = p.min_duration(i) + tail;
+        bl[i] = duration(i) + tail;
     }
     bl
+}
+
+/// Longest path from each operator to the end, shortest durations.
+fn bottom_levels(p: &Prep) -> Vec<f64> {
+    bottom_levels_by(p, |i| p.min_duration(i))
 }
 
 /// Longest path from each operator to the end, single-core durations: the work still
 /// ahead of an operator if nothing ran on all cores.
 fn bottom_levels_single(p: &Prep) -> Vec<f64> {
-    let m = p.len();
-    let mut bl = p.single.clone();
-    for i in (0..m).rev() {
-        let tail = p
-            .edges
-            .iter()
-            .filter(|e| e.0 == i)
-            .map(|e| bl[e.1])
-            .fold(0.0, f64::max);
-        bl[i] = p.single[i] + tail;
-    }
-    bl
+    bottom_levels_by(p, |i| p.single[i])
 }
 
 /// Largest number of intervals in `slots` (those `relevant`) that overlap at one instant
@@ -274,19 +268,7 @@ pub(super) fn deeper(p: &Prep, start: (f64, Vec<f64>, Vec<Mode>)) -> (f64, Vec<f
 
 /// Longest path from each operator to the end with the durations of `modes`.
 fn bottom_levels_of(p: &Prep, modes: &[Mode]) -> Vec<f64> {
-    let m = p.len();
-    let d: Vec<f64> = (0..m).map(|i| p.duration(i, modes[i])).collect();
-    let mut bl = d.clone();
-    for i in (0..m).rev() {
-        let tail = p
-            .edges
-            .iter()
-            .filter(|e| e.0 == i)
-            .map(|e| bl[e.1])
-            .fold(0.0, f64::max);
-        bl[i] = d[i] + tail;
-    }
-    bl
+    bottom_levels_by(p, |i| p.duration(i, modes[i]))
 }
 
 /// The scheme with fixed modes and priorities, for exhaustive tests.

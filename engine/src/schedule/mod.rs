@@ -533,12 +533,12 @@ impl Prep {
             let (mut tc_work, mut vc_work) = (0.0, 0.0);
             let (mut path, mut crit) = (0.0f64, 0.0f64);
             for j in 0..m {
+                let (mut p_in, mut c_in) = (0.0f64, 0.0f64);
+                for &a in &preds[j] {
+                    p_in = p_in.max(on_path[a]);
+                    c_in = c_in.max(critical[a]);
+                }
                 if ignored[j] {
-                    let (mut p_in, mut c_in) = (0.0f64, 0.0f64);
-                    for &a in &preds[j] {
-                        p_in = p_in.max(on_path[a]);
-                        c_in = c_in.max(critical[a]);
-                    }
                     on_path[j] = p_in;
                     critical[j] = c_in;
                     continue;
@@ -558,11 +558,6 @@ impl Prep {
                     self.single[j]
                 };
                 let w = if core_single { self.single[j] } else { 0.0 };
-                let (mut p_in, mut c_in) = (0.0f64, 0.0f64);
-                for &a in &preds[j] {
-                    p_in = p_in.max(on_path[a]);
-                    c_in = c_in.max(critical[a]);
-                }
                 on_path[j] = p_in + w;
                 critical[j] = c_in + d;
                 path = path.max(on_path[j]);
@@ -975,67 +970,54 @@ struct Part {
     hit_node_limit: bool,
 }
 
-/// Bounds, then the list schedule, then (if they do not meet within the accepted gap) the
-/// MIP warm-started with it.
-fn solve_part(prep: &Prep, options: &Options) -> Result<Part, ScheduleError> {
-    let lower = prep.lower_bound();
-    let (h_span, h_starts, h_modes) = heuristic::best(prep);
-    let tolerance = 1e-9 * h_span.max(1e-300);
-    let listed = |optimal: bool| Part {
-        makespan: h_span,
-        starts: h_starts.clone(),
-        modes: h_modes.clone(),
+/// The list schedule `(span, starts, modes)` as the part's schedule if the bound `lower`
+/// settles it: proven optimal when it meets the bound, accepted (with its gap) when it is
+/// within the accepted gap or no MIP may be built.
+fn settled(
+    (span, starts, modes): &(f64, Vec<f64>, Vec<Mode>),
+    lower: f64,
+    options: &Options,
+    no_mip: bool,
+) -> Option<Part> {
+    let optimal = *span <= lower + 1e-9 * span.max(1e-300);
+    let accepted =
+        no_mip || (options.relative_gap > 0.0 && span - lower <= options.relative_gap * span);
+    (optimal || accepted).then(|| Part {
+        makespan: *span,
+        starts: starts.clone(),
+        modes: modes.clone(),
         lower,
-        bound: if optimal { h_span } else { lower },
+        bound: if optimal { *span } else { lower },
         optimal,
         mip: false,
         hit_time_limit: false,
         hit_node_limit: false,
-    };
-    if h_span <= lower + tolerance {
-        return Ok(listed(true));
-    }
-    if options.heuristic_only
-        || (options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span)
-    {
-        return Ok(listed(false));
+    })
+}
+
+/// Bounds, then the list schedule, then (if they do not meet within the accepted gap) the
+/// bound by the modes and a deeper list schedule, and only then the MIP warm-started with
+/// it.
+fn solve_part(prep: &Prep, options: &Options) -> Result<Part, ScheduleError> {
+    let lower = prep.lower_bound();
+    let listed = heuristic::best(prep);
+    if let Some(part) = settled(&listed, lower, options, options.heuristic_only) {
+        return Ok(part);
     }
     // Before a MIP: the bound by the modes, which often meets the list schedule.
     let lower = match prep.mode_bound() {
-        Some(b) if b > lower => b.min(h_span),
+        Some(b) if b > lower => b.min(listed.0),
         _ => lower,
     };
-    let listed = |optimal: bool| Part {
-        lower,
-        bound: if optimal { h_span } else { lower },
-        ..listed(optimal)
-    };
-    if h_span <= lower + tolerance {
-        return Ok(listed(true));
+    if let Some(part) = settled(&listed, lower, options, false) {
+        return Ok(part);
     }
-    if options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span {
-        return Ok(listed(false));
+    // Then a deeper list-schedule search (pairs of mode flips).
+    let deeper = heuristic::deeper(prep, listed);
+    if let Some(part) = settled(&deeper, lower, options, false) {
+        return Ok(part);
     }
-    // Before a MIP: a deeper list-schedule search (pairs of mode flips).
-    let (h_span, h_starts, h_modes) = heuristic::deeper(prep, (h_span, h_starts, h_modes));
-    let tolerance = 1e-9 * h_span.max(1e-300);
-    let listed = |optimal: bool| Part {
-        makespan: h_span,
-        starts: h_starts.clone(),
-        modes: h_modes.clone(),
-        lower,
-        bound: if optimal { h_span } else { lower },
-        optimal,
-        mip: false,
-        hit_time_limit: false,
-        hit_node_limit: false,
-    };
-    if h_span <= lower + tolerance {
-        return Ok(listed(true));
-    }
-    if options.relative_gap > 0.0 && h_span - lower <= options.relative_gap * h_span {
-        return Ok(listed(false));
-    }
+    let (h_span, h_starts, h_modes) = deeper;
     let r = mip::solve(prep, lower, h_span, &h_starts, &h_modes, options)?;
     let (span, starts, modes) = if r.makespan < h_span {
         (r.makespan, r.starts, r.modes)

@@ -203,16 +203,7 @@ fn series_parts_are_solved_apart_and_the_sum_is_the_optimum() {
             assert!(p.series_parts().len() >= 2, "case {case}");
             cut += 1;
         }
-        let s = solve(&inst, &Options::default()).unwrap();
-        check(&inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}"));
-        let want = exhaustive(&inst);
-        assert!(s.optimal, "case {case}");
-        assert!(
-            (s.makespan - want).abs() <= 1e-6 * want.max(1.0),
-            "case {case}: {} vs exhaustive {want}\n{inst:?}",
-            s.makespan
-        );
-        assert!(s.lower_bound <= want + 1e-9 * want.max(1.0), "case {case}");
+        solves_optimally(case, &inst);
     }
     assert!(cut > 50, "only {cut} cases were cut");
 }
@@ -257,6 +248,26 @@ fn exhaustive(inst: &Instance) -> f64 {
     best
 }
 
+/// Solves `inst` and checks the schedule against exhaustive search: valid, proven
+/// optimal, the optimum's makespan, a lower bound not above it.
+fn solves_optimally(case: usize, inst: &Instance) -> Schedule {
+    let s = solve(inst, &Options::default()).unwrap();
+    check(inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}\n{inst:?}\n{s:?}"));
+    let want = exhaustive(inst);
+    assert!(s.optimal, "case {case}");
+    assert!(
+        (s.makespan - want).abs() <= 1e-6 * want.max(1.0),
+        "case {case}: {} vs exhaustive {want}\n{inst:?}",
+        s.makespan
+    );
+    assert!(
+        s.lower_bound <= want + 1e-9,
+        "case {case}: bound {} above optimum {want}",
+        s.lower_bound
+    );
+    s
+}
+
 #[test]
 fn agrees_with_exhaustive_search_on_small_random_instances() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
@@ -264,20 +275,7 @@ fn agrees_with_exhaustive_search_on_small_random_instances() {
     for case in 0..250 {
         let n = 2 + rng.below(5) as usize;
         let inst = random_instance(&mut rng, n);
-        let s = solve(&inst, &Options::default()).unwrap();
-        check(&inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}\n{inst:?}\n{s:?}"));
-        let want = exhaustive(&inst);
-        assert!(s.optimal, "case {case}");
-        assert!(
-            (s.makespan - want).abs() <= 1e-6 * want.max(1.0),
-            "case {case}: {} vs exhaustive {want}\n{inst:?}",
-            s.makespan
-        );
-        assert!(
-            s.lower_bound <= want + 1e-9,
-            "case {case}: bound {} above optimum {want}",
-            s.lower_bound
-        );
+        let s = solves_optimally(case, &inst);
         by_mip += usize::from(s.method == Method::Mip);
     }
     assert!(
