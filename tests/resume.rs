@@ -22,13 +22,13 @@ fn archplace() -> Command {
     c
 }
 
-/// 128 chips of a 4-layer model (enough work that the process's start and the plugin's
+/// 128 chips of an 8-layer model (enough work that the process's start and the plugin's
 /// load are a small part of a run), every layer schedule bounded by a node limit (not a
 /// clock), so each candidate's result is the same in every run.
 fn spec() -> String {
     include_str!("fixtures/tiny.toml")
         .replace("name = \"e2e-tiny\"", "name = \"resume\"")
-        .replace("layers = 2", "layers = 4")
+        .replace("layers = 2", "layers = 8")
         .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
         .replace("vector_cores = [1]", "vector_cores = [1, 2]")
         .replace("width = [16]", "width = [16, 32, 64, 128]")
