@@ -152,6 +152,82 @@ fn placement(c: &mut Criterion) {
     });
 }
 
+/// The search's placement of GPT-3 175B (t = 8, micro-batch 1, no recomputation, Megatron
+/// memory, Adam) over 1,024 devices at the example spec's three HBM sizes: one run for all
+/// three (what the search does) against one run per size. Layer sizes from the model graph;
+/// layer times fixed (forward 10 ms a block, backward twice that).
+fn placement_hbm(c: &mut Criterion) {
+    use archplace_engine::placement::{
+        Chain, Edge, Layer, MegatronMemory, MemoryRule, Resync, Settings, best_plan, best_plans,
+    };
+    let g = build(&preset("gpt3-175b").expect("preset"), &options(1, 8));
+    let layers: Vec<Layer> = g
+        .layers()
+        .enumerate()
+        .map(|(i, l)| {
+            let block = i > 0 && i as u64 <= g.blocks;
+            Layer {
+                id: i as i64,
+                parameter_bytes: l.parameter_bytes as f64,
+                activation_bytes: l.stash_bytes as f64,
+                forward: if block { 0.010 } else { 0.002 },
+                backward: if block { 0.020 } else { 0.004 },
+                tensor_parallel: l.tensor_parallel,
+            }
+        })
+        .collect();
+    let edges = g
+        .layers()
+        .enumerate()
+        .skip(1)
+        .map(|(v, _)| Edge {
+            from: v - 1,
+            to: v,
+            bytes: g.block.output_bytes as f64,
+        })
+        .collect();
+    let chains = [Chain {
+        width: 8,
+        layers,
+        edges,
+    }];
+    let settings = Settings {
+        memory_bytes: 0.0,
+        devices: 1024,
+        bandwidth: (4u64 << 30) as f64,
+        micro_batches: 4096,
+        recompute: false,
+        memory: MemoryRule::Megatron(MegatronMemory {
+            replicated_per_parameter_byte: 3.0,
+            optimizer_per_parameter_byte: 6.0,
+            distributed: false,
+            transient_bytes: 0.0,
+            sync_per_parameter_byte: 2.0,
+        }),
+        resync: Resync::LargestStage,
+    };
+    let sizes = [32.0, 64.0, 80.0].map(|g: f64| g * (1u64 << 30) as f64);
+    let mut group = c.benchmark_group("placement/gpt3-t8-3hbm");
+    group.bench_function("together", |b| {
+        b.iter(|| best_plans(black_box(&chains), &settings, &sizes).expect("places"))
+    });
+    group.bench_function("one-per-size", |b| {
+        b.iter(|| {
+            sizes
+                .iter()
+                .map(|&memory_bytes| {
+                    let one = Settings {
+                        memory_bytes,
+                        ..settings.clone()
+                    };
+                    best_plan(black_box(&chains), &one).expect("places")
+                })
+                .collect::<Vec<_>>()
+        })
+    });
+    group.finish();
+}
+
 /// One training step of GPT-3 175B (t = 8, p = 16, d = 8, full recomputation) on the
 /// reference chip, explained: the work of `archplace estimate` in-process.
 fn step(c: &mut Criterion) {
@@ -205,5 +281,14 @@ fn step(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, space, estimate, model, schedule, placement, step);
+criterion_group!(
+    benches,
+    space,
+    estimate,
+    model,
+    schedule,
+    placement,
+    placement_hbm,
+    step
+);
 criterion_main!(benches);

@@ -319,7 +319,7 @@ impl Metrics {
                 r,
                 Histogram::with_opts(histogram(
                     "archplace_placement_duration_seconds",
-                    "Wall time of one run of the placement dynamic program",
+                    "Wall time of one run of the placement dynamic program (one model, micro-batch and recomputation setting; every HBM size and width)",
                     &[
                         1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                         1.0, 2.5

@@ -247,11 +247,15 @@ impl ProgramSize {
             steps += rest * (1 + rest.min(bound) * qn);
         }
         let cells = (n + 1) * (bound + 1) * qn;
-        let front = (std::mem::size_of::<Vec<Entry>>() + std::mem::size_of::<Entry>()) as u128;
+        // A front's span and one entry, twice over while the flat list grows; one row of
+        // fronts being built; one row of ranges.
+        let entry = std::mem::size_of::<Entry>() as u128;
+        let front = std::mem::size_of::<(usize, usize)>() as u128 + 2 * entry;
+        let building = (std::mem::size_of::<Vec<Entry>>() as u128 + entry) * (bound + 1) * qn;
         let row = (std::mem::size_of::<stages::Range>() + 3 * std::mem::size_of::<f64>()) as u128;
         ProgramSize {
             steps,
-            bytes: cells * front + n * row,
+            bytes: cells * front + building + n * row,
         }
     }
 
@@ -331,19 +335,31 @@ fn insert(front: &mut Vec<Entry>, e: Entry) {
 }
 
 /// The dynamic program over suffixes for one chain.
+#[derive(Clone)]
 struct Program<'s, 'a> {
     st: &'s Stages<'a>,
     /// Stages are at most this many (the reference's bound: min(devices, layers)).
     bound: usize,
     qn: usize,
-    /// fronts[(i, s, q)]: placements of suffix i in s stages, q of them `t` devices wide
-    /// (q only counted when widths are mixed).
-    fronts: Vec<Vec<Entry>>,
+    /// spans[(i, s, q)]: where in `entries` the front of suffix i in s stages, q of them
+    /// `t` devices wide (q only counted when widths are mixed), is. One flat list rather
+    /// than a vector per front: a large program has millions of small fronts, whose
+    /// allocations cost more than the program's arithmetic.
+    spans: Vec<(usize, usize)>,
+    entries: Vec<Entry>,
+    /// The fronts of the row being built, per (s, q); reused from row to row.
+    scratch: Vec<Vec<Entry>>,
 }
 
 impl<'s, 'a> Program<'s, 'a> {
     fn idx(&self, i: usize, s: usize, q: usize) -> usize {
         (i * (self.bound + 1) + s) * self.qn + q
+    }
+
+    /// The front at `idx`.
+    fn front(&self, idx: usize) -> &[Entry] {
+        let (start, len) = self.spans[idx];
+        &self.entries[start..start + len]
     }
 
     fn wide(&self, r: &Range) -> usize {
@@ -359,7 +375,7 @@ impl<'s, 'a> Program<'s, 'a> {
         }
     }
 
-    fn run(st: &'s Stages<'a>, settings: &Settings) -> Program<'s, 'a> {
+    fn new(st: &'s Stages<'a>, settings: &Settings) -> Program<'s, 'a> {
         let n = st.n;
         let bound = (settings.devices as usize).min(n);
         let qn = if st.mixed { bound + 1 } else { 1 };
@@ -368,45 +384,111 @@ impl<'s, 'a> Program<'s, 'a> {
             st,
             bound,
             qn,
-            fronts: vec![Vec::new(); size],
+            spans: vec![(0, 0); size],
+            entries: vec![Entry {
+                load: 0.0,
+                pmax: 0.0,
+                next: n as u32,
+                child: 0,
+            }],
+            scratch: vec![Vec::new(); (bound + 1) * qn],
         };
-        let track_params = settings.resync == Resync::LargestStage;
         let zero = p.idx(n, 0, 0);
-        p.fronts[zero].push(Entry {
-            load: 0.0,
-            pmax: 0.0,
-            next: n as u32,
-            child: 0,
-        });
-        let mut row = Vec::with_capacity(n);
-        for i in (0..n).rev() {
-            st.row(i, n, &mut row);
-            for s in 1..=bound.min(n - i) {
-                for (j, r) in (i + 1..=n).zip(&row) {
-                    if (s as u64) > r.max_s || (j == n) != (s == 1) {
-                        continue;
-                    }
-                    let load = r.load(s as u64, settings.recompute);
-                    let params = if track_params { r.params } else { 0.0 };
-                    let wide = p.wide(r);
-                    for q in wide..qn {
-                        let from = p.idx(j, s - 1, q - wide);
-                        let at = p.idx(i, s, q);
-                        for c in 0..p.fronts[from].len() {
-                            let rest = p.fronts[from][c];
-                            let e = Entry {
-                                load: rest.load.max(load),
-                                pmax: rest.pmax.max(params),
-                                next: j as u32,
-                                child: c as u32,
-                            };
-                            insert(&mut p.fronts[at], e);
-                        }
+        p.spans[zero] = (0, 1);
+        p
+    }
+
+    /// The programs of the memory sizes in `memory_bytes`, run side by side, and which of
+    /// them serves each size. A range's load, parameters and memory do not depend on the
+    /// memory size, only the stages it fits with do: each row of ranges is computed once
+    /// for all sizes, and sizes whose rows fit the same ranges in the same stages (memory
+    /// that does not bind, above all) share one program until their rows differ. `st`
+    /// must be built with the largest of the sizes (its rows stop where nothing fits).
+    fn run_each(
+        st: &'s Stages<'a>,
+        settings: &Settings,
+        memory_bytes: &[f64],
+    ) -> (Vec<Program<'s, 'a>>, Vec<usize>) {
+        let sizes = memory_bytes.len();
+        let mut programs = vec![Program::new(st, settings)];
+        let mut owner = vec![0usize; sizes];
+        let mut row = Vec::with_capacity(st.n);
+        let mut fits: Vec<Vec<u64>> = vec![Vec::with_capacity(st.n); sizes];
+        for i in (0..st.n).rev() {
+            st.fitting_row(i, &mut row);
+            // Stages beyond this bound are never asked of a range of this row.
+            let most = programs[0].bound.min(st.n - i) as u64;
+            for (f, &memory) in fits.iter_mut().zip(memory_bytes) {
+                f.clear();
+                f.extend(
+                    row.iter()
+                        .map(|r| r.stages_within(memory, settings.devices).min(most)),
+                );
+            }
+            // A size follows the first size before it that shared its program and has the
+            // same row; one that shared it with a different row gets a copy of its own.
+            let mut next = owner.clone();
+            for k in 0..sizes {
+                if let Some(l) = (0..k).find(|&l| owner[l] == owner[k] && fits[l] == fits[k]) {
+                    next[k] = next[l];
+                } else if (0..k).any(|l| owner[l] == owner[k]) {
+                    programs.push(programs[owner[k]].clone());
+                    next[k] = programs.len() - 1;
+                }
+            }
+            owner = next;
+            for (p, program) in programs.iter_mut().enumerate() {
+                if let Some(k) = owner.iter().position(|&o| o == p) {
+                    program.extend(i, &row, &fits[k], settings);
+                }
+            }
+        }
+        (programs, owner)
+    }
+
+    /// The fronts of suffix `i`, from its row of ranges that fit somewhere and the stages
+    /// each fits with (`fits`, non-increasing along the row).
+    fn extend(&mut self, i: usize, row: &[Range], fits: &[u64], settings: &Settings) {
+        let n = self.st.n;
+        let track_params = settings.resync == Resync::LargestStage;
+        for s in 1..=self.bound.min(n - i) {
+            // The ranges that fit `s` stages from the end are a prefix of the row; a last
+            // stage (s = 1) must end the chain, any other must not.
+            let fitting = fits.iter().take_while(|&&m| m >= s as u64).count();
+            let ends = match s {
+                1 if fitting == n - i => n - i - 1..n - i,
+                1 => 0..0,
+                _ => 0..fitting.min(n - i - 1),
+            };
+            for x in ends {
+                let (j, r) = (i + 1 + x, &row[x]);
+                let load = r.load(s as u64, settings.recompute);
+                let params = if track_params { r.params } else { 0.0 };
+                let wide = self.wide(r);
+                for q in wide..self.qn {
+                    let (start, len) = self.spans[self.idx(j, s - 1, q - wide)];
+                    let at = &mut self.scratch[s * self.qn + q];
+                    for (c, rest) in self.entries[start..start + len].iter().enumerate() {
+                        let e = Entry {
+                            load: rest.load.max(load),
+                            pmax: rest.pmax.max(params),
+                            next: j as u32,
+                            child: c as u32,
+                        };
+                        insert(at, e);
                     }
                 }
             }
         }
-        p
+        // The row is done: its fronts join the flat list.
+        for s in 1..=self.bound.min(n - i) {
+            for q in 0..self.qn {
+                let idx = self.idx(i, s, q);
+                let front = &mut self.scratch[s * self.qn + q];
+                self.spans[idx] = (self.entries.len(), front.len());
+                self.entries.append(front);
+            }
+        }
     }
 
     /// Stages of suffix `i` in `s` stages with `q` wide ones, following front entry `e`.
@@ -420,7 +502,7 @@ impl<'s, 'a> Program<'s, 'a> {
     ) -> Vec<StagePlan> {
         let mut out = Vec::new();
         while s > 0 {
-            let entry = self.fronts[self.idx(i, s, q)][e];
+            let entry = self.front(self.idx(i, s, q))[e];
             let j = entry.next as usize;
             let r = self.st.range(i, j);
             out.push(StagePlan {
@@ -468,8 +550,13 @@ fn ceil_div(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
-/// The best plan for one chain, if any fits.
-fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, PlacementError> {
+/// The best plan for one chain at each memory size of `memory_bytes` (`settings`' own size
+/// is not used), `None` where nothing fits.
+fn best_for_chain(
+    chain: &Chain,
+    settings: &Settings,
+    memory_bytes: &[f64],
+) -> Result<Vec<Option<Plan>>, PlacementError> {
     let size = ProgramSize::of(chain.layers.len(), settings.devices, chain.mixed());
     if !size.fits() {
         return Err(PlacementError::TooLarge {
@@ -479,49 +566,95 @@ fn best_for_chain(chain: &Chain, settings: &Settings) -> Result<Option<Plan>, Pl
             steps: size.steps,
         });
     }
+    let largest = Settings {
+        memory_bytes: memory_bytes
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max),
+        ..settings.clone()
+    };
     let max_d = settings.devices.min(settings.micro_batches);
-    let mut best: Option<Plan> = None;
+    let mut best: Vec<Option<Plan>> = vec![None; memory_bytes.len()];
     for (lo, hi) in shard_levels(settings, max_d) {
-        let st = Stages::new(chain, settings, lo)?;
-        if let Some(plan) = best_in_level(chain, settings, &st, lo, hi)
-            && best
-                .as_ref()
-                .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
-        {
-            best = Some(plan);
+        let st = Stages::new(chain, &largest, lo)?;
+        let (programs, owner) = Program::run_each(&st, &largest, memory_bytes);
+        let mut first_row = Vec::with_capacity(st.n);
+        st.fitting_row(0, &mut first_row);
+        let bound = programs[0].bound as u64;
+        // Sizes with the same program and the same first row have the same plan.
+        let mut found: Vec<(usize, Vec<u64>, Option<Plan>)> = Vec::new();
+        for ((&memory, &p), best) in memory_bytes.iter().zip(&owner).zip(&mut best) {
+            let fits: Vec<u64> = first_row
+                .iter()
+                .map(|r| r.stages_within(memory, settings.devices).min(bound))
+                .collect();
+            let plan = match found.iter().find(|(q, f, _)| *q == p && *f == fits) {
+                Some((_, _, plan)) => plan.clone(),
+                None => {
+                    let plan = best_in_level(
+                        chain,
+                        &largest,
+                        &st,
+                        &programs[p],
+                        &first_row,
+                        &fits,
+                        lo,
+                        hi,
+                    );
+                    found.push((p, fits, plan.clone()));
+                    plan
+                }
+            };
+            if let Some(plan) = plan
+                && best
+                    .as_ref()
+                    .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+            {
+                *best = Some(plan);
+            }
         }
     }
     Ok(best)
 }
 
-/// The best plan with a data-parallel degree in `lo..=hi`, memory bounded by `st`.
+/// The best plan with a data-parallel degree in `lo..=hi`, from the program `p` of one
+/// memory size; `first_row` is the fitting row of suffix 0 and `fits` the stages each of
+/// its ranges fits with in that size.
+#[allow(clippy::too_many_arguments)]
 fn best_in_level(
     chain: &Chain,
     settings: &Settings,
     st: &Stages<'_>,
+    p: &Program<'_, '_>,
+    first_row: &[Range],
+    fits: &[u64],
     lo: u64,
     hi: u64,
 ) -> Option<Plan> {
-    let p = Program::run(st, settings);
     let n = st.n;
     let uniform = if chain.layers.iter().all(|l| l.tensor_parallel) {
         st.width
     } else {
         1
     };
-    let mut first_row = Vec::with_capacity(n);
-    st.row(0, n, &mut first_row);
     // (time per batch, d, end of the first stage, stages, q of the rest, front entry)
     let mut best: Option<(f64, u64, usize, usize, usize, usize)> = None;
-    for d in lo..=hi {
+    // Of the degrees with the same micro-batches per replica ⌈m / d⌉, the smallest is the
+    // fastest: the pipeline's time is the same, the all-reduce's `(d − 1)/d` grows with d,
+    // and fewer replicas leave more devices to the stages. ⌈m / d⌉ takes about 2√m values:
+    // with 4,096 micro-batches over 1,024 devices, 124 degrees instead of 1,024.
+    let degrees = (lo..=hi).filter(|&d| {
+        d == lo || ceil_div(settings.micro_batches, d - 1) != ceil_div(settings.micro_batches, d)
+    });
+    for d in degrees {
         let cap = settings.devices / d;
         let m = ceil_div(settings.micro_batches, d);
-        for (j, r) in (1..=n).zip(&first_row) {
+        for ((j, r), &max_s) in (1..=n).zip(first_row).zip(fits) {
             let a = r.devices;
             if a > cap {
                 continue;
             }
-            let smax = (r.max_s as usize).min(p.bound).min(cap as usize);
+            let smax = (max_s as usize).min(p.bound).min(cap as usize);
             for s in 1..=smax {
                 if (j == n) != (s == 1) {
                     continue;
@@ -531,7 +664,7 @@ fn best_in_level(
                     if p.devices_of(s - 1, q, uniform) > cap - a {
                         continue;
                     }
-                    for (e, rest) in p.fronts[p.idx(j, s - 1, q)].iter().enumerate() {
+                    for (e, rest) in p.front(p.idx(j, s - 1, q)).iter().enumerate() {
                         let pipeline = rest.load.max(first) * (m + s as u64 - 1) as f64;
                         let params = match settings.resync {
                             Resync::FirstStage => r.params,
@@ -706,14 +839,33 @@ pub fn best_interleaved(
 
 /// The best plan over all widths (ties: the narrowest), or `None` when nothing fits.
 pub fn best_plan(chains: &[Chain], settings: &Settings) -> Result<Option<Plan>, PlacementError> {
-    let mut best: Option<Plan> = None;
+    Ok(best_plans(chains, settings, &[settings.memory_bytes])?
+        .pop()
+        .flatten())
+}
+
+/// [`best_plan`] at each memory size of `memory_bytes` (what `settings` says of memory
+/// otherwise applies to all; its own size is not used): the same plans as one call per
+/// size, for less work — the sizes share each range's load and memory (see
+/// `Program::run_each`).
+pub fn best_plans(
+    chains: &[Chain],
+    settings: &Settings,
+    memory_bytes: &[f64],
+) -> Result<Vec<Option<Plan>>, PlacementError> {
+    let mut best: Vec<Option<Plan>> = vec![None; memory_bytes.len()];
     for chain in chains {
-        if let Some(plan) = best_for_chain(chain, settings)?
-            && best
-                .as_ref()
-                .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+        for (plan, best) in best_for_chain(chain, settings, memory_bytes)?
+            .into_iter()
+            .zip(&mut best)
         {
-            best = Some(plan);
+            if let Some(plan) = plan
+                && best
+                    .as_ref()
+                    .is_none_or(|b| plan.time_per_batch < b.time_per_batch)
+            {
+                *best = Some(plan);
+            }
         }
     }
     Ok(best)

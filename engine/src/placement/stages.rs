@@ -52,6 +52,18 @@ impl Range {
     pub fn memory(&self, s: u64) -> f64 {
         self.constant + (s.saturating_sub(1)) as f64 * self.stash
     }
+
+    /// Largest number of stages from this one to the end (at most `devices`) with which
+    /// it fits in `memory_bytes`; 0 when it fits nowhere.
+    pub fn stages_within(&self, memory_bytes: f64, devices: u64) -> u64 {
+        if self.constant + (devices as f64 - 1.0) * self.stash <= memory_bytes {
+            devices
+        } else if self.constant > memory_bytes {
+            0
+        } else {
+            1 + ((memory_bytes - self.constant) / self.stash).floor() as u64
+        }
+    }
 }
 
 /// A chain prepared for ranges: its edges by node, with the settings that shape memory.
@@ -131,6 +143,19 @@ impl<'a> Stages<'a> {
 
     /// The ranges `[i, j)` for `j` in `i + 1..=end`, in that order, into `out`.
     pub fn row(&self, i: usize, end: usize, out: &mut Vec<Range>) {
+        self.row_while(i, end, false, out);
+    }
+
+    /// The ranges `[i, j)` that fit in memory as a last stage, `j` from `i + 1` up: a
+    /// prefix of the row, because a range's memory only grows with `j` (its parameters,
+    /// activations and stash add up) — so are the stages it fits with, [`Range::max_s`],
+    /// which only shrink. A large model's row is mostly ranges that fit nowhere; the
+    /// program never needs them.
+    pub fn fitting_row(&self, i: usize, out: &mut Vec<Range>) {
+        self.row_while(i, self.n, true, out);
+    }
+
+    fn row_while(&self, i: usize, end: usize, fitting: bool, out: &mut Vec<Range>) {
         out.clear();
         let st = self.settings;
         let layers = &self.chain.layers;
@@ -185,14 +210,7 @@ impl<'a> Stages<'a> {
                 }
                 MemoryRule::Megatron(_) => (self.state * p + a + transient, a),
             };
-            let max_s = if constant + (d as f64 - 1.0) * stash <= st.memory_bytes {
-                d
-            } else if constant > st.memory_bytes {
-                0
-            } else {
-                1 + ((st.memory_bytes - constant) / stash).floor() as u64
-            };
-            out.push(Range {
+            let mut range = Range {
                 devices: if tp { self.width } else { 1 },
                 load_plain: forward + longest.max(across),
                 load_recompute: if st.recompute {
@@ -203,8 +221,13 @@ impl<'a> Stages<'a> {
                 params: p,
                 constant,
                 stash,
-                max_s,
-            });
+                max_s: 0,
+            };
+            range.max_s = range.stages_within(st.memory_bytes, d);
+            if fitting && range.max_s == 0 {
+                break;
+            }
+            out.push(range);
         }
     }
 

@@ -205,6 +205,88 @@ fn agrees_with_brute_force_on_random_instances() {
     );
 }
 
+/// One run for several memory sizes gives, at each size, exactly the plan of a run for
+/// that size alone — the same stages, degrees and time — and the plans only get faster as
+/// memory grows.
+#[test]
+fn one_run_for_several_memory_sizes_equals_a_run_per_size() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (mut differing, mut compared) = (0, 0);
+    for case in 0..1000 {
+        let (chains, settings) = random_instance(&mut rng);
+        let mut sizes: Vec<f64> = (0..1 + rng.below(4))
+            .map(|_| (20 + rng.below(900)) as f64 * 1e6)
+            .collect();
+        if rng.below(2) == 1 {
+            sizes.reverse();
+        }
+        let together = best_plans(&chains, &settings, &sizes).unwrap();
+        assert_eq!(together.len(), sizes.len());
+        let alone: Vec<Option<Plan>> = sizes
+            .iter()
+            .map(|&memory_bytes| {
+                let one = Settings {
+                    memory_bytes,
+                    ..settings.clone()
+                };
+                best_plan(&chains, &one).unwrap()
+            })
+            .collect();
+        assert_eq!(
+            together, alone,
+            "case {case}: sizes {sizes:?}, {settings:?}"
+        );
+        let times: Vec<f64> = together
+            .iter()
+            .map(|p| p.as_ref().map_or(f64::INFINITY, |p| p.time_per_batch))
+            .collect();
+        for (a, b) in sizes.iter().zip(&times) {
+            for (c, d) in sizes.iter().zip(&times) {
+                if a <= c {
+                    assert!(d <= b, "case {case}: {c} bytes slower than {a}");
+                }
+            }
+        }
+        compared += sizes.len();
+        differing += usize::from(times.windows(2).any(|w| w[0] != w[1]));
+    }
+    assert!(
+        compared > 2000 && differing > 100,
+        "{compared} compared, {differing} differing"
+    );
+}
+
+/// A row's ranges fit in fewer stages as they grow, so the ranges that fit somewhere are a
+/// prefix of it: what `fitting_row` computes, and the program's early stop relies on.
+#[test]
+fn the_ranges_that_fit_are_a_prefix_of_each_row() {
+    let mut rng = Rng(0x1405_7b7e_f767_814f);
+    let (mut cut, mut rows) = (0, 0);
+    for _ in 0..500 {
+        let (chains, settings) = random_instance(&mut rng);
+        for chain in &chains {
+            let st = Stages::new(chain, &settings, 1).unwrap();
+            let n = chain.layers.len();
+            let (mut row, mut fitting) = (Vec::new(), Vec::new());
+            for i in 0..n {
+                st.row(i, n, &mut row);
+                st.fitting_row(i, &mut fitting);
+                assert!(row.windows(2).all(|w| w[1].max_s <= w[0].max_s), "{row:?}");
+                let k = row.iter().take_while(|r| r.max_s > 0).count();
+                assert_eq!(fitting.len(), k);
+                assert!(row[k..].iter().all(|r| r.max_s == 0));
+                for (a, b) in row.iter().zip(&fitting) {
+                    assert_eq!(a.load_plain.to_bits(), b.load_plain.to_bits());
+                    assert_eq!(a.max_s, b.max_s);
+                }
+                cut += usize::from(k < row.len());
+                rows += 1;
+            }
+        }
+    }
+    assert!(cut > 100 && cut < rows, "{cut} of {rows} rows cut short");
+}
+
 #[test]
 fn branching_graphs_are_refused() {
     let layer = |id| Layer {

@@ -76,7 +76,7 @@ pub struct MemoryEstimate {
     pub graphs_bytes: u64,
     /// One candidate's schedules, chains and plans, which it holds while it is evaluated.
     pub candidate_bytes: u64,
-    /// The placement program's tables, once per thread.
+    /// The placement program's tables, once per HBM size and thread.
     pub placement_bytes: u64,
     /// The layer-schedule solver, once per thread ([`SOLVER_BYTES_PER_THREAD`]).
     pub solver_bytes: u64,
@@ -239,10 +239,13 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
                 .saturating_mul(size::<Instance>() + largest_graph * 64),
         );
 
-    let placement_bytes = threads.saturating_mul(
-        u64::try_from(ProgramSize::of(longest as usize, input.cluster.devices, false).bytes)
-            .unwrap_or(u64::MAX),
-    );
+    // A run of the placement program holds one program per HBM size.
+    let placement_bytes = threads
+        .saturating_mul(input.cluster.hbm_bytes.len().max(1) as u64)
+        .saturating_mul(
+            u64::try_from(ProgramSize::of(longest as usize, input.cluster.devices, false).bytes)
+                .unwrap_or(u64::MAX),
+        );
     let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
     let total_bytes = [
         space_bytes,

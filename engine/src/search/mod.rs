@@ -5,7 +5,8 @@
 //! recomputation choice: its distinct layers (embedding, block, head; forward and
 //! backward) are scheduled once per (micro-batch, width) — a schedule depends only on the
 //! layer and the core configurations, so it serves every HBM size and recomputation
-//! choice — and placed over the devices for each HBM size and recomputation choice. A
+//! choice — and placed over the devices for each recomputation choice, every HBM size in
+//! one run of the placement program (a stage's load does not depend on the HBM size). A
 //! candidate's score is, over HBM sizes, the best mean over models of each model's best
 //! throughput; a model that fits nowhere fails the candidate at that HBM size.
 //!
@@ -246,8 +247,8 @@ pub trait Observer: Sync {
     fn progress(&self, _p: &Progress) {}
     /// A layer schedule was settled.
     fn schedule(&self, _e: &ScheduleEvent) {}
-    /// One run of the placement program (one HBM size, model, micro-batch and
-    /// recomputation setting, every width) took `seconds`.
+    /// One run of the placement program (one model, micro-batch and recomputation
+    /// setting; every HBM size and width) took `seconds`.
     fn placement(&self, _seconds: f64) {}
     /// A candidate was evaluated (not called for those a resumed search reuses): what a
     /// checkpoint of the search records.
@@ -661,27 +662,27 @@ impl Ctx<'_> {
                 Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
             }
         }
-        // 2. Place: every (HBM, model, micro-batch, recomputation, precision, distributed
-        // optimizer), all widths at once.
+        // 2. Place: every (model, micro-batch, recomputation, precision, distributed
+        // optimizer, sequence parallelism), all widths and HBM sizes at once.
         let tr = &self.input.training;
-        let mut runs: Vec<Run> = Vec::new();
-        for hbm in 0..self.input.cluster.hbm_bytes.len() {
-            for model in 0..self.graphs.len() {
-                for &micro_batch in &tr.micro_batch_sizes {
-                    for &recompute in &tr.activation_recomputation {
-                        for precision in tr.precision_indices() {
-                            for distributed in tr.distributed_choices() {
-                                for sequence_parallel in tr.sequence_parallel_choices() {
-                                    runs.push(Run {
-                                        hbm,
-                                        model,
-                                        micro_batch,
-                                        recompute,
-                                        precision,
-                                        distributed,
-                                        sequence_parallel,
-                                    });
-                                }
+        let hbm_sizes = &self.input.cluster.hbm_bytes;
+        let memory_bytes: Vec<f64> = hbm_sizes.iter().map(|&b| b as f64).collect();
+        let mut groups: Vec<Run> = Vec::new();
+        for model in 0..self.graphs.len() {
+            for &micro_batch in &tr.micro_batch_sizes {
+                for &recompute in &tr.activation_recomputation {
+                    for precision in tr.precision_indices() {
+                        for distributed in tr.distributed_choices() {
+                            for sequence_parallel in tr.sequence_parallel_choices() {
+                                groups.push(Run {
+                                    hbm: 0,
+                                    model,
+                                    micro_batch,
+                                    recompute,
+                                    precision,
+                                    distributed,
+                                    sequence_parallel,
+                                });
                             }
                         }
                     }
@@ -689,7 +690,9 @@ impl Ctx<'_> {
             }
         }
         let t0 = Instant::now();
-        let plans: Vec<Option<(Plan, Vec<Chain>)>> = runs
+        // Per group: its chains (one per width) and its best plan at each HBM size.
+        type Placed = (Vec<Chain>, Vec<Option<Plan>>);
+        let placed: Vec<Placed> = groups
             .par_iter()
             .map(|run| {
                 let (m, b, e) = (run.model, run.micro_batch, tr.element_bytes(run.precision));
@@ -706,34 +709,55 @@ impl Ctx<'_> {
                 // Each width has its own settings (what recomputation rematerialises
                 // depends on it); the best plan over widths, ties to the narrowest.
                 let t = Instant::now();
-                let mut plan: Option<Plan> = None;
+                let mut plans: Vec<Option<Plan>> = vec![None; hbm_sizes.len()];
+                let mut keep = |h: usize, p: Plan| {
+                    if plans[h]
+                        .as_ref()
+                        .is_none_or(|b| p.time_per_batch < b.time_per_batch)
+                    {
+                        plans[h] = Some(p);
+                    }
+                };
                 for (key, chain) in keys.iter().zip(&chains) {
                     let graph = &self.graphs[m][key];
                     let settings = self.settings(run, graph);
                     let one = std::slice::from_ref(chain);
-                    let mut candidates = vec![placement::best_plan(one, &settings)];
+                    if let Ok(each) = placement::best_plans(one, &settings, &memory_bytes) {
+                        for (h, p) in each.into_iter().enumerate() {
+                            if let Some(p) = p {
+                                keep(h, p);
+                            }
+                        }
+                    }
                     // Interleaved 1F1B: equal chunks, its own evaluation.
                     for &v in tr.pipeline_interleaving.iter().filter(|&&v| v > 1) {
-                        candidates.push(placement::best_interleaved(
-                            one,
-                            &settings,
-                            v,
-                            graph.blocks as usize,
-                        ));
-                    }
-                    for p in candidates.into_iter().filter_map(|c| c.ok().flatten()) {
-                        if plan
-                            .as_ref()
-                            .is_none_or(|b| p.time_per_batch < b.time_per_batch)
-                        {
-                            plan = Some(p);
+                        for (h, &memory) in memory_bytes.iter().enumerate() {
+                            let at = Settings {
+                                memory_bytes: memory,
+                                ..settings.clone()
+                            };
+                            if let Ok(Some(p)) =
+                                placement::best_interleaved(one, &at, v, graph.blocks as usize)
+                            {
+                                keep(h, p);
+                            }
                         }
                     }
                 }
                 self.observer.placement(t.elapsed().as_secs_f64());
-                plan.map(|p| (p, chains))
+                (chains, plans)
             })
             .collect();
+        // Every (HBM size, group) as a run of its own, HBM size first (the order in which
+        // ties go to the first).
+        let mut runs: Vec<Run> = Vec::new();
+        let mut plans: Vec<Option<(&Plan, &[Chain])>> = Vec::new();
+        for h in 0..hbm_sizes.len() {
+            for (run, (chains, each)) in groups.iter().zip(&placed) {
+                runs.push(Run { hbm: h, ..*run });
+                plans.push(each[h].as_ref().map(|p| (p, chains.as_slice())));
+            }
+        }
         if let Ok(mut st) = self.stats.lock() {
             st.placement_seconds += t0.elapsed().as_secs_f64();
             st.placements_solved += runs.len() as u64;
@@ -752,10 +776,7 @@ impl Ctx<'_> {
                     .zip(&plans)
                     .enumerate()
                     .filter(|(_, (run, _))| run.hbm == h && run.model == m)
-                    .filter_map(|(k, (_, p))| {
-                        p.as_ref()
-                            .map(|(plan, chains)| (k, plan, chains.as_slice()))
-                    })
+                    .filter_map(|(k, (_, p))| p.map(|(plan, chains)| (k, plan, chains)))
                     .min_by(|a, b| {
                         a.1.time_per_batch
                             .total_cmp(&b.1.time_per_batch)
