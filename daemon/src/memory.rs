@@ -106,6 +106,10 @@ pub fn describe(e: &Estimate) -> String {
             format!("placement programs on {} thread(s)", m.threads),
         ),
         (m.graphs_bytes, "the layer graphs".to_string()),
+        (
+            m.schedule_memo_bytes,
+            "the memo of layer schedules".to_string(),
+        ),
         (m.candidate_bytes, "the candidate in flight".to_string()),
         (e.cost_models_bytes, "the cost-model plugins".to_string()),
         (e.results_bytes, "the result files".to_string()),

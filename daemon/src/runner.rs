@@ -155,6 +155,9 @@ pub struct Work {
     /// Settled by bounds: the list schedule met the lower bound.
     pub mips_avoided: u64,
     pub mips_solved: u64,
+    /// Answered by the memo of layer schedules: the same instance solved before.
+    #[serde(default)]
+    pub schedules_reused: u64,
     /// Layer schedules not proven within the spec's `schedule_gap` (their gap is in the
     /// best plan's `layers[]`).
     pub schedules_not_proven_optimal: u64,
@@ -453,6 +456,7 @@ pub fn run(
             layer_schedules: s.schedules_solved,
             mips_avoided: s.schedules_by_bounds,
             mips_solved: s.schedules_by_mip,
+            schedules_reused: s.schedules_reused,
             schedules_not_proven_optimal: s.schedules_not_proven_optimal,
             mip_time_limit_hits: s.mip_time_limit_hits,
             placements_solved: s.placements_solved,

@@ -1,6 +1,6 @@
 //! `archplace run`: one search, with progress, to result files.
 
-use super::{load_spec, print_json};
+use super::{load_spec, print_json, thousands};
 use anyhow::{Context, Result, bail};
 use archplace::runner;
 use archplace_engine::search::{Observer, Progress};
@@ -279,10 +279,11 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     }
     let w = &doc.work;
     outln!(
-        "layer schedules: {} ({} settled by bounds, {} MIPs); results in {}",
-        w.layer_schedules,
-        w.mips_avoided,
-        w.mips_solved,
+        "layer schedules: {} ({} settled by bounds, {} MIPs, {} reused); results in {}",
+        thousands(w.layer_schedules),
+        thousands(w.mips_avoided),
+        thousands(w.mips_solved),
+        thousands(w.schedules_reused),
         dir.display()
     )?;
     Ok(())

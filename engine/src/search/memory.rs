@@ -80,6 +80,10 @@ pub struct MemoryEstimate {
     pub placement_bytes: u64,
     /// The layer-schedule solver, once per thread ([`SOLVER_BYTES_PER_THREAD`]).
     pub solver_bytes: u64,
+    /// The memo of layer schedules: its two generations of instances, each as large as the
+    /// largest layer graph's.
+    #[serde(default)]
+    pub schedule_memo_bytes: u64,
     /// The sum of the parts.
     pub total_bytes: u64,
 }
@@ -247,6 +251,18 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
                 .unwrap_or(u64::MAX),
         );
     let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
+    // A key of 3 + 3 words per operator and a word per dependency (twice the graph's,
+    // for safety), a solution, and the map's slot.
+    let largest_key_words = graphs
+        .iter()
+        .flat_map(|m| m.values())
+        .flat_map(|g| [&g.embedding, &g.block, &g.head])
+        .flat_map(|l| [&l.forward, &l.backward])
+        .map(|g| 3 + 3 * g.nodes.len() as u64 + 2 * g.edges.len() as u64)
+        .max()
+        .unwrap_or(0);
+    let schedule_memo_bytes = (2 * super::ScheduleMemo::GENERATION as u64)
+        .saturating_mul(largest_key_words.saturating_mul(8) + 128);
     let total_bytes = [
         space_bytes,
         explored_bytes,
@@ -255,6 +271,7 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         candidate_bytes,
         placement_bytes,
         solver_bytes,
+        schedule_memo_bytes,
     ]
     .iter()
     .fold(0u64, |a, &b| a.saturating_add(b));
@@ -268,6 +285,7 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         candidate_bytes,
         placement_bytes,
         solver_bytes,
+        schedule_memo_bytes,
         total_bytes,
     }
 }

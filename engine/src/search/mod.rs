@@ -192,8 +192,13 @@ pub struct Stats {
     pub cancelled: bool,
     pub estimates_computed: u64,
     pub estimate_cache_hits: u64,
+    /// Layer schedules the search used: settled by bounds, by a MIP, or reused.
     pub schedules_solved: u64,
     pub schedules_by_bounds: u64,
+    /// Layer schedules whose instance (operator durations, cores, dependencies) had been
+    /// solved before, on this candidate or a recent one: the earlier solution, reused.
+    #[serde(default)]
+    pub schedules_reused: u64,
     pub schedules_by_mip: u64,
     /// Layer schedules not proven within the accepted gap (`schedule::Options::relative_gap`,
     /// the spec's `schedule_gap`): those the MIP's node limit stopped further from the bound.
@@ -362,8 +367,70 @@ struct Scheduled {
     gap: f64,
 }
 
+/// A layer schedule's solution, as far as the search uses it.
+#[derive(Debug, Clone, Copy)]
+struct Solved {
+    makespan: f64,
+    util: (f64, f64),
+    optimal: bool,
+    gap: f64,
+}
+
+/// Layer schedules already solved, by their instance's exact content (cores, each
+/// operator's resource and durations, the dependencies): candidates that differ in what a
+/// layer's operators do not feel — chips of one area whose MAC arrays are `256 × 64` and
+/// `128 × 128`, say — and the layers of one candidate that come out the same at several
+/// widths share a schedule (17% of the GPT-3 example search's). Bounded: two generations
+/// of [`ScheduleMemo::GENERATION`] instances, the older dropped when the newer fills — the
+/// search visits chips of one area together, so the reuse is among recent ones. The solver
+/// is deterministic (node limits), so a reused schedule is the one solving again would
+/// give.
+#[derive(Default)]
+pub(crate) struct ScheduleMemo {
+    generations: Mutex<[HashMap<Vec<u64>, Solved>; 2]>,
+}
+
+impl ScheduleMemo {
+    /// Instances per generation.
+    pub(crate) const GENERATION: usize = 2048;
+
+    /// The instance's exact content as words.
+    fn key(inst: &Instance) -> Vec<u64> {
+        let mut key = Vec::with_capacity(3 + 3 * inst.tasks.len() + inst.edges.len());
+        key.extend([
+            u64::from(inst.tensor_cores),
+            u64::from(inst.vector_cores),
+            inst.tasks.len() as u64,
+        ]);
+        for t in &inst.tasks {
+            key.extend([t.resource as u64, t.single.to_bits(), t.parallel.to_bits()]);
+        }
+        key.extend(
+            inst.edges
+                .iter()
+                .map(|&(a, b)| ((a as u64) << 32) | b as u64),
+        );
+        key
+    }
+
+    fn get(&self, key: &[u64]) -> Option<Solved> {
+        let g = self.generations.lock().ok()?;
+        g[0].get(key).or_else(|| g[1].get(key)).copied()
+    }
+
+    fn insert(&self, key: Vec<u64>, solved: Solved) {
+        if let Ok(mut g) = self.generations.lock() {
+            if g[0].len() >= Self::GENERATION {
+                g[1] = std::mem::take(&mut g[0]);
+            }
+            g[0].insert(key, solved);
+        }
+    }
+}
+
 struct Ctx<'a> {
     input: &'a SearchInput,
+    memo: ScheduleMemo,
     /// graphs[model][(micro_batch, width, element bytes)]
     graphs: Vec<HashMap<GraphKey, ModelGraph>>,
     estimator: Estimator<'a>,
@@ -464,11 +531,20 @@ impl From<EstimateError> for JobError {
 }
 
 impl Ctx<'_> {
-    fn schedule(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Scheduled, JobError> {
+    /// `graph`'s schedule instance on `c`, timed as estimation.
+    fn instance(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Instance, JobError> {
         let t0 = Instant::now();
         let inst = self.estimator.instance(graph, c)?;
+        if let Ok(mut st) = self.stats.lock() {
+            st.estimation_seconds += t0.elapsed().as_secs_f64();
+        }
+        Ok(inst)
+    }
+
+    /// Solves one layer schedule; whether the wall-clock safety net stopped it.
+    fn solve(&self, inst: &Instance) -> Result<(Solved, bool), JobError> {
         let t1 = Instant::now();
-        let s = schedule::solve(&inst, &self.input.schedule)
+        let s = schedule::solve(inst, &self.input.schedule)
             .map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
         let t2 = Instant::now();
         if (t2 - t1).as_secs_f64() > 0.25 {
@@ -476,20 +552,16 @@ impl Ctx<'_> {
                 seconds = (t2 - t1).as_secs_f64(),
                 optimal = s.optimal,
                 gap = s.gap,
-                instance = %serde_json::to_string(&inst).unwrap_or_default(),
+                instance = %serde_json::to_string(inst).unwrap_or_default(),
                 "slow layer schedule"
             );
         }
         if let Ok(mut st) = self.stats.lock() {
-            st.estimation_seconds += (t1 - t0).as_secs_f64();
             st.scheduling_seconds += (t2 - t1).as_secs_f64();
-            st.schedules_solved += 1;
             match s.method {
                 Method::Bounds => st.schedules_by_bounds += 1,
                 Method::Mip => st.schedules_by_mip += 1,
             }
-            st.schedules_not_proven_optimal +=
-                u64::from(!s.optimal && s.gap > self.input.schedule.relative_gap);
             st.mip_time_limit_hits += u64::from(s.hit_time_limit);
         }
         self.observer.schedule(&ScheduleEvent {
@@ -498,6 +570,81 @@ impl Ctx<'_> {
             hit_time_limit: s.hit_time_limit,
             proven_optimal: s.optimal,
         });
+        let solved = Solved {
+            makespan: s.makespan,
+            util: s.utilisation(inst),
+            optimal: s.optimal,
+            gap: s.gap,
+        };
+        Ok((solved, s.hit_time_limit))
+    }
+
+    /// Every layer schedule of a candidate: `graphs` on `c`, in order. Instances first (in
+    /// parallel), then each distinct one not in the memo solved once (in parallel), and
+    /// the memo updated in order — so what is reused, and the counts, do not depend on
+    /// the threads.
+    fn schedules(
+        &self,
+        graphs: &[&OpGraph],
+        c: &AcceleratorConfig,
+    ) -> Result<Vec<Scheduled>, JobError> {
+        let instances: Vec<Instance> = graphs
+            .par_iter()
+            .map(|g| self.instance(g, c))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        let keys: Vec<Vec<u64>> = instances.iter().map(ScheduleMemo::key).collect();
+        // Per layer: its solution from the memo, or the index of the layer that solves it.
+        let mut known: Vec<Result<Solved, usize>> = Vec::with_capacity(keys.len());
+        let mut todo: Vec<usize> = Vec::new();
+        let mut first: HashMap<&[u64], usize> = HashMap::new();
+        for (k, key) in keys.iter().enumerate() {
+            if let Some(solved) = self.memo.get(key) {
+                known.push(Ok(solved));
+            } else if let Some(&by) = first.get(key.as_slice()) {
+                known.push(Err(by));
+            } else {
+                first.insert(key, k);
+                todo.push(k);
+                known.push(Err(k));
+            }
+        }
+        let solved: Vec<(Solved, bool)> = todo
+            .par_iter()
+            .map(|&k| self.solve(&instances[k]))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        let mut by_layer: HashMap<usize, Solved> = HashMap::new();
+        for (&k, &(s, hit_time_limit)) in todo.iter().zip(&solved) {
+            by_layer.insert(k, s);
+            // A schedule the wall-clock safety net stopped depends on the machine: solved
+            // again, not reused.
+            if !hit_time_limit {
+                self.memo.insert(keys[k].clone(), s);
+            }
+        }
+        let mut out = Vec::with_capacity(graphs.len());
+        let (mut not_proven, gap) = (0, self.input.schedule.relative_gap);
+        for ((g, inst), known) in graphs.iter().zip(&instances).zip(known) {
+            let s = match known {
+                Ok(s) => s,
+                Err(k) => by_layer[&k],
+            };
+            not_proven += u64::from(!s.optimal && s.gap > gap);
+            out.push(self.scheduled(g, inst, s));
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.schedules_solved += graphs.len() as u64;
+            st.schedules_reused += (graphs.len() - todo.len()) as u64;
+            st.schedules_not_proven_optimal += not_proven;
+        }
+        Ok(out)
+    }
+
+    /// What the search keeps of the schedule `solved` of `graph`'s instance `inst`.
+    fn scheduled(&self, graph: &OpGraph, inst: &Instance, solved: Solved) -> Scheduled {
         let core_seconds = graph
             .nodes
             .iter()
@@ -511,14 +658,14 @@ impl Ctx<'_> {
             .filter(|t| t.resource == schedule::Resource::Link)
             .map(|t| t.parallel)
             .sum();
-        Ok(Scheduled {
-            seconds: s.makespan,
+        Scheduled {
+            seconds: solved.makespan,
             core_seconds,
             link_seconds,
-            util: s.utilisation(&inst),
-            optimal: s.optimal,
-            gap: s.gap,
-        })
+            util: solved.util,
+            optimal: solved.optimal,
+            gap: solved.gap,
+        }
     }
 
     /// The chain of `g`. With the Megatron memory model each layer keeps what
@@ -634,33 +781,26 @@ impl Ctx<'_> {
             keys.sort();
             jobs.extend(keys.into_iter().map(|&key| (m, key)));
         }
-        let timed: Vec<Result<[Timed; 3], JobError>> = jobs
-            .par_iter()
-            .map(|&(m, key)| {
-                let g = &self.graphs[m][&key];
-                let schedule = |layer: &super::model::Layer| -> Result<Timed, JobError> {
-                    Ok(Timed {
-                        fwd: self.schedule(&layer.forward, c)?,
-                        bwd: self.schedule(&layer.backward, c)?,
-                    })
-                };
-                let out = [
-                    schedule(&g.embedding)?,
-                    schedule(&g.block)?,
-                    schedule(&g.head)?,
-                ];
-                Ok(out)
+        let layer_graphs: Vec<&OpGraph> = jobs
+            .iter()
+            .flat_map(|(m, key)| {
+                let g = &self.graphs[*m][key];
+                [&g.embedding, &g.block, &g.head]
             })
+            .flat_map(|l| [&l.forward, &l.backward])
             .collect();
+        let scheduled = match self.schedules(&layer_graphs, c) {
+            Ok(s) => s,
+            Err(JobError::Infeasible(why)) => return Ok(fail(why)),
+            Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
+        };
         let mut times: HashMap<(usize, GraphKey), [Timed; 3]> = HashMap::new();
-        for (job, r) in jobs.iter().zip(timed) {
-            match r {
-                Ok(t) => {
-                    times.insert(*job, t);
-                }
-                Err(JobError::Infeasible(why)) => return Ok(fail(why)),
-                Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
-            }
+        for (job, s) in jobs.iter().zip(scheduled.chunks_exact(6)) {
+            let timed = |l: usize| Timed {
+                fwd: s[2 * l],
+                bwd: s[2 * l + 1],
+            };
+            times.insert(*job, [timed(0), timed(1), timed(2)]);
         }
         // 2. Place: every (model, micro-batch, recomputation, precision, distributed
         // optimizer, sequence parallelism), all widths and HBM sizes at once.
@@ -1137,6 +1277,7 @@ pub fn search_resuming(
         },
         stats: Mutex::new(Stats::default()),
         observer,
+        memo: ScheduleMemo::default(),
     };
     let mut explored: Vec<Evaluated> = Vec::new();
     let mut best: Option<usize> = None;

@@ -327,9 +327,10 @@ fn exhaustive_search_agrees_with_brute_force() {
     assert!(plan.baseline.is_some());
     assert_breakdowns_add_up(&outcome);
     assert!(outcome.stats.estimate_cache_hits > 0);
-    assert!(
-        outcome.stats.schedules_by_bounds + outcome.stats.schedules_by_mip
-            == outcome.stats.schedules_solved
+    let st = &outcome.stats;
+    assert_eq!(
+        st.schedules_by_bounds + st.schedules_by_mip + st.schedules_reused,
+        st.schedules_solved
     );
 }
 
@@ -346,6 +347,19 @@ fn the_result_does_not_depend_on_the_thread_count() {
     let (one, two) = (run(1), run(2));
     assert_eq!(one.best, two.best);
     assert_eq!(one.explored, two.explored);
+    // So is the work: the memo of layer schedules is filled in a fixed order.
+    let work = |o: &Outcome| {
+        let s = &o.stats;
+        (
+            s.schedules_solved,
+            s.schedules_by_bounds,
+            s.schedules_by_mip,
+            s.schedules_reused,
+            s.schedules_not_proven_optimal,
+        )
+    };
+    assert_eq!(work(&one), work(&two));
+    assert!(one.stats.schedules_reused > 0, "{:?}", one.stats);
 }
 
 /// The search keeps a summary of each candidate and the best whole (its memory per
