@@ -76,6 +76,29 @@ fn validate_accepts_every_example_and_the_default() {
 /// A spec whose search may need more memory than the budget is refused before it starts,
 /// with the estimate, its largest parts and what to change (issue 16); under a larger
 /// budget the same spec is accepted and its estimate printed.
+/// `-v` is archplace's own events; the WebAssembly runtime's internals (hundreds of lines
+/// per plugin load) only at `-vvv`.
+#[test]
+fn verbose_shows_our_events_not_the_runtimes() {
+    let spec = root().join("config/specs/custom-tiny.toml");
+    let spec = spec.to_str().unwrap();
+    let count = |v: &str| {
+        let o = archplace()
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .args([v, "validate", spec])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(!e.contains("\u{1b}["), "colour despite NO_COLOR: {e}");
+        e.lines().filter(|l| l.contains(" wasmtime")).count()
+    };
+    assert_eq!(count("-v"), 0);
+    assert_eq!(count("-vv"), 0);
+    assert!(count("-vvv") > 10);
+}
+
 #[test]
 fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
     let (dir, spec) = temp_spec("tiny.toml", TINY);

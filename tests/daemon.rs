@@ -248,6 +248,27 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
                 && m.contains("archplace_specs{state=\"failed\"} 1")
         },
     );
+    // The invalid spec never started: counted as invalid, not as a failed search (which
+    // pages), and the log's "search ended" line says what the good one found.
+    let m = http_get(&url, "/metrics");
+    assert!(
+        m.contains(r#"archplace_searches_finished_total{outcome="invalid"} 1"#)
+            && m.contains(r#"archplace_searches_finished_total{outcome="failed"} 0"#),
+        "{m}"
+    );
+    let ended = d
+        .log()
+        .lines()
+        .find(|l| l.contains("search ended: best"))
+        .map(str::to_string)
+        .unwrap_or_default();
+    assert!(
+        ended.contains("samples/s on")
+            && ended.contains("2 candidates")
+            && ended.contains("seconds"),
+        "{}",
+        d.log()
+    );
     assert!(http_get(&url, "/readyz").contains("200 OK"));
     assert!(http_get(&url, "/livez").contains("200 OK"));
 

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "archplace", version, about, long_about = None, propagate_version = true)]
 struct Cli {
-    /// More log output on stderr (-v: debug, -vv: trace). RUST_LOG overrides.
+    /// More log output on stderr: -v archplace's debug events, -vv its trace, -vvv every
+    /// library's too (wasmtime, HTTP). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     /// Log format on stderr: human text, or JSON lines (one object per event, with the

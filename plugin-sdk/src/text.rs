@@ -25,9 +25,43 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// `x` to `digits` significant digits, without false precision and without an exponent
+/// in the range people read: `29.1399` → `"29.14"`, `11154.48` → `"11,154"` (thousands
+/// separated once no decimals are left), `0.0012346` → `"0.001235"`.
+pub fn significant(x: f64, digits: u32) -> String {
+    if !x.is_finite() {
+        return x.to_string();
+    }
+    if x == 0.0 {
+        return "0".into();
+    }
+    let digits = digits.max(1) as i32;
+    let magnitude = x.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).max(0);
+    if decimals == 0 {
+        // Round to the significant digits, then separate thousands.
+        let step = 10f64.powi(magnitude + 1 - digits);
+        let rounded = (x.abs() / step).round() * step;
+        let sign = if x < 0.0 { "-" } else { "" };
+        return format!("{sign}{}", thousands(rounded as u64));
+    }
+    format!("{x:.*}", decimals as usize)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{line_column, thousands};
+    use super::{line_column, significant, thousands};
+
+    #[test]
+    fn significant_digits() {
+        assert_eq!(significant(29.1399, 4), "29.14");
+        assert_eq!(significant(11_154.48, 4), "11,150");
+        assert_eq!(significant(12.4415, 4), "12.44");
+        assert_eq!(significant(0.0012346, 4), "0.001235");
+        assert_eq!(significant(-3.0, 3), "-3.00");
+        assert_eq!(significant(1234.0, 4), "1,234");
+        assert_eq!(significant(0.0, 4), "0");
+    }
 
     #[test]
     fn thousands_separators() {

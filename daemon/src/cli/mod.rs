@@ -71,16 +71,21 @@ impl Logging {
 pub fn init_logging(verbose: u8, daemon: bool, format: LogFormat) -> Option<Logging> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    // -v and -vv are archplace's own events; wasmtime's, cranelift's and hyper's internals
+    // only at -vvv (or with RUST_LOG).
+    const OURS: &str = "archplace=LEVEL,archplace_engine=LEVEL,archplace_plugin_host=LEVEL,archplace_plugin_sdk=LEVEL";
+    let ours = |level: &str| format!("warn,highs=warn,{}", OURS.replace("LEVEL", level));
     let default = match verbose {
-        0 if daemon => archplace::service::config::DEFAULT_LOG_LEVEL,
+        0 if daemon => archplace::service::config::DEFAULT_LOG_LEVEL.to_string(),
         // HiGHS reports every MIP time-limit hit as a warning; the results count them.
-        0 => "warn,highs=error",
-        1 => "debug,highs=warn",
-        _ => "trace",
+        0 => "warn,highs=error".to_string(),
+        1 => ours("debug"),
+        2 => ours("trace"),
+        _ => "trace".to_string(),
     };
     let from_env = tracing_subscriber::EnvFilter::try_from_default_env().ok();
     let fixed = from_env.is_some() || verbose > 0;
-    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&default));
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     let json = (format == LogFormat::Json).then(|| {
         tracing_subscriber::fmt::layer()
@@ -92,7 +97,7 @@ pub fn init_logging(verbose: u8, daemon: bool, format: LogFormat) -> Option<Logg
     let text = (format == LogFormat::Text).then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_ansi(colour())
     });
     tracing_subscriber::registry()
         .with(filter)
@@ -101,6 +106,13 @@ pub fn init_logging(verbose: u8, daemon: bool, format: LogFormat) -> Option<Logg
         .try_init()
         .ok()
         .map(|()| Logging { handle, fixed })
+}
+
+/// Whether stderr gets colour: a terminal, and no `NO_COLOR` (https://no-color.org: set
+/// and not empty).
+pub fn colour() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Loads the spec at `path`, or the embedded default. Invalid specs print their located

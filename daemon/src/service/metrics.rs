@@ -29,8 +29,10 @@ pub const WASMTIME_VERSION: &str = "48.0.8";
 /// Job states, as exported in `archplace_specs{state}`.
 pub const STATES: [&str; 5] = ["queued", "running", "done", "failed", "cancelled"];
 /// How a search ends, as exported in `archplace_searches_finished_total{outcome}`.
-/// `interrupted`: stopped by the daemon's shutdown, searched again at the next start.
-pub const OUTCOMES: [&str; 4] = ["done", "failed", "cancelled", "interrupted"];
+/// `invalid`: the spec never started (its errors are in `error.json`); `failed`: a search
+/// that started and could not finish; `interrupted`: stopped by the daemon's shutdown,
+/// searched again at the next start.
+pub const OUTCOMES: [&str; 5] = ["done", "invalid", "failed", "cancelled", "interrupted"];
 /// Why the spec folder was scanned, as exported in `archplace_rescans_total{reason}`.
 pub const RESCAN_REASONS: [&str; 6] = [
     "start",
@@ -140,12 +142,7 @@ impl Metrics {
             &highs_version(),
         ])
         .set(1);
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::new(
-                std::process::id() as i32,
-                "archplace",
-            ),
-        ))?;
+        r.register(Box::new(ProcessMetrics::new()))?;
         let m = Metrics {
             specs: reg!(
                 r,
@@ -624,6 +621,52 @@ impl SpecLabels {
     }
 }
 
+/// The process's CPU, memory, threads and file descriptors (prometheus's process
+/// collector), but CPU time to the clock tick: that collector counts whole seconds, so
+/// `rate()` over a minute of an idle or lightly loaded daemon reads as 0 or jumps by 1/60.
+struct ProcessMetrics {
+    inner: prometheus::process_collector::ProcessCollector,
+}
+
+impl ProcessMetrics {
+    const CPU: &'static str = "archplace_process_cpu_seconds_total";
+
+    fn new() -> ProcessMetrics {
+        ProcessMetrics {
+            inner: prometheus::process_collector::ProcessCollector::new(
+                std::process::id() as i32,
+                "archplace",
+            ),
+        }
+    }
+
+    /// User plus system CPU seconds of this process, to the tick (10 ms on Linux).
+    fn cpu_seconds() -> Option<f64> {
+        let stat = procfs::process::Process::myself().ok()?.stat().ok()?;
+        Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+    }
+}
+
+impl prometheus::core::Collector for ProcessMetrics {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.inner.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families = self.inner.collect();
+        if let Some(seconds) = Self::cpu_seconds() {
+            for f in families.iter_mut().filter(|f| f.name() == Self::CPU) {
+                for m in f.mut_metric() {
+                    let mut c = prometheus::proto::Counter::default();
+                    c.set_value(seconds);
+                    m.set_counter(c);
+                }
+            }
+        }
+        families
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -654,6 +697,56 @@ mod tests {
         let parts: Vec<u32> = v.split('.').map(|p| p.parse().unwrap()).collect();
         assert_eq!(parts.len(), 3, "{v}");
         assert!(parts[0] >= 1, "{v}");
+    }
+
+    /// Every alert says how long it must hold, how bad it is, what happened, and links a
+    /// runbook section that exists.
+    #[test]
+    fn every_alert_is_complete_and_has_a_runbook_section() {
+        let rules = include_str!("../../../config/prometheus/alerts.yml");
+        let runbook = include_str!("../../../docs/runbook.md");
+        let blocks: Vec<&str> = rules.split("- alert: ").skip(1).collect();
+        assert!(blocks.len() >= 8, "{} alerts", blocks.len());
+        for block in blocks {
+            let name = block.lines().next().unwrap().trim();
+            for key in ["expr:", "for:", "severity:", "summary:", "description:"] {
+                assert!(block.contains(key), "alert {name} has no `{key}`");
+            }
+            let url = format!(
+                "runbook_url: \"file:///usr/share/doc/archplace/runbook.md#{}\"",
+                name.to_lowercase()
+            );
+            assert!(block.contains(&url), "alert {name}: no {url}");
+            assert!(
+                runbook.lines().any(|l| l == format!("## {name}")),
+                "docs/runbook.md has no section `## {name}`"
+            );
+        }
+    }
+
+    /// CPU time to the tick, not in whole seconds: a tenth of a second of work shows.
+    #[test]
+    fn process_cpu_seconds_are_fractional() {
+        let m = Metrics::new().unwrap();
+        let cpu = |t: &str| -> f64 {
+            t.lines()
+                .find_map(|l| l.strip_prefix("archplace_process_cpu_seconds_total "))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let before = cpu(&text(&m));
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = cpu(&text(&m));
+        assert!(after - before >= 0.1, "{before} → {after}");
+        assert!(
+            after.fract() != 0.0 || before.fract() != 0.0,
+            "{before} → {after}"
+        );
     }
 
     #[test]

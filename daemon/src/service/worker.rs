@@ -8,6 +8,8 @@ use super::metrics::SpecLabels;
 use super::state::{Progress, Queued, Running, Shared};
 use crate::runner::{self, RunError};
 use archplace_engine::search::{Observer, ScheduleEvent};
+use archplace_plugin_sdk::text::{significant, thousands};
+use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,14 +42,15 @@ pub fn run(s: &Shared) {
             state.progress.remove(&job.hash);
             state.running.remove(&job.hash).and_then(|run| run.reason)
         };
+        let invalid = matches!(outcome, Outcome::Invalid(_));
         let (state, message) = match outcome {
-            Outcome::Done(best) => {
+            Outcome::Done(best, summary) => {
                 if let Some((throughput, area_um2)) = best {
                     s.metrics.set_result(&labels, throughput, area_um2);
                 }
-                (JobState::Done, None)
+                (JobState::Done, Some(summary))
             }
-            Outcome::Failed(m) => (JobState::Failed, Some(m)),
+            Outcome::Failed(m) | Outcome::Invalid(m) => (JobState::Failed, Some(m)),
             Outcome::RetryLater(m) => {
                 let retry_seconds = s.live().retry_seconds;
                 let after = crate::service::config::interval(retry_seconds);
@@ -66,15 +69,25 @@ pub fn run(s: &Shared) {
         // Back to queued means interrupted by the shutdown.
         let outcome = match state {
             JobState::Queued => "interrupted",
+            _ if invalid => "invalid",
             other => other.name(),
         };
-        s.metrics
-            .search_ended(&labels, outcome, started.elapsed().as_secs_f64());
+        let seconds = started.elapsed().as_secs_f64();
+        s.metrics.search_ended(&labels, outcome, seconds);
         tracing::info!(
             state = state.name(),
+            outcome,
+            seconds = format!("{seconds:.1}"),
             reason = message.as_deref().unwrap_or(""),
-            "search ended"
+            "search ended: {}",
+            message.as_deref().unwrap_or("")
         );
+        // A finished search's record keeps no message (the summary is the log's).
+        let message = if state == JobState::Done {
+            None
+        } else {
+            message
+        };
         s.state().store.set(&job.hash, state, message);
     }
 }
@@ -111,9 +124,13 @@ fn take(s: &Shared) -> Option<(Queued, Job, Arc<AtomicBool>)> {
 }
 
 enum Outcome {
-    /// With the best configuration's throughput and area (µm²), if any fits.
-    Done(Option<(f64, f64)>),
+    /// With the best configuration's throughput and area (µm²), if any fits, and what the
+    /// log's "search ended" says of it.
+    Done(Option<(f64, f64)>, String),
     Failed(String),
+    /// The spec never started: it is invalid (located errors in `error.json`) — the
+    /// submitter's to fix, not the operator's, so counted apart from failed searches.
+    Invalid(String),
     /// The search ran but its results could not be written: failed now, tried again later.
     RetryLater(String),
     Cancelled,
@@ -265,7 +282,7 @@ fn search(
             &q.path,
             serde_json::to_value(&diags).unwrap_or_default(),
         ) {
-            Ok(()) => Outcome::Failed(format!("{n} error(s) in the spec; first: {first}")),
+            Ok(()) => Outcome::Invalid(format!("{n} error(s) in the spec; first: {first}")),
             Err(e) => Outcome::Failed(e),
         }
     };
@@ -339,12 +356,34 @@ fn search(
         Ok(finished) => match runner::write(&dir, &finished) {
             Ok(()) => {
                 status.write("done", None);
-                Outcome::Done(finished.doc.best.as_ref().map(|b| {
-                    (
-                        b.mean_throughput_samples_per_second,
-                        b.configuration.area_mm2 * 1e6,
-                    )
-                }))
+                let doc = &finished.doc;
+                let evaluated = thousands(doc.search.candidates_evaluated as u64);
+                let summary = match &doc.best {
+                    Some(b) => {
+                        let k = &b.configuration.chip;
+                        format!(
+                            "best {} samples/s on {} tensor cores of {}×{}, {} vector cores, {} buffer, {:.2} mm², HBM {}; {evaluated} candidates",
+                            significant(b.mean_throughput_samples_per_second, 4),
+                            k.tensor_cores,
+                            k.width,
+                            k.depth,
+                            k.vector_cores,
+                            format_bytes(k.buffer_bytes),
+                            b.configuration.area_mm2,
+                            format_bytes(b.hbm_bytes),
+                        )
+                    }
+                    None => format!("no candidate fits; {evaluated} candidates"),
+                };
+                Outcome::Done(
+                    doc.best.as_ref().map(|b| {
+                        (
+                            b.mean_throughput_samples_per_second,
+                            b.configuration.area_mm2 * 1e6,
+                        )
+                    }),
+                    summary,
+                )
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot write the results");
