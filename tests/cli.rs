@@ -99,6 +99,104 @@ fn verbose_shows_our_events_not_the_runtimes() {
     assert!(count("-vvv") > 10);
 }
 
+/// A vendor's path, outside this repository: `plugin new` writes a project, cargo builds
+/// it to a component in a temporary folder, `plugin check` passes, `plugin install` installs
+/// it, and a spec uses it (validated and searched).
+#[test]
+fn a_plugin_from_plugin_new_builds_outside_the_repository_and_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(!tmp.path().starts_with(root().canonicalize().unwrap()));
+    let o = run(&[
+        "plugin",
+        "new",
+        "acme-npu",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let project = tmp.path().join("acme-npu");
+    let target = root().join("target/wasm/plugin-new");
+    let built = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(project.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "the new project does not build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let wasm = target.join("wasm32-wasip2/release/acme_npu.wasm");
+    let w = wasm.to_str().unwrap();
+    let o = run(&["plugin", "check", w]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("`acme-npu` 0.1.0"), "{}", stdout(&o));
+    let plugins = tmp.path().join("plugins");
+    let o = run(&["plugin", "install", "--dir", plugins.to_str().unwrap(), w]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = format!(
+        "{TINY}\n[cost_model]\nlatency = \"acme-npu\"\n[cost_model.parameters.acme-npu]\nclock = \"1.5 GHz\"\n"
+    );
+    let (sdir, spec) = temp_spec("acme.toml", &text);
+    let spec = spec.to_str().unwrap();
+    let dir = plugins.to_str().unwrap();
+    let o = run(&["validate", "--plugin-dir", dir, spec]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = sdir.path().join("out");
+    let o = run(&[
+        "run",
+        "--plugin-dir",
+        dir,
+        "--out",
+        out.to_str().unwrap(),
+        spec,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
+    assert!(
+        result["cost_models"].to_string().contains("acme-npu"),
+        "{}",
+        result["cost_models"]
+    );
+}
+
+/// Completions for each shell and a man page, from the parser's own definition.
+#[test]
+fn completions_and_man_page() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = run(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(
+            out.contains("validate") && out.contains("memory-budget"),
+            "{shell}: {out}"
+        );
+    }
+    let o = run(&["man"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let man = stdout(&o);
+    assert!(
+        man.starts_with(".ie") || man.contains(".TH archplace"),
+        "{man}"
+    );
+    assert!(man.contains("validate"), "{man}");
+    let o = run(&["completions", "tcsh"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
 #[test]
 fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
     let (dir, spec) = temp_spec("tiny.toml", TINY);
@@ -112,7 +210,7 @@ fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
         spec,
     ]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
-    let out = stdout(&o);
+    let out = stderr(&o);
     assert!(out.contains("above the memory budget of 200 MiB"), "{out}");
     assert!(out.contains("the cost-model plugins 512"), "{out}");
     assert!(out.contains("tiny.toml:19:1"), "located at [search]: {out}");
@@ -162,7 +260,9 @@ fn validate_reports_located_errors_and_exits_1() {
     let p = path.display().to_string();
     let o = run(&["validate", &p]);
     assert_eq!(o.status.code(), Some(1));
-    let out = stdout(&o);
+    // Diagnostics on stderr; nothing on stdout.
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    let out = stderr(&o);
     assert!(out.contains(&format!("{p}:6:23")), "{out}");
     assert!(out.contains(&format!("{p}:9:25")), "{out}");
     assert!(out.contains(&format!("{p}:12:8")), "{out}");
@@ -198,7 +298,7 @@ fn validate_survives_missing_and_binary_files() {
         &path.display().to_string(),
     ]);
     assert_eq!(o.status.code(), Some(1));
-    let out = stdout(&o);
+    let out = stderr(&o);
     assert!(out.contains("cannot read the file"), "{out}");
     assert!(out.contains("not valid UTF-8"), "{out}");
 }
@@ -228,7 +328,7 @@ fn validate_refuses_devices_fifos_and_huge_files_at_once() {
     ]);
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
     assert_eq!(o.status.code(), Some(1));
-    let out = stdout(&o);
+    let out = stderr(&o);
     assert!(out.contains("not a regular file (a device)"), "{out}");
     assert!(out.contains("not a regular file (a FIFO)"), "{out}");
     assert!(out.contains("larger than 1048576 bytes"), "{out}");
@@ -291,7 +391,14 @@ fn space_lists_the_reference_space() {
         .join("config/specs/gpt3-175b.toml")
         .display()
         .to_string();
-    let o = run(&["space", &spec, "--json"]);
+    // `--json` is one document.
+    let o = run(&["space", &spec, "--json", "--limit", "5"]);
+    assert!(o.status.success(), "{o:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["candidates"].as_array().unwrap().len(), 5);
+    assert_eq!(doc["summary"]["candidates"], 29_360);
+    // `--jsonl` streams a line per candidate, then the summary.
+    let o = run(&["space", &spec, "--jsonl"]);
     assert!(o.status.success(), "{o:?}");
     let out = stdout(&o);
     let lines: Vec<serde_json::Value> = out
@@ -617,7 +724,47 @@ fn plugins_are_installed_listed_and_used_by_a_spec() {
     assert!(manifest.contains("blake3 = "), "{manifest}");
     let o = run(&["plugin", "list", "--json", "--plugin-dir", d]);
     let cat: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(cat["entries"][0]["manifest"]["name"], "my-cost-model");
+    let names: Vec<&str> = cat["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["manifest"]["name"].as_str())
+        .collect();
+    // `--plugin-dir` adds to the default folders (the built reference plugin is there too).
+    assert!(
+        names.contains(&"my-cost-model") && names.contains(&"reference"),
+        "{names:?}"
+    );
+    // The same component again: fine, and the pin stays.
+    let o = run(&["plugin", "install", "--dir", d, template.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let manifest =
+        std::fs::read_to_string(plugins.join("my-cost-model-0.1.0/plugin.toml")).unwrap();
+    assert!(manifest.contains("blake3 = "), "pin kept: {manifest}");
+    // A different component under the same name and version: refused without --force.
+    let installed = plugins.join("my-cost-model-0.1.0/my-cost-model.wasm");
+    let before = std::fs::read(&installed).unwrap();
+    std::fs::write(&installed, std::fs::read(component("gpu-like")).unwrap()).unwrap();
+    let o = run(&["plugin", "install", "--dir", d, template.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("a different component is installed as `my-cost-model` 0.1.0"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "plugin",
+        "install",
+        "--force",
+        "--dir",
+        d,
+        template.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&installed).unwrap(), before);
+    let manifest =
+        std::fs::read_to_string(plugins.join("my-cost-model-0.1.0/plugin.toml")).unwrap();
+    assert!(manifest.contains("blake3 = "), "pin kept: {manifest}");
 
     // A spec that takes its latency model from the installed plugin.
     let tiny = TINY;
@@ -669,14 +816,14 @@ fn plugins_are_installed_listed_and_used_by_a_spec() {
         .unwrap()
         + 1;
     assert!(
-        stdout(&o).contains(&format!("{b}:{line}:9")),
+        stderr(&o).contains(&format!("{b}:{line}:9")),
         "{}",
-        stdout(&o)
+        stderr(&o)
     );
     assert!(
-        stdout(&o).contains("field: cost_model.parameters.my-cost-model.clock"),
+        stderr(&o).contains("field: cost_model.parameters.my-cost-model.clock"),
         "{}",
-        stdout(&o)
+        stderr(&o)
     );
 }
 

@@ -1,9 +1,12 @@
 //! Resuming an interrupted search from its journal (`daemon/src/journal.rs`): killed with
-//! -9 at half its candidates, `archplace run` finishes in at most 60% of a whole run's time
-//! with the identical result; Ctrl-C writes the best result so far, marked partial, and the
-//! next run continues it.
+//! -9 half-way, `archplace run` evaluates only the candidates the journal lacks (and the
+//! best once more: counted in layer schedules, exactly) and gives the identical result;
+//! Ctrl-C writes the best result so far, marked partial, and the next run continues it.
+//! (It used to compare wall-clock times, resumed ≤ 60% of whole: that depended on the
+//! machine's load and on which candidates were left, and failed at 63% on an idle CI
+//! machine. The time is still printed.)
 //!
-//! Its own test binary, so that no other test competes for the CPU while it compares times.
+//! Its own test binary, so that no other test competes for the CPU while it runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -140,14 +143,29 @@ fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
     assert!(reused > 0 && reused < n, "{reused} of {n}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("resumed from the journal"));
     let ratio = rest_wall.as_secs_f64() / full_wall.as_secs_f64();
+    // What the resumed process did, counted (the wall-clock ratio above depends on the
+    // machine's load and on which candidates were left): it scheduled the layers of the
+    // candidates the journal did not have, and of the best once more — nothing else.
+    let schedules = |r: &serde_json::Value| r["work"]["layer_schedules"].as_u64().unwrap();
+    let per_candidate = schedules(&full) / n as u64;
     eprintln!(
-        "whole run {full_wall:.2?}; killed after {:.2?} at {reused}/{n} candidates; the resumed run {rest_wall:.2?} ({:.0}%)",
+        "whole run {full_wall:.2?}, {} layer schedules; killed after {:.2?} at {reused}/{n} candidates; the resumed run {rest_wall:.2?} ({:.0}%), {} layer schedules",
+        schedules(&full),
         full_wall / 2,
-        100.0 * ratio
+        100.0 * ratio,
+        schedules(&resumed)
     );
+    assert_eq!(
+        full["search"]["candidates_failed"], 0,
+        "every candidate has as many schedules"
+    );
+    assert_eq!(schedules(&full), per_candidate * n as u64);
+    let left = (n - reused) as u64;
     assert!(
-        ratio <= 0.6,
-        "resumed in {rest_wall:?}, the whole run took {full_wall:?}"
+        [left, left + 1]
+            .map(|c| c * per_candidate)
+            .contains(&schedules(&resumed)),
+        "the resumed run scheduled more than the {left} candidates left and the best"
     );
     assert_eq!(comparable(resumed), comparable(full.clone()));
     assert_eq!(

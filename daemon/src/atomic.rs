@@ -41,10 +41,13 @@ pub fn write_with(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let tmp = tempfile::Builder::new()
-        .prefix(".archplace-")
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
+    // Created as any new file is (0666 less the umask), not tempfile's 0600: result files
+    // and installed plugins are for the people and services the umask lets read them.
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".archplace-").suffix(".tmp");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let tmp = builder.tempfile_in(dir)?;
     step("created the temporary file", path);
     let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);
     fill(&mut w)?;
@@ -96,5 +99,23 @@ mod tests {
             1,
             "no temporary file left"
         );
+    }
+
+    /// Files get 0666 less the process's umask, as `open(2)` gives any new file.
+    #[cfg(unix)]
+    #[test]
+    fn files_honour_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .map(|u| u32::from_str_radix(u.trim(), 8).unwrap())
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("result.json");
+        super::write(&p, b"{}").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666 & !umask, "mode {mode:o}, umask {umask:o}");
     }
 }

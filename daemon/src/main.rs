@@ -77,9 +77,20 @@ enum Command {
         /// Worker threads the memory estimate counts (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Print each good spec with every default written out (itself a spec) on stdout.
+        #[arg(long, conflicts_with = "json")]
+        print_resolved: bool,
     },
     /// Print the JSON Schema of spec files.
     Schema,
+    /// Print a shell's completion script, e.g. `archplace completions bash >
+    /// ~/.local/share/bash-completion/completions/archplace`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `archplace man > ~/.local/share/man/man1/archplace.1`.
+    Man,
     /// Cost-model plugins: check a component, list or install plugins, print the WIT.
     #[command(subcommand)]
     Plugin(cli::plugin::PluginCommand),
@@ -99,9 +110,12 @@ enum Command {
     Space {
         /// Spec file; the embedded default spec when omitted.
         spec: Option<PathBuf>,
-        /// One JSON object per candidate, then a summary object.
-        #[arg(long)]
+        /// One JSON document: `{"summary": {…}, "candidates": […]}`.
+        #[arg(long, conflicts_with = "jsonl")]
         json: bool,
+        /// JSON Lines, streamed: one object per candidate, then the summary.
+        #[arg(long)]
+        jsonl: bool,
         /// Print at most this many candidates (the summary covers all).
         #[arg(long)]
         limit: Option<usize>,
@@ -171,16 +185,30 @@ fn main() -> ExitCode {
             json,
             memory_budget,
             threads,
+            print_resolved,
             ..
         } => cli::validate::run(
             &files,
             json,
+            print_resolved,
             memory_budget.unwrap_or_else(archplace::memory::machine_budget_bytes),
             threads,
             &cli.plugins,
         ),
         Command::Daemon(args) => cli::daemon::run(&args, &cli.plugins, logging),
         Command::Plugin(cmd) => cli::plugin::run(cmd, &cli.plugins),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "archplace", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(anyhow::Error::from)
+        }
         Command::Schema => {
             cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)
         }
@@ -189,8 +217,18 @@ fn main() -> ExitCode {
             micro_batch,
             json,
         } => cli::model::run(spec.as_deref(), micro_batch, json),
-        Command::Space { spec, json, limit } => {
-            cli::space::run(spec.as_deref(), json, limit, &cli.plugins)
+        Command::Space {
+            spec,
+            json,
+            jsonl,
+            limit,
+        } => {
+            let format = match (json, jsonl) {
+                (true, _) => cli::space::Format::Json,
+                (_, true) => cli::space::Format::JsonLines,
+                _ => cli::space::Format::Text,
+            };
+            cli::space::run(spec.as_deref(), format, limit, &cli.plugins)
         }
         Command::Estimate(args) => cli::estimate::run(&args, &cli.plugins),
         Command::Placement { input, output } => cli::placement::run(&input, output.as_deref()),

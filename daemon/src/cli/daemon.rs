@@ -154,9 +154,9 @@ pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
                 print_json(&v)?;
             } else {
                 for e in &errs {
-                    outln!("error: {e}")?;
+                    eprintln!("error: {e}");
                 }
-                outln!("{} error(s)", errs.len())?;
+                eprintln!("{} error(s)", errs.len());
             }
             Ok(ExitCode::FAILURE)
         }

@@ -15,6 +15,7 @@ pub mod estimate;
 pub mod model;
 pub mod placement;
 pub mod plugin;
+pub mod plugin_new;
 pub mod run;
 pub mod schedule;
 pub mod space;

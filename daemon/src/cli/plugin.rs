@@ -11,9 +11,9 @@ use std::process::ExitCode;
 /// Options shared by every command that loads plugins.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PluginArgs {
-    /// Folder of installed plugins (repeatable; replaces the default folders:
-    /// $ARCHPLACE_PLUGIN_DIRS, ~/.local/share/archplace/plugins, ../lib/archplace/plugins
-    /// and ../plugins next to the executable).
+    /// Folder of installed plugins (repeatable), searched before the default folders:
+    /// $ARCHPLACE_PLUGIN_DIRS, or ~/.local/share/archplace/plugins, ../lib/archplace/plugins
+    /// and ../plugins next to the executable.
     #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
     pub plugin_dirs: Vec<PathBuf>,
     /// Folder of compiled plugins (default: $ARCHPLACE_CACHE_DIR or ~/.cache/archplace,
@@ -29,7 +29,15 @@ impl PluginArgs {
     pub fn options(&self) -> HostOptions {
         let mut o = HostOptions::defaults();
         if !self.plugin_dirs.is_empty() {
-            o.plugin_dirs = self.plugin_dirs.clone();
+            // Added to the defaults, first: a vendor testing a build still has the
+            // installed plugins.
+            let mut dirs = self.plugin_dirs.clone();
+            dirs.extend(
+                o.plugin_dirs
+                    .into_iter()
+                    .filter(|d| !self.plugin_dirs.contains(d)),
+            );
+            o.plugin_dirs = dirs;
         }
         if let Some(d) = &self.cache_dir {
             o.cache_dir = Some(archplace_plugin_host::cache::dir_in(d));
@@ -73,9 +81,23 @@ pub enum PluginCommand {
         /// Record the component's hash in the manifest: a changed file is then refused.
         #[arg(long)]
         pin: bool,
+        /// Replace a different component installed under the same name and version (a
+        /// pin is kept, on the new component's hash).
+        #[arg(long)]
+        force: bool,
     },
     /// Print the WIT interface plugins implement.
     Wit,
+    /// Write a new plugin project: the template with NAME filled in everywhere and this
+    /// archplace's SDK vendored beside it, ready for `cargo build --release --target
+    /// wasm32-wasip2` anywhere.
+    New {
+        /// The plugin's name (and package name): lower-case letters, digits and `-`.
+        name: String,
+        /// Folder to create the project in (default: the current folder).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn parse_params(params: &[String]) -> Result<Vec<Parameter>> {
@@ -157,7 +179,12 @@ pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        PluginCommand::Install { file, dir, pin } => {
+        PluginCommand::Install {
+            file,
+            dir,
+            pin,
+            force,
+        } => {
             let host = args.host()?;
             let report = check::check(&host, &file, &[])
                 .with_context(|| format!("checking {}", file.display()))?;
@@ -173,13 +200,23 @@ pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
                 None => catalog::user_dir()
                     .context("no per-user plugin folder ($HOME unset); give --dir")?,
             };
-            let installed = install(&file, &root, &report, pin)?;
+            let installed = install(&file, &root, &report, pin, force)?;
             outln!(
                 "installed `{}` {} in {}",
                 report.info.name,
                 report.info.version,
                 installed.display()
             )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::New { name, dir } => {
+            let root = super::plugin_new::create(&name, dir.as_deref().unwrap_or(Path::new(".")))?;
+            outln!("created {}", root.display())?;
+            eprintln!(
+                "next: cd {} && rustup target add wasm32-wasip2 && cargo build --release --target wasm32-wasip2 && archplace plugin check target/wasm32-wasip2/release/{}.wasm",
+                root.display(),
+                name.replace('-', "_")
+            );
             Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Wit => {
@@ -189,16 +226,43 @@ pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
     }
 }
 
-/// Copies the component and writes its manifest into `root/<name>-<version>/`.
-fn install(file: &Path, root: &Path, report: &check::Report, pin: bool) -> Result<PathBuf> {
+/// Copies the component and writes its manifest into `root/<name>-<version>/`. A different
+/// component already there under that name and version is refused unless `force`: a
+/// plugin's version names its behaviour (the host's memo and results rely on it), so new
+/// bytes need a new version. An existing pin is kept.
+fn install(
+    file: &Path,
+    root: &Path,
+    report: &check::Report,
+    pin: bool,
+    force: bool,
+) -> Result<PathBuf> {
     let name = &report.info.name;
-    let dir = root.join(format!("{name}-{}", report.info.version));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let version = &report.info.version;
+    let dir = root.join(format!("{name}-{version}"));
     let wasm = archplace_plugin_host::files::read_regular(
         file,
         archplace_plugin_host::MAX_COMPONENT_BYTES,
     )
     .with_context(|| format!("reading {}", file.display()))?;
+    let old_manifest: Option<Manifest> = std::fs::read_to_string(dir.join(MANIFEST))
+        .ok()
+        .and_then(|t| toml::from_str(&t).ok());
+    let old_file = old_manifest
+        .as_ref()
+        .and_then(|m| m.file.clone())
+        .unwrap_or_else(|| format!("{name}.wasm"));
+    if let Ok(old) = std::fs::read(dir.join(&old_file))
+        && blake3::hash(&old) != blake3::hash(&wasm)
+        && !force
+    {
+        bail!(
+            "a different component is installed as `{name}` {version} in {}: give the new build a new version (its `ModelInfo`), or replace it with --force",
+            dir.display()
+        );
+    }
+    let pin = pin || old_manifest.as_ref().is_some_and(|m| m.blake3.is_some());
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     archplace::atomic::write(&dir.join(format!("{name}.wasm")), &wasm)
         .with_context(|| format!("writing into {}", dir.display()))?;
     let manifest = Manifest {

@@ -83,7 +83,13 @@ pub fn run(
     if threads == Some(0) {
         bail!("--threads must be at least 1");
     }
+    let given = spec.is_some();
     let spec = load_spec(spec)?;
+    if given {
+        for note in spec.defaulted_sections() {
+            eprintln!("note: {note}");
+        }
+    }
     let host = plugins.host()?;
     // Report plugin and parameter problems before the progress bar starts.
     let cancel = Arc::new(AtomicBool::new(false));
@@ -165,12 +171,12 @@ pub fn run(
 fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     let s = &doc.search;
     outln!(
-        "search `{}`: {} of {} candidates evaluated ({} failed), {} buckets, {}; {:.1} s",
+        "search `{}`: {} of {} candidates evaluated ({} failed) in {} area buckets, {}; {:.1} s",
         doc.spec.name,
-        s.candidates_evaluated,
-        s.candidates_in_space,
-        s.candidates_failed,
-        s.buckets_visited,
+        thousands(s.candidates_evaluated as u64),
+        thousands(s.candidates_in_space as u64),
+        thousands(s.candidates_failed as u64),
+        thousands(s.buckets_visited as u64),
         if s.cancelled {
             "interrupted (partial result)"
         } else if s.exhaustive {
@@ -207,11 +213,11 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     )?;
     for m in &best.models {
         outln!(
-            "  {}: {:.2} samples/s ({:.0} tokens/s), {:.3} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {} pipeline stage(s){}",
+            "  {}: {} samples/s ({} tokens/s), {} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {}{}",
             m.model,
-            m.throughput_samples_per_second,
-            m.throughput_tokens_per_second,
-            m.time_per_batch_seconds,
+            significant(m.throughput_samples_per_second, 4),
+            significant(m.throughput_tokens_per_second, 4),
+            significant(m.time_per_batch_seconds, 3),
             m.micro_batch,
             m.recomputation.name(),
             match m.precision {
@@ -233,7 +239,11 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
             },
             m.tensor_parallel,
             m.data_parallel,
-            m.pipeline_stages,
+            if m.pipeline_stages == 1 {
+                "1 pipeline stage".to_string()
+            } else {
+                format!("{} pipeline stages", m.pipeline_stages)
+            },
             if m.pipeline_interleaving > 1 {
                 format!(", interleaved ({} chunks each)", m.pipeline_interleaving)
             } else {
@@ -266,10 +276,11 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         if let Some(b) = &m.baseline {
             match b.throughput_samples_per_second {
                 Some(t) => outln!(
-                    "    baseline p={} d={} t={}: {t:.2} samples/s ({:.2}× slower than the plan found)",
+                    "    baseline p={} d={} t={}: {} samples/s ({:.2}× slower than the plan found)",
                     b.pipeline,
                     b.data,
                     b.tensor,
+                    significant(t, 4),
                     m.throughput_samples_per_second / t
                 )?,
                 None => outln!(

@@ -74,9 +74,19 @@ pub fn summary(space: &Space, seconds: f64) -> Summary {
     }
 }
 
+/// How `space` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    /// One JSON document: `{"summary": {…}, "candidates": […]}`.
+    Json,
+    /// JSON Lines: one object per candidate, then the summary (`"summary": true`).
+    JsonLines,
+}
+
 pub fn run(
     spec: Option<&Path>,
-    json: bool,
+    format: Format,
     limit: Option<usize>,
     plugins: &super::plugin::PluginArgs,
 ) -> Result<ExitCode> {
@@ -90,13 +100,25 @@ pub fn run(
     let shown = limit.unwrap_or(usize::MAX);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let s = summary(&space, seconds);
-    if json {
+    if format == Format::JsonLines {
         for c in space.candidates.iter().take(shown) {
             serde_json::to_writer(&mut out, &Row::from(c))?;
             writeln!(out)?;
         }
         serde_json::to_writer(&mut out, &s)?;
         writeln!(out)?;
+    } else if format == Format::Json {
+        // Streamed: the whole space is not built in memory as one value.
+        write!(out, "{{\"summary\":")?;
+        serde_json::to_writer(&mut out, &s)?;
+        write!(out, ",\"candidates\":[")?;
+        for (i, c) in space.candidates.iter().take(shown).enumerate() {
+            if i > 0 {
+                write!(out, ",")?;
+            }
+            serde_json::to_writer(&mut out, &Row::from(c))?;
+        }
+        writeln!(out, "]}}")?;
     } else {
         writeln!(
             out,

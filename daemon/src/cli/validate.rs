@@ -12,6 +12,7 @@ use std::process::ExitCode;
 pub fn run(
     files: &[PathBuf],
     json: bool,
+    print_resolved: bool,
     memory_budget_bytes: u64,
     threads: Option<usize>,
     plugins: &super::plugin::PluginArgs,
@@ -55,7 +56,11 @@ pub fn run(
                 if let Some(memory) = check_models(&s, &mut text, &mut all)
                     && !json
                 {
-                    outln!("ok: {} ({memory})", spec::DEFAULT_SPEC_NAME)?;
+                    if print_resolved {
+                        outln!("{}", spec::resolved(&s))?;
+                    } else {
+                        outln!("ok: {} ({memory})", spec::DEFAULT_SPEC_NAME)?;
+                    }
                 }
             }
         }
@@ -66,12 +71,19 @@ pub fn run(
                 if let Some(memory) = check_models(&s, &mut text, &mut all)
                     && !json
                 {
-                    outln!(
-                        "ok: {} (search `{}`, {} model(s); {memory})",
-                        f.display(),
-                        s.name,
-                        s.models.len()
-                    )?;
+                    if print_resolved {
+                        outln!("{}", spec::resolved(&s))?;
+                    } else {
+                        outln!(
+                            "ok: {} (search `{}`, {} model(s); {memory})",
+                            f.display(),
+                            s.name,
+                            s.models.len()
+                        )?;
+                    }
+                    for note in s.defaulted_sections() {
+                        eprintln!("note: {}: {note}", f.display());
+                    }
                 }
             }
             Err(e) => {
@@ -80,11 +92,13 @@ pub fn run(
             }
         }
     }
+    // Diagnostics go to stderr, as every command's do; stdout has the "ok" lines, or with
+    // `--json` the one JSON document.
     if json {
         super::print_json(&all)?;
     } else if !all.is_empty() {
-        print!("{text}");
-        outln!("{} error(s)", all.len())?;
+        eprint!("{text}");
+        eprintln!("{} error(s)", all.len());
     }
     Ok(if all.is_empty() {
         ExitCode::SUCCESS

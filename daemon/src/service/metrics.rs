@@ -699,6 +699,41 @@ mod tests {
         assert!(parts[0] >= 1, "{v}");
     }
 
+    /// Every panel of the dashboard says its unit and what it shows, and rates use
+    /// Grafana's `$__rate_interval` (not a fixed window that breaks at other scrape
+    /// intervals).
+    #[test]
+    fn every_dashboard_panel_has_a_unit_and_a_description() {
+        let d: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../config/grafana/dashboards/archplace.json"
+        ))
+        .unwrap();
+        let mut panels = 0;
+        for p in d["panels"].as_array().unwrap() {
+            let title = p["title"].as_str().unwrap_or("");
+            assert!(
+                p["description"].as_str().is_some_and(|s| !s.is_empty()),
+                "panel `{title}` has no description"
+            );
+            if p["type"] == "row" {
+                continue;
+            }
+            assert!(
+                p["fieldConfig"]["defaults"]["unit"].as_str().is_some(),
+                "panel `{title}` has no unit"
+            );
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = t["expr"].as_str().unwrap_or("");
+                assert!(!expr.contains("[5m]"), "panel `{title}`: {expr}");
+                if expr.contains("rate(") && !expr.contains("increase(") {
+                    assert!(expr.contains("$__rate_interval"), "panel `{title}`: {expr}");
+                }
+            }
+            panels += 1;
+        }
+        assert!(panels >= 25, "{panels} panels");
+    }
+
     /// Every alert says how long it must hold, how bad it is, what happened, and links a
     /// runbook section that exists.
     #[test]

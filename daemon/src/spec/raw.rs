@@ -322,6 +322,12 @@ pub struct RawCluster {
     pub inter_node_efficiency: Option<f64>,
 }
 
+/// serde's message for a value that is neither form of [`RawAxis`].
+pub const AXIS_EXPECTING: &str = "a list of values, or a table { min = ..., max = ... }";
+/// serde's message for a value that is neither form of [`RawAreaBudget`].
+pub const AREA_BUDGET_EXPECTING: &str =
+    "an area such as \"278.8 mm2\", or { reference_config = { ... } }";
+
 /// An axis of the space: a list of values, or every power of two from `min` to `max`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(

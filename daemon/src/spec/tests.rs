@@ -653,3 +653,277 @@ fn gpu_presets_fill_the_chip_and_the_cluster() {
             .contains("missing")
     );
 }
+
+/// Ten different mistakes, ten located errors, in one run: several in one table, a typo
+/// nested in a model, numbers where a unit is needed, a model that does not deserialize
+/// beside one that does (the good one is still checked).
+#[test]
+fn ten_mistakes_give_ten_located_errors_in_one_run() {
+    let src = r#"schema_version = 1
+name = "ten-mistakes"
+descripton = "a typo at the top"
+
+[[models]]
+preset = "gpt3-175b"
+max_tensor_paralel = 8
+seq_len = "2048"
+
+[[models]]
+preset = "gpt3-175"
+
+[training]
+global_batch = 4096
+micro_batch_sizes = [1, 3]
+
+[cluster]
+devices = -4
+hbm = [80]
+link_bandwidth = 4
+
+[search]
+exhaustiv = true
+schedule_gap = "1%"
+"#;
+    let d = errors(src);
+    let expect: [(&str, &str, &str); 10] = [
+        ("descripton", "descripton", "did you mean `description`"),
+        (
+            "models[0].max_tensor_paralel",
+            "max_tensor_paralel",
+            "did you mean `max_tensor_parallel`",
+        ),
+        ("models[0].seq_len", "\"2048\"", "without quotes"),
+        ("models[1].preset", "\"gpt3-175\"", "gpt3-175b"),
+        ("training.micro_batch_sizes[1]", "3]", ""),
+        ("cluster.devices", "-4", "at least 0"),
+        ("cluster.hbm[0]", "80]", "\"80 GiB\""),
+        ("cluster.link_bandwidth", "4\n\n[search]", "\"4 GB/s\""),
+        ("search.exhaustiv", "exhaustiv", "did you mean `exhaustive`"),
+        ("search.schedule_gap", "\"1%\"", "a number"),
+    ];
+    for (field, needle, says) in expect {
+        let e = find(&d, field);
+        assert_eq!((e.line, e.column), at(src, needle), "{field}: {e:#?}");
+        let text = format!("{} {}", e.message, e.help.as_deref().unwrap_or(""));
+        assert!(text.contains(says), "{field}: `{says}` not in {text:?}");
+    }
+    assert_eq!(d.len(), 10, "{d:#?}");
+}
+
+/// Every problem the schema finds in `instance`, as "location: what" (the leaves of the
+/// validator's error tree).
+fn schema_errors(instance: &serde_json::Value) -> Vec<String> {
+    fn leaves(e: &boon::ValidationError) -> Vec<String> {
+        if e.causes.is_empty() {
+            vec![format!("{}: {}", e.instance_location, e.kind)]
+        } else {
+            e.causes.iter().flat_map(leaves).collect()
+        }
+    }
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler
+        .add_resource(schema::SCHEMA_ID, json_schema())
+        .unwrap();
+    let index = compiler.compile(schema::SCHEMA_ID, &mut schemas).unwrap();
+    match schemas.validate(instance, index) {
+        Ok(()) => Vec::new(),
+        Err(e) => leaves(&e),
+    }
+}
+
+/// Every example spec (and the embedded default) is valid by the schema an editor uses.
+#[test]
+fn the_schema_accepts_every_example_spec() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
+    let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    texts.push(("default".into(), DEFAULT_SPEC.to_string()));
+    assert!(texts.len() >= 10);
+    for (name, text) in texts {
+        let v: serde_json::Value = toml::from_str(&text).unwrap();
+        let errors = schema_errors(&v);
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+    }
+    let schema = json_schema();
+    assert_eq!(schema["$id"], schema::SCHEMA_ID);
+    let defs = schema["$defs"].as_object().unwrap();
+    assert!(
+        defs.keys().all(|k| !k.starts_with("Raw")),
+        "{:?}",
+        defs.keys()
+    );
+    assert!(!schema.to_string().contains("\"null\""), "TOML has no null");
+}
+
+/// The ten mistakes of `ten_mistakes_give_ten_located_errors_in_one_run`, as an editor's
+/// schema check sees them: all but the one that relates two fields (a micro-batch that
+/// must divide the global batch), which only the validator can see.
+#[test]
+fn the_schema_catches_the_mistakes_a_schema_can() {
+    let src = r#"schema_version = 1
+name = "ten-mistakes"
+descripton = "a typo at the top"
+
+[[models]]
+preset = "gpt3-175b"
+max_tensor_paralel = 8
+seq_len = "2048"
+
+[[models]]
+preset = "gpt3-175"
+
+[training]
+global_batch = 4096
+micro_batch_sizes = [1, 3]
+
+[cluster]
+devices = -4
+hbm = [80]
+link_bandwidth = 4
+
+[search]
+exhaustiv = true
+schedule_gap = "1%"
+"#;
+    let v: serde_json::Value = toml::from_str(src).unwrap();
+    let errors = schema_errors(&v);
+    let found = |location: &str, says: &str| {
+        errors
+            .iter()
+            .any(|e| e.starts_with(&format!("{location}: ")) && e.contains(says))
+    };
+    for (location, says) in [
+        ("", "descripton"),
+        ("/models/0", "max_tensor_paralel"),
+        ("/models/0/seq_len", "string"),
+        ("/models/1/preset", "gpt3-175"),
+        ("/cluster/devices", "-4"),
+        ("/cluster/hbm/0", "number"),
+        ("/cluster/link_bandwidth", "number"),
+        ("/search", "exhaustiv"),
+        ("/search/schedule_gap", "string"),
+    ] {
+        assert!(
+            found(location, says),
+            "no `{says}` at `{location}` in {errors:#?}"
+        );
+    }
+    assert!(
+        !errors.iter().any(|e| e.contains("micro_batch_sizes")),
+        "{errors:#?}"
+    );
+    // A quantity's unit is checked by pattern, and a model without a preset must give
+    // its shape.
+    let v: serde_json::Value = toml::from_str(
+        "schema_version = 1\nname = \"x\"\n[[models]]\nname = \"mine\"\nlayers = 2\n[cluster]\nhbm = [\"80 GB/s\"]\n",
+    )
+    .unwrap();
+    let errors = schema_errors(&v);
+    assert!(
+        errors.iter().any(|e| e.starts_with("/cluster/hbm/0: ")),
+        "{errors:#?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("/models/0: ") && e.contains("hidden")),
+        "{errors:#?}"
+    );
+}
+
+/// `--print-resolved` writes a spec: read back, every example gives the same search (the
+/// same models, training, cluster, space, cost models and fixed plan), and writing it again
+/// gives the same text.
+#[test]
+fn the_resolved_spec_reads_back_as_the_same_search() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
+    let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    texts.push(("default".into(), DEFAULT_SPEC.to_string()));
+    for (file, text) in texts {
+        let spec = parse(&text, &file).unwrap_or_else(|d| panic!("{file}: {d:#?}"));
+        let out = resolved(&spec);
+        let again = parse(&out, "resolved.toml")
+            .unwrap_or_else(|d| panic!("{file}: the resolved spec is invalid: {d:#?}\n{out}"));
+        assert_eq!(again.models, spec.models, "{file}\n{out}");
+        assert_eq!(again.training, spec.training, "{file}\n{out}");
+        assert_eq!(again.cluster, spec.cluster, "{file}\n{out}");
+        assert_eq!(again.space, spec.space, "{file}\n{out}");
+        assert_eq!(again.cost_model, spec.cost_model, "{file}\n{out}");
+        assert_eq!(again.estimate, spec.estimate, "{file}\n{out}");
+        assert_eq!(resolved(&again), out, "{file}");
+        assert!(again.defaulted_sections().is_empty(), "{file}: {out}");
+    }
+}
+
+/// The untagged types' messages are the constants `explain_table` recognises.
+#[test]
+fn untagged_messages_are_the_recognised_ones() {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Axis {
+        a: raw::RawAxis<u32>,
+    }
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Area {
+        a: raw::RawAreaBudget,
+    }
+    let axis = toml::from_str::<Axis>("a = true").err().unwrap();
+    assert_eq!(axis.message().trim(), raw::AXIS_EXPECTING);
+    let area = toml::from_str::<Area>("a = true").err().unwrap();
+    assert_eq!(area.message().trim(), raw::AREA_BUDGET_EXPECTING);
+}
+
+/// A typo inside a nested table is one error with a suggestion (not also a "missing
+/// field"), and inside an untagged value (an area budget, an axis range) too.
+#[test]
+fn nested_typos_get_one_error_with_a_suggestion() {
+    let src = r#"schema_version = 1
+name = "nested"
+[[models]]
+preset = "gpt3-175b"
+baseline = { pipline = 32, data = 8, tensor = 4 }
+[search]
+area_budget = { reference_config = { tensor_core = 8, vector_cores = 2, width = 128, depth = 128, buffer = "128 MiB" } }
+tensor_cores = { min = 1, mx = 8 }
+"#;
+    let d = errors(src);
+    for (field, suggestion) in [
+        ("models[0].baseline.pipline", "`pipeline`"),
+        (
+            "search.area_budget.reference_config.tensor_core",
+            "`tensor_cores`",
+        ),
+        ("search.tensor_cores.mx", "`max`"),
+    ] {
+        let e = find(&d, field);
+        assert!(
+            e.help
+                .as_deref()
+                .unwrap_or("")
+                .contains(&format!("did you mean {suggestion}")),
+            "{e:#?}"
+        );
+    }
+    assert_eq!(d.len(), 3, "{d:#?}");
+}

@@ -19,10 +19,11 @@ pub struct MyModel {
 
 impl Plugin for MyModel {
     fn info() -> ModelInfo {
-        // The name specs use (`latency = "my-cost-model"`) and the manifest repeats. By
-        // default a model is deterministic (same inputs, same outputs: archplace memoises
-        // your answers) and provides both area and latency; change the fields if not.
-        ModelInfo::new("my-cost-model", "Example Corp", env!("CARGO_PKG_VERSION")).parameter(
+        // The name specs use (`latency = "my-cost-model"`) and the manifest repeats: the
+        // package's, so renaming the package renames the plugin. By default a model is
+        // deterministic (same inputs, same outputs: archplace memoises your answers) and
+        // provides both area and latency; change the fields if not.
+        ModelInfo::new(env!("CARGO_PKG_NAME"), "Example Corp", env!("CARGO_PKG_VERSION")).parameter(
             "clock",
             "core clock",
             "1 GHz",

@@ -23,18 +23,27 @@ pub(super) fn models(
         return None;
     }
     let mut out = Vec::new();
+    // Each checked model's index in the file.
+    let mut at = Vec::new();
     let mut ok = true;
     for (i, m) in raw.models.iter().enumerate() {
+        if ctx.model_failed(i) {
+            ok = false;
+            continue;
+        }
         match model(m, &path.index(i), ctx, training, cluster) {
-            Some(spec) => out.push(spec),
+            Some(spec) => {
+                out.push(spec);
+                at.push(i);
+            }
             None => ok = false,
         }
     }
     let names: Vec<&str> = out.iter().map(|m| m.config.name.as_str()).collect();
-    for (i, n) in names.iter().enumerate() {
-        if names[..i].contains(n) {
+    for (k, n) in names.iter().enumerate() {
+        if names[..k].contains(n) {
             ctx.error(
-                &path.index(i).key("name"),
+                &path.index(at[k]).key("name"),
                 format!("two models are called `{n}`"),
                 Some("give each model its own `name`".into()),
             );
