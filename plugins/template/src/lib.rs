@@ -23,11 +23,12 @@ impl Plugin for MyModel {
         // package's, so renaming the package renames the plugin. By default a model is
         // deterministic (same inputs, same outputs: archplace memoises your answers) and
         // provides both area and latency; change the fields if not.
-        ModelInfo::new(env!("CARGO_PKG_NAME"), "Example Corp", env!("CARGO_PKG_VERSION")).parameter(
-            "clock",
-            "core clock",
-            "1 GHz",
+        ModelInfo::new(
+            env!("CARGO_PKG_NAME"),
+            "Example Corp",
+            env!("CARGO_PKG_VERSION"),
         )
+        .parameter("clock", "core clock", "1 GHz")
     }
 
     /// Called with the spec's `[cost_model.parameters.my-cost-model]`; report every bad
