@@ -9,6 +9,7 @@ use archplace_engine::model::Head;
 use archplace_engine::space::AreaBudget;
 use archplace_engine::training::MemoryModel;
 use archplace_plugin_host::cost::PluginRef;
+use archplace_plugin_sdk::AcceleratorConfig;
 use serde::Serialize;
 use toml::{Table, Value};
 
@@ -78,6 +79,19 @@ fn plugin(r: &PluginRef) -> Value {
         t.insert("blake3".into(), Value::String(h.clone()));
     }
     Value::Table(t)
+}
+
+/// A chip's six axes, as `[accelerator]` and an area budget's `reference_config` write
+/// them.
+fn chip(k: &AcceleratorConfig) -> Table {
+    let mut t = Table::new();
+    t.insert("tensor_cores".into(), int(k.tensor_cores.into()));
+    t.insert("vector_cores".into(), int(k.vector_cores.into()));
+    t.insert("width".into(), int(k.width.into()));
+    t.insert("depth".into(), int(k.depth.into()));
+    t.insert("vector_width".into(), int(k.vector_width.into()));
+    t.insert("buffer".into(), bytes(k.buffer_bytes));
+    t
 }
 
 /// The spec with every default written out, as TOML.
@@ -230,15 +244,8 @@ pub fn resolved(spec: &Spec) -> String {
     let budget = match &s.area_budget {
         AreaBudget::Um2(a) => Value::String(format!("{a} um2")),
         AreaBudget::ReferenceConfig(k) => {
-            let mut r = Table::new();
-            r.insert("tensor_cores".into(), int(k.tensor_cores.into()));
-            r.insert("vector_cores".into(), int(k.vector_cores.into()));
-            r.insert("width".into(), int(k.width.into()));
-            r.insert("depth".into(), int(k.depth.into()));
-            r.insert("vector_width".into(), int(k.vector_width.into()));
-            r.insert("buffer".into(), bytes(k.buffer_bytes));
             let mut b = Table::new();
-            b.insert("reference_config".into(), Value::Table(r));
+            b.insert("reference_config".into(), Value::Table(chip(k)));
             Value::Table(b)
         }
     };
@@ -289,14 +296,7 @@ pub fn resolved(spec: &Spec) -> String {
     doc.insert("cost_model".into(), Value::Table(t));
 
     if let Some(e) = &spec.estimate {
-        let k = &e.accelerator;
-        let mut a = Table::new();
-        a.insert("tensor_cores".into(), int(k.tensor_cores.into()));
-        a.insert("vector_cores".into(), int(k.vector_cores.into()));
-        a.insert("width".into(), int(k.width.into()));
-        a.insert("depth".into(), int(k.depth.into()));
-        a.insert("vector_width".into(), int(k.vector_width.into()));
-        a.insert("buffer".into(), bytes(k.buffer_bytes));
+        let mut a = chip(&e.accelerator);
         a.insert("hbm".into(), bytes(e.hbm_bytes));
         if let Some(f) = e.peak_flops_per_second {
             a.insert("peak_flops".into(), Value::String(format!("{f} FLOP/s")));

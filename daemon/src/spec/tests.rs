@@ -654,12 +654,8 @@ fn gpu_presets_fill_the_chip_and_the_cluster() {
     );
 }
 
-/// Ten different mistakes, ten located errors, in one run: several in one table, a typo
-/// nested in a model, numbers where a unit is needed, a model that does not deserialize
-/// beside one that does (the good one is still checked).
-#[test]
-fn ten_mistakes_give_ten_located_errors_in_one_run() {
-    let src = r#"schema_version = 1
+/// Ten different mistakes in one spec (for the validator and for the editor's schema).
+const TEN_MISTAKES: &str = r#"schema_version = 1
 name = "ten-mistakes"
 descripton = "a typo at the top"
 
@@ -684,6 +680,13 @@ link_bandwidth = 4
 exhaustiv = true
 schedule_gap = "1%"
 "#;
+
+/// Ten different mistakes, ten located errors, in one run: several in one table, a typo
+/// nested in a model, numbers where a unit is needed, a model that does not deserialize
+/// beside one that does (the good one is still checked).
+#[test]
+fn ten_mistakes_give_ten_located_errors_in_one_run() {
+    let src = TEN_MISTAKES;
     let d = errors(src);
     let expect: [(&str, &str, &str); 10] = [
         ("descripton", "descripton", "did you mean `description`"),
@@ -732,9 +735,8 @@ fn schema_errors(instance: &serde_json::Value) -> Vec<String> {
     }
 }
 
-/// Every example spec (and the embedded default) is valid by the schema an editor uses.
-#[test]
-fn the_schema_accepts_every_example_spec() {
+/// Every example spec of `config/specs` and the embedded default: (name, text).
+fn example_specs() -> Vec<(String, String)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
     let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
@@ -748,6 +750,13 @@ fn the_schema_accepts_every_example_spec() {
         })
         .collect();
     texts.push(("default".into(), DEFAULT_SPEC.to_string()));
+    texts
+}
+
+/// Every example spec (and the embedded default) is valid by the schema an editor uses.
+#[test]
+fn the_schema_accepts_every_example_spec() {
+    let texts = example_specs();
     assert!(texts.len() >= 10);
     for (name, text) in texts {
         let v: serde_json::Value = toml::from_str(&text).unwrap();
@@ -770,31 +779,7 @@ fn the_schema_accepts_every_example_spec() {
 /// must divide the global batch), which only the validator can see.
 #[test]
 fn the_schema_catches_the_mistakes_a_schema_can() {
-    let src = r#"schema_version = 1
-name = "ten-mistakes"
-descripton = "a typo at the top"
-
-[[models]]
-preset = "gpt3-175b"
-max_tensor_paralel = 8
-seq_len = "2048"
-
-[[models]]
-preset = "gpt3-175"
-
-[training]
-global_batch = 4096
-micro_batch_sizes = [1, 3]
-
-[cluster]
-devices = -4
-hbm = [80]
-link_bandwidth = 4
-
-[search]
-exhaustiv = true
-schedule_gap = "1%"
-"#;
+    let src = TEN_MISTAKES;
     let v: serde_json::Value = toml::from_str(src).unwrap();
     let errors = schema_errors(&v);
     let found = |location: &str, says: &str| {
@@ -846,19 +831,7 @@ schedule_gap = "1%"
 /// gives the same text.
 #[test]
 fn the_resolved_spec_reads_back_as_the_same_search() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
-    let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .map(|p| {
-            (
-                p.display().to_string(),
-                std::fs::read_to_string(&p).unwrap(),
-            )
-        })
-        .collect();
-    texts.push(("default".into(), DEFAULT_SPEC.to_string()));
+    let texts = example_specs();
     for (file, text) in texts {
         let spec = parse(&text, &file).unwrap_or_else(|d| panic!("{file}: {d:#?}"));
         let out = resolved(&spec);
