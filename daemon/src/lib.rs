@@ -8,6 +8,7 @@
 //! * [`runner`] runs one spec end to end and writes its result files.
 //! * [`estimate`] explains one training step of a fixed chip and plan.
 //! * [`service`] is the daemon; [`plot`] draws the result pictures.
+//! * [`pool`] spreads a daemon's searches over many daemons through NATS JetStream.
 
 pub mod atomic;
 pub mod cost;
@@ -15,6 +16,7 @@ pub mod estimate;
 pub mod journal;
 pub mod memory;
 pub mod plot;
+pub mod pool;
 pub mod runner;
 pub mod service;
 pub mod spec;

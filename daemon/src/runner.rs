@@ -14,6 +14,8 @@
 
 use crate::cost::{self, CostModelSource, ModelSource};
 use crate::journal::{self, Journal};
+use crate::pool::Pool;
+use crate::pool::coordinator::{Coordinator, Ending, PoolStatus};
 use crate::spec::Diagnostic;
 use crate::spec::Spec;
 use archplace_engine::search::{
@@ -44,6 +46,8 @@ pub enum RunError {
     Space(space::SpaceError),
     #[error("search: {0}")]
     Search(search::SearchError),
+    #[error("pool: {0}")]
+    Pool(crate::pool::PoolError),
     #[error("cannot write {path}: {error}")]
     Write {
         path: PathBuf,
@@ -163,6 +167,9 @@ pub struct Work {
     pub schedules_not_proven_optimal: u64,
     pub mip_time_limit_hits: u64,
     pub placements_solved: u64,
+    /// How a pooled search's work was spread (`daemon --nats`); absent on one machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::pool::coordinator::PoolStatus>,
 }
 
 /// `result.json`.
@@ -366,6 +373,38 @@ pub fn run(
     checkpoint: Option<&Path>,
     memory_budget_bytes: Option<u64>,
 ) -> Result<Finished, RunError> {
+    run_pooled(
+        spec,
+        source,
+        observer,
+        cancel,
+        checkpoint,
+        memory_budget_bytes,
+        None,
+    )
+}
+
+/// A search spread over a pool of daemons (see [`crate::pool`]).
+pub struct Pooled<'a> {
+    pub pool: &'a Pool,
+    /// Where the coordinator reports the pool's progress (`status.json`).
+    pub status: &'a Mutex<PoolStatus>,
+    /// Whether a cancellation is for good (the spec left or changed: the pool drops the
+    /// search) rather than the daemon's shutdown (the pool keeps it for the next start).
+    pub cancelled_for_good: &'a (dyn Fn() -> bool + Sync),
+}
+
+/// [`run`], with the candidates evaluated by a pool's workers when `pooled` is given: the
+/// same walk, result and files.
+pub fn run_pooled(
+    spec: &Spec,
+    source: &dyn CostModelSource,
+    observer: &dyn Observer,
+    cancel: &Arc<AtomicBool>,
+    checkpoint: Option<&Path>,
+    memory_budget_bytes: Option<u64>,
+    pooled: Option<&Pooled>,
+) -> Result<Finished, RunError> {
     if let Some(budget) = memory_budget_bytes {
         let e = crate::memory::estimate(spec, source, rayon::current_num_threads());
         crate::memory::check(spec, &e, budget).map_err(RunError::Memory)?;
@@ -398,14 +437,52 @@ pub fn run(
         journal: Mutex::new(journal),
         evaluated: Default::default(),
     };
-    let outcome = search::search_resuming(
-        &input,
-        &space,
-        models.latency.as_ref(),
-        &observer,
-        Some(cancel.as_ref()),
-        done,
-    )?;
+    let outcome = match pooled {
+        None => search::search_resuming(
+            &input,
+            &space,
+            models.latency.as_ref(),
+            &observer,
+            Some(cancel.as_ref()),
+            done,
+        ),
+        Some(p) => {
+            let journaled = done.keys().copied().collect();
+            let mut coordinator = Coordinator::start(
+                p.pool,
+                spec,
+                &models,
+                &space,
+                journaled,
+                cancel.clone(),
+                p.status,
+            )
+            .map_err(RunError::Pool)?;
+            let r = search::search_supplied(
+                &input,
+                &space,
+                models.latency.as_ref(),
+                &observer,
+                Some(cancel.as_ref()),
+                done,
+                &mut coordinator,
+            );
+            coordinator.finish(match &r {
+                Ok(o) if o.stats.cancelled && (p.cancelled_for_good)() => Ending::Cancelled,
+                Ok(o) if o.stats.cancelled => Ending::Interrupted,
+                Ok(_) => Ending::Done,
+                Err(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
+                    if (p.cancelled_for_good)() {
+                        Ending::Cancelled
+                    } else {
+                        Ending::Interrupted
+                    }
+                }
+                Err(e) => Ending::Failed(e.to_string()),
+            });
+            r
+        }
+    }?;
     let resumed_candidates = outcome.explored.len().saturating_sub(
         observer
             .evaluated
@@ -460,6 +537,7 @@ pub fn run(
             schedules_not_proven_optimal: s.schedules_not_proven_optimal,
             mip_time_limit_hits: s.mip_time_limit_hits,
             placements_solved: s.placements_solved,
+            pool: pooled.and_then(|p| p.status.lock().ok().map(|s| s.clone())),
         },
     };
     if s.mip_time_limit_hits > 0 {

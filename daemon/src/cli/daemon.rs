@@ -39,6 +39,39 @@ pub struct DaemonArgs {
     /// Seconds a spec must be unchanged before it is read.
     #[arg(long, value_name = "SECONDS")]
     pub settle_seconds: Option<f64>,
+    /// Join the pool of daemons on this NATS server (JetStream enabled), e.g.
+    /// nats://10.0.0.5:4222: specs dropped here are searched by the whole pool, and this
+    /// daemon evaluates the pool's work items (`[pool]` in the config has the rest).
+    #[arg(long, env = "ARCHPLACE_NATS", value_name = "URL")]
+    pub nats: Option<String>,
+    /// NATS credentials file (JWT and nkey seed).
+    #[arg(long, env = "ARCHPLACE_NATS_CREDENTIALS", value_name = "FILE")]
+    pub nats_credentials: Option<PathBuf>,
+    /// CA certificate (PEM) to verify the NATS server's TLS certificate with.
+    #[arg(long, env = "ARCHPLACE_NATS_CA", value_name = "FILE")]
+    pub nats_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS with the NATS server (with --nats-key).
+    #[arg(
+        long,
+        env = "ARCHPLACE_NATS_CERT",
+        value_name = "FILE",
+        requires = "nats_key"
+    )]
+    pub nats_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(
+        long,
+        env = "ARCHPLACE_NATS_KEY",
+        value_name = "FILE",
+        requires = "nats_cert"
+    )]
+    pub nats_key: Option<PathBuf>,
+    /// Threads this daemon evaluates pool items on (0: all cores).
+    #[arg(long, value_name = "N")]
+    pub pool_threads: Option<usize>,
+    /// This daemon's name in the pool (default: host name and process id).
+    #[arg(long, value_name = "NAME")]
+    pub pool_name: Option<String>,
 }
 
 fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<DaemonConfig> {
@@ -74,6 +107,25 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
     }
     if let Some(s) = args.settle_seconds {
         c.settle_seconds = s;
+    }
+    if let Some(u) = &args.nats {
+        c.pool.nats = Some(u.clone());
+    }
+    for (flag, key) in [
+        (&args.nats_credentials, &mut c.pool.credentials_file),
+        (&args.nats_ca, &mut c.pool.tls_ca_file),
+        (&args.nats_cert, &mut c.pool.tls_cert_file),
+        (&args.nats_key, &mut c.pool.tls_key_file),
+    ] {
+        if let Some(f) = flag {
+            *key = Some(f.clone());
+        }
+    }
+    if let Some(n) = args.pool_threads {
+        c.pool.worker_threads = n;
+    }
+    if let Some(n) = &args.pool_name {
+        c.pool.name = Some(n.clone());
     }
     if !plugins.plugin_dirs.is_empty() {
         c.plugin_dirs = Some(plugins.plugin_dirs.clone());

@@ -55,6 +55,8 @@ pub struct DaemonConfig {
     pub plugin_limits: Limits,
     /// Limits of particular plugins, by name (`[plugins.gpu-like] deadline_seconds = 30`).
     pub plugins: BTreeMap<String, Limits>,
+    /// Searching with other daemons through NATS JetStream (`[pool] nats = "nats://…"`).
+    pub pool: crate::pool::PoolConfig,
 }
 
 /// The settings read once, when the daemon starts: folders, the listener, the workers, the
@@ -71,6 +73,7 @@ pub struct StartSettings {
     pub poll: bool,
     pub plugin_limits: Limits,
     pub plugins: BTreeMap<String, Limits>,
+    pub pool: crate::pool::PoolConfig,
 }
 
 /// The settings a SIGHUP applies to the running daemon.
@@ -109,6 +112,7 @@ impl DaemonConfig {
             log_level,
             plugin_limits,
             plugins,
+            pool,
         } = self;
         (
             StartSettings {
@@ -122,6 +126,7 @@ impl DaemonConfig {
                 poll,
                 plugin_limits,
                 plugins,
+                pool,
             },
             LiveSettings {
                 threads_per_search,
@@ -191,6 +196,7 @@ impl Default for DaemonConfig {
             log_level: DEFAULT_LOG_LEVEL.into(),
             plugin_limits: Limits::default(),
             plugins: BTreeMap::new(),
+            pool: crate::pool::PoolConfig::default(),
         }
     }
 }
@@ -276,6 +282,7 @@ impl DaemonConfig {
         if let Some(d) = &mut self.cache_dir {
             fix(d);
         }
+        self.pool.anchor(base);
     }
 
     /// Rules between values: (key, problem).
@@ -342,6 +349,7 @@ impl DaemonConfig {
                 e.push((format!("plugins.{plugin}.{field}"), problem));
             }
         }
+        e.extend(self.pool.check());
         e
     }
 }

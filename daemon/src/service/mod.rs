@@ -48,6 +48,8 @@ pub enum ServiceError {
     Plugin(#[from] archplace_plugin_host::PluginError),
     #[error("metrics endpoint: {0}")]
     Http(String),
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolError),
 }
 
 /// Signals the daemon reacts to, as flags set by the binary's signal handlers.
@@ -100,7 +102,37 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         retries: Vec::new(),
         skipped: Default::default(),
     };
-    let shared = Arc::new(Shared::new(start, state, host, metrics, shutdown));
+    let pool = match &start.pool.nats {
+        Some(_) => Some(Arc::new(crate::pool::Pool::connect(
+            start.pool.clone(),
+            metrics.clone(),
+        )?)),
+        None => None,
+    };
+    let shared = Arc::new(Shared::new(start, state, host, metrics, shutdown, pool));
+    // The pool's worker: evaluates items of every daemon's searches (this one's included).
+    let pool_worker = match &shared.pool {
+        Some(pool) if shared.start.pool.work => {
+            let (s, pool) = (shared.clone(), pool.clone());
+            Some(
+                std::thread::Builder::new()
+                    .name("archplace-pool-worker".into())
+                    .spawn(move || {
+                        let cx = crate::pool::worker::WorkerContext {
+                            host: &s.host,
+                            state_dir: &s.start.state_dir,
+                            shutdown: &s.shutdown,
+                        };
+                        crate::pool::worker::run(&pool, &cx)
+                    })
+                    .map_err(|e| ServiceError::Folder {
+                        path: PathBuf::from("<threads>"),
+                        error: e,
+                    })?,
+            )
+        }
+        _ => None,
+    };
     let workers: Vec<_> = (0..shared.start.max_concurrent_searches)
         .map(|i| {
             let s = shared.clone();
@@ -122,6 +154,9 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     }
     shared.wake.notify_all();
     for w in workers {
+        let _ = w.join();
+    }
+    if let Some(w) = pool_worker {
         let _ = w.join();
     }
     http_stop.store(true, Ordering::Relaxed);

@@ -59,6 +59,8 @@ pub struct Shared {
     pub host: Host,
     pub metrics: Arc<Metrics>,
     pub shutdown: Arc<AtomicBool>,
+    /// The pool this daemon joined (`--nats`), if any.
+    pub pool: Option<Arc<crate::pool::Pool>>,
 }
 
 impl Shared {
@@ -68,6 +70,7 @@ impl Shared {
         host: Host,
         metrics: Arc<Metrics>,
         shutdown: Arc<AtomicBool>,
+        pool: Option<Arc<crate::pool::Pool>>,
     ) -> Shared {
         Shared {
             start,
@@ -76,6 +79,7 @@ impl Shared {
             host,
             metrics,
             shutdown,
+            pool,
         }
     }
 

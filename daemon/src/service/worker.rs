@@ -152,6 +152,9 @@ struct Status<'a> {
     best_throughput_samples_per_second: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     best_area_mm2: Option<f64>,
+    /// A pooled search's workers and items (`daemon --nats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<crate::pool::coordinator::PoolStatus>,
     elapsed_seconds: f64,
 }
 
@@ -167,6 +170,8 @@ struct StatusWriter<'a> {
     labels: Mutex<SpecLabels>,
     /// Estimate counters already added to the metrics.
     estimates_seen: Mutex<(u64, u64)>,
+    /// The pool's side of the search, when it is pooled.
+    pool: Option<&'a Mutex<crate::pool::coordinator::PoolStatus>>,
 }
 
 impl StatusWriter<'_> {
@@ -207,6 +212,7 @@ impl StatusWriter<'_> {
             best_throughput_samples_per_second: p
                 .and_then(|p| p.best_throughput_samples_per_second),
             best_area_mm2: p.and_then(|p| p.best_area_um2).map(|a| a / 1e6),
+            pool: self.pool.and_then(|m| m.lock().ok().map(|s| s.clone())),
             elapsed_seconds: self.started.elapsed().as_secs_f64(),
         };
         if let Ok(mut bytes) = serde_json::to_vec_pretty(&status) {
@@ -314,6 +320,7 @@ fn search(
             state.store.put(j);
         }
     }
+    let pool_status = Mutex::new(crate::pool::coordinator::PoolStatus::default());
     let named = Job {
         name: spec.name.clone(),
         result_dir: dir.clone(),
@@ -327,6 +334,7 @@ fn search(
         shared: s,
         labels: Mutex::new(labels.clone()),
         estimates_seen: Mutex::new((0, 0)),
+        pool: s.pool.as_ref().map(|_| &pool_status),
     };
     status.write("running", None);
     let pool = match rayon::ThreadPoolBuilder::new()
@@ -337,8 +345,29 @@ fn search(
         Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
     };
     let budget = s.live().search_memory_bytes;
-    let result =
-        pool.install(|| runner::run(&spec, &s.host, &status, cancel, Some(&dir), Some(budget)));
+    // Cancelled for good: the spec left or changed (a reason was given), not the shutdown.
+    let for_good = || {
+        s.state()
+            .running
+            .get(&job.hash)
+            .is_some_and(|r| r.reason.is_some())
+    };
+    let pooled = s.pool.as_ref().map(|p| runner::Pooled {
+        pool: p,
+        status: &pool_status,
+        cancelled_for_good: &for_good,
+    });
+    let result = pool.install(|| {
+        runner::run_pooled(
+            &spec,
+            &s.host,
+            &status,
+            cancel,
+            Some(&dir),
+            Some(budget),
+            pooled.as_ref(),
+        )
+    });
     // The search ends under the spec's current name (it may have been renamed meanwhile).
     *labels = status.current_labels();
     if cancel.load(Ordering::Relaxed) {

@@ -183,7 +183,8 @@ impl Evaluated {
 }
 
 /// Counters of the work done.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stats {
     pub candidates_evaluated: usize,
     pub candidates_failed: usize,
@@ -268,6 +269,95 @@ pub enum SearchError {
     CostModel(EstimateError),
     #[error("the space is empty: no candidate fits the area budget")]
     EmptySpace,
+    /// A [`Supplier`] could not supply a candidate (a pool worker's cost model failed, or
+    /// the pool answered something else than the candidate asked for).
+    #[error("{0}")]
+    Supplier(String),
+}
+
+impl Stats {
+    /// Adds the work counters and timings of `other` (work done elsewhere for this
+    /// search: by a pool's workers). The walk's own counts (candidates, buckets,
+    /// convergence) are not work and are left alone.
+    pub fn add_work(&mut self, other: &Stats) {
+        self.estimates_computed += other.estimates_computed;
+        self.estimate_cache_hits += other.estimate_cache_hits;
+        self.schedules_solved += other.schedules_solved;
+        self.schedules_by_bounds += other.schedules_by_bounds;
+        self.schedules_reused += other.schedules_reused;
+        self.schedules_by_mip += other.schedules_by_mip;
+        self.schedules_not_proven_optimal += other.schedules_not_proven_optimal;
+        self.mip_time_limit_hits += other.mip_time_limit_hits;
+        self.placements_solved += other.placements_solved;
+        self.estimation_seconds += other.estimation_seconds;
+        self.scheduling_seconds += other.scheduling_seconds;
+        self.placement_seconds += other.placement_seconds;
+    }
+}
+
+/// Where the walk gets evaluations computed elsewhere: a pool of workers (the daemon's
+/// `pool`). The walk asks for candidates in its order, one at a time, and stops by its
+/// own rule; a supplier that evaluates ahead (look-ahead) learns where the walk is from
+/// the indices it is asked for. Because an evaluation depends only on the candidate, the
+/// spec and the cost models, a supplied one is the one the walk would have computed, so
+/// the outcome is the same as a search on one machine.
+pub trait Supplier {
+    /// The evaluation of candidate `index` (`candidate`), waiting for it if it is being
+    /// computed; `None` to evaluate it here. An error fails the search — unless the search
+    /// was cancelled meanwhile, in which case it is the cancellation's.
+    fn supply(
+        &mut self,
+        index: usize,
+        candidate: &Candidate,
+    ) -> Result<Option<Evaluated>, SearchError>;
+
+    /// The work done elsewhere so far, added to the outcome's counters.
+    fn work(&self) -> Stats {
+        Stats::default()
+    }
+}
+
+/// The supplier of a search on one machine: every candidate is evaluated here.
+pub struct Local;
+
+impl Supplier for Local {
+    fn supply(&mut self, _: usize, _: &Candidate) -> Result<Option<Evaluated>, SearchError> {
+        Ok(None)
+    }
+}
+
+/// Evaluates candidates of one search, keeping the search's memos (estimates, layer
+/// schedules) from one call to the next: what a pool's worker holds for each search it
+/// serves. [`search`] uses one inside; the evaluation of a candidate is the same whichever
+/// evaluator makes it and whatever it evaluated before.
+pub struct Evaluator<'a> {
+    ctx: Ctx<'a>,
+}
+
+impl<'a> Evaluator<'a> {
+    pub fn new(
+        input: &'a SearchInput,
+        latency: &'a dyn LatencyModel,
+        observer: &'a dyn Observer,
+    ) -> Evaluator<'a> {
+        Evaluator {
+            ctx: Ctx::new(input, latency, observer),
+        }
+    }
+
+    /// Evaluates candidate `index` of the space. A candidate outside the latency model's
+    /// domain is a failed evaluation (`failure`), not an error; an error is the model's.
+    pub fn evaluate(&self, index: usize, candidate: &Candidate) -> Result<Evaluated, SearchError> {
+        self.ctx.evaluate(index, candidate)
+    }
+
+    /// The work counters and timings so far (the walk's counts are zero).
+    pub fn work(&self) -> Stats {
+        let mut stats = self.ctx.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        stats.estimates_computed = self.ctx.estimator.computed.load(Ordering::Relaxed);
+        stats.estimate_cache_hits = self.ctx.estimator.hits.load(Ordering::Relaxed);
+        stats
+    }
 }
 
 /// Durations of a layer graph's operators on a candidate, from the latency model through
@@ -436,6 +526,29 @@ struct Ctx<'a> {
     estimator: Estimator<'a>,
     stats: Mutex<Stats>,
     observer: &'a dyn Observer,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        input: &'a SearchInput,
+        latency: &'a dyn LatencyModel,
+        observer: &'a dyn Observer,
+    ) -> Self {
+        Ctx {
+            input,
+            graphs: layer_graphs(input),
+            estimator: Estimator {
+                model: latency,
+                execution: input.training.execution,
+                cache: RwLock::new(HashMap::new()),
+                computed: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+            },
+            stats: Mutex::new(Stats::default()),
+            observer,
+            memo: ScheduleMemo::default(),
+        }
+    }
 }
 
 /// A model's graph is built per (micro-batch, tensor-parallel width, element bytes,
@@ -1242,6 +1355,18 @@ pub fn search(
     search_resuming(input, space, latency, observer, cancel, BTreeMap::new())
 }
 
+/// [`search_supplied`] with every candidate evaluated here.
+pub fn search_resuming(
+    input: &SearchInput,
+    space: &Space,
+    latency: &dyn LatencyModel,
+    observer: &dyn Observer,
+    cancel: Option<&AtomicBool>,
+    done: BTreeMap<usize, Evaluated>,
+) -> Result<Outcome, SearchError> {
+    search_supplied(input, space, latency, observer, cancel, done, &mut Local)
+}
+
 /// Runs the search over `space`, reusing the candidates an interrupted run of the same
 /// search finished (`done`, by index; one whose configuration or area differs from the
 /// space's is evaluated again). Because a candidate's evaluation depends only on the
@@ -1252,32 +1377,29 @@ pub fn search(
 ///
 /// Only the best candidate's record is kept whole: the others are summarised as they are
 /// passed, so the memory a search holds per candidate is a summary's (see [`memory`]).
-pub fn search_resuming(
+///
+/// Candidates not in `done` are asked of `supplier` first ([`Supplier`]): a supplied
+/// evaluation must be of the candidate asked for (index, configuration, area, bucket), or
+/// the search fails; it is reported to `observer.evaluated` like one computed here.
+pub fn search_supplied(
     input: &SearchInput,
     space: &Space,
     latency: &dyn LatencyModel,
     observer: &dyn Observer,
     cancel: Option<&AtomicBool>,
     mut done: BTreeMap<usize, Evaluated>,
+    supplier: &mut dyn Supplier,
 ) -> Result<Outcome, SearchError> {
     let started = Instant::now();
     if space.candidates.is_empty() {
         return Err(SearchError::EmptySpace);
     }
-    let graphs = layer_graphs(input);
-    let ctx = Ctx {
-        input,
-        graphs,
-        estimator: Estimator {
-            model: latency,
-            execution: input.training.execution,
-            cache: RwLock::new(HashMap::new()),
-            computed: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-        },
-        stats: Mutex::new(Stats::default()),
-        observer,
-        memo: ScheduleMemo::default(),
+    let ctx = Ctx::new(input, latency, observer);
+    let same = |e: &Evaluated, k: usize, cand: &Candidate| {
+        e.index == k
+            && e.config == cand.config
+            && e.bucket == cand.bucket
+            && e.area_um2.to_bits() == cand.area_um2.to_bits()
     };
     let mut explored: Vec<Evaluated> = Vec::new();
     let mut best: Option<usize> = None;
@@ -1301,14 +1423,17 @@ pub fn search_resuming(
             }
             let cand = &space.candidates[k];
             let e = match done.remove(&k) {
-                Some(e)
-                    if e.config == cand.config
-                        && e.bucket == cand.bucket
-                        && e.area_um2.to_bits() == cand.area_um2.to_bits() =>
-                {
-                    e
-                }
-                _ => match ctx.evaluate(k, cand) {
+                Some(e) if same(&e, k, cand) => e,
+                _ => match supplier
+                    .supply(k, cand)
+                    .and_then(|supplied| match supplied {
+                        Some(e) if same(&e, k, cand) => Ok(e),
+                        Some(e) => Err(SearchError::Supplier(format!(
+                            "the pool answered candidate {} ({:?}) for candidate {k} ({:?})",
+                            e.index, e.config, cand.config
+                        ))),
+                        None => ctx.evaluate(k, cand),
+                    }) {
                     Ok(e) => {
                         observer.evaluated(&e);
                         e
@@ -1384,6 +1509,7 @@ pub fn search_resuming(
     stats.cancelled = cancelled;
     stats.estimates_computed = ctx.estimator.computed.load(Ordering::Relaxed);
     stats.estimate_cache_hits = ctx.estimator.hits.load(Ordering::Relaxed);
+    stats.add_work(&supplier.work());
     stats.total_seconds = started.elapsed().as_secs_f64();
     Ok(Outcome {
         best: best.map(|b| explored[b].clone()),
