@@ -334,11 +334,11 @@ fn a_pool_of_three_with_a_worker_killed_gives_the_single_machine_result() {
     a.until(Duration::from_secs(120), "items answered", || {
         a.answered("pooled") >= 4
     });
-    assert_eq!(
-        c.metric("archplace_pool_worker_busy"),
-        1.0,
-        "c holds an item"
-    );
+    // Killed while it holds an item (it is idle only for the moment between two items,
+    // or when the queue is empty).
+    c.until(Duration::from_secs(60), "c busy", || {
+        c.metric("archplace_pool_worker_busy") == 1.0
+    });
     c.kill_9();
     let result = a.wait_file("pooled", "result.json", 300);
     assert_same(&reference, &a.result_dir("pooled").unwrap());

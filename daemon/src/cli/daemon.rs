@@ -67,10 +67,10 @@ pub struct DaemonArgs {
     )]
     pub nats_key: Option<PathBuf>,
     /// Threads this daemon evaluates pool items on (0: all cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "ARCHPLACE_POOL_THREADS", value_name = "N")]
     pub pool_threads: Option<usize>,
     /// This daemon's name in the pool (default: host name and process id).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "ARCHPLACE_POOL_NAME", value_name = "NAME")]
     pub pool_name: Option<String>,
 }
 

@@ -29,8 +29,10 @@ pub struct PoolConfig {
     pub worker_threads: usize,
     /// Candidates per work item (items never span two area buckets).
     pub item_candidates: usize,
-    /// Most items a coordinator publishes ahead of the candidate its walk waits for: what
-    /// a converging search may evaluate past its convergence point.
+    /// Most items a coordinator publishes ahead of the candidate its walk waits for in a
+    /// search that may converge: what it may evaluate past its convergence point. (The
+    /// look-ahead is twice the pool's workers up to this; exhaustive searches, where nothing
+    /// is wasted, go up to 4,096.)
     pub look_ahead_items: usize,
     /// Seconds a worker may hold an item without a sign of life before it is given to
     /// another (workers signal progress every third of it while they evaluate).
@@ -55,7 +57,7 @@ impl Default for PoolConfig {
             work: true,
             worker_threads: 0,
             item_candidates: 4,
-            look_ahead_items: 16,
+            look_ahead_items: 64,
             ack_wait_seconds: 60.0,
             max_deliveries: 5,
             connect_timeout_seconds: 60.0,

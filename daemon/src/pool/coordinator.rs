@@ -1,6 +1,7 @@
 //! The coordinator of one pooled search: the engine's `Supplier` that publishes the walk's
 //! candidates as items and hands back the workers' evaluations in candidate order.
 
+use super::config::MAX_LOOK_AHEAD_ITEMS;
 use super::protocol::*;
 use super::{Pool, PoolError, nats_err, objects};
 use crate::cost::CostModels;
@@ -79,6 +80,17 @@ pub fn items_of(space: &Space, per_item: usize) -> Vec<Range<usize>> {
 
 type Results = consumer::pull::Ordered;
 
+/// What a coordinator is asked to spread: the items' common part (`template`, whose
+/// `search` is the search's identity), the space and whether the walk visits all of it,
+/// and the candidates its journal already has.
+pub struct Search<'a> {
+    pub template: Item,
+    pub spec_name: String,
+    pub space: &'a Space,
+    pub exhaustive: bool,
+    pub journaled: BTreeSet<usize>,
+}
+
 pub struct Coordinator<'a> {
     pool: &'a Pool,
     space: &'a Space,
@@ -99,6 +111,8 @@ pub struct Coordinator<'a> {
     walked: Option<usize>,
     workers: usize,
     checked: Instant,
+    /// Every candidate is evaluated: nothing published is speculative.
+    exhaustive: bool,
     /// JetStream's advisories of items delivered `max_deliveries` times unanswered.
     exhausted: Option<async_nats::Subscriber>,
 }
@@ -137,6 +151,49 @@ impl<'a> Coordinator<'a> {
             pool.put_object(&component_object, &component)
         })
         .ok_or_else(cancelled)?;
+        let template = Item {
+            protocol: PROTOCOL_VERSION,
+            archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+            search: id.clone(),
+            item: 0,
+            spec_hash: spec.content_hash.clone(),
+            spec_file: spec.source_file.clone(),
+            latency: ComponentRef {
+                plugin: src.plugin.clone(),
+                version: src.version.clone(),
+                blake3: blake3.clone(),
+            },
+            candidates: Vec::new(),
+        };
+        let search = Search {
+            template,
+            spec_name: spec.name.clone(),
+            space,
+            exhaustive: spec.space.exhaustive,
+            journaled,
+        };
+        Self::open(pool, search, cancel, status)
+    }
+
+    /// The coordinator of the search `template.search` (whose items are `template` with
+    /// their candidates), new or resumed: what [`Coordinator::start`] does once the spec
+    /// and component are stored. (The coordinator benchmark starts here, with a synthetic
+    /// search.)
+    pub fn open(
+        pool: &'a Pool,
+        search: Search<'a>,
+        cancel: Arc<AtomicBool>,
+        status: &'a Mutex<PoolStatus>,
+    ) -> Result<Coordinator<'a>, PoolError> {
+        let Search {
+            template,
+            spec_name,
+            space,
+            exhaustive,
+            journaled,
+        } = search;
+        let id = template.search.clone();
+        let stop = || super::set(&cancel);
         let items = items_of(space, pool.settings.item_candidates);
         let previous = pool
             .retry("reading the search's state", &stop, || pool.state(&id))
@@ -158,8 +215,8 @@ impl<'a> Coordinator<'a> {
                 .ok_or_else(cancelled)?;
                 SearchState {
                     phase: Phase::Running,
-                    spec: spec.name.clone(),
-                    spec_hash: spec.content_hash.clone(),
+                    spec: spec_name,
+                    spec_hash: template.spec_hash.clone(),
                     coordinator: pool.name.clone(),
                     items_published: 0,
                     items_total: items.len(),
@@ -171,20 +228,6 @@ impl<'a> Coordinator<'a> {
             pool.put_state(&id, &state)
         })
         .ok_or_else(cancelled)?;
-        let template = Item {
-            protocol: PROTOCOL_VERSION,
-            archplace_version: env!("CARGO_PKG_VERSION").to_string(),
-            search: id.clone(),
-            item: 0,
-            spec_hash: spec.content_hash.clone(),
-            spec_file: spec.source_file.clone(),
-            latency: ComponentRef {
-                plugin: src.plugin.clone(),
-                version: src.version.clone(),
-                blake3: blake3.clone(),
-            },
-            candidates: Vec::new(),
-        };
         let mut c = Coordinator {
             pool,
             space,
@@ -203,6 +246,7 @@ impl<'a> Coordinator<'a> {
             walked: None,
             workers: 0,
             checked: Instant::now() - Duration::from_secs(60),
+            exhaustive,
             exhausted: None,
         };
         let client = pool.js.client();
@@ -226,20 +270,29 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Items to keep published ahead of the walk: twice the workers (each has one to work
-    /// on and one waiting), at least 1, at most the configured look-ahead.
+    /// on and one waiting), at least 1 — at most the configured look-ahead when the search
+    /// may converge (what is published past its end is wasted work), at most
+    /// [`MAX_LOOK_AHEAD_ITEMS`] when it is exhaustive (nothing is wasted: it only bounds
+    /// the answers held for merging).
     fn look_ahead(&self) -> usize {
-        (2 * self.workers).clamp(1, self.pool.settings.look_ahead_items)
+        let most = if self.exhaustive {
+            MAX_LOOK_AHEAD_ITEMS
+        } else {
+            self.pool.settings.look_ahead_items
+        };
+        (2 * self.workers).clamp(1, most)
     }
 
-    /// Publishes items up to (not including) `upto`.
+    /// Publishes items up to (not including) `upto`, all at once: every message is sent,
+    /// then every acknowledgement awaited (one round trip for the batch, not one per
+    /// item), then the state recorded. A batch that fails is sent again whole: the server
+    /// drops the copies of items it already has (`Nats-Msg-Id`).
     fn publish_to(&mut self, upto: usize) -> Result<(), SearchError> {
         let upto = upto.min(self.items.len());
-        let before = self.state.items_published;
-        while self.state.items_published < upto {
-            let n = self.state.items_published;
+        let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
+        for n in self.state.items_published..upto {
             let range = self.items[n].clone();
             if range.clone().all(|k| self.journaled.contains(&k)) {
-                self.state.items_published += 1;
                 continue;
             }
             let mut item = self.template.clone();
@@ -257,30 +310,56 @@ impl<'a> Coordinator<'a> {
                 .collect();
             let payload = serde_json::to_vec(&item)
                 .map_err(|e| SearchError::Supplier(format!("cannot encode item {n}: {e}")))?;
-            let subject = items_subject(&self.id);
-            let msg_id = format!("{}.{n}", self.id);
-            let js = &self.pool.js;
-            let stop = || super::set(&self.cancel);
-            self.pool
-                .retry("publishing an item", &stop, || {
-                    let mut headers = async_nats::HeaderMap::new();
-                    headers.insert("Nats-Msg-Id", msg_id.as_str());
-                    let payload = payload.clone();
-                    let subject = subject.clone();
-                    async move {
-                        js.publish_with_headers(subject, headers, payload.into())
-                            .await
-                            .map_err(nats_err)?
-                            .await
-                            .map_err(nats_err)
-                    }
-                })
-                .ok_or_else(|| SearchError::Supplier("cancelled".into()))?;
-            self.state.items_published += 1;
-            self.pool.metrics.pool.items_published.inc();
+            batch.push((format!("{}.{n}", self.id), payload));
         }
-        if self.state.items_published != before {
-            self.save_state();
+        if upto <= self.state.items_published {
+            return Ok(());
+        }
+        let subject = items_subject(&self.id);
+        let js = &self.pool.js;
+        let stop = || super::set(&self.cancel);
+        let batch = &batch;
+        self.pool
+            .retry("publishing items", &stop, || {
+                let subject = subject.clone();
+                async move {
+                    let mut acks = Vec::with_capacity(batch.len());
+                    for (msg_id, payload) in batch {
+                        let mut headers = async_nats::HeaderMap::new();
+                        headers.insert("Nats-Msg-Id", msg_id.as_str());
+                        acks.push(
+                            js.publish_with_headers(
+                                subject.clone(),
+                                headers,
+                                payload.clone().into(),
+                            )
+                            .await
+                            .map_err(nats_err)?,
+                        );
+                    }
+                    for a in acks {
+                        a.await.map_err(nats_err)?;
+                    }
+                    Ok::<_, PoolError>(())
+                }
+            })
+            .ok_or_else(|| SearchError::Supplier("cancelled".into()))?;
+        self.pool
+            .metrics
+            .pool
+            .items_published
+            .inc_by(batch.len() as u64);
+        self.state.items_published = upto;
+        self.save_state();
+        Ok(())
+    }
+
+    /// Keeps the look-ahead published: refilled to the whole look-ahead once less than
+    /// half of it is left (so items go out in batches, with one state record per batch).
+    fn keep_ahead(&mut self, item: usize) -> Result<(), SearchError> {
+        let ahead = self.look_ahead();
+        if self.state.items_published < item + 1 + ahead / 2 {
+            self.publish_to(item + 1 + ahead)?;
         }
         Ok(())
     }
@@ -510,10 +589,9 @@ impl Supplier for Coordinator<'_> {
             self.evaluations.pop_first();
         }
         self.refresh();
-        self.publish_to(item + 1 + self.look_ahead())?;
+        self.keep_ahead(item)?;
         loop {
             if let Some(e) = self.evaluations.remove(&index) {
-                self.update_status();
                 return Ok(Some(e));
             }
             if let Some(f) = &self.failure {
@@ -525,11 +603,49 @@ impl Supplier for Coordinator<'_> {
             self.receive(Duration::from_millis(250))?;
             self.refresh();
             // Keep the look-ahead as workers join.
-            self.publish_to(item + 1 + self.look_ahead())?;
+            self.keep_ahead(item)?;
         }
     }
 
     fn work(&self) -> Stats {
         self.work.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use archplace_engine::space::Space;
+
+    fn space(buckets: &[u64]) -> Space {
+        Space {
+            candidates: buckets
+                .iter()
+                .map(|&bucket| Candidate {
+                    config: archplace_engine::space::REFERENCE_CONFIG,
+                    area_um2: bucket as f64,
+                    bucket,
+                })
+                .collect(),
+            budget_um2: 0.0,
+            min_area_um2: 0.0,
+            tensor_core_configs: Vec::new(),
+            vector_core_configs: Vec::new(),
+            buckets: 0,
+            bucket_um2: 1.0,
+            out_of_domain: 0,
+            enumerated: 0,
+        }
+    }
+
+    /// Items cover the candidates in order, never span two buckets, and hold at most
+    /// `per_item` candidates.
+    #[test]
+    fn items_cut_each_bucket_in_order() {
+        let s = space(&[9, 9, 9, 9, 9, 7, 5, 5, 5]);
+        assert_eq!(items_of(&s, 2), vec![0..2, 2..4, 4..5, 5..6, 6..8, 8..9]);
+        assert_eq!(items_of(&s, 64), vec![0..5, 5..6, 6..9]);
+        assert_eq!(items_of(&s, 0), items_of(&s, 1));
+        assert!(items_of(&space(&[]), 4).is_empty());
     }
 }

@@ -32,6 +32,8 @@ pub mod config;
 pub mod coordinator;
 pub mod objects;
 pub mod protocol;
+pub mod schedules;
+pub mod synthetic;
 pub mod worker;
 
 pub use config::PoolConfig;
@@ -69,6 +71,7 @@ pub struct Pool {
     results: stream::Stream,
     searches: kv::Store,
     workers: kv::Store,
+    schedules: kv::Store,
     objects: object_store::ObjectStore,
     pub settings: PoolConfig,
     /// This daemon's name in the pool.
@@ -97,6 +100,7 @@ impl Pool {
             .build()
             .map_err(PoolError::Runtime)?;
         let name = settings.name.clone().unwrap_or_else(default_name);
+        metrics.pool.configured.set(1);
         let connect_err = |message: String| PoolError::Connect {
             url: url.clone(),
             message,
@@ -168,7 +172,7 @@ impl Pool {
             tracing::info!(url = %url, error = %last, "waiting for the NATS server");
             std::thread::sleep(Duration::from_millis(500));
         };
-        let (items, results, searches, workers, objects) = set_up;
+        let (items, results, searches, workers, schedules, objects) = set_up;
         metrics.pool.connected.set(1);
         tracing::info!(url = %url, name = %name, "joined the pool");
         Ok(Pool {
@@ -178,6 +182,7 @@ impl Pool {
             results,
             searches,
             workers,
+            schedules,
             objects,
             settings,
             name,
@@ -290,6 +295,7 @@ type Resources = (
     stream::Stream,
     kv::Store,
     kv::Store,
+    kv::Store,
     object_store::ObjectStore,
 );
 
@@ -331,12 +337,23 @@ async fn set_up(js: &jetstream::Context, s: &PoolConfig) -> Result<Resources, Po
         )
         .await
         .map_err(|e| PoolError::Nats(format!("workers consumer: {e}")))?;
-    let searches = bucket(js, SEARCHES_BUCKET, None, stream::StorageType::File).await?;
+    let searches = bucket(js, SEARCHES_BUCKET, None, 0, stream::StorageType::File).await?;
     let workers = bucket(
         js,
         WORKERS_BUCKET,
         Some(Duration::from_secs(BEAT_EXPIRY_SECONDS)),
+        0,
         stream::StorageType::Memory,
+    )
+    .await?;
+    // Schedules expire after a week and the bucket holds at most 1 GiB (then new ones are
+    // not kept: only reuse is lost).
+    let schedules = bucket(
+        js,
+        SCHEDULES_BUCKET,
+        Some(RESULTS_MAX_AGE),
+        1 << 30,
+        stream::StorageType::File,
     )
     .await?;
     let objects = match js.get_object_store(OBJECT_BUCKET).await {
@@ -350,7 +367,7 @@ async fn set_up(js: &jetstream::Context, s: &PoolConfig) -> Result<Resources, Po
             .await
             .map_err(|e| PoolError::Nats(format!("object store: {e}")))?,
     };
-    Ok((items, results, searches, workers, objects))
+    Ok((items, results, searches, workers, schedules, objects))
 }
 
 /// The key-value bucket `name`, created if needed. Created as its stream, by the
@@ -361,6 +378,7 @@ async fn bucket(
     js: &jetstream::Context,
     name: &str,
     max_age: Option<Duration>,
+    max_bytes: i64,
     storage: stream::StorageType,
 ) -> Result<kv::Store, PoolError> {
     if let Ok(b) = js.get_key_value(name).await {
@@ -371,6 +389,7 @@ async fn bucket(
         subjects: vec![format!("$KV.{name}.>")],
         max_messages_per_subject: 1,
         max_age: max_age.unwrap_or_default(),
+        max_bytes: if max_bytes > 0 { max_bytes } else { -1 },
         storage,
         allow_rollup: true,
         deny_delete: true,

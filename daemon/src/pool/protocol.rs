@@ -12,6 +12,8 @@
 //!   coordinator resumes from, and what workers watch to cancel.
 //! * key-value bucket `archplace-workers`: a [`WorkerBeat`] per worker, expiring — the pool
 //!   as the coordinator sees it.
+//! * key-value bucket `archplace-schedules`: layer schedules the workers solved
+//!   (`super::schedules`).
 //! * object store `archplace`: specs (`spec-<blake3>`) and cost-model components
 //!   (`component-<blake3>`), by content hash.
 
@@ -27,6 +29,7 @@ pub const RESULTS_STREAM: &str = "ARCHPLACE_RESULTS";
 pub const WORKERS_CONSUMER: &str = "archplace-workers";
 pub const SEARCHES_BUCKET: &str = "archplace-searches";
 pub const WORKERS_BUCKET: &str = "archplace-workers";
+pub const SCHEDULES_BUCKET: &str = "archplace-schedules";
 pub const OBJECT_BUCKET: &str = "archplace";
 
 pub fn items_subject(search: &str) -> String {

@@ -56,7 +56,7 @@ pub struct WorkerContext<'a> {
 }
 
 /// Works for the pool until shutdown.
-pub fn run(pool: &Pool, cx: &WorkerContext) {
+pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
     let threads = match pool.settings.worker_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -136,7 +136,7 @@ pub fn run(pool: &Pool, cx: &WorkerContext) {
 }
 
 fn handle(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     cx: &WorkerContext,
     threads: usize,
     sessions: &mut HashMap<String, Session>,
@@ -252,7 +252,7 @@ fn handle(
 /// Evaluates `item` on its search's session (made if needed), telling JetStream the item
 /// is in progress while it runs.
 fn evaluate(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     cx: &WorkerContext,
     threads: usize,
     sessions: &mut HashMap<String, Session>,
@@ -315,7 +315,7 @@ fn evaluate(
 /// The session of `item`'s search: its spec and latency component from the object store
 /// (the component from the local cache or catalog when there), checked by hash.
 fn open(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     cx: &WorkerContext,
     threads: usize,
     item: &Item,
@@ -349,6 +349,7 @@ fn open(
     let flag = cancel.clone();
     let metrics = pool.metrics.clone();
     let worker = pool.name.clone();
+    let shared_pool = pool.clone();
     let threads_pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("archplace-pool-{i}"))
@@ -359,8 +360,10 @@ fn open(
         .spawn(move || {
             let input = crate::runner::search_input(&spec);
             let observer = MetricsObserver(metrics);
+            let shared = super::schedules::PoolSchedules::new(shared_pool, &input.schedule);
             threads_pool.install(|| {
-                let evaluator = Evaluator::new(&input, latency.as_ref(), &observer);
+                let evaluator =
+                    Evaluator::with_shared(&input, latency.as_ref(), &observer, &shared);
                 let mut before = evaluator.work();
                 for (candidates, reply) in rx {
                     let mut out = Vec::with_capacity(candidates.len());
@@ -431,7 +434,7 @@ fn work_since(before: &Stats, now: &Stats) -> Stats {
 /// if its hash is `r.blake3`; else the copy fetched earlier; else fetched from the object
 /// store now, its hash checked, and kept for next time.
 fn component(
-    pool: &Pool,
+    pool: &Arc<Pool>,
     cx: &WorkerContext,
     r: &ComponentRef,
 ) -> Result<Arc<archplace_plugin_host::Loaded>, PoolError> {

@@ -392,6 +392,54 @@ mod tests {
         assert!(c.spec_dir.starts_with(path.parent().unwrap()));
     }
 
+    /// `[pool]`: every limit refused where it is written, paths anchored to the file.
+    #[test]
+    fn pool_settings_are_checked_and_located() {
+        let text = "[pool]\nnats = \" \"\nitem_candidates = 0\nlook_ahead_items = 5000\n\
+                    ack_wait_seconds = 0.5\nmax_deliveries = 0\ntls_cert_file = \"c.pem\"\n";
+        let e = DaemonConfig::parse(text, Path::new("d.toml")).unwrap_err();
+        let at = |key: &str| {
+            e.iter()
+                .find(|e| e.message.starts_with(&format!("pool.{key}: ")))
+                .map(|e| e.line)
+                .unwrap_or_else(|| panic!("no error for {key}: {e:?}"))
+        };
+        assert_eq!(at("nats"), 2);
+        assert_eq!(at("item_candidates"), 3);
+        assert_eq!(at("look_ahead_items"), 4);
+        assert_eq!(at("ack_wait_seconds"), 5);
+        assert_eq!(at("max_deliveries"), 6);
+        assert_eq!(at("tls_cert_file"), 7);
+        assert_eq!(e.len(), 6, "{e:?}");
+        let ok = DaemonConfig::parse(
+            "[pool]\nnats = \"nats://n:4222\"\ncredentials_file = \"x.creds\"\n",
+            Path::new("/etc/archplace/d.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            ok.pool.credentials_file.as_deref(),
+            Some(Path::new("/etc/archplace/x.creds"))
+        );
+        // Without the section: no pool, and the defaults the docs give.
+        let none = DaemonConfig::parse("", Path::new("d.toml")).unwrap();
+        assert_eq!(none.pool, crate::pool::PoolConfig::default());
+        assert!(none.pool.nats.is_none());
+    }
+
+    /// The Kubernetes deployment's shared config (deploy/kubernetes) is one this daemon
+    /// accepts, and it joins a pool.
+    #[test]
+    fn the_kubernetes_config_map_holds_a_valid_pool_config() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/kubernetes/archplace-config.yaml");
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let text = doc["data"]["archplace.toml"].as_str().unwrap();
+        let c = DaemonConfig::parse(text, Path::new("/etc/archplace/archplace.toml")).unwrap();
+        assert!(c.pool.nats.is_some());
+        assert!(c.listen.starts_with("0.0.0.0:"), "probes reach it");
+    }
+
     #[test]
     fn errors_are_located() {
         let e = DaemonConfig::parse(

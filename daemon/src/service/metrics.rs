@@ -125,6 +125,7 @@ pub struct Metrics {
 /// redelivered, failed, skipped; busy) and as a coordinator (items published, outstanding,
 /// speculative; the pool's size as it sees it); the queue as the workers' consumer has it.
 pub struct PoolMetrics {
+    pub configured: IntGauge,
     pub connected: IntGauge,
     pub workers: IntGauge,
     pub worker_busy: IntGauge,
@@ -137,6 +138,7 @@ pub struct PoolMetrics {
     pub items_speculative: IntCounter,
     pub items_outstanding: IntGauge,
     pub queue_items: IntGaugeVec,
+    pub schedules_shared: IntCounter,
 }
 
 impl PoolMetrics {
@@ -148,6 +150,10 @@ impl PoolMetrics {
             Ok(reg!(r, IntGauge::new(name, help)?))
         };
         let m = PoolMetrics {
+            configured: gauge(
+                "archplace_pool_configured",
+                "Whether the daemon was started with a pool (--nats); the pool's other series are zero without one",
+            )?,
             connected: gauge(
                 "archplace_pool_connected",
                 "Whether the daemon is connected to the pool's NATS server (0 without a pool)",
@@ -191,6 +197,10 @@ impl PoolMetrics {
             items_outstanding: gauge(
                 "archplace_pool_items_outstanding",
                 "Items published and not yet answered, for the search this daemon coordinates: the queue's lag behind the walk",
+            )?,
+            schedules_shared: counter(
+                "archplace_pool_schedules_shared_total",
+                "Layer schedules this daemon's worker took from the pool's memo instead of solving them",
             )?,
             queue_items: reg!(
                 r,

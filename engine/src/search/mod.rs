@@ -345,6 +345,20 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// An evaluator that also asks `shared` for layer schedules its own memo lacks, and
+    /// tells it of those it solves: a pool's workers share their schedules this way, as
+    /// one machine's search shares them between candidates.
+    pub fn with_shared(
+        input: &'a SearchInput,
+        latency: &'a dyn LatencyModel,
+        observer: &'a dyn Observer,
+        shared: &'a dyn SharedSchedules,
+    ) -> Evaluator<'a> {
+        let mut ctx = Ctx::new(input, latency, observer);
+        ctx.shared = Some(shared);
+        Evaluator { ctx }
+    }
+
     /// Evaluates candidate `index` of the space. A candidate outside the latency model's
     /// domain is a failed evaluation (`failure`), not an error; an error is the model's.
     pub fn evaluate(&self, index: usize, candidate: &Candidate) -> Result<Evaluated, SearchError> {
@@ -457,13 +471,28 @@ struct Scheduled {
     gap: f64,
 }
 
-/// A layer schedule's solution, as far as the search uses it.
-#[derive(Debug, Clone, Copy)]
-struct Solved {
-    makespan: f64,
-    util: (f64, f64),
-    optimal: bool,
-    gap: f64,
+/// A layer schedule's solution, as far as the search uses it: what a memo of schedules
+/// (the search's own, or a pool's [`SharedSchedules`]) keeps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Solved {
+    pub makespan: f64,
+    /// Busy fractions of the tensor and vector cores.
+    pub util: (f64, f64),
+    pub optimal: bool,
+    pub gap: f64,
+}
+
+/// Layer schedules solved elsewhere for the same search (a pool's other workers), asked
+/// after the search's own memo misses and told of every schedule solved here. A key is an
+/// instance's exact content (see `ScheduleMemo`); the solver options are the search's, so
+/// an implementation shared between searches must tell them apart. The solver is
+/// deterministic (node limits), so an answer from elsewhere is the one solving would
+/// give; schedules the wall-clock safety net stopped are never put.
+pub trait SharedSchedules: Sync {
+    /// The known solutions of `keys`, in order (`None`: not known, or not reachable).
+    fn get(&self, keys: &[&[u64]]) -> Vec<Option<Solved>>;
+    /// Schedules just solved here.
+    fn put(&self, solved: &[(&[u64], Solved)]);
 }
 
 /// Layer schedules already solved, by their instance's exact content (cores, each
@@ -526,6 +555,7 @@ struct Ctx<'a> {
     estimator: Estimator<'a>,
     stats: Mutex<Stats>,
     observer: &'a dyn Observer,
+    shared: Option<&'a dyn SharedSchedules>,
 }
 
 impl<'a> Ctx<'a> {
@@ -547,6 +577,7 @@ impl<'a> Ctx<'a> {
             stats: Mutex::new(Stats::default()),
             observer,
             memo: ScheduleMemo::default(),
+            shared: None,
         }
     }
 }
@@ -723,20 +754,48 @@ impl Ctx<'_> {
                 known.push(Err(k));
             }
         }
+        let mut by_layer: HashMap<usize, Solved> = HashMap::new();
+        // What the search's memo lacks, asked of the pool's (in the same fixed order).
+        if let Some(shared) = self.shared
+            && !todo.is_empty()
+        {
+            let asked: Vec<&[u64]> = todo.iter().map(|&k| keys[k].as_slice()).collect();
+            let found = shared.get(&asked);
+            let mut still = Vec::with_capacity(todo.len());
+            for (&k, f) in todo
+                .iter()
+                .zip(found.into_iter().chain(std::iter::repeat(None)))
+            {
+                match f {
+                    Some(s) => {
+                        by_layer.insert(k, s);
+                        self.memo.insert(keys[k].clone(), s);
+                    }
+                    None => still.push(k),
+                }
+            }
+            todo = still;
+        }
         let solved: Vec<(Solved, bool)> = todo
             .par_iter()
             .map(|&k| self.solve(&instances[k]))
             .collect::<Vec<_>>()
             .into_iter()
             .collect::<Result<_, _>>()?;
-        let mut by_layer: HashMap<usize, Solved> = HashMap::new();
+        let mut new: Vec<(&[u64], Solved)> = Vec::new();
         for (&k, &(s, hit_time_limit)) in todo.iter().zip(&solved) {
             by_layer.insert(k, s);
             // A schedule the wall-clock safety net stopped depends on the machine: solved
             // again, not reused.
             if !hit_time_limit {
                 self.memo.insert(keys[k].clone(), s);
+                new.push((keys[k].as_slice(), s));
             }
+        }
+        if let Some(shared) = self.shared
+            && !new.is_empty()
+        {
+            shared.put(&new);
         }
         let mut out = Vec::with_capacity(graphs.len());
         let (mut not_proven, gap) = (0, self.input.schedule.relative_gap);

@@ -554,3 +554,111 @@ fn interleaving_is_searched() {
         "no candidate chose the interleaved schedule"
     );
 }
+
+/// A supplier that evaluates with evaluators of its own (one per "worker", taking
+/// candidates in turn, summarised as a pool's workers send them): the walk's outcome is the
+/// one of a search that evaluates everything itself — converging or exhaustive — the
+/// supplied candidates are journalled like computed ones, and their work is added.
+#[test]
+fn supplied_evaluations_give_the_same_outcome_as_local_ones() {
+    struct Workers<'a> {
+        evaluators: Vec<Evaluator<'a>>,
+        asked: Vec<usize>,
+    }
+    impl Supplier for Workers<'_> {
+        fn supply(
+            &mut self,
+            index: usize,
+            candidate: &Candidate,
+        ) -> Result<Option<Evaluated>, SearchError> {
+            self.asked.push(index);
+            let n = self.evaluators.len();
+            let mut e = self.evaluators[index % n].evaluate(index, candidate)?;
+            e.summarise();
+            Ok(Some(e))
+        }
+        fn work(&self) -> Stats {
+            let mut w = Stats::default();
+            for e in &self.evaluators {
+                w.add_work(&e.work());
+            }
+            w
+        }
+    }
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl Observer for Count {
+        fn evaluated(&self, _: &Evaluated) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let model = ReferenceModel::default();
+    for exhaustive in [true, false] {
+        let (mut input, space) = tiny();
+        input.exhaustive = exhaustive;
+        input.convergence_window = 2;
+        let local = search(&input, &space, &model, &(), None).unwrap();
+        let mut workers = Workers {
+            evaluators: vec![
+                Evaluator::new(&input, &model, &()),
+                Evaluator::new(&input, &model, &()),
+            ],
+            asked: Vec::new(),
+        };
+        let count = Count(Default::default());
+        let pooled = search_supplied(
+            &input,
+            &space,
+            &model,
+            &count,
+            None,
+            BTreeMap::new(),
+            &mut workers,
+        )
+        .unwrap();
+        assert_eq!(pooled.best, local.best);
+        assert_eq!(pooled.explored, local.explored);
+        assert_eq!(pooled.stats.converged, local.stats.converged);
+        assert_eq!(
+            workers.asked,
+            (0..local.explored.len()).collect::<Vec<_>>(),
+            "asked in the walk's order, each once"
+        );
+        assert_eq!(count.0.load(Ordering::Relaxed), local.explored.len());
+        assert!(
+            pooled.stats.placements_solved >= local.stats.placements_solved,
+            "the workers' work is counted"
+        );
+    }
+}
+
+/// A supplier that answers another candidate than the one asked fails the search: the
+/// walk never takes an evaluation it did not ask for.
+#[test]
+fn a_supplier_answering_another_candidate_fails_the_search() {
+    struct Wrong<'a>(Evaluator<'a>);
+    impl Supplier for Wrong<'_> {
+        fn supply(
+            &mut self,
+            index: usize,
+            candidate: &Candidate,
+        ) -> Result<Option<Evaluated>, SearchError> {
+            let mut e = self.0.evaluate(index, candidate)?;
+            e.index += 1;
+            Ok(Some(e))
+        }
+    }
+    let model = ReferenceModel::default();
+    let (input, space) = tiny();
+    let mut wrong = Wrong(Evaluator::new(&input, &model, &()));
+    let err = search_supplied(
+        &input,
+        &space,
+        &model,
+        &(),
+        None,
+        BTreeMap::new(),
+        &mut wrong,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("for candidate 0"), "{err}");
+}
