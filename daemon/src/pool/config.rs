@@ -31,8 +31,8 @@ pub struct PoolConfig {
     pub item_candidates: usize,
     /// Most items a coordinator publishes ahead of the candidate its walk waits for in a
     /// search that may converge: what it may evaluate past its convergence point. (The
-    /// look-ahead is twice the pool's workers up to this; exhaustive searches, where nothing
-    /// is wasted, go up to 4,096.)
+    /// look-ahead is four items per worker up to this; exhaustive searches, where nothing
+    /// is wasted, publish at least this many ahead and up to 4,096.)
     pub look_ahead_items: usize,
     /// Seconds a worker may hold an item without a sign of life before it is given to
     /// another (workers signal progress every third of it while they evaluate).

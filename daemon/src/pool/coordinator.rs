@@ -269,18 +269,22 @@ impl<'a> Coordinator<'a> {
         self.items.partition_point(|r| r.end <= index)
     }
 
-    /// Items to keep published ahead of the walk: twice the workers (each has one to work
-    /// on and one waiting), at least 1 — at most the configured look-ahead when the search
-    /// may converge (what is published past its end is wasted work), at most
-    /// [`MAX_LOOK_AHEAD_ITEMS`] when it is exhaustive (nothing is wasted: it only bounds
-    /// the answers held for merging).
+    /// Items to keep published ahead of the walk. The walk takes answers in candidate
+    /// order, so workers run ahead of it: with too short a look-ahead a worker idles while
+    /// the walk waits for a slower item. Four per worker, at least 1 — at most the
+    /// configured look-ahead when the search may converge (what is published past its end
+    /// is wasted work); in an exhaustive search, where nothing is wasted, at least the
+    /// configured look-ahead and at most [`MAX_LOOK_AHEAD_ITEMS`] (it only bounds the
+    /// answers held for merging).
     fn look_ahead(&self) -> usize {
-        let most = if self.exhaustive {
-            MAX_LOOK_AHEAD_ITEMS
+        let per_workers = 4 * self.workers;
+        if self.exhaustive {
+            per_workers
+                .max(self.pool.settings.look_ahead_items)
+                .min(MAX_LOOK_AHEAD_ITEMS)
         } else {
-            self.pool.settings.look_ahead_items
-        };
-        (2 * self.workers).clamp(1, most)
+            per_workers.clamp(1, self.pool.settings.look_ahead_items)
+        }
     }
 
     /// Publishes items up to (not including) `upto`, all at once: every message is sent,
