@@ -522,3 +522,44 @@ fn deleting_the_spec_cancels_the_search_on_every_worker_within_seconds() {
         assert_eq!(d.metric("archplace_pool_worker_busy"), 0.0, "{}", d.log());
     }
 }
+
+/// An item that no worker finishes — each one that takes it dies or hangs — fails the
+/// search after `max_deliveries` deliveries instead of leaving it waiting forever. Here
+/// one delivery, to a worker that is stopped (SIGSTOP) while it holds the item; another
+/// worker goes on taking items.
+#[test]
+fn an_item_no_worker_finishes_fails_the_search_after_max_deliveries() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = folder();
+    let t = tmp.path();
+    let nats = Nats::start(t);
+    // The first daemon creates the workers' consumer: its limits are the pool's.
+    let a = Daemon::start(
+        &t.join("a"),
+        &nats.url(),
+        "a",
+        "work = false\nmax_deliveries = 1",
+    );
+    let b = Daemon::start(&t.join("b"), &nats.url(), "b", "max_deliveries = 1");
+    a.drop_spec("stuck.toml", &spec("stuck", true));
+    b.until(Duration::from_secs(60), "b busy", || {
+        b.metric("archplace_pool_worker_busy") == 1.0
+    });
+    let pid = b.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // JetStream notices an item has used its deliveries when a worker asks for the next
+    // one: a worker that keeps asking.
+    let _c = Daemon::start(&t.join("c"), &nats.url(), "c", "max_deliveries = 1");
+    let error = a.wait_file("stuck", "error.json", 60).to_string();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    assert!(
+        error.contains("was delivered 1 times and no worker finished it"),
+        "{error}"
+    );
+}

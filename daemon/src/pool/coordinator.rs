@@ -483,16 +483,24 @@ impl<'a> Coordinator<'a> {
                 stream_seq: u64,
                 deliveries: u64,
             }
-            if let Ok(a) = serde_json::from_slice::<Advisory>(&m.payload) {
-                sequences.push((a.stream_seq, a.deliveries));
+            match serde_json::from_slice::<Advisory>(&m.payload) {
+                Ok(a) => sequences.push((a.stream_seq, a.deliveries)),
+                Err(e) => {
+                    tracing::warn!(error = %e, payload = %String::from_utf8_lossy(&m.payload), "a max-deliveries advisory not understood")
+                }
             }
         }
         for (seq, deliveries) in sequences {
             let pool = self.pool;
-            let Ok(Ok(msg)) = pool.block_on(async {
+            let msg = match pool.block_on(async {
                 tokio::time::timeout(Duration::from_secs(2), pool.items.get_raw_message(seq)).await
-            }) else {
-                continue;
+            }) {
+                Ok(Ok(msg)) => msg,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, seq, "cannot read an item no worker finished");
+                    continue;
+                }
+                Err(_) => continue,
             };
             if let Ok(item) = serde_json::from_slice::<Item>(&msg.payload)
                 && item.search == self.id
