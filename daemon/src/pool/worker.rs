@@ -395,7 +395,7 @@ fn open(
                     }
                     let now = evaluator.work();
                     let answer =
-                        answer.unwrap_or_else(|| Reply::Evaluated(out, work_since(&before, &now)));
+                        answer.unwrap_or_else(|| Reply::Evaluated(out, now.work_since(&before)));
                     before = now;
                     let _ = reply.send(answer);
                 }
@@ -408,26 +408,6 @@ fn open(
         cancel,
         used: Instant::now(),
     })
-}
-
-/// The work counters between two snapshots of one evaluator.
-fn work_since(before: &Stats, now: &Stats) -> Stats {
-    Stats {
-        estimates_computed: now.estimates_computed - before.estimates_computed,
-        estimate_cache_hits: now.estimate_cache_hits - before.estimate_cache_hits,
-        schedules_solved: now.schedules_solved - before.schedules_solved,
-        schedules_by_bounds: now.schedules_by_bounds - before.schedules_by_bounds,
-        schedules_reused: now.schedules_reused - before.schedules_reused,
-        schedules_by_mip: now.schedules_by_mip - before.schedules_by_mip,
-        schedules_not_proven_optimal: now.schedules_not_proven_optimal
-            - before.schedules_not_proven_optimal,
-        mip_time_limit_hits: now.mip_time_limit_hits - before.mip_time_limit_hits,
-        placements_solved: now.placements_solved - before.placements_solved,
-        estimation_seconds: now.estimation_seconds - before.estimation_seconds,
-        scheduling_seconds: now.scheduling_seconds - before.scheduling_seconds,
-        placement_seconds: now.placement_seconds - before.placement_seconds,
-        ..Stats::default()
-    }
 }
 
 /// The latency component `r`: the plugin of that name and version in this daemon's catalog

@@ -293,6 +293,28 @@ impl Stats {
         self.scheduling_seconds += other.scheduling_seconds;
         self.placement_seconds += other.placement_seconds;
     }
+
+    /// The work counters and timings done since `before`, an earlier snapshot of the same
+    /// counters (what a pool's worker reports per item): the inverse of [`Stats::add_work`],
+    /// over the same fields; the walk's counts are zero.
+    pub fn work_since(&self, before: &Stats) -> Stats {
+        Stats {
+            estimates_computed: self.estimates_computed - before.estimates_computed,
+            estimate_cache_hits: self.estimate_cache_hits - before.estimate_cache_hits,
+            schedules_solved: self.schedules_solved - before.schedules_solved,
+            schedules_by_bounds: self.schedules_by_bounds - before.schedules_by_bounds,
+            schedules_reused: self.schedules_reused - before.schedules_reused,
+            schedules_by_mip: self.schedules_by_mip - before.schedules_by_mip,
+            schedules_not_proven_optimal: self.schedules_not_proven_optimal
+                - before.schedules_not_proven_optimal,
+            mip_time_limit_hits: self.mip_time_limit_hits - before.mip_time_limit_hits,
+            placements_solved: self.placements_solved - before.placements_solved,
+            estimation_seconds: self.estimation_seconds - before.estimation_seconds,
+            scheduling_seconds: self.scheduling_seconds - before.scheduling_seconds,
+            placement_seconds: self.placement_seconds - before.placement_seconds,
+            ..Stats::default()
+        }
+    }
 }
 
 /// Where the walk gets evaluations computed elsewhere: a pool of workers (the daemon's

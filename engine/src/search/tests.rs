@@ -662,3 +662,34 @@ fn a_supplier_answering_another_candidate_fails_the_search() {
     .unwrap_err();
     assert!(err.to_string().contains("for candidate 0"), "{err}");
 }
+
+/// `work_since` undoes `add_work`: what a worker reports per item adds up again.
+#[test]
+fn work_since_is_the_inverse_of_add_work() {
+    let before = Stats {
+        estimates_computed: 3,
+        schedules_solved: 5,
+        schedules_reused: 2,
+        placements_solved: 7,
+        scheduling_seconds: 0.5,
+        ..Stats::default()
+    };
+    let item = Stats {
+        estimates_computed: 11,
+        estimate_cache_hits: 4,
+        schedules_solved: 13,
+        schedules_by_bounds: 6,
+        schedules_reused: 1,
+        schedules_by_mip: 2,
+        schedules_not_proven_optimal: 1,
+        mip_time_limit_hits: 1,
+        placements_solved: 9,
+        estimation_seconds: 0.25,
+        scheduling_seconds: 1.5,
+        placement_seconds: 0.75,
+        ..Stats::default()
+    };
+    let mut now = before.clone();
+    now.add_work(&item);
+    assert_eq!(now.work_since(&before), item);
+}
