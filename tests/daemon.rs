@@ -15,7 +15,7 @@ const TINY: &str = include_str!("fixtures/tiny.toml");
 /// A spec whose search takes long enough to be interrupted (tens of seconds in a debug
 /// build): the embedded default.
 fn slow_spec() -> String {
-    std::fs::read_to_string(root().join("daemon/src/spec/default.toml")).unwrap()
+    std::fs::read_to_string(root().join("spec/src/default.toml")).unwrap()
 }
 
 /// A spec that takes a few seconds even in a debug build: the tiny one over 36 chips.
@@ -1216,7 +1216,7 @@ fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
         let mut d = Daemon::start_env(
             dir,
             &[],
-            &[(archplace::atomic::ABORT_AT_STEP_VAR, Path::new(&at))],
+            &[(archplace_util::atomic::ABORT_AT_STEP_VAR, Path::new(&at))],
         );
         let t = Instant::now();
         let aborted = loop {

@@ -27,7 +27,7 @@ fn archplace() -> Command {
 /// The embedded default spec, as is: the spec issue 16 saw give four results in four runs
 /// under the old wall-clock limit.
 fn spec() -> String {
-    std::fs::read_to_string(root().join("daemon/src/spec/default.toml")).unwrap()
+    std::fs::read_to_string(root().join("spec/src/default.toml")).unwrap()
 }
 
 /// `result.json` without timings and work counters, and `explored.jsonl`, as bytes.

@@ -10,8 +10,8 @@
 //! a failure is shrunk to a minimal mutation list and printed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use archplace::service::config::DaemonConfig;
 use archplace_engine::phaze;
+use archplace_service::config::DaemonConfig;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, RngSeed};
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ fn seeds(dir: &str, ext: &str, skip: &str) -> Vec<Vec<u8>> {
 fn spec_seeds() -> Vec<Vec<u8>> {
     let mut s = seeds("config/specs", ".toml", "");
     s.extend(seeds("tests/fixtures/spec/errors", ".toml", ""));
-    s.push(std::fs::read(root().join("daemon/src/spec/default.toml")).unwrap());
+    s.push(std::fs::read(root().join("spec/src/default.toml")).unwrap());
     s.push(std::fs::read(root().join("tests/fixtures/tiny.toml")).unwrap());
     s
 }
@@ -192,7 +192,7 @@ proptest! {
         let Ok(text) = String::from_utf8(bytes) else {
             return Ok(()); // the reader refuses non-UTF-8 before parsing
         };
-        match archplace::spec::parse(&text, "fuzz.toml") {
+        match archplace_spec::parse(&text, "fuzz.toml") {
             Ok(spec) => prop_assert!(!spec.name.is_empty()),
             Err(diags) => {
                 prop_assert!(!diags.is_empty());
@@ -228,7 +228,7 @@ proptest! {
                     live.poll_interval_seconds,
                     live.retry_seconds,
                 ] {
-                    let _ = archplace::service::config::interval(seconds);
+                    let _ = archplace_util::duration::interval(seconds);
                 }
                 let _ = start.plugin_limits.deadline();
                 for limits in start.plugins.values() {

@@ -499,7 +499,7 @@ fn deleting_the_spec_cancels_the_search_on_every_worker_within_seconds() {
     let b = Daemon::start(&t.join("b"), &nats.url(), "b", "");
     let c = Daemon::start(&t.join("c"), &nats.url(), "c", "");
     // The embedded default spec: minutes of work in a debug build.
-    let text = std::fs::read_to_string(root().join("daemon/src/spec/default.toml")).unwrap();
+    let text = std::fs::read_to_string(root().join("spec/src/default.toml")).unwrap();
     a.drop_spec("slow.toml", &text);
     let workers = [&a, &b, &c];
     a.until(Duration::from_secs(120), "every worker busy", || {

@@ -1,4 +1,4 @@
-//! Resuming an interrupted search from its journal (`daemon/src/journal.rs`): killed with
+//! Resuming an interrupted search from its journal (`job/src/journal.rs`): killed with
 //! -9 half-way, `archplace run` evaluates only the candidates the journal lacks (and the
 //! best once more: counted in layer schedules, exactly) and gives the identical result;
 //! Ctrl-C writes the best result so far, marked partial, and the next run continues it.

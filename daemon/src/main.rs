@@ -171,7 +171,7 @@ fn main() -> ExitCode {
             out.as_deref(),
             &results,
             json,
-            memory_budget.unwrap_or_else(archplace::memory::machine_budget_bytes),
+            memory_budget.unwrap_or_else(archplace_job::memory::machine_budget_bytes),
             threads,
             &cli.plugins,
         ),
@@ -191,7 +191,7 @@ fn main() -> ExitCode {
             &files,
             json,
             print_resolved,
-            memory_budget.unwrap_or_else(archplace::memory::machine_budget_bytes),
+            memory_budget.unwrap_or_else(archplace_job::memory::machine_budget_bytes),
             threads,
             &cli.plugins,
         ),
@@ -210,7 +210,7 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::from)
         }
         Command::Schema => {
-            cli::print_json(&archplace::spec::json_schema()).map(|_| ExitCode::SUCCESS)
+            cli::print_json(&archplace_spec::json_schema()).map(|_| ExitCode::SUCCESS)
         }
         Command::Model {
             spec,

@@ -6,7 +6,7 @@
 //! one operator (the fixed cost of a call), and loading the compiled component from the
 //! disk cache in a fresh host (target ≤ 5 ms).
 
-use archplace_plugin_host::cost::PluginRef;
+use archplace_cost_port::PluginRef;
 use archplace_plugin_host::{Host, HostOptions, cache};
 use archplace_plugin_sdk::{AcceleratorConfig, Direction, Gemm, LatencyModel, Op, OpKind};
 use archplace_reference_cost::ReferenceModel;

@@ -161,7 +161,7 @@ impl Catalog {
             subdirs.sort();
             for sub in subdirs {
                 let path = sub.join(MANIFEST);
-                let parsed = crate::files::read_regular(&path, MAX_MANIFEST_BYTES)
+                let parsed = archplace_util::files::read_regular(&path, MAX_MANIFEST_BYTES)
                     .map_err(|e| format!("{}: {e}", path.display()))
                     .and_then(|b| {
                         String::from_utf8(b)

@@ -15,14 +15,14 @@
 //! * [`session::Session`] — one plugin with its parameters for one search: a pool of
 //!   instances behind the SDK's `AreaModel` and `LatencyModel`, used by the engine;
 //! * [`catalog`] — plugin folders and manifests; [`check`] — `archplace plugin check`;
-//! * [`cost`] — what a search asks for ([`cost::CostModelSpec`]) and gets ([`cost::CostModels`]).
+//! * the host is the application's [`CostModelSource`]: what a search asks for
+//!   ([`CostModelSpec`]) and gets ([`CostModels`]) are the cost-model port's
+//!   (`archplace-cost-port`).
 
 pub mod bindings;
 pub mod cache;
 pub mod catalog;
 pub mod check;
-pub mod cost;
-pub mod files;
 pub mod inspect;
 pub mod memo;
 pub mod session;
@@ -33,10 +33,11 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
-use crate::cost::{
+use archplace_cost_port::{
     CostModelError, CostModelSource, CostModelSpec, CostModels, ModelSource, PluginRef,
 };
 use archplace_plugin_sdk::{ModelInfo, Parameter, ParameterError};
+use archplace_util::files;
 use bindings::CostModelPre;
 use serde::{Deserialize, Serialize};
 use session::Session;
@@ -125,9 +126,7 @@ impl Limits {
     /// The deadline as a [`Duration`], clamped to what [`Limits::problems`] accepts: never
     /// panics, whatever the field holds.
     pub fn deadline(&self) -> Duration {
-        let d = self.deadline_seconds;
-        let d = if d.is_nan() { 0.0 } else { d };
-        Duration::from_secs_f64(d.clamp(0.001, MAX_DEADLINE_SECONDS))
+        archplace_util::duration::clamped(self.deadline_seconds, 0.001, MAX_DEADLINE_SECONDS)
     }
 
     /// The fuel of one call over `items` configurations or operators.

@@ -2,7 +2,7 @@
 
 use super::print_json;
 use anyhow::{Context, Result};
-use archplace::service::config::DaemonConfig;
+use archplace_service::config::DaemonConfig;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -171,12 +171,12 @@ pub fn run(
             .context("installing signal handlers")?;
         signal_hook::flag::register(sig, shutdown.clone()).context("installing signal handlers")?;
     }
-    let signals = archplace::service::Signals {
+    let signals = archplace_service::Signals {
         shutdown,
         reload,
         load,
     };
-    archplace::service::run(config, signals).context("the daemon failed")?;
+    archplace_service::run(config, signals).context("the daemon failed")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,8 +3,8 @@
 
 use super::{load_spec, print_json};
 use anyhow::{Context, Result, anyhow};
-use archplace::estimate::{self, OpRequest};
 use archplace_engine::step::estimate_step;
+use archplace_job::estimate::{self, OpRequest};
 use archplace_plugin_sdk::{Direction, VectorKind};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -77,9 +77,9 @@ pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
                 .as_deref()
                 .ok_or_else(|| anyhow!("give a spec file"))?;
             let scheduling = if args.mip {
-                estimate::Scheduling::Mip
+                archplace_spec::Scheduling::Mip
             } else {
-                estimate::Scheduling::ListSchedule
+                archplace_spec::Scheduling::ListSchedule
             };
             run_step(spec, args.json, scheduling, plugins)
         }
@@ -89,11 +89,11 @@ pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
 fn run_step(
     path: &Path,
     json: bool,
-    scheduling: estimate::Scheduling,
+    scheduling: archplace_spec::Scheduling,
     plugins: &super::plugin::PluginArgs,
 ) -> Result<ExitCode> {
     let spec = load_spec(Some(path))?;
-    let input = estimate::step_input_with(&spec, scheduling)?;
+    let input = spec.step_input(scheduling)?;
     let host = plugins.host()?;
     let models = super::cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))?;
     let info = models.latency.info();
@@ -129,7 +129,7 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode
         .estimate
         .as_ref()
         .map(|e| e.accelerator)
-        .ok_or(estimate::EstimateSpecError::NoPlan)?;
+        .ok_or(archplace_spec::EstimateSpecError::NoPlan)?;
     let request = match (&args.gemm, &args.vector) {
         (Some(g), _) => OpRequest::Gemm(estimate::parse_gemm(g).map_err(|e| anyhow!(e))?),
         (None, Some(kind)) => {

@@ -22,7 +22,7 @@ pub mod space;
 pub mod validate;
 
 use anyhow::{Context, Result};
-use archplace::spec::{self, Spec};
+use archplace_spec::{self as spec, Spec};
 use std::io::Write;
 use std::path::Path;
 
@@ -77,7 +77,7 @@ pub fn init_logging(verbose: u8, daemon: bool, format: LogFormat) -> Option<Logg
     const OURS: &str = "archplace=LEVEL,archplace_engine=LEVEL,archplace_plugin_host=LEVEL,archplace_plugin_sdk=LEVEL";
     let ours = |level: &str| format!("warn,highs=warn,{}", OURS.replace("LEVEL", level));
     let default = match verbose {
-        0 if daemon => archplace::service::config::DEFAULT_LOG_LEVEL.to_string(),
+        0 if daemon => archplace_service::config::DEFAULT_LOG_LEVEL.to_string(),
         // HiGHS reports every MIP time-limit hit as a warning; the results count them.
         0 => "warn,highs=error".to_string(),
         1 => ours("debug"),
@@ -142,7 +142,7 @@ pub fn cost_models(
     spec: &Spec,
     host: &archplace_plugin_host::Host,
     cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Result<archplace::cost::CostModels> {
+) -> Result<archplace_cost_port::CostModels> {
     spec::resolve_cost_models(spec, host, cancel).map_err(|diags| {
         for d in &diags {
             eprint!("{}", d.render(&spec.source_text));

@@ -20,7 +20,7 @@ pub fn run(input: &Path, output: Option<&Path>) -> Result<ExitCode> {
     let mut json = serde_json::to_vec_pretty(&out)?;
     json.push(b'\n');
     match output {
-        Some(path) => archplace::atomic::write(path, &json)
+        Some(path) => archplace_util::atomic::write(path, &json)
             .with_context(|| format!("cannot write {}", path.display()))?,
         None => {
             use std::io::Write;

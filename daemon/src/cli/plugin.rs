@@ -240,11 +240,9 @@ fn install(
     let name = &report.info.name;
     let version = &report.info.version;
     let dir = root.join(format!("{name}-{version}"));
-    let wasm = archplace_plugin_host::files::read_regular(
-        file,
-        archplace_plugin_host::MAX_COMPONENT_BYTES,
-    )
-    .with_context(|| format!("reading {}", file.display()))?;
+    let wasm =
+        archplace_util::files::read_regular(file, archplace_plugin_host::MAX_COMPONENT_BYTES)
+            .with_context(|| format!("reading {}", file.display()))?;
     let old_manifest: Option<Manifest> = std::fs::read_to_string(dir.join(MANIFEST))
         .ok()
         .and_then(|t| toml::from_str(&t).ok());
@@ -263,7 +261,7 @@ fn install(
     }
     let pin = pin || old_manifest.as_ref().is_some_and(|m| m.blake3.is_some());
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    archplace::atomic::write(&dir.join(format!("{name}.wasm")), &wasm)
+    archplace_util::atomic::write(&dir.join(format!("{name}.wasm")), &wasm)
         .with_context(|| format!("writing into {}", dir.display()))?;
     let manifest = Manifest {
         name: name.clone(),
@@ -277,7 +275,7 @@ fn install(
         description: None,
     };
     let text = toml::to_string(&manifest).context("writing the manifest")?;
-    archplace::atomic::write(&dir.join(MANIFEST), text.as_bytes())
+    archplace_util::atomic::write(&dir.join(MANIFEST), text.as_bytes())
         .with_context(|| format!("writing into {}", dir.display()))?;
     Ok(dir)
 }

@@ -113,7 +113,7 @@ pub fn create(name: &str, dir: &Path) -> Result<PathBuf> {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        archplace::atomic::write(path, text.as_bytes())
+        archplace_util::atomic::write(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(root)

@@ -2,10 +2,11 @@
 
 use super::{load_spec, print_json, thousands};
 use anyhow::{Context, Result, bail};
-use archplace::runner;
 use archplace_engine::search::{Observer, Progress};
+use archplace_job::folder;
+use archplace_job::result::ResultDoc;
+use archplace_job::{RunError, Steering};
 use archplace_plugin_sdk::text::significant;
-use archplace_plugin_sdk::units::format_bytes;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::Path;
@@ -91,25 +92,38 @@ pub fn run(
         }
     }
     let host = plugins.host()?;
-    // Report plugin and parameter problems before the progress bar starts.
     let cancel = Arc::new(AtomicBool::new(false));
-    super::cost_models(&spec, &host, cancel.clone())?;
     let dir = out
         .map(Path::to_path_buf)
-        .unwrap_or_else(|| runner::result_dir(results, &spec));
+        .unwrap_or_else(|| folder::result_dir(results, &spec));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
         .context("starting worker threads")?;
-    // A search larger than the budget is refused here, located in the spec, before the
-    // progress bar starts.
-    let memory = archplace::memory::estimate(&spec, &host, pool.current_num_threads());
-    if let Err(diags) = archplace::memory::check(&spec, &memory, memory_budget_bytes) {
-        for d in &diags {
-            eprint!("{}", d.render(&spec.source_text));
+    // Plugin and parameter problems, and a search larger than the budget, are reported here,
+    // located in the spec, before the progress bar starts.
+    let prepared = match archplace_job::prepare(
+        &spec,
+        &host,
+        pool.current_num_threads(),
+        Some(memory_budget_bytes),
+        &cancel,
+    ) {
+        Ok(p) => p,
+        Err(RunError::CostModel(diags)) => {
+            for d in &diags {
+                eprint!("{}", d.render(&spec.source_text));
+            }
+            bail!("{} error(s) in the spec's cost models", diags.len());
         }
-        bail!("the search was not started");
-    }
+        Err(RunError::Memory(diags)) => {
+            for d in &diags {
+                eprint!("{}", d.render(&spec.source_text));
+            }
+            bail!("the search was not started");
+        }
+        Err(e) => return Err(e).context("the search failed"),
+    };
     let terminal = std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
@@ -142,12 +156,19 @@ pub fn run(
         signal_hook::flag::register(sig, cancel.clone()).context("installing signal handlers")?;
     }
     let finished = pool
-        .install(|| runner::run(&spec, &host, &reporter, &cancel, Some(&dir), None))
+        .install(|| {
+            prepared.run(Steering {
+                observer: &reporter,
+                cancel: &cancel,
+                checkpoint: Some(&dir),
+                distributor: None,
+            })
+        })
         .context("the search failed")?;
     if let Some(bar) = &reporter.bar {
         bar.finish_and_clear();
     }
-    runner::write(&dir, &finished).context("writing the results")?;
+    folder::write(&dir, &finished).context("writing the results")?;
     let doc = &finished.doc;
     if json {
         print_json(doc)?;
@@ -168,7 +189,7 @@ pub fn run(
     })
 }
 
-fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
+fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
     let s = &doc.search;
     outln!(
         "search `{}`: {} of {} candidates evaluated ({} failed) in {} area buckets, {}; {:.1} s",
@@ -209,7 +230,7 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
     };
     outln!(
         "best chip: {}",
-        describe_chip(&best.configuration, best.hbm_bytes)
+        archplace_job::chip::long(&best.configuration, best.hbm_bytes)
     )?;
     for m in &best.models {
         outln!(
@@ -297,7 +318,7 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         outln!(
             "near-tie ({:.2}% slower): {}",
             100.0 * (1.0 - tie.relative_to_best),
-            describe_chip(&tie.configuration, tie.hbm_bytes)
+            archplace_job::chip::long(&tie.configuration, tie.hbm_bytes)
         )?;
     }
     let w = &doc.work;
@@ -310,20 +331,4 @@ fn print_summary(doc: &runner::ResultDoc, dir: &Path) -> std::io::Result<()> {
         dir.display()
     )?;
     Ok(())
-}
-
-/// A chip in one line: its cores, buffer, area and HBM.
-fn describe_chip(c: &runner::Configuration, hbm_bytes: u64) -> String {
-    let k = &c.chip;
-    format!(
-        "{} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
-        k.tensor_cores,
-        k.width,
-        k.depth,
-        k.vector_cores,
-        k.vector_width,
-        format_bytes(k.buffer_bytes),
-        c.area_mm2,
-        format_bytes(hbm_bytes)
-    )
 }

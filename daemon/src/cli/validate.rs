@@ -1,8 +1,9 @@
 //! `archplace validate`.
 
 use anyhow::Result;
-use archplace::spec::{self, Diagnostic};
+use archplace_job::RunError;
 use archplace_plugin_sdk::units::format_bytes;
+use archplace_spec::{self as spec, Diagnostic};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,21 +26,23 @@ pub fn run(
     let mut text = String::new();
     // The memory estimate in words when the spec is good.
     let check_models = |s: &spec::Spec, text: &mut String, all: &mut Vec<Diagnostic>| {
-        let checked = spec::resolve_cost_models(s, &host, Default::default()).and_then(|_| {
-            let e = archplace::memory::estimate(s, &host, threads);
-            archplace::memory::check(s, &e, memory_budget_bytes).map(|()| e)
-        });
-        match checked {
-            Ok(e) => Some(format!(
+        let cancel = Default::default();
+        match archplace_job::prepare(s, &host, threads, Some(memory_budget_bytes), &cancel) {
+            Ok(p) => Some(format!(
                 "may need up to {} of its {} memory budget on {threads} thread(s)",
-                format_bytes(e.total_bytes),
+                format_bytes(p.memory.total_bytes),
                 format_bytes(memory_budget_bytes)
             )),
-            Err(diags) => {
+            Err(RunError::CostModel(diags) | RunError::Memory(diags)) => {
                 for d in &diags {
                     text.push_str(&d.render(&s.source_text));
                 }
                 all.extend(diags);
+                None
+            }
+            // `prepare` fails only with located problems of the spec.
+            Err(e) => {
+                text.push_str(&format!("error: {e}\n"));
                 None
             }
         }

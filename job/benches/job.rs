@@ -1,0 +1,83 @@
+//! Job benchmarks (criterion): `cargo bench -p archplace-job --bench job [-- FILTER]`.
+//!
+//! * `search/default-spec/{wasm,native}` — the embedded default search with the WebAssembly
+//!   reference plugin (built by `scripts/build-plugins`) and with the natively linked one;
+//!   the ratio of the two is the cost of sandboxing (target ≤ 1.2).
+//! * `estimate/a100-example/wasm` — `archplace estimate`'s work in-process for
+//!   `config/specs/estimate-a100.toml` (the gpu-like plugin, loaded once): build the model,
+//!   estimate and schedule its layers, the step model. Target ≤ 5 ms.
+
+use archplace_cost_port::{CostModelSource, NativeModels};
+use archplace_plugin_host::{Host, HostOptions};
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+fn search(c: &mut Criterion) {
+    let spec = archplace_spec::default_spec().expect("the embedded default spec");
+    let host = Host::new(HostOptions {
+        plugin_dirs: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")],
+        ..HostOptions::default()
+    })
+    .expect("a host");
+    let cancel = Arc::new(AtomicBool::new(false));
+    let run = |source: &dyn CostModelSource| {
+        archplace_job::prepare(&spec, source, rayon::current_num_threads(), None, &cancel)
+            .and_then(|p| {
+                p.run(archplace_job::Steering {
+                    observer: &(),
+                    cancel: &cancel,
+                    checkpoint: None,
+                    distributor: None,
+                })
+            })
+            .expect("the default search: run scripts/build-plugins first")
+            .doc
+            .best
+            .map(|b| b.mean_throughput_samples_per_second)
+    };
+    // The same answer either way, up to the layer schedules' wall-clock MIP limit (a MIP cut
+    // short under load can settle a slightly different schedule); reported, not asserted.
+    let (wasm, native) = (run(&host), run(&NativeModels));
+    if wasm != native {
+        eprintln!("note: best throughput {wasm:?} with the plugin, {native:?} natively");
+    }
+    let mut g = c.benchmark_group("search/default-spec");
+    g.sample_size(10);
+    g.bench_function("wasm", |b| b.iter(|| run(&host)));
+    g.bench_function("native", |b| b.iter(|| run(&NativeModels)));
+    g.finish();
+}
+
+fn estimate(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let spec = archplace_spec::load(&root.join("config/specs/estimate-a100.toml"))
+        .expect("the example estimate spec");
+    let host = Host::new(HostOptions {
+        plugin_dirs: vec![root.join("target/plugins")],
+        ..HostOptions::default()
+    })
+    .expect("a host");
+    let models =
+        archplace_spec::resolve_cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))
+            .expect("the gpu-like plugin: run scripts/build-plugins first");
+    let input = spec
+        .step_input(archplace_spec::Scheduling::default())
+        .expect("a fixed chip and plan");
+    // As in the daemon, the host memoises the (deterministic) plugin's answers: after the
+    // first iteration this is the engine's work with warm answers (the engine's own bench,
+    // `step/…`, has no memo and runs the MIP).
+    let latency = models.latency.clone();
+    c.bench_function("estimate/a100-example/wasm", |b| {
+        b.iter(|| {
+            archplace_engine::step::estimate_step(black_box(&input), latency.as_ref())
+                .expect("the example plan fits")
+                .step_seconds
+        })
+    });
+}
+
+criterion_group!(benches, search, estimate);
+criterion_main!(benches);

@@ -1,0 +1,64 @@
+//! A chip in words, the one way every output describes it: short in pictures
+//! (`8 TC 128×128, 2 VC ×128, 128 MiB`), whole in summaries and logs (its cores, buffer,
+//! area and HBM).
+
+use crate::result::Configuration;
+use archplace_plugin_sdk::AcceleratorConfig;
+use archplace_plugin_sdk::units::format_bytes;
+
+/// The chip's cores and buffer, abbreviated for the plots: `8 TC 128×128, 2 VC ×128, 128 MiB`.
+pub fn short(c: &AcceleratorConfig) -> String {
+    format!(
+        "{} TC {}×{}, {} VC ×{}, {}",
+        c.tensor_cores,
+        c.width,
+        c.depth,
+        c.vector_cores,
+        c.vector_width,
+        format_bytes(c.buffer_bytes)
+    )
+}
+
+/// The chip in one line: its cores, buffer, area and HBM — `4 tensor cores of 256×256,
+/// 64 vector cores of 256 lanes, 32 MiB buffer, 265.78 mm²; HBM 32 GiB`.
+pub fn long(c: &Configuration, hbm_bytes: u64) -> String {
+    let k = &c.chip;
+    format!(
+        "{} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
+        k.tensor_cores,
+        k.width,
+        k.depth,
+        k.vector_cores,
+        k.vector_width,
+        format_bytes(k.buffer_bytes),
+        c.area_mm2,
+        format_bytes(hbm_bytes)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_and_long_forms() {
+        let c = archplace_engine::space::REFERENCE_CONFIG;
+        let conf = Configuration {
+            chip: c,
+            area_mm2: 265.781,
+        };
+        assert_eq!(
+            short(&c),
+            format!(
+                "{} TC {}×{}, {} VC ×{}, {}",
+                c.tensor_cores,
+                c.width,
+                c.depth,
+                c.vector_cores,
+                c.vector_width,
+                format_bytes(c.buffer_bytes)
+            )
+        );
+        assert!(long(&conf, 32 << 30).ends_with(", 265.78 mm²; HBM 32 GiB"));
+    }
+}

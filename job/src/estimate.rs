@@ -1,0 +1,381 @@
+//! `archplace estimate`: one chip and one plan from a spec's `[accelerator]` and `[plan]`,
+//! the step explained — and one operator on that chip, for comparing latency models.
+
+use archplace_engine::step::{self, StepError, StepInput, StepReport};
+use archplace_plugin_sdk::text::thousands;
+use archplace_plugin_sdk::units::format_bytes;
+use archplace_plugin_sdk::{
+    AcceleratorConfig, CoreConfig, Direction, EstimateError, Gemm, LatencyModel, Op, OpKind,
+    VectorKind,
+};
+use archplace_spec::Spec;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// The answer printed with `--json`: the estimate and what it was made of, or why the
+/// plan cannot run.
+#[derive(Debug, Serialize)]
+pub struct EstimateDoc<'a> {
+    pub spec: &'a str,
+    pub model: &'a str,
+    pub parameters: u64,
+    pub accelerator: AcceleratorConfig,
+    pub plan: step::StepPlan,
+    pub devices: u64,
+    pub global_batch: u64,
+    pub network: step::Network,
+    pub execution: archplace_engine::execution::Execution,
+    pub latency_model: &'a str,
+    pub feasible: bool,
+    /// Why the plan cannot run (with `feasible = false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub report: Option<&'a StepReport>,
+    /// The memory that does not fit (with `feasible = false` for lack of memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<step::MemoryBreakdown>,
+}
+
+/// The model's parameters (all ranks; a tied embedding once).
+pub fn parameters(input: &StepInput) -> u64 {
+    let g = archplace_engine::model::build(
+        &input.model,
+        &archplace_engine::model::BuildOptions {
+            micro_batch: 1,
+            tensor_parallel: 1,
+            bytes_per_element: 2,
+            link_bytes_per_second: 1,
+            sequence_parallel: false,
+        },
+    );
+    g.parameters_per_rank()
+}
+
+/// One JSON object for `result`.
+pub fn document<'a>(
+    spec: &'a Spec,
+    input: &'a StepInput,
+    latency_model: &'a str,
+    result: &'a Result<StepReport, StepError>,
+) -> EstimateDoc<'a> {
+    let (report, reason, memory) = match result {
+        Ok(r) => (Some(r), None, None),
+        Err(StepError::OutOfMemory { memory, .. }) => {
+            (None, Some(result_reason(result)), Some(*memory))
+        }
+        Err(_) => (None, Some(result_reason(result)), None),
+    };
+    EstimateDoc {
+        spec: &spec.name,
+        model: &input.model.name,
+        parameters: parameters(input),
+        accelerator: input.accelerator,
+        plan: input.plan,
+        devices: input.devices,
+        global_batch: input.global_batch,
+        network: input.network,
+        execution: input.execution,
+        latency_model,
+        feasible: report.is_some(),
+        reason,
+        report,
+        memory_bytes: memory,
+    }
+}
+
+fn result_reason(r: &Result<StepReport, StepError>) -> String {
+    match r {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.3} µs", s * 1e6)
+    }
+}
+
+fn gib(bytes: f64) -> String {
+    format!("{:.2} GiB", bytes / (1u64 << 30) as f64)
+}
+
+fn rate(flops: f64) -> String {
+    format!("{:.1} TFLOP/s", flops / 1e12)
+}
+
+fn joules(j: f64) -> String {
+    if j >= 1e6 {
+        format!("{:.2} MJ", j / 1e6)
+    } else if j >= 1e3 {
+        format!("{:.2} kJ", j / 1e3)
+    } else {
+        format!("{j:.2} J")
+    }
+}
+
+/// The plan in one line.
+pub fn describe_plan(input: &StepInput) -> String {
+    let p = &input.plan;
+    format!(
+        "t = {}, p = {}, d = {}, micro-batch {}, {}, recomputation {}, sequence parallel {}, {}, {:?} optimizer{}",
+        p.tensor_parallel,
+        p.pipeline_parallel,
+        p.data_parallel,
+        p.micro_batch,
+        if p.interleaving > 1 {
+            format!(
+                "interleaved 1F1B ({} virtual stages per device)",
+                p.interleaving
+            )
+        } else {
+            "1F1B".to_string()
+        },
+        p.recomputation.name(),
+        if p.sequence_parallel { "on" } else { "off" },
+        p.precision.name(),
+        p.optimizer,
+        if p.distributed_optimizer {
+            ", distributed"
+        } else {
+            ""
+        },
+    ) + &format!(
+        "; operators {}, tensor-parallel collectives {}",
+        input.execution.operators.name(),
+        if input.execution.tensor_parallel_overlap {
+            "overlapped"
+        } else {
+            "not overlapped"
+        }
+    )
+}
+
+/// The estimate as text for people.
+pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} ({} parameters) on {} devices of {} buffer, {} HBM; latency model {latency_model}",
+        input.model.name,
+        thousands(parameters(input)),
+        thousands(input.devices),
+        crate::chip::short(&input.accelerator),
+        format_bytes(input.hbm_bytes),
+    );
+    let _ = writeln!(o, "plan: {}", describe_plan(input));
+    let _ = writeln!(
+        o,
+        "\nstep time {} for a global batch of {} ({} micro-batches per replica): {:.2} samples/s, {} tokens/s",
+        seconds(r.step_seconds),
+        thousands(input.global_batch),
+        r.micro_batches_per_replica,
+        r.samples_per_second,
+        thousands(r.tokens_per_second.round() as u64),
+    );
+    for (name, s) in r.time.parts() {
+        let _ = writeln!(
+            o,
+            "  {name:<30} {:>12}  {:>5.1}%",
+            seconds(s),
+            100.0 * s / r.step_seconds
+        );
+    }
+    let _ = writeln!(o, "  limiting: {}", r.limiting);
+    let m = &r.memory_bytes;
+    let _ = writeln!(
+        o,
+        "\nmemory per device, stage {} of {} (the most loaded): {} of {} HBM ({:.0}%)",
+        r.memory_stage,
+        input.plan.pipeline_parallel,
+        gib(m.total),
+        gib(input.hbm_bytes as f64),
+        100.0 * m.total / input.hbm_bytes as f64
+    );
+    for (name, b) in [
+        ("weights", m.weights),
+        ("gradients", m.gradients),
+        ("optimizer state", m.optimizer),
+        ("activations", m.activations),
+    ] {
+        let _ = writeln!(o, "  {name:<30} {:>12}", gib(b));
+    }
+    let _ = writeln!(
+        o,
+        "\nmodel FLOPs {} per device{}; with recomputation {} per device",
+        rate(r.model_flops_per_second_per_device),
+        match r.model_flops_utilisation {
+            Some(u) => format!(" (MFU {:.1}%)", 100.0 * u),
+            None => " (no MFU: give [accelerator] peak_flops)".to_string(),
+        },
+        rate(r.hardware_flops_per_second_per_device),
+    );
+    let _ = writeln!(
+        o,
+        "energy per step {} (the latency model's operator joules, all devices)",
+        joules(r.energy_per_step_joules)
+    );
+    if r.schedules_not_proven_optimal > 0 {
+        let _ = writeln!(
+            o,
+            "note: {} of 6 layer schedules are not proven optimal, within {:.1}% of their lower bounds (the step time is an upper bound; --mip tries to close the gap)",
+            r.schedules_not_proven_optimal,
+            100.0 * r.schedules_max_gap
+        );
+    }
+    o
+}
+
+/// One operator for `archplace estimate op`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OpRequest {
+    Gemm(Gemm),
+    Vector {
+        kind: VectorKind,
+        elements: u64,
+        row: u64,
+    },
+}
+
+/// What one operator costs on some cores of the chip.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpEstimate {
+    pub op: Op,
+    pub core: CoreConfig,
+    pub seconds: f64,
+    pub joules: f64,
+    /// `seconds × clock`, when the latency model has a clock.
+    pub cycles: Option<f64>,
+    pub clock_hz: Option<f64>,
+    /// Matrix FLOP/s reached, for a GEMM.
+    pub flops_per_second: Option<f64>,
+}
+
+/// Estimates one operator on `cores` of the chip's tensor (GEMM) or vector cores.
+pub fn estimate_op(
+    accelerator: &AcceleratorConfig,
+    request: OpRequest,
+    cores: Option<u32>,
+    direction: Direction,
+    latency: &dyn LatencyModel,
+    clock_hz: Option<f64>,
+) -> Result<OpEstimate, EstimateError> {
+    let (kind, core) = match request {
+        OpRequest::Gemm(g) => (
+            OpKind::Gemm(g),
+            accelerator.tensor_core(cores.unwrap_or(accelerator.tensor_cores)),
+        ),
+        OpRequest::Vector {
+            kind,
+            elements,
+            row,
+        } => (
+            OpKind::Vector {
+                kind,
+                elements,
+                row,
+            },
+            accelerator.vector_core(cores.unwrap_or(accelerator.vector_cores)),
+        ),
+    };
+    let op = Op {
+        kind,
+        direction,
+        fused: Vec::new(),
+    };
+    let cost = archplace_engine::estimate::estimate(latency, &core, std::slice::from_ref(&op))?
+        .first()
+        .copied()
+        .ok_or_else(|| EstimateError::Internal("no answer".into()))?;
+    let flops = match request {
+        OpRequest::Gemm(g) if cost.seconds > 0.0 => Some(g.flops() / cost.seconds),
+        _ => None,
+    };
+    Ok(OpEstimate {
+        op,
+        core,
+        seconds: cost.seconds,
+        joules: cost.joules,
+        cycles: clock_hz.map(|c| c * cost.seconds),
+        clock_hz,
+        flops_per_second: flops,
+    })
+}
+
+/// Reads `"BATCHxMxNxK"` or `"MxNxK"`.
+pub fn parse_gemm(text: &str) -> Result<Gemm, String> {
+    let parts: Result<Vec<u64>, _> = text
+        .split(['x', 'X', '×'])
+        .map(|p| p.trim().parse::<u64>())
+        .collect();
+    let bad = || {
+        format!("`{text}` is not a GEMM shape: write MxNxK or BATCHxMxNxK, e.g. 2048x12288x4096")
+    };
+    let parts = parts.map_err(|_| bad())?;
+    let g = match parts.as_slice() {
+        [m, n, k] => Gemm {
+            batch: 1,
+            m: *m,
+            n: *n,
+            k: *k,
+        },
+        [b, m, n, k] => Gemm {
+            batch: *b,
+            m: *m,
+            n: *n,
+            k: *k,
+        },
+        _ => return Err(bad()),
+    };
+    if [g.batch, g.m, g.n, g.k]
+        .iter()
+        .any(|&d| d == 0 || d > 1 << 24)
+    {
+        return Err(format!("`{text}`: every dimension must be 1 to 16,777,216"));
+    }
+    Ok(g)
+}
+
+/// The clock of the latency model: the spec's `clock` parameter; else the clock of the GPU
+/// its `preset` parameter names (the SDK's presets, which the `gpu-like` plugin shares);
+/// else the model's default `clock`.
+pub fn clock_hz(spec: &Spec, info: &archplace_plugin_sdk::ModelInfo) -> Option<f64> {
+    let set = spec.cost_model.parameters.get(&info.name);
+    if let Some(text) = set.and_then(|p| p.get("clock")) {
+        return archplace_plugin_sdk::units::parse_hertz(text).ok();
+    }
+    if let Some(g) = set
+        .and_then(|p| p.get("preset"))
+        .and_then(|name| archplace_plugin_sdk::gpus::gpu(name))
+    {
+        return Some(g.clock_hz);
+    }
+    let default = info.parameters.iter().find(|p| p.name == "clock")?;
+    archplace_plugin_sdk::units::parse_hertz(&default.default).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_shapes() {
+        assert_eq!(
+            parse_gemm("2x3x4x5").unwrap(),
+            Gemm {
+                batch: 2,
+                m: 3,
+                n: 4,
+                k: 5
+            }
+        );
+        assert_eq!(parse_gemm("3x4x5").unwrap().batch, 1);
+        assert!(parse_gemm("3x4").unwrap_err().contains("MxNxK"));
+        assert!(parse_gemm("0x4x5").unwrap_err().contains("1 to"));
+    }
+}

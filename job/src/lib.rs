@@ -1,0 +1,20 @@
+//! One job: one search from a validated spec to its result folder. Everything the
+//! one-shot CLI and the daemon do alike with a search lives here — resolving its cost
+//! models and checking its memory budget ([`run::prepare`], [`memory`]), running it with
+//! its checkpoint ([`run`], [`journal`]), and every file of its result folder
+//! ([`folder`], the formats in [`result`], the pictures in [`plot`]) — and so does
+//! `archplace estimate`'s explanation of one fixed chip and plan ([`estimate`]).
+//!
+//! Below it: the spec language (`archplace-spec`), the engine and the cost-model port;
+//! above it: the pool (which implements [`run::Distributor`]) and the service.
+
+pub mod chip;
+pub mod estimate;
+pub mod folder;
+pub mod journal;
+pub mod memory;
+pub mod plot;
+pub mod result;
+pub mod run;
+
+pub use run::{Finished, Prepared, RunError, Steering, prepare};

@@ -1,0 +1,231 @@
+//! `pareto.svg`: what each evaluated chip would train at, against its area.
+
+use super::{PlotError, padded};
+use crate::chip::short as describe;
+use archplace_engine::search::Evaluated;
+use archplace_plugin_sdk::AcceleratorConfig;
+use plotters::prelude::*;
+
+/// What the picture shows.
+pub struct ParetoInput<'a> {
+    pub title: &'a str,
+    pub explored: &'a [Evaluated],
+    /// Index into `explored` of the best candidate.
+    pub best: Option<usize>,
+    /// The reference configuration, and its area when known (it is the area budget when
+    /// the budget is given as that configuration).
+    pub reference: Option<(AcceleratorConfig, Option<f64>)>,
+    pub budget_um2: f64,
+}
+
+/// The candidates on the Pareto frontier (no other candidate is both smaller and
+/// faster), as (area mm², throughput), by increasing area.
+pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut sorted = points.to_vec();
+    // By area; at equal area the fastest first.
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for p in sorted {
+        if out.last().is_none_or(|l| p.1 > l.1) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Cells of the dot grid across and up the plot: about 3 pixels each, a dot's radius.
+const DOT_CELLS_X: f64 = 300.0;
+const DOT_CELLS_Y: f64 = 200.0;
+
+/// `pareto.svg` of a search.
+pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
+    let err = |e: &dyn std::fmt::Display| PlotError::new("pareto.svg", e);
+    let points: Vec<(f64, f64)> = input
+        .explored
+        .iter()
+        .filter_map(|e| Some((e.area_um2 / 1e6, e.mean_throughput_samples_per_second?)))
+        .collect();
+    let failed = input.explored.len() - points.len();
+    let front = frontier(&points);
+    let reference = input.reference.as_ref().map(|(c, area)| {
+        let found = input.explored.iter().find(|e| e.config == *c);
+        let area_mm2 = found.map(|e| e.area_um2 / 1e6).or(area.map(|a| a / 1e6));
+        (
+            c,
+            area_mm2,
+            found.and_then(|e| e.mean_throughput_samples_per_second),
+        )
+    });
+    let budget_mm2 = input.budget_um2 / 1e6;
+    let (mut x_lo, mut x_hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for x in points
+        .iter()
+        .map(|p| p.0)
+        .chain(std::iter::once(budget_mm2))
+        .chain(reference.iter().filter_map(|r| r.1))
+    {
+        x_lo = x_lo.min(x);
+        x_hi = x_hi.max(x);
+    }
+    let y_hi = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9);
+    let x_range = padded(x_lo.max(0.0), x_hi, 0.05);
+    // Room above the highest point for the legend.
+    let y_range = 0.0..y_hi * 1.5;
+    let x_decimals = if x_range.end - x_range.start >= 20.0 {
+        0
+    } else {
+        1
+    };
+
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 680)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("{} — throughput against chip area", input.title),
+                ("sans-serif", 22),
+            )
+            .margin(20)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d(x_range.clone(), y_range.clone())
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("chip area (mm²)")
+            .y_desc("throughput, mean over the models (samples/s)")
+            .axis_desc_style(("sans-serif", 16))
+            .light_line_style(WHITE.mix(0.0))
+            .x_label_formatter(&|x| format!("{x:.x_decimals$}"))
+            .y_label_formatter(&|y| format_number(*y))
+            .draw()
+            .map_err(|e| err(&e))?;
+        let grey = RGBColor(90, 110, 160);
+        // One dot per cell of about the dots' size: a million candidates draw no more dots
+        // than the picture has room for (the legend counts them all).
+        let mut cells = std::collections::HashSet::new();
+        let (xw, yw) = (x_range.end - x_range.start, y_range.end - y_range.start);
+        let shown = points.iter().filter(|p| {
+            let cx = ((p.0 - x_range.start) / xw * DOT_CELLS_X).floor() as i64;
+            let cy = ((p.1 - y_range.start) / yw * DOT_CELLS_Y).floor() as i64;
+            cells.insert((cx, cy))
+        });
+        chart
+            .draw_series(shown.map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())))
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "evaluated candidates ({}{})",
+                points.len(),
+                if failed > 0 {
+                    format!("; {failed} that fit no plan are not shown")
+                } else {
+                    String::new()
+                }
+            ))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, grey.filled()));
+        // The frontier as a staircase: the best throughput for any area up to x.
+        let mut stairs = Vec::new();
+        for (i, p) in front.iter().enumerate() {
+            if i > 0 {
+                stairs.push((p.0, front[i - 1].1));
+            }
+            stairs.push(*p);
+        }
+        if let Some(last) = front.last() {
+            stairs.push((x_range.end, last.1));
+        }
+        let frontier_colour = RGBColor(214, 96, 0);
+        chart
+            .draw_series(LineSeries::new(stairs, frontier_colour.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(format!("Pareto frontier ({} candidates)", front.len()))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], frontier_colour.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                front
+                    .iter()
+                    .map(|&p| Circle::new(p, 4, frontier_colour.filled())),
+            )
+            .map_err(|e| err(&e))?;
+        // The area budget.
+        let budget_colour = RGBColor(120, 120, 120);
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(budget_mm2, 0.0), (budget_mm2, y_range.end)],
+                6,
+                4,
+                budget_colour.stroke_width(1),
+            ))
+            .map_err(|e| err(&e))?
+            .label(format!("area budget ({budget_mm2:.1} mm²)"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], budget_colour.stroke_width(1))
+            });
+        // The reference configuration.
+        if let Some((c, Some(area), throughput)) = reference {
+            let colour = RGBColor(0, 140, 70);
+            let label = match throughput {
+                Some(t) => format!(
+                    "reference configuration: {} — {area:.1} mm², {t:.4} samples/s",
+                    describe(c)
+                ),
+                None => format!(
+                    "reference configuration: {} — {area:.1} mm² (fits no plan or not evaluated)",
+                    describe(c)
+                ),
+            };
+            let at = (area, throughput.unwrap_or(0.0));
+            chart
+                .draw_series(std::iter::once(TriangleMarker::new(at, 9, colour.filled())))
+                .map_err(|e| err(&e))?
+                .label(label)
+                .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, colour.filled()));
+        }
+        // The best configuration.
+        if let Some(b) = input.best.and_then(|i| input.explored.get(i))
+            && let Some(t) = b.mean_throughput_samples_per_second
+        {
+            let colour = RGBColor(200, 0, 40);
+            let at = (b.area_um2 / 1e6, t);
+            chart
+                .draw_series([
+                    Circle::new(at, 8, colour.stroke_width(3)),
+                    Circle::new(at, 3, colour.filled()),
+                ])
+                .map_err(|e| err(&e))?
+                .label(format!(
+                    "best: {} — {:.1} mm², {t:.4} samples/s",
+                    describe(&b.config),
+                    b.area_um2 / 1e6
+                ))
+                .legend(move |(x, y)| Circle::new((x + 10, y), 6, colour.stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+/// A throughput for an axis: `12000`, `12.5`, `0.0123`.
+fn format_number(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}

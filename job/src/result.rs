@@ -1,0 +1,270 @@
+//! `result.json` and `explored.jsonl`: the records of a finished search, as written and read
+//! back (the daemon reads a folder's `result.json` to know it is complete). Every field is
+//! described in the README; the format is versioned by [`RESULT_FORMAT_VERSION`].
+
+use archplace_cost_port::ModelSource;
+use archplace_engine::search::{Evaluated, ModelPlan, Outcome};
+use archplace_engine::step::{MemoryBreakdown, TimeBreakdown};
+use archplace_engine::training::{Precision, Recomputation};
+use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the result format.
+pub const RESULT_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpecRef {
+    pub name: String,
+    pub content_hash: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CostModels {
+    pub area: ModelInfo,
+    pub latency: ModelInfo,
+    pub area_source: ModelSource,
+    pub latency_source: ModelSource,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Configuration {
+    /// The chip's axes, as the SDK's record (flattened: `tensor_cores`, `width`, ...).
+    #[serde(flatten)]
+    pub chip: AcceleratorConfig,
+    pub area_mm2: f64,
+}
+
+impl Configuration {
+    pub(crate) fn new(c: &AcceleratorConfig, area_um2: f64) -> Self {
+        Configuration {
+            chip: *c,
+            area_mm2: area_um2 / 1e6,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Best {
+    pub configuration: Configuration,
+    pub hbm_bytes: u64,
+    /// Mean over the models of their throughput.
+    pub mean_throughput_samples_per_second: f64,
+    pub models: Vec<ModelPlan>,
+}
+
+/// A chip whose mean throughput is within 1% of the best.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NearTie {
+    pub configuration: Configuration,
+    pub hbm_bytes: u64,
+    pub mean_throughput_samples_per_second: f64,
+    /// Its throughput relative to the best's (≤ 1).
+    pub relative_to_best: f64,
+}
+
+/// Relative distance to the best within which a chip is a near-tie.
+pub const NEAR_TIE: f64 = 0.01;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SearchSummary {
+    pub candidates_in_space: usize,
+    pub candidates_evaluated: usize,
+    pub candidates_failed: usize,
+    pub buckets_visited: usize,
+    pub exhaustive: bool,
+    pub converged: bool,
+    /// Stopped before the end (Ctrl-C in `archplace run`): the result is partial — the best
+    /// of the candidates evaluated — and running the same spec again continues it.
+    pub cancelled: bool,
+    /// Candidates taken from the checkpoint of an interrupted run of the same search (their
+    /// results are those of the interrupted run; the work counters count only this run).
+    #[serde(default)]
+    pub resumed_candidates: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Timings {
+    pub total_seconds: f64,
+    /// Summed over threads.
+    pub estimation_seconds: f64,
+    /// Summed over threads.
+    pub scheduling_seconds: f64,
+    /// Summed over threads.
+    pub placement_seconds: f64,
+    pub space_enumeration_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Work {
+    pub estimates_computed: u64,
+    pub estimate_cache_hits: u64,
+    pub layer_schedules: u64,
+    /// Settled by bounds: the list schedule met the lower bound.
+    pub mips_avoided: u64,
+    pub mips_solved: u64,
+    /// Answered by the memo of layer schedules: the same instance solved before.
+    #[serde(default)]
+    pub schedules_reused: u64,
+    /// Layer schedules not proven within the spec's `schedule_gap` (their gap is in the
+    /// best plan's `layers[]`).
+    pub schedules_not_proven_optimal: u64,
+    pub mip_time_limit_hits: u64,
+    pub placements_solved: u64,
+    /// How a pooled search's work was spread (`daemon --nats`); absent on one machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolStatus>,
+}
+
+/// `result.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResultDoc {
+    pub format_version: u32,
+    pub archplace_version: String,
+    pub spec: SpecRef,
+    pub cost_models: CostModels,
+    /// Every parameter of each cost model as it was used: the spec's value, or the model's
+    /// default.
+    #[serde(default)]
+    pub cost_model_parameters: BTreeMap<String, BTreeMap<String, String>>,
+    /// `null` when no candidate could train every model.
+    pub best: Option<Best>,
+    /// Other chips within 1% of the best mean throughput (at most 5, best first): near-ties
+    /// are common, and a smaller or simpler one may be preferable.
+    #[serde(default)]
+    pub near_ties: Vec<NearTie>,
+    pub search: SearchSummary,
+    pub timings: Timings,
+    pub work: Work,
+}
+
+/// One line of `explored.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExploredLine {
+    pub index: usize,
+    pub configuration: Configuration,
+    pub bucket: u64,
+    pub mean_throughput_samples_per_second: Option<f64>,
+    pub hbm_bytes: Option<u64>,
+    pub plans: Vec<PlanLine>,
+    pub failure: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanLine {
+    pub model: String,
+    pub micro_batch: u64,
+    pub activation_recomputation: bool,
+    #[serde(default)]
+    pub recomputation: Recomputation,
+    #[serde(default)]
+    pub precision: Option<Precision>,
+    #[serde(default)]
+    pub distributed_optimizer: bool,
+    #[serde(default)]
+    pub sequence_parallel: bool,
+    pub tensor_parallel: u64,
+    pub data_parallel: u64,
+    pub pipeline_stages: usize,
+    #[serde(default = "one")]
+    pub pipeline_interleaving: u64,
+    pub throughput_samples_per_second: f64,
+    pub time_per_batch_seconds: f64,
+    #[serde(default)]
+    pub time: TimeBreakdown,
+    #[serde(default)]
+    pub memory_bytes: MemoryBreakdown,
+    #[serde(default)]
+    pub limiting: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl From<&Evaluated> for ExploredLine {
+    fn from(e: &Evaluated) -> Self {
+        ExploredLine {
+            index: e.index,
+            configuration: Configuration::new(&e.config, e.area_um2),
+            bucket: e.bucket,
+            mean_throughput_samples_per_second: e.mean_throughput_samples_per_second,
+            hbm_bytes: e.hbm_bytes,
+            plans: e
+                .plans
+                .iter()
+                .map(|p| PlanLine {
+                    model: p.model.clone(),
+                    micro_batch: p.micro_batch,
+                    activation_recomputation: p.activation_recomputation,
+                    recomputation: p.recomputation,
+                    precision: p.precision,
+                    distributed_optimizer: p.distributed_optimizer,
+                    sequence_parallel: p.sequence_parallel,
+                    tensor_parallel: p.tensor_parallel,
+                    data_parallel: p.data_parallel,
+                    pipeline_stages: p.pipeline_stages,
+                    pipeline_interleaving: p.pipeline_interleaving,
+                    throughput_samples_per_second: p.throughput_samples_per_second,
+                    time_per_batch_seconds: p.time_per_batch_seconds,
+                    time: p.time,
+                    memory_bytes: p.memory_bytes,
+                    limiting: p.limiting.clone(),
+                })
+                .collect(),
+            failure: e.failure.clone(),
+        }
+    }
+}
+
+/// The chips other than the best within [`NEAR_TIE`] of its mean throughput, best first.
+pub fn near_ties(outcome: &Outcome) -> Vec<NearTie> {
+    let Some(best) = &outcome.best else {
+        return Vec::new();
+    };
+    let top = best.mean_throughput_samples_per_second.unwrap_or(0.0);
+    let mut ties: Vec<&Evaluated> = outcome
+        .explored
+        .iter()
+        .filter(|e| e.index != best.index)
+        .filter(|e| {
+            e.mean_throughput_samples_per_second
+                .is_some_and(|t| t >= top * (1.0 - NEAR_TIE))
+        })
+        .collect();
+    // Best first; equal throughput: the smaller chip first, then visit order.
+    ties.sort_by(|a, b| {
+        b.mean_throughput_samples_per_second
+            .unwrap_or(0.0)
+            .total_cmp(&a.mean_throughput_samples_per_second.unwrap_or(0.0))
+            .then(a.area_um2.total_cmp(&b.area_um2))
+            .then(a.index.cmp(&b.index))
+    });
+    ties.into_iter()
+        .take(5)
+        .map(|e| {
+            let t = e.mean_throughput_samples_per_second.unwrap_or(0.0);
+            NearTie {
+                configuration: Configuration::new(&e.config, e.area_um2),
+                hbm_bytes: e.hbm_bytes.unwrap_or(0),
+                mean_throughput_samples_per_second: t,
+                relative_to_best: if top > 0.0 { t / top } else { 0.0 },
+            }
+        })
+        .collect()
+}
+
+/// A pooled search's progress and how its work was spread (`daemon --nats`): in
+/// `status.json` while it runs and `result.json`'s `work.pool`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// Workers with a live heartbeat in the pool.
+    pub workers: usize,
+    pub items_total: usize,
+    pub items_published: usize,
+    pub items_answered: usize,
+    /// Published and not answered yet: the queue's lag behind the walk.
+    pub items_outstanding: usize,
+    /// Items published past the point where a converging walk stopped.
+    pub items_speculative: usize,
+}

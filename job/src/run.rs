@@ -1,0 +1,424 @@
+//! One search from a validated spec to its outcome: the glue between the spec, the cost
+//! models and the engine. The one-shot CLI and the daemon both use it, in two steps:
+//! [`prepare`] resolves the cost models and checks the memory budget (so that their
+//! problems are reported, located in the spec, before anything starts), then
+//! [`Prepared::run`] searches — on this machine, or with the candidates evaluated by a
+//! [`Distributor`] (the pool) — resuming from and appending to the search's journal.
+//! [`crate::folder`] writes the outcome's files.
+
+use crate::journal::{self, Journal};
+use crate::memory;
+use crate::result::{
+    Best, Configuration, CostModels as Identity, PoolStatus, RESULT_FORMAT_VERSION, ResultDoc,
+    SearchSummary, SpecRef, Timings, Work, near_ties,
+};
+use archplace_cost_port::{CostModelSource, CostModels};
+use archplace_engine::search::{self, Evaluated, Observer, Outcome, Stats, Supplier};
+use archplace_engine::space::{self, Space};
+use archplace_plugin_sdk::AcceleratorConfig;
+use archplace_spec::{Diagnostic, Spec};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The spec's cost models could not be made; located in the spec.
+    #[error("cost model: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
+    CostModel(Vec<Diagnostic>),
+    /// The search may need more memory than its budget; located in the spec.
+    #[error("memory: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
+    Memory(Vec<Diagnostic>),
+    #[error("architecture space: {0}")]
+    Space(space::SpaceError),
+    #[error("search: {0}")]
+    Search(search::SearchError),
+    /// The distributor (the pool) could not start the search.
+    #[error("pool: {0}")]
+    Pool(Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot write {path}: {error}")]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+// The causes are in the messages, not sources as well: printed as a chain (`{:#}`) they
+// would repeat.
+impl From<space::SpaceError> for RunError {
+    fn from(e: space::SpaceError) -> Self {
+        RunError::Space(e)
+    }
+}
+
+impl From<search::SearchError> for RunError {
+    fn from(e: search::SearchError) -> Self {
+        RunError::Search(e)
+    }
+}
+
+/// A finished search.
+pub struct Finished {
+    pub doc: ResultDoc,
+    /// The spec searched (written as `spec.json`).
+    pub spec: Spec,
+    pub outcome: Outcome,
+    pub space: Space,
+    /// The reference configuration marked in `pareto.svg`: the area budget's, or the
+    /// reference system's largest chip; with its area when it is the budget.
+    pub reference: (AcceleratorConfig, Option<f64>),
+}
+
+/// How a distributed search ended, for the distributor's records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    Done,
+    /// Its spec left or changed: workers stop, items are purged.
+    Cancelled,
+    Failed(String),
+    /// The daemon is shutting down: the search stays in the pool as it is, and is resumed
+    /// at the next start.
+    Interrupted,
+}
+
+/// Evaluates a search's candidates elsewhere: the pool of daemons (`archplace-pool`). The
+/// walk, its convergence rule and the result are this crate's and the engine's; the
+/// distributor only supplies evaluations ([`Supplier`]), so a distributed result is the
+/// single-machine one.
+pub trait Distributor: Sync {
+    /// Starts supplying the search of `spec` over `space`; `journaled` are the candidates
+    /// its journal already holds (not to be evaluated again).
+    fn start<'s>(
+        &'s self,
+        spec: &Spec,
+        models: &CostModels,
+        space: &'s Space,
+        journaled: BTreeSet<usize>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Box<dyn Distribution + 's>, Box<dyn std::error::Error + Send + Sync>>;
+
+    /// Whether a cancellation is for good (the spec left or changed: the distributor drops
+    /// the search) rather than the daemon's shutdown (it keeps it for the next start).
+    fn cancelled_for_good(&self) -> bool;
+
+    /// How the search's work is spread, for `status.json` and `result.json`.
+    fn status(&self) -> Option<PoolStatus>;
+}
+
+/// A distributed search under way: the walk's [`Supplier`], told how the search ended.
+pub trait Distribution: Supplier {
+    fn finish(self: Box<Self>, ending: Ending);
+}
+
+/// A search ready to run: its spec, its cost models resolved and its memory estimated
+/// within the budget.
+pub struct Prepared<'a> {
+    pub spec: &'a Spec,
+    pub models: CostModels,
+    pub memory: memory::Estimate,
+}
+
+/// Resolves the cost models of `spec` through `source` (plugin and parameter problems are
+/// located in the spec) and estimates the memory of its search on `threads` threads;
+/// with `memory_budget_bytes`, a search above it is refused with the numbers. The one
+/// place both checks happen, for `run`, `validate` and the daemon alike.
+pub fn prepare<'a>(
+    spec: &'a Spec,
+    source: &dyn CostModelSource,
+    threads: usize,
+    memory_budget_bytes: Option<u64>,
+    cancel: &Arc<AtomicBool>,
+) -> Result<Prepared<'a>, RunError> {
+    let models = archplace_spec::resolve_cost_models(spec, source, cancel.clone())
+        .map_err(RunError::CostModel)?;
+    let estimate = memory::estimate(spec, source, threads);
+    if let Some(budget) = memory_budget_bytes {
+        memory::check(spec, &estimate, budget).map_err(RunError::Memory)?;
+    }
+    tracing::debug!(estimate = %memory::describe(&estimate), "memory estimate");
+    Ok(Prepared {
+        spec,
+        models,
+        memory: estimate,
+    })
+}
+
+/// What a run reports to and is steered by.
+pub struct Steering<'a> {
+    /// Hears of every candidate.
+    pub observer: &'a dyn Observer,
+    /// Stops the search at its next candidate (and a plugin call in flight).
+    pub cancel: &'a Arc<AtomicBool>,
+    /// The result folder whose journal is resumed from and appended to (see
+    /// [`crate::journal`]).
+    pub checkpoint: Option<&'a Path>,
+    /// Evaluates the candidates elsewhere (the pool); `None` on this machine.
+    pub distributor: Option<&'a dyn Distributor>,
+}
+
+/// An observer that also appends every evaluated candidate to the search's journal.
+struct Checkpointed<'a> {
+    inner: &'a dyn Observer,
+    journal: Mutex<Option<Journal>>,
+    /// Candidates evaluated by this run (the rest of the explored ones were resumed).
+    evaluated: AtomicUsize,
+}
+
+impl Observer for Checkpointed<'_> {
+    fn progress(&self, p: &search::Progress) {
+        self.inner.progress(p);
+    }
+
+    fn schedule(&self, e: &search::ScheduleEvent) {
+        self.inner.schedule(e);
+    }
+
+    fn placement(&self, seconds: f64) {
+        self.inner.placement(seconds);
+    }
+
+    fn evaluated(&self, e: &search::Evaluated) {
+        self.inner.evaluated(e);
+        self.evaluated.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut journal) = self.journal.lock() else {
+            return;
+        };
+        if let Some(j) = journal.as_mut()
+            && let Err(err) = j.record(e)
+        {
+            // The search goes on; only its checkpoint is lost.
+            tracing::warn!(error = %err, "cannot append to the search's journal; it will not be resumable");
+            *journal = None;
+        }
+    }
+}
+
+impl Prepared<'_> {
+    /// The cost models' identity, as `result.json` and the journal record it.
+    fn identity(&self) -> Identity {
+        Identity {
+            area: self.models.area.info(),
+            latency: self.models.latency.info(),
+            area_source: self.models.area_source.clone(),
+            latency_source: self.models.latency_source.clone(),
+        }
+    }
+
+    /// The journal of `checkpoint` (if any) and the candidates it already holds.
+    fn open_journal(
+        &self,
+        checkpoint: Option<&Path>,
+        identity: &Identity,
+    ) -> (Option<Journal>, BTreeMap<usize, Evaluated>) {
+        let header = journal::Header {
+            journal_format: 1,
+            content_hash: self.spec.content_hash.clone(),
+            archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+            cost_models: serde_json::to_value(identity).unwrap_or_default(),
+        };
+        match checkpoint.map(|dir| Journal::open(dir, &header)) {
+            Some(Ok((j, done))) => (Some(j), done),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "cannot open the search's journal; it will not be resumable");
+                (None, BTreeMap::new())
+            }
+            None => (None, BTreeMap::new()),
+        }
+    }
+
+    /// Searches: the space enumerated with the area model, the walk on this machine or
+    /// through `steering.distributor`, the outcome as `result.json`'s record.
+    pub fn run(self, steering: Steering<'_>) -> Result<Finished, RunError> {
+        let spec = self.spec;
+        let t = std::time::Instant::now();
+        let space = space::enumerate(&spec.space, self.models.area.as_ref())?;
+        let enumeration = t.elapsed().as_secs_f64();
+        let identity = self.identity();
+        let (journal, done) = self.open_journal(steering.checkpoint, &identity);
+        let observer = Checkpointed {
+            inner: steering.observer,
+            journal: Mutex::new(journal),
+            evaluated: AtomicUsize::new(0),
+        };
+        let outcome = self.walk(&space, &observer, &steering, done)?;
+        let resumed = outcome
+            .explored
+            .len()
+            .saturating_sub(observer.evaluated.load(Ordering::Relaxed));
+        let pool = steering.distributor.and_then(|d| d.status());
+        let doc = self.document(identity, &space, &outcome, enumeration, resumed, pool);
+        if outcome.stats.mip_time_limit_hits > 0 {
+            tracing::warn!(
+                hits = outcome.stats.mip_time_limit_hits,
+                "layer-schedule MIPs stopped at the wall-clock safety net: this result depends on the machine's speed and load"
+            );
+        }
+        let reference = match &spec.space.area_budget {
+            space::AreaBudget::ReferenceConfig(c) => (*c, Some(space.budget_um2)),
+            space::AreaBudget::Um2(_) => (space::REFERENCE_CONFIG, None),
+        };
+        Ok(Finished {
+            doc,
+            spec: spec.clone(),
+            outcome,
+            space,
+            reference,
+        })
+    }
+
+    /// The area-ordered walk, here or supplied by the distributor.
+    fn walk(
+        &self,
+        space: &Space,
+        observer: &dyn Observer,
+        steering: &Steering<'_>,
+        done: BTreeMap<usize, Evaluated>,
+    ) -> Result<Outcome, RunError> {
+        let input = self.spec.search_input();
+        let latency = self.models.latency.as_ref();
+        let cancel = steering.cancel;
+        let Some(d) = steering.distributor else {
+            let o = search::search_resuming(&input, space, latency, observer, Some(cancel), done)?;
+            return Ok(o);
+        };
+        let journaled = done.keys().copied().collect();
+        let mut supplier = d
+            .start(self.spec, &self.models, space, journaled, cancel.clone())
+            .map_err(RunError::Pool)?;
+        let r = search::search_supplied(
+            &input,
+            space,
+            latency,
+            observer,
+            Some(cancel),
+            done,
+            supplier.as_mut(),
+        );
+        supplier.finish(match &r {
+            Ok(o) if o.stats.cancelled && d.cancelled_for_good() => Ending::Cancelled,
+            Ok(o) if o.stats.cancelled => Ending::Interrupted,
+            Ok(_) => Ending::Done,
+            Err(_) if cancel.load(Ordering::Relaxed) => {
+                if d.cancelled_for_good() {
+                    Ending::Cancelled
+                } else {
+                    Ending::Interrupted
+                }
+            }
+            Err(e) => Ending::Failed(e.to_string()),
+        });
+        Ok(r?)
+    }
+
+    /// `result.json`'s record of `outcome`.
+    fn document(
+        &self,
+        identity: Identity,
+        space: &Space,
+        outcome: &Outcome,
+        enumeration_seconds: f64,
+        resumed_candidates: usize,
+        pool: Option<PoolStatus>,
+    ) -> ResultDoc {
+        let spec = self.spec;
+        let s: &Stats = &outcome.stats;
+        ResultDoc {
+            format_version: RESULT_FORMAT_VERSION,
+            archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+            spec: SpecRef {
+                name: spec.name.clone(),
+                content_hash: spec.content_hash.clone(),
+            },
+            cost_models: identity,
+            cost_model_parameters: parameters_used(spec, &self.models),
+            near_ties: near_ties(outcome),
+            best: outcome.best.as_ref().map(|b| Best {
+                configuration: Configuration::new(&b.config, b.area_um2),
+                hbm_bytes: b.hbm_bytes.unwrap_or(0),
+                mean_throughput_samples_per_second: b
+                    .mean_throughput_samples_per_second
+                    .unwrap_or(0.0),
+                models: b.plans.clone(),
+            }),
+            search: SearchSummary {
+                candidates_in_space: space.candidates.len(),
+                candidates_evaluated: s.candidates_evaluated,
+                candidates_failed: s.candidates_failed,
+                buckets_visited: s.buckets_visited,
+                exhaustive: spec.space.exhaustive,
+                converged: s.converged,
+                cancelled: s.cancelled,
+                resumed_candidates,
+            },
+            timings: Timings {
+                total_seconds: s.total_seconds + enumeration_seconds,
+                estimation_seconds: s.estimation_seconds,
+                scheduling_seconds: s.scheduling_seconds,
+                placement_seconds: s.placement_seconds,
+                space_enumeration_seconds: enumeration_seconds,
+            },
+            work: Work {
+                estimates_computed: s.estimates_computed,
+                estimate_cache_hits: s.estimate_cache_hits,
+                layer_schedules: s.schedules_solved,
+                mips_avoided: s.schedules_by_bounds,
+                mips_solved: s.schedules_by_mip,
+                schedules_reused: s.schedules_reused,
+                schedules_not_proven_optimal: s.schedules_not_proven_optimal,
+                mip_time_limit_hits: s.mip_time_limit_hits,
+                placements_solved: s.placements_solved,
+                pool,
+            },
+        }
+    }
+}
+
+/// Each cost model's parameters as used: the spec's values over the model's defaults.
+fn parameters_used(spec: &Spec, models: &CostModels) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for info in [models.area.info(), models.latency.info()] {
+        let set = spec.cost_model.parameters.get(&info.name);
+        let values = info
+            .parameters
+            .iter()
+            .map(|p| {
+                let v = set.and_then(|s| s.get(&p.name)).unwrap_or(&p.default);
+                (p.name.clone(), v.clone())
+            })
+            .collect();
+        out.insert(info.name.clone(), values);
+    }
+    out
+}
+
+#[cfg(test)]
+mod cost_models;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use archplace_plugin_sdk::EstimateError;
+
+    /// A plugin's error is told once, however the error is printed (an area model's error
+    /// once appeared three times in `error.json` and the log).
+    #[test]
+    fn a_cost_model_error_is_told_once_in_the_chain() {
+        let errors = [
+            RunError::from(space::SpaceError::from(EstimateError::Internal(
+                "out of memory".into(),
+            ))),
+            RunError::from(search::SearchError::CostModel(EstimateError::Internal(
+                "out of memory".into(),
+            ))),
+            RunError::Write {
+                path: "x".into(),
+                error: std::io::Error::other("out of memory"),
+            },
+        ];
+        for e in errors {
+            let chain = format!("{:#}", anyhow::Error::from(e).context("the search failed"));
+            assert_eq!(chain.matches("out of memory").count(), 1, "{chain}");
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! The coordinator of one pooled search: the engine's `Supplier` that publishes the walk's
+//! candidates as items and hands back the workers' evaluations in candidate order.
+
+use super::config::MAX_LOOK_AHEAD_ITEMS;
+use super::protocol::*;
+use super::{Pool, PoolError, nats_err, objects};
+use archplace_cost_port::CostModels;
+use archplace_engine::search::{Evaluated, SearchError, Stats, Supplier};
+use archplace_engine::space::{Candidate, Space};
+use archplace_job::result::PoolStatus;
+use archplace_job::run::Ending;
+use archplace_spec::Spec;
+use async_nats::jetstream::consumer;
+use futures_util::StreamExt;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The search's identity in the pool: the spec's content, archplace's version and the cost
+/// models' components — what an evaluation depends on.
+pub fn search_id(spec: &Spec, models: &CostModels) -> String {
+    let text = format!(
+        "{}/{}/{}/{}",
+        spec.content_hash,
+        env!("CARGO_PKG_VERSION"),
+        models.area_source.blake3.as_deref().unwrap_or("native"),
+        models.latency_source.blake3.as_deref().unwrap_or("native"),
+    );
+    blake3::hash(text.as_bytes()).to_hex()[..32].to_string()
+}
+
+/// The items of `space`: each area bucket cut into runs of at most `per_item` candidates.
+pub fn items_of(space: &Space, per_item: usize) -> Vec<Range<usize>> {
+    let per_item = per_item.max(1);
+    let mut items = Vec::new();
+    let n = space.candidates.len();
+    let mut i = 0;
+    while i < n {
+        let bucket = space.candidates[i].bucket;
+        let end = (i..n)
+            .find(|&k| space.candidates[k].bucket != bucket)
+            .unwrap_or(n);
+        let mut k = i;
+        while k < end {
+            let e = (k + per_item).min(end);
+            items.push(k..e);
+            k = e;
+        }
+        i = end;
+    }
+    items
+}
+
+type Results = consumer::pull::Ordered;
+
+/// What a coordinator is asked to spread: the items' common part (`template`, whose
+/// `search` is the search's identity), the space and whether the walk visits all of it,
+/// and the candidates its journal already has.
+pub struct Search<'a> {
+    pub template: Item,
+    pub spec_name: String,
+    pub space: &'a Space,
+    pub exhaustive: bool,
+    pub journaled: BTreeSet<usize>,
+}
+
+pub struct Coordinator<'a> {
+    pool: &'a Pool,
+    space: &'a Space,
+    id: String,
+    template: Item,
+    items: Vec<Range<usize>>,
+    /// Candidates the walk has from its journal: items made only of them are not published.
+    journaled: BTreeSet<usize>,
+    state: SearchState,
+    answered: BTreeSet<usize>,
+    evaluations: BTreeMap<usize, Evaluated>,
+    failure: Option<String>,
+    results: Option<Results>,
+    work: Stats,
+    cancel: Arc<AtomicBool>,
+    status: &'a Mutex<PoolStatus>,
+    /// The last item the walk asked from.
+    walked: Option<usize>,
+    workers: usize,
+    checked: Instant,
+    /// Every candidate is evaluated: nothing published is speculative.
+    exhaustive: bool,
+    /// JetStream's advisories of items delivered `max_deliveries` times unanswered.
+    exhausted: Option<async_nats::Subscriber>,
+}
+
+impl<'a> Coordinator<'a> {
+    /// Puts the spec and the latency model's component in the object store and finds
+    /// where the search is in the pool: new, or interrupted (then its published items and
+    /// stored answers are taken up again).
+    pub fn start(
+        pool: &'a Pool,
+        spec: &Spec,
+        models: &CostModels,
+        space: &'a Space,
+        journaled: BTreeSet<usize>,
+        cancel: Arc<AtomicBool>,
+        status: &'a Mutex<PoolStatus>,
+    ) -> Result<Coordinator<'a>, PoolError> {
+        let src = &models.latency_source;
+        let (Some(blake3), Some(path)) = (&src.blake3, &src.path) else {
+            return Err(PoolError::Other(format!(
+                "the latency model `{}` is linked natively; a pooled search needs a WebAssembly component",
+                src.plugin
+            )));
+        };
+        let component = objects::read_component(std::path::Path::new(path), blake3)?;
+        let id = search_id(spec, models);
+        let stop = || super::set(&cancel);
+        let spec_object = spec_object(&spec.content_hash);
+        let text = spec.source_text.as_bytes();
+        pool.retry("storing the spec in the pool", &stop, || {
+            pool.put_object(&spec_object, text)
+        })
+        .ok_or_else(cancelled)?;
+        let component_object = component_object(blake3);
+        pool.retry("storing the cost model in the pool", &stop, || {
+            pool.put_object(&component_object, &component)
+        })
+        .ok_or_else(cancelled)?;
+        let template = Item {
+            protocol: PROTOCOL_VERSION,
+            archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+            search: id.clone(),
+            item: 0,
+            spec_hash: spec.content_hash.clone(),
+            spec_file: spec.source_file.clone(),
+            latency: ComponentRef {
+                plugin: src.plugin.clone(),
+                version: src.version.clone(),
+                blake3: blake3.clone(),
+            },
+            candidates: Vec::new(),
+        };
+        let search = Search {
+            template,
+            spec_name: spec.name.clone(),
+            space,
+            exhaustive: spec.space.exhaustive,
+            journaled,
+        };
+        Self::open(pool, search, cancel, status)
+    }
+
+    /// The coordinator of the search `template.search` (whose items are `template` with
+    /// their candidates), new or resumed: what [`Coordinator::start`] does once the spec
+    /// and component are stored. (The coordinator benchmark starts here, with a synthetic
+    /// search.)
+    pub fn open(
+        pool: &'a Pool,
+        search: Search<'a>,
+        cancel: Arc<AtomicBool>,
+        status: &'a Mutex<PoolStatus>,
+    ) -> Result<Coordinator<'a>, PoolError> {
+        let Search {
+            template,
+            spec_name,
+            space,
+            exhaustive,
+            journaled,
+        } = search;
+        let id = template.search.clone();
+        let stop = || super::set(&cancel);
+        let items = items_of(space, pool.settings.item_candidates);
+        let previous = pool
+            .retry("reading the search's state", &stop, || pool.state(&id))
+            .ok_or_else(cancelled)?;
+        let state = match previous {
+            Some(s) if s.phase == Phase::Running && s.items_total == items.len() => {
+                tracing::info!(search = %id, published = s.items_published, "resuming the search in the pool");
+                SearchState {
+                    coordinator: pool.name.clone(),
+                    ..s
+                }
+            }
+            _ => {
+                // A fresh search (or one that ended before: its leftovers are purged).
+                let subject = results_subject(&id);
+                pool.retry("clearing old answers", &stop, || {
+                    super::purge(&pool.results, subject.clone())
+                })
+                .ok_or_else(cancelled)?;
+                SearchState {
+                    phase: Phase::Running,
+                    spec: spec_name,
+                    spec_hash: template.spec_hash.clone(),
+                    coordinator: pool.name.clone(),
+                    items_published: 0,
+                    items_total: items.len(),
+                    reason: None,
+                }
+            }
+        };
+        pool.retry("recording the search", &stop, || {
+            pool.put_state(&id, &state)
+        })
+        .ok_or_else(cancelled)?;
+        let mut c = Coordinator {
+            pool,
+            space,
+            id,
+            template,
+            items,
+            journaled,
+            state,
+            answered: BTreeSet::new(),
+            evaluations: BTreeMap::new(),
+            failure: None,
+            results: None,
+            work: Stats::default(),
+            cancel,
+            status,
+            walked: None,
+            workers: 0,
+            checked: Instant::now() - Duration::from_secs(60),
+            exhaustive,
+            exhausted: None,
+        };
+        let client = pool.js.client();
+        c.exhausted = pool
+            .block_on(client.subscribe(format!(
+                "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{ITEMS_STREAM}.{WORKERS_CONSUMER}"
+            )))
+            .map_err(|e| tracing::warn!(error = %e, "cannot watch for items no worker finishes"))
+            .ok();
+        c.refresh();
+        Ok(c)
+    }
+
+    fn stopped(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// The item holding candidate `index`.
+    fn item_of(&self, index: usize) -> usize {
+        self.items.partition_point(|r| r.end <= index)
+    }
+
+    /// Items to keep published ahead of the walk. The walk takes answers in candidate
+    /// order, so workers run ahead of it: with too short a look-ahead a worker idles while
+    /// the walk waits for a slower item. Four per worker, at least 1 — at most the
+    /// configured look-ahead when the search may converge (what is published past its end
+    /// is wasted work); in an exhaustive search, where nothing is wasted, at least the
+    /// configured look-ahead and at most [`MAX_LOOK_AHEAD_ITEMS`] (it only bounds the
+    /// answers held for merging).
+    fn look_ahead(&self) -> usize {
+        let per_workers = 4 * self.workers;
+        if self.exhaustive {
+            per_workers
+                .max(self.pool.settings.look_ahead_items)
+                .min(MAX_LOOK_AHEAD_ITEMS)
+        } else {
+            per_workers.clamp(1, self.pool.settings.look_ahead_items)
+        }
+    }
+
+    /// Publishes items up to (not including) `upto`, all at once: every message is sent,
+    /// then every acknowledgement awaited (one round trip for the batch, not one per
+    /// item), then the state recorded. A batch that fails is sent again whole: the server
+    /// drops the copies of items it already has (`Nats-Msg-Id`).
+    fn publish_to(&mut self, upto: usize) -> Result<(), SearchError> {
+        let upto = upto.min(self.items.len());
+        let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
+        for n in self.state.items_published..upto {
+            let range = self.items[n].clone();
+            if range.clone().all(|k| self.journaled.contains(&k)) {
+                continue;
+            }
+            let mut item = self.template.clone();
+            item.item = n;
+            item.candidates = range
+                .map(|k| {
+                    let c: &Candidate = &self.space.candidates[k];
+                    ItemCandidate {
+                        index: k,
+                        config: c.config,
+                        area_um2: c.area_um2,
+                        bucket: c.bucket,
+                    }
+                })
+                .collect();
+            let payload = serde_json::to_vec(&item)
+                .map_err(|e| SearchError::Supplier(format!("cannot encode item {n}: {e}")))?;
+            batch.push((format!("{}.{n}", self.id), payload));
+        }
+        if upto <= self.state.items_published {
+            return Ok(());
+        }
+        let subject = items_subject(&self.id);
+        let js = &self.pool.js;
+        let stop = || super::set(&self.cancel);
+        let batch = &batch;
+        self.pool
+            .retry("publishing items", &stop, || {
+                let subject = subject.clone();
+                async move {
+                    let mut acks = Vec::with_capacity(batch.len());
+                    for (msg_id, payload) in batch {
+                        let mut headers = async_nats::HeaderMap::new();
+                        headers.insert("Nats-Msg-Id", msg_id.as_str());
+                        acks.push(
+                            js.publish_with_headers(
+                                subject.clone(),
+                                headers,
+                                payload.clone().into(),
+                            )
+                            .await
+                            .map_err(nats_err)?,
+                        );
+                    }
+                    for a in acks {
+                        a.await.map_err(nats_err)?;
+                    }
+                    Ok::<_, PoolError>(())
+                }
+            })
+            .ok_or_else(|| SearchError::Supplier("cancelled".into()))?;
+        self.pool.metrics.items_published.inc_by(batch.len() as u64);
+        self.state.items_published = upto;
+        self.save_state();
+        Ok(())
+    }
+
+    /// Keeps the look-ahead published: refilled to the whole look-ahead once less than
+    /// half of it is left (so items go out in batches, with one state record per batch).
+    fn keep_ahead(&mut self, item: usize) -> Result<(), SearchError> {
+        let ahead = self.look_ahead();
+        if self.state.items_published < item + 1 + ahead / 2 {
+            self.publish_to(item + 1 + ahead)?;
+        }
+        Ok(())
+    }
+
+    fn save_state(&self) {
+        let stop = || super::set(&self.cancel);
+        let _ = self.pool.retry("recording the search", &stop, || {
+            self.pool.put_state(&self.id, &self.state)
+        });
+    }
+
+    /// Opens (once) the ordered consumer of the search's answers, from the first.
+    fn results(&mut self) -> Result<&mut Results, SearchError> {
+        if self.results.is_none() {
+            let subject = results_subject(&self.id);
+            let stream = &self.pool.results;
+            let stop = || super::set(&self.cancel);
+            let r = self
+                .pool
+                .retry("reading the search's answers", &stop, || {
+                    let subject = subject.clone();
+                    async move {
+                        stream
+                            .create_consumer(consumer::pull::OrderedConfig {
+                                filter_subject: subject,
+                                deliver_policy: consumer::DeliverPolicy::All,
+                                ..Default::default()
+                            })
+                            .await
+                            .map_err(nats_err)?
+                            .messages()
+                            .await
+                            .map_err(nats_err)
+                    }
+                })
+                .ok_or_else(|| SearchError::Supplier("cancelled".into()))?;
+            self.results = Some(r);
+        }
+        self.results
+            .as_mut()
+            .ok_or_else(|| SearchError::Supplier("no answers".into()))
+    }
+
+    /// Takes in the answers that arrive within `wait`.
+    fn receive(&mut self, wait: Duration) -> Result<(), SearchError> {
+        let pool = self.pool;
+        let results = self.results()?;
+        let next = pool.block_on(async { tokio::time::timeout(wait, results.next()).await });
+        let message = match next {
+            Err(_) | Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) => {
+                tracing::warn!(error = %e, "reading the search's answers; going on");
+                return Ok(());
+            }
+            Ok(Some(Ok(m))) => m,
+        };
+        let result: ItemResult = match serde_json::from_slice(&message.payload) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "an answer that is not an item result; ignored");
+                return Ok(());
+            }
+        };
+        if result.search != self.id || !self.answered.insert(result.item) {
+            // Another search's, or a second answer to an item (a redelivered item that
+            // its first worker finished after all): the same answer, ignored.
+            return Ok(());
+        }
+        match result.answer {
+            Answer::Evaluated { evaluated, work } => {
+                let walked = self.walked.map_or(0, |i| self.items[i].start);
+                for e in evaluated {
+                    if e.index >= walked && !self.journaled.contains(&e.index) {
+                        self.evaluations.insert(e.index, e);
+                    }
+                }
+                self.work.add_work(&work);
+            }
+            Answer::Failed { reason } => {
+                self.failure = Some(format!(
+                    "worker {} could not evaluate item {}: {reason}",
+                    result.worker, result.item
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pool size, lag and items no worker could finish: every few seconds.
+    fn refresh(&mut self) {
+        if self.checked.elapsed() < Duration::from_secs(2) {
+            return;
+        }
+        self.checked = Instant::now();
+        let pool = self.pool;
+        if let Ok(Ok(n)) = pool.block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), pool.live_workers()).await
+        }) {
+            self.workers = n;
+            pool.metrics.workers.set(n as i64);
+        }
+        self.check_exhausted();
+        self.update_status();
+    }
+
+    /// An item of this search delivered `max_deliveries` times without an answer (the
+    /// workers that took it died on it) fails the search: it would never be answered.
+    fn check_exhausted(&mut self) {
+        use futures_util::FutureExt;
+        let Some(sub) = self.exhausted.as_mut() else {
+            return;
+        };
+        let mut sequences = Vec::new();
+        while let Some(Some(m)) = sub.next().now_or_never() {
+            #[derive(serde::Deserialize)]
+            struct Advisory {
+                stream_seq: u64,
+                deliveries: u64,
+            }
+            match serde_json::from_slice::<Advisory>(&m.payload) {
+                Ok(a) => sequences.push((a.stream_seq, a.deliveries)),
+                Err(e) => {
+                    tracing::warn!(error = %e, payload = %String::from_utf8_lossy(&m.payload), "a max-deliveries advisory not understood")
+                }
+            }
+        }
+        for (seq, deliveries) in sequences {
+            let pool = self.pool;
+            let msg = match pool.block_on(async {
+                tokio::time::timeout(Duration::from_secs(2), pool.items.get_raw_message(seq)).await
+            }) {
+                Ok(Ok(msg)) => msg,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, seq, "cannot read an item no worker finished");
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            if let Ok(item) = serde_json::from_slice::<Item>(&msg.payload)
+                && item.search == self.id
+                && !self.answered.contains(&item.item)
+            {
+                self.failure = Some(format!(
+                    "item {} (candidates {}…) was delivered {deliveries} times and no worker finished it (each died or was stopped while evaluating it)",
+                    item.item,
+                    item.candidates.first().map_or(0, |c| c.index)
+                ));
+            }
+        }
+    }
+
+    fn update_status(&self) {
+        let outstanding = (0..self.state.items_published)
+            .filter(|i| !self.answered.contains(i))
+            .filter(|&i| !self.items[i].clone().all(|k| self.journaled.contains(&k)))
+            .count();
+        self.pool.metrics.items_outstanding.set(outstanding as i64);
+        if let Ok(mut s) = self.status.lock() {
+            s.workers = self.workers;
+            s.items_total = self.items.len();
+            s.items_published = self.state.items_published;
+            s.items_answered = self.answered.len();
+            s.items_outstanding = outstanding;
+        }
+    }
+
+    /// Ends the search in the pool. Done, cancelled or failed: the state says so (workers
+    /// stop), and its items and answers are purged; interrupted: left as it is.
+    pub fn finish(mut self, ending: Ending) {
+        let speculative = match self.walked {
+            Some(w) if ending == Ending::Done => self.state.items_published.saturating_sub(w + 1),
+            _ => 0,
+        };
+        if speculative > 0 {
+            self.pool
+                .metrics
+                .items_speculative
+                .inc_by(speculative as u64);
+        }
+        self.update_status();
+        if let Ok(mut s) = self.status.lock() {
+            s.items_speculative = speculative;
+        }
+        let phase = match &ending {
+            Ending::Interrupted => return,
+            Ending::Done => Phase::Done,
+            Ending::Cancelled => Phase::Cancelled,
+            Ending::Failed(reason) => {
+                self.state.reason = Some(reason.clone());
+                Phase::Failed
+            }
+        };
+        self.state.phase = phase;
+        // Once: the search is over, so its own cancel flag may be set; a few tries at most.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let stop = || Instant::now() > deadline;
+        let pool = self.pool;
+        let _ = pool.retry("recording the end of the search", &stop, || {
+            pool.put_state(&self.id, &self.state)
+        });
+        let items = items_subject(&self.id);
+        let _ = pool.retry("purging the search's items", &stop, || {
+            super::purge(&pool.items, items.clone())
+        });
+        let results = results_subject(&self.id);
+        let _ = pool.retry("purging the search's answers", &stop, || {
+            super::purge(&pool.results, results.clone())
+        });
+        tracing::debug!(search = %self.id, ?phase, speculative, "search ended in the pool");
+    }
+}
+
+fn cancelled() -> PoolError {
+    PoolError::Other("cancelled".into())
+}
+
+impl Supplier for Coordinator<'_> {
+    fn supply(
+        &mut self,
+        index: usize,
+        _candidate: &Candidate,
+    ) -> Result<Option<Evaluated>, SearchError> {
+        let item = self.item_of(index);
+        self.walked = Some(item);
+        // Answers of candidates the walk has passed are not needed any more.
+        while let Some((&k, _)) = self.evaluations.first_key_value() {
+            if k >= index {
+                break;
+            }
+            self.evaluations.pop_first();
+        }
+        self.refresh();
+        self.keep_ahead(item)?;
+        loop {
+            if let Some(e) = self.evaluations.remove(&index) {
+                return Ok(Some(e));
+            }
+            if let Some(f) = &self.failure {
+                return Err(SearchError::Supplier(f.clone()));
+            }
+            if self.stopped() {
+                return Err(SearchError::Supplier("cancelled".into()));
+            }
+            self.receive(Duration::from_millis(250))?;
+            self.refresh();
+            // Keep the look-ahead as workers join.
+            self.keep_ahead(item)?;
+        }
+    }
+
+    fn work(&self) -> Stats {
+        self.work.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use archplace_engine::space::Space;
+
+    fn space(buckets: &[u64]) -> Space {
+        Space {
+            candidates: buckets
+                .iter()
+                .map(|&bucket| Candidate {
+                    config: archplace_engine::space::REFERENCE_CONFIG,
+                    area_um2: bucket as f64,
+                    bucket,
+                })
+                .collect(),
+            budget_um2: 0.0,
+            min_area_um2: 0.0,
+            tensor_core_configs: Vec::new(),
+            vector_core_configs: Vec::new(),
+            buckets: 0,
+            bucket_um2: 1.0,
+            out_of_domain: 0,
+            enumerated: 0,
+        }
+    }
+
+    /// Items cover the candidates in order, never span two buckets, and hold at most
+    /// `per_item` candidates.
+    #[test]
+    fn items_cut_each_bucket_in_order() {
+        let s = space(&[9, 9, 9, 9, 9, 7, 5, 5, 5]);
+        assert_eq!(items_of(&s, 2), vec![0..2, 2..4, 4..5, 5..6, 6..8, 8..9]);
+        assert_eq!(items_of(&s, 64), vec![0..5, 5..6, 6..9]);
+        assert_eq!(items_of(&s, 0), items_of(&s, 1));
+        assert!(items_of(&space(&[]), 4).is_empty());
+    }
+}

@@ -1,0 +1,168 @@
+//! Job records: one per spec content (its blake3 hash), persisted atomically in
+//! `<state_dir>/jobs/<hash>.json` so that a restart — after SIGTERM, kill -9 or power
+//! loss — knows what was queued, running or done. A record that cannot be read is
+//! reported and rebuilt from the results folder (a `result.json` means done).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the content has been dealt with for good (not searched again).
+    pub fn is_final(self) -> bool {
+        matches!(self, JobState::Done | JobState::Failed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// blake3 of the spec's bytes, hex.
+    pub hash: String,
+    /// The spec file it was last seen as.
+    pub file: PathBuf,
+    /// The spec's name (the file's stem while it is not known to be valid).
+    pub name: String,
+    pub state: JobState,
+    /// Times the search was started.
+    pub attempts: u32,
+    /// Times the daemon stopped while the search ran (found `running` at a start).
+    #[serde(default)]
+    pub interrupted: u32,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub result_dir: PathBuf,
+    /// Seconds since the Unix epoch of the last change.
+    pub updated_unix_seconds: f64,
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Every job, in memory and on disk.
+#[derive(Debug)]
+pub struct JobStore {
+    dir: PathBuf,
+    pub jobs: BTreeMap<String, Job>,
+}
+
+impl JobStore {
+    /// Loads the records in `state_dir/jobs`. Unreadable records are reported (and
+    /// removed: the next scan rebuilds them from the spec folder and the results).
+    pub fn open(state_dir: &Path) -> std::io::Result<JobStore> {
+        let dir = state_dir.join("jobs");
+        std::fs::create_dir_all(&dir)?;
+        let mut jobs = BTreeMap::new();
+        for e in std::fs::read_dir(&dir)? {
+            let path = e?.path();
+            if path.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            match std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<Job>(&b).map_err(|e| e.to_string()))
+            {
+                Ok(job) => {
+                    jobs.insert(job.hash.clone(), job);
+                }
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e, "corrupt job record; it will be rebuilt from the spec folder and the results");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        Ok(JobStore { dir, jobs })
+    }
+
+    pub fn get(&self, hash: &str) -> Option<&Job> {
+        self.jobs.get(hash)
+    }
+
+    /// Stores `job` (in memory and atomically on disk).
+    pub fn put(&mut self, mut job: Job) {
+        job.updated_unix_seconds = unix_seconds();
+        let path = self.dir.join(format!("{}.json", job.hash));
+        match serde_json::to_vec_pretty(&job) {
+            Ok(bytes) => {
+                if let Err(e) = archplace_util::atomic::write(&path, &bytes) {
+                    tracing::error!(path = %path.display(), error = %e, "cannot persist a job record");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot serialize a job record"),
+        }
+        self.jobs.insert(job.hash.clone(), job);
+    }
+
+    /// Changes the state of `hash` (with a message), if it exists.
+    pub fn set(&mut self, hash: &str, state: JobState, message: Option<String>) {
+        if let Some(mut job) = self.jobs.get(hash).cloned() {
+            job.state = state;
+            job.message = message;
+            self.put(job);
+        }
+    }
+
+    /// Jobs by state.
+    pub fn count(&self, state: JobState) -> usize {
+        self.jobs.values().filter(|j| j.state == state).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(hash: &str, state: JobState) -> Job {
+        Job {
+            hash: hash.into(),
+            file: "specs/a.toml".into(),
+            name: "a".into(),
+            state,
+            attempts: 0,
+            interrupted: 0,
+            message: None,
+            result_dir: "results/a/x".into(),
+            updated_unix_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn records_survive_a_restart_and_corrupt_ones_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = JobStore::open(dir.path()).unwrap();
+        s.put(job("aa", JobState::Running));
+        s.put(job("bb", JobState::Done));
+        s.set("aa", JobState::Failed, Some("why".into()));
+        std::fs::write(dir.path().join("jobs/cc.json"), b"{ not json").unwrap();
+        let s = JobStore::open(dir.path()).unwrap();
+        assert_eq!(s.jobs.len(), 2);
+        assert_eq!(s.get("aa").unwrap().state, JobState::Failed);
+        assert_eq!(s.get("aa").unwrap().message.as_deref(), Some("why"));
+        assert!(!dir.path().join("jobs/cc.json").exists());
+    }
+}

@@ -1,0 +1,405 @@
+//! Workers: each takes the next queued job, runs its search on a thread pool of its own,
+//! writes `status.json` as it goes and the result files (or `error.json`) at the end, and
+//! records how the job ended.
+
+use super::intake::file_name;
+use super::jobs::{Job, JobState};
+use super::metrics::SpecLabels;
+use super::state::{Progress, Queued, Running, Shared};
+use crate::lock::Lock;
+use archplace_engine::search::{Observer, ScheduleEvent};
+use archplace_job::folder::{self, Status};
+use archplace_job::run::Distributor;
+use archplace_job::{RunError, Steering};
+use archplace_plugin_sdk::text::{significant, thousands};
+use archplace_pool::distributor::Pooled;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Runs jobs until shutdown.
+pub fn run(s: &Shared) {
+    loop {
+        let Some((next, job, flag)) = take(s) else {
+            return;
+        };
+        // The spec's name is recorded once the spec is parsed.
+        let span = tracing::info_span!(
+            "search",
+            spec = tracing::field::Empty,
+            hash = %&job.hash[..16],
+            file = %file_name(&next.path),
+        );
+        let _enter = span.enter();
+        tracing::info!(path = %next.path.display(), "search started");
+        let started = Instant::now();
+        let mut labels = SpecLabels {
+            spec: job.name.clone(),
+            file: file_name(&next.path),
+        };
+        let outcome = search(s, &next, &job, &flag, &mut labels);
+        let reason = {
+            let mut state = s.state();
+            state.progress.remove(&job.hash);
+            state.running.remove(&job.hash).and_then(|run| run.reason)
+        };
+        let invalid = matches!(outcome, Outcome::Invalid(_));
+        let (state, message) = match outcome {
+            Outcome::Done(best, summary) => {
+                if let Some((throughput, area_um2)) = best {
+                    s.metrics.set_result(&labels, throughput, area_um2);
+                }
+                (JobState::Done, Some(summary))
+            }
+            Outcome::Failed(m) | Outcome::Invalid(m) => (JobState::Failed, Some(m)),
+            Outcome::RetryLater(m) => {
+                let retry_seconds = s.live().retry_seconds;
+                let after = archplace_util::duration::interval(retry_seconds);
+                s.state().retries.push((Instant::now() + after, next));
+                (
+                    JobState::Failed,
+                    Some(format!("{m}; trying again in {retry_seconds} s")),
+                )
+            }
+            Outcome::Cancelled if reason.is_none() && s.shutdown.load(Ordering::Relaxed) => (
+                JobState::Queued,
+                Some("interrupted by shutdown; searched again at the next start".into()),
+            ),
+            Outcome::Cancelled => (JobState::Cancelled, reason),
+        };
+        // Back to queued means interrupted by the shutdown.
+        let outcome = match state {
+            JobState::Queued => "interrupted",
+            _ if invalid => "invalid",
+            other => other.name(),
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        s.metrics.search_ended(&labels, outcome, seconds);
+        tracing::info!(
+            state = state.name(),
+            outcome,
+            seconds = format!("{seconds:.1}"),
+            reason = message.as_deref().unwrap_or(""),
+            "search ended: {}",
+            message.as_deref().unwrap_or("")
+        );
+        // A finished search's record keeps no message (the summary is the log's).
+        let message = if state == JobState::Done {
+            None
+        } else {
+            message
+        };
+        s.state().store.set(&job.hash, state, message);
+    }
+}
+
+/// The next queued job, marked running (with its cancel flag); `None` at shutdown.
+fn take(s: &Shared) -> Option<(Queued, Job, Arc<AtomicBool>)> {
+    let mut state = s.state();
+    loop {
+        if s.shutdown.load(Ordering::Relaxed) {
+            return None;
+        }
+        let Some(next) = state.queue.pop_front() else {
+            state = s.wait(state, Duration::from_millis(200));
+            continue;
+        };
+        // A job whose record is gone was cancelled in between: skip it.
+        let Some(mut job) = state.store.get(&next.hash).cloned() else {
+            continue;
+        };
+        job.state = JobState::Running;
+        job.attempts += 1;
+        job.message = None;
+        state.store.put(job.clone());
+        let flag = Arc::new(AtomicBool::new(false));
+        state.running.insert(
+            next.hash.clone(),
+            Running {
+                flag: flag.clone(),
+                reason: None,
+            },
+        );
+        return Some((next, job, flag));
+    }
+}
+
+enum Outcome {
+    /// With the best configuration's throughput and area (µm²), if any fits, and what the
+    /// log's "search ended" says of it.
+    Done(Option<(f64, f64)>, String),
+    Failed(String),
+    /// The spec never started: it is invalid (located errors in `error.json`) — the
+    /// submitter's to fix, not the operator's, so counted apart from failed searches.
+    Invalid(String),
+    /// The search ran but its results could not be written: failed now, tried again later.
+    RetryLater(String),
+    Cancelled,
+}
+
+/// Writes `status.json` while a search runs (at most once a second), and feeds the
+/// metrics and the daemon's STATUS line. Its own locks are leaves: none is held while
+/// another lock is taken (see [`crate::lock`]).
+struct StatusWriter<'a> {
+    dir: PathBuf,
+    job: &'a Job,
+    started: Instant,
+    /// When `status.json` was last written while running.
+    last_write: Lock<Option<Instant>>,
+    /// Where the daemon's STATUS line reads progress from, and the metrics.
+    shared: &'a Shared,
+    /// The metrics labels, which follow a rename of the spec while it is searched.
+    labels: Lock<SpecLabels>,
+    /// The estimate counters already added to the metrics (the engine reports totals).
+    estimates_counted: AtomicU64,
+    cache_hits_counted: AtomicU64,
+    /// The pool's side of the search, when it is pooled.
+    pooled: Option<&'a Pooled<'a>>,
+}
+
+impl StatusWriter<'_> {
+    /// The spec file's path now (the job record follows renames).
+    fn current_file(&self) -> PathBuf {
+        self.shared
+            .state()
+            .store
+            .get(&self.job.hash)
+            .map_or_else(|| self.job.file.clone(), |j| j.file.clone())
+    }
+
+    /// The labels for the spec's current name; the series of an old name are removed.
+    fn current_labels(&self) -> SpecLabels {
+        let file = file_name(&self.current_file());
+        let (now, old) = {
+            let mut labels = self.labels.lock();
+            if labels.file == file {
+                (labels.clone(), None)
+            } else {
+                let old = labels.clone();
+                labels.file = file;
+                (labels.clone(), Some(old))
+            }
+        };
+        if let Some(old) = old {
+            self.shared.metrics.search_ended_series(&old);
+        }
+        now
+    }
+
+    fn write(&self, state: &str, p: Option<&archplace_engine::search::Progress>) {
+        let status = Status {
+            state,
+            spec: &self.job.name,
+            hash: &self.job.hash,
+            file: self.current_file().display().to_string(),
+            candidates_evaluated: None,
+            candidates_total: None,
+            area_bucket: None,
+            best_throughput_samples_per_second: None,
+            best_area_mm2: None,
+            pool: self.pooled.and_then(Distributor::status),
+            elapsed_seconds: self.started.elapsed().as_secs_f64(),
+        }
+        .with_progress(p);
+        if let Err(e) = folder::write_status(&self.dir, &status) {
+            tracing::warn!(error = %e, "cannot write status.json");
+        }
+    }
+
+    /// Whether `status.json` is due again (once a second while running).
+    fn due(&self) -> bool {
+        let mut last = self.last_write.lock();
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+}
+
+impl Observer for StatusWriter<'_> {
+    fn schedule(&self, e: &ScheduleEvent) {
+        self.shared.metrics.schedule(e);
+    }
+
+    fn placement(&self, seconds: f64) {
+        self.shared.metrics.placement(seconds);
+    }
+
+    fn progress(&self, p: &archplace_engine::search::Progress) {
+        let labels = self.current_labels();
+        let counted = (
+            self.estimates_counted
+                .fetch_max(p.estimates_computed, Ordering::Relaxed),
+            self.cache_hits_counted
+                .fetch_max(p.estimate_cache_hits, Ordering::Relaxed),
+        );
+        self.shared.metrics.progress(&labels, p, counted);
+        self.shared.state().progress.insert(
+            self.job.hash.clone(),
+            Progress {
+                name: self.job.name.clone(),
+                evaluated: p.evaluated,
+                total: p.total,
+            },
+        );
+        if self.due() {
+            self.write("running", Some(p));
+        }
+    }
+}
+
+/// One search, start to result files.
+fn search(
+    s: &Shared,
+    q: &Queued,
+    job: &Job,
+    cancel: &Arc<AtomicBool>,
+    labels: &mut SpecLabels,
+) -> Outcome {
+    let shown = q.path.display().to_string();
+    let invalid = |diags: Vec<archplace_spec::Diagnostic>, dir: &Path| {
+        let n = diags.len();
+        let first = diags
+            .first()
+            .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+            .unwrap_or_default();
+        match folder::write_error(
+            dir,
+            &q.path,
+            serde_json::to_value(&diags).unwrap_or_default(),
+        ) {
+            Ok(()) => Outcome::Invalid(format!("{n} error(s) in the spec; first: {first}")),
+            Err(e) => Outcome::Failed(e),
+        }
+    };
+    let text = match String::from_utf8(q.bytes.clone()) {
+        Ok(t) => t,
+        Err(_) => {
+            let d = archplace_spec::Diagnostic::new(
+                &shown,
+                "",
+                None,
+                String::new(),
+                "the file is not valid UTF-8".into(),
+            );
+            return invalid(vec![d], &job.result_dir);
+        }
+    };
+    let spec = match archplace_spec::parse(&text, &shown) {
+        Ok(spec) => spec,
+        Err(diags) => return invalid(diags, &job.result_dir),
+    };
+    tracing::Span::current().record("spec", spec.name.as_str());
+    labels.spec = spec.name.clone();
+    let dir = folder::result_dir(&s.start.results_dir, &spec);
+    {
+        let mut state = s.state();
+        if let Some(mut j) = state.store.get(&job.hash).cloned() {
+            j.name = spec.name.clone();
+            j.result_dir = dir.clone();
+            state.store.put(j);
+        }
+    }
+    let named = Job {
+        name: spec.name.clone(),
+        result_dir: dir.clone(),
+        ..job.clone()
+    };
+    // Cancelled for good: the spec left or changed (a reason was given), not the shutdown.
+    let for_good = || {
+        s.state()
+            .running
+            .get(&job.hash)
+            .is_some_and(|r| r.reason.is_some())
+    };
+    let pooled = s.pool.as_deref().map(|p| Pooled::new(p, &for_good));
+    let status = StatusWriter {
+        dir: dir.clone(),
+        job: &named,
+        started: Instant::now(),
+        last_write: Lock::new("status.json time", None),
+        shared: s,
+        labels: Lock::new("metrics labels", labels.clone()),
+        estimates_counted: AtomicU64::new(0),
+        cache_hits_counted: AtomicU64::new(0),
+        pooled: pooled.as_ref(),
+    };
+    status.write("running", None);
+    let threads = match rayon::ThreadPoolBuilder::new()
+        .num_threads(s.live().threads_per_search)
+        .build()
+    {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
+    };
+    let budget = s.live().search_memory_bytes;
+    let result = threads.install(|| {
+        let prepared = archplace_job::prepare(
+            &spec,
+            &s.host,
+            rayon::current_num_threads(),
+            Some(budget),
+            cancel,
+        )?;
+        prepared.run(Steering {
+            observer: &status,
+            cancel,
+            checkpoint: Some(&dir),
+            distributor: pooled
+                .as_ref()
+                .map(|p| p as &dyn archplace_job::run::Distributor),
+        })
+    });
+    // The search ends under the spec's current name (it may have been renamed meanwhile).
+    *labels = status.current_labels();
+    if cancel.load(Ordering::Relaxed) {
+        // A shutdown puts the job back in the queue (searched again at the next start);
+        // only a cancellation for a reason (its spec deleted or changed) ends it.
+        let requeued = s.shutdown.load(Ordering::Relaxed)
+            && s.state()
+                .running
+                .get(&job.hash)
+                .is_none_or(|r| r.reason.is_none());
+        status.write(if requeued { "queued" } else { "cancelled" }, None);
+        return Outcome::Cancelled;
+    }
+    match result {
+        Ok(finished) => match folder::write(&dir, &finished) {
+            Ok(()) => {
+                status.write("done", None);
+                let doc = &finished.doc;
+                let evaluated = thousands(doc.search.candidates_evaluated as u64);
+                let summary = match &doc.best {
+                    Some(b) => format!(
+                        "best {} samples/s on {}; {evaluated} candidates",
+                        significant(b.mean_throughput_samples_per_second, 4),
+                        archplace_job::chip::long(&b.configuration, b.hbm_bytes),
+                    ),
+                    None => format!("no candidate fits; {evaluated} candidates"),
+                };
+                Outcome::Done(
+                    doc.best.as_ref().map(|b| {
+                        (
+                            b.mean_throughput_samples_per_second,
+                            b.configuration.area_mm2 * 1e6,
+                        )
+                    }),
+                    summary,
+                )
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the results");
+                Outcome::RetryLater(e.to_string())
+            }
+        },
+        Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(diags, &dir),
+        Err(e) => {
+            let message = e.to_string();
+            let _ = folder::write_error(&dir, &q.path, serde_json::json!([{ "message": message }]));
+            status.write("failed", None);
+            Outcome::Failed(message)
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! `archplace validate --print-resolved`: a spec as archplace understands it, with every
+//! default written out — the answer to "what does leaving `[cluster]` out mean?". The
+//! output is itself a spec: read back, it gives the same search (tested), so it can be kept
+//! as the explicit version of a short one. Models are written out in full (no preset), and
+//! quantities exactly, in the largest unit that divides them.
+
+use super::Spec;
+use archplace_cost_port::PluginRef;
+use archplace_engine::model::Head;
+use archplace_engine::space::AreaBudget;
+use archplace_engine::training::MemoryModel;
+use archplace_plugin_sdk::AcceleratorConfig;
+use serde::Serialize;
+use toml::{Table, Value};
+
+/// `bytes` exactly: "80 GiB", or "1000 B" when no binary unit divides it.
+fn bytes(b: u64) -> Value {
+    for (unit, name) in [
+        (1u64 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ] {
+        if b >= unit && b.is_multiple_of(unit) {
+            return Value::String(format!("{} {name}", b / unit));
+        }
+    }
+    Value::String(format!("{b} B"))
+}
+
+/// A bandwidth exactly: "4 GiB/s", "25 GB/s", or bytes per second.
+fn rate(bytes_per_second: f64) -> Value {
+    let x = bytes_per_second;
+    if x.fract() == 0.0 && (1.0..9.0e15).contains(&x) {
+        let n = x as u64;
+        for (unit, name) in [
+            (1u64 << 30, "GiB/s"),
+            (1_000_000_000, "GB/s"),
+            (1 << 20, "MiB/s"),
+        ] {
+            if n.is_multiple_of(unit) {
+                return Value::String(format!("{} {name}", n / unit));
+            }
+        }
+    }
+    Value::String(format!("{x} B/s"))
+}
+
+/// An enum as the spec names it (its serde name).
+fn name<T: Serialize>(x: &T) -> Value {
+    match serde_json::to_value(x) {
+        Ok(serde_json::Value::String(s)) => Value::String(s),
+        _ => Value::String(String::new()),
+    }
+}
+
+fn int(x: u64) -> Value {
+    Value::Integer(i64::try_from(x).unwrap_or(i64::MAX))
+}
+
+fn ints<T: Copy + Into<u64>>(xs: &[T]) -> Value {
+    Value::Array(xs.iter().map(|&x| int(x.into())).collect())
+}
+
+fn bools(xs: &[bool]) -> Value {
+    Value::Array(xs.iter().map(|&b| Value::Boolean(b)).collect())
+}
+
+fn plugin(r: &PluginRef) -> Value {
+    if r.version.is_none() && r.blake3.is_none() {
+        return Value::String(r.name.clone());
+    }
+    let mut t = Table::new();
+    t.insert("plugin".into(), Value::String(r.name.clone()));
+    if let Some(v) = &r.version {
+        t.insert("version".into(), Value::String(v.clone()));
+    }
+    if let Some(h) = &r.blake3 {
+        t.insert("blake3".into(), Value::String(h.clone()));
+    }
+    Value::Table(t)
+}
+
+/// A chip's six axes, as `[accelerator]` and an area budget's `reference_config` write
+/// them.
+fn chip(k: &AcceleratorConfig) -> Table {
+    let mut t = Table::new();
+    t.insert("tensor_cores".into(), int(k.tensor_cores.into()));
+    t.insert("vector_cores".into(), int(k.vector_cores.into()));
+    t.insert("width".into(), int(k.width.into()));
+    t.insert("depth".into(), int(k.depth.into()));
+    t.insert("vector_width".into(), int(k.vector_width.into()));
+    t.insert("buffer".into(), bytes(k.buffer_bytes));
+    t
+}
+
+/// The spec with every default written out, as TOML.
+pub fn resolved(spec: &Spec) -> String {
+    let mut doc = Table::new();
+    doc.insert("schema_version".into(), Value::Integer(1));
+    doc.insert("name".into(), Value::String(spec.name.clone()));
+    if let Some(d) = &spec.description {
+        doc.insert("description".into(), Value::String(d.clone()));
+    }
+    let models = spec
+        .models
+        .iter()
+        .map(|m| {
+            let c = &m.config;
+            let mut t = Table::new();
+            t.insert("name".into(), Value::String(c.name.clone()));
+            for (k, v) in [
+                ("layers", c.layers),
+                ("hidden", c.hidden),
+                ("heads", c.heads),
+                ("kv_heads", c.kv_heads),
+                ("ffn", c.ffn),
+                ("vocab", c.vocab),
+                ("vocab_pad_multiple", c.vocab_pad_multiple),
+                ("seq_len", c.seq_len),
+                ("max_positions", c.max_positions),
+                ("token_types", c.token_types),
+                ("max_tensor_parallel", c.max_tensor_parallel),
+            ] {
+                t.insert(k.into(), int(v));
+            }
+            for (k, v) in [
+                ("gated_mlp", c.gated_mlp),
+                ("biases", c.biases),
+                ("tied_embeddings", c.tied_embeddings),
+                ("dropout", c.dropout),
+            ] {
+                t.insert(k.into(), Value::Boolean(v));
+            }
+            t.insert("activation".into(), name(&c.activation));
+            t.insert("norm".into(), name(&c.norm));
+            t.insert("norm_position".into(), name(&c.norm_position));
+            t.insert("positions".into(), name(&c.positions));
+            if let Some(e) = c.embedding_dim {
+                t.insert("embedding_dim".into(), int(e));
+            }
+            match c.head {
+                Head::LanguageModel => {
+                    t.insert("head".into(), Value::String("language_model".into()));
+                }
+                Head::Classifier { classes } => {
+                    t.insert("head".into(), Value::String("classifier".into()));
+                    t.insert("classes".into(), int(classes));
+                }
+            }
+            if let Some(b) = m.baseline {
+                let mut bt = Table::new();
+                bt.insert("pipeline".into(), int(b.pipeline));
+                bt.insert("data".into(), int(b.data));
+                bt.insert("tensor".into(), int(b.tensor));
+                t.insert("baseline".into(), Value::Table(bt));
+            }
+            Value::Table(t)
+        })
+        .collect();
+    doc.insert("models".into(), Value::Array(models));
+
+    let tr = &spec.training;
+    let mut t = Table::new();
+    t.insert("global_batch".into(), int(tr.global_batch));
+    t.insert("micro_batch_sizes".into(), ints(&tr.micro_batch_sizes));
+    t.insert(
+        "activation_recomputation".into(),
+        Value::Array(tr.activation_recomputation.iter().map(name).collect()),
+    );
+    t.insert("optimizer".into(), name(&tr.optimizer));
+    t.insert("memory_model".into(), name(&tr.memory_model));
+    match tr.memory_model {
+        MemoryModel::Megatron => {
+            t.insert(
+                "precision".into(),
+                Value::Array(tr.precisions.iter().map(name).collect()),
+            );
+            t.insert(
+                "distributed_optimizer".into(),
+                bools(&tr.distributed_optimizer),
+            );
+            t.insert("sequence_parallel".into(), bools(&tr.sequence_parallel));
+            t.insert(
+                "pipeline_interleaving".into(),
+                ints(&tr.pipeline_interleaving),
+            );
+        }
+        MemoryModel::Reference => {
+            t.insert("bytes_per_element".into(), int(tr.bytes_per_element));
+        }
+    }
+    t.insert("operator_execution".into(), name(&tr.execution.operators));
+    t.insert(
+        "tensor_parallel_overlap".into(),
+        Value::Boolean(tr.execution.tensor_parallel_overlap),
+    );
+    doc.insert("training".into(), Value::Table(t));
+
+    let c = &spec.cluster;
+    let mut t = Table::new();
+    t.insert("devices".into(), int(c.devices));
+    if c.network.node_size == u64::MAX {
+        t.insert("link_bandwidth".into(), rate(c.link_bytes_per_second));
+    } else {
+        let n = &c.network;
+        t.insert("node_size".into(), int(n.node_size));
+        t.insert(
+            "intra_node_bandwidth".into(),
+            rate(n.intra_node.bytes_per_second),
+        );
+        t.insert(
+            "inter_node_bandwidth".into(),
+            rate(n.inter_node.bytes_per_second),
+        );
+        t.insert(
+            "intra_node_latency".into(),
+            Value::String(format!("{} s", n.intra_node.latency_seconds)),
+        );
+        t.insert(
+            "inter_node_latency".into(),
+            Value::String(format!("{} s", n.inter_node.latency_seconds)),
+        );
+    }
+    t.insert(
+        "hbm".into(),
+        Value::Array(c.hbm_bytes.iter().map(|&b| bytes(b)).collect()),
+    );
+    doc.insert("cluster".into(), Value::Table(t));
+
+    let s = &spec.space;
+    let mut t = Table::new();
+    t.insert("tensor_cores".into(), ints(&s.tensor_cores));
+    t.insert("vector_cores".into(), ints(&s.vector_cores));
+    t.insert("width".into(), ints(&s.width));
+    t.insert("depth".into(), ints(&s.depth));
+    if let Some(v) = &s.vector_width {
+        t.insert("vector_width".into(), ints(v));
+    }
+    t.insert(
+        "buffer".into(),
+        Value::Array(s.buffer_bytes.iter().map(|&b| bytes(b)).collect()),
+    );
+    let budget = match &s.area_budget {
+        AreaBudget::Um2(a) => Value::String(format!("{a} um2")),
+        AreaBudget::ReferenceConfig(k) => {
+            let mut b = Table::new();
+            b.insert("reference_config".into(), Value::Table(chip(k)));
+            Value::Table(b)
+        }
+    };
+    t.insert("area_budget".into(), budget);
+    t.insert(
+        "min_area_fraction".into(),
+        Value::Float(s.min_area_fraction),
+    );
+    t.insert(
+        "single_core_exempt".into(),
+        Value::Boolean(s.single_core_exempt),
+    );
+    t.insert(
+        "area_bucket".into(),
+        Value::String(format!("{} um2", s.bucket_um2)),
+    );
+    t.insert(
+        "convergence_window".into(),
+        int(s.convergence_window.into()),
+    );
+    t.insert("exhaustive".into(), Value::Boolean(s.exhaustive));
+    t.insert("schedule_gap".into(), Value::Float(s.schedule_gap));
+    t.insert("schedule_node_limit".into(), int(s.schedule_node_limit));
+    t.insert(
+        "schedule_time_limit_seconds".into(),
+        Value::Float(s.schedule_time_limit_seconds),
+    );
+    doc.insert("search".into(), Value::Table(t));
+
+    let cm = &spec.cost_model;
+    let mut t = Table::new();
+    t.insert("area".into(), plugin(&cm.area));
+    t.insert("latency".into(), plugin(&cm.latency));
+    if !cm.parameters.is_empty() {
+        let params = cm
+            .parameters
+            .iter()
+            .map(|(p, kv)| {
+                let kv = kv
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                (p.clone(), Value::Table(kv))
+            })
+            .collect();
+        t.insert("parameters".into(), Value::Table(params));
+    }
+    doc.insert("cost_model".into(), Value::Table(t));
+
+    if let Some(e) = &spec.estimate {
+        let mut a = chip(&e.accelerator);
+        a.insert("hbm".into(), bytes(e.hbm_bytes));
+        if let Some(f) = e.peak_flops_per_second {
+            a.insert("peak_flops".into(), Value::String(format!("{f} FLOP/s")));
+        }
+        doc.insert("accelerator".into(), Value::Table(a));
+        let p = &e.plan;
+        let mut t = Table::new();
+        t.insert("tensor_parallel".into(), int(p.tensor_parallel));
+        t.insert("pipeline_parallel".into(), int(p.pipeline_parallel));
+        t.insert("data_parallel".into(), int(p.data_parallel));
+        t.insert("micro_batch".into(), int(p.micro_batch));
+        t.insert("interleaving".into(), int(p.interleaving));
+        t.insert("recomputation".into(), name(&p.recomputation));
+        t.insert(
+            "sequence_parallel".into(),
+            Value::Boolean(p.sequence_parallel),
+        );
+        t.insert("precision".into(), name(&p.precision));
+        t.insert(
+            "distributed_optimizer".into(),
+            Value::Boolean(p.distributed_optimizer),
+        );
+        doc.insert("plan".into(), Value::Table(t));
+    }
+    let body = toml::to_string(&doc).unwrap_or_default();
+    format!(
+        "# `{}` with every default written out (archplace validate --print-resolved).\n{body}",
+        spec.name
+    )
+}

@@ -1,0 +1,910 @@
+use super::*;
+use archplace_engine::training::Recomputation;
+
+const GOOD: &str = r#"
+schema_version = 1
+name = "gpt3"
+
+[[models]]
+preset = "gpt3-175b"
+max_tensor_parallel = 8
+baseline = { pipeline = 32, data = 8, tensor = 4 }
+
+[training]
+global_batch = 4096
+micro_batch_sizes = [1, 2, 4, 8]
+optimizer = "adam"
+
+[cluster]
+devices = 1024
+link_bandwidth = "4 GiB/s"
+hbm = ["32 GiB", "64 GiB", "80 GiB"]
+
+[search]
+area_budget = { reference_config = { tensor_cores = 8, vector_cores = 2, width = 128, depth = 128, buffer = "128 MiB" } }
+
+[cost_model.parameters.reference]
+clock = "1.05 GHz"
+"#;
+
+fn errors(src: &str) -> Vec<Diagnostic> {
+    match parse(src, "test.toml") {
+        Ok(s) => panic!("expected errors, got {s:#?}"),
+        Err(d) => d,
+    }
+}
+
+fn find<'a>(diags: &'a [Diagnostic], field: &str) -> &'a Diagnostic {
+    diags
+        .iter()
+        .find(|d| d.field == field)
+        .unwrap_or_else(|| panic!("no error for `{field}` in {diags:#?}"))
+}
+
+/// Line and column of the first occurrence of `needle` in `src`.
+fn at(src: &str, needle: &str) -> (usize, usize) {
+    diagnostic::line_column(src, src.find(needle).expect("needle"))
+}
+
+#[test]
+fn a_good_spec_is_read_in_si_units() {
+    let s = parse(GOOD, "good.toml").unwrap();
+    assert_eq!(s.name, "gpt3");
+    assert_eq!(s.cluster.hbm_bytes, vec![32 << 30, 64 << 30, 80 << 30]);
+    assert_eq!(s.cluster.link_bytes_per_second, 4.0 * (1u64 << 30) as f64);
+    assert_eq!(s.training.micro_batch_sizes, vec![1, 2, 4, 8]);
+    assert_eq!(
+        s.training.activation_recomputation,
+        vec![Recomputation::None, Recomputation::Full]
+    );
+    assert_eq!(s.models[0].config.layers, 96);
+    assert_eq!(
+        s.models[0].baseline,
+        Some(Baseline {
+            pipeline: 32,
+            data: 8,
+            tensor: 4
+        })
+    );
+    assert_eq!(s.space, SpaceSpec::default());
+    assert_eq!(s.cost_model.parameters["reference"]["clock"], "1.05 GHz");
+    assert_eq!(s.content_hash.len(), 64);
+}
+
+#[test]
+fn several_errors_in_different_sections_are_reported_together() {
+    let src = GOOD
+        .replace(
+            "optimizer = \"adam\"",
+            "optimizer = \"adam\"\nmicro_batch_size = 3",
+        )
+        .replace("\"64 GiB\"", "\"64 GB/s\"")
+        .replace("max_tensor_parallel = 8", "max_tensor_parallel = 64");
+    let d = errors(&src);
+    assert_eq!(d.len(), 3, "{d:#?}");
+    let unknown = find(&d, "training.micro_batch_size");
+    assert_eq!(
+        (unknown.line, unknown.column),
+        at(&src, "micro_batch_size =")
+    );
+    assert!(
+        unknown.message.contains("unknown key `micro_batch_size`"),
+        "{unknown:?}"
+    );
+    assert!(
+        unknown
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `micro_batch_sizes`")
+    );
+    assert_eq!(d[0].file, "test.toml");
+    let hbm = find(&d, "cluster.hbm[1]");
+    assert_eq!((hbm.line, hbm.column), at(&src, "\"64 GB/s\""));
+    assert!(hbm.message.contains("not a unit of size"), "{hbm:?}");
+    let t = find(&d, "models[0].max_tensor_parallel");
+    assert_eq!((t.line, t.column), at(&src, "64\nbaseline"));
+    assert!(
+        t.help.as_deref().unwrap().contains("1, 2, 4, 8, 16, 32"),
+        "{t:?}"
+    );
+}
+
+#[test]
+fn structural_errors_in_several_sections_are_reported_together() {
+    let src = GOOD
+        .replace("global_batch = 4096", "global_batch = \"4096\"")
+        .replace("devices = 1024", "devices = 1024\nnodes = 4");
+    let d = errors(&src);
+    assert_eq!(d.len(), 2, "{d:#?}");
+    let gb = find(&d, "training.global_batch");
+    assert_eq!((gb.line, gb.column), at(&src, "\"4096\""));
+    let nodes = find(&d, "cluster.nodes");
+    assert_eq!((nodes.line, nodes.column), at(&src, "nodes = 4"));
+}
+
+#[test]
+fn micro_batch_must_divide_the_global_batch() {
+    let src = GOOD.replace("[1, 2, 4, 8]", "[1, 3, 4, 0]");
+    let d = errors(&src);
+    let three = find(&d, "training.micro_batch_sizes[1]");
+    assert_eq!((three.line, three.column), at(&src, "3, 4, 0"));
+    assert!(
+        three
+            .message
+            .contains("does not divide the global batch 4096")
+    );
+    find(&d, "training.micro_batch_sizes[3]");
+}
+
+#[test]
+fn heads_must_divide_by_the_tensor_parallel_width() {
+    let src = GOOD
+        .replace(
+            "preset = \"gpt3-175b\"",
+            "preset = \"gpt3-175b\"\nheads = 96\nhidden = 12288\nkv_heads = 96",
+        )
+        .replace("max_tensor_parallel = 8", "max_tensor_parallel = 128");
+    let d = errors(&src);
+    let t = find(&d, "models[0].max_tensor_parallel");
+    assert!(t.message.contains("does not divide the model"), "{t:?}");
+    let src = GOOD.replace(
+        "preset = \"gpt3-175b\"",
+        "preset = \"gpt3-175b\"\nheads = 100",
+    );
+    let d = errors(&src);
+    let h = find(&d, "models[0].heads");
+    assert!(h.message.contains("not divisible by 100 heads"), "{h:?}");
+}
+
+#[test]
+fn empty_axes_and_bad_units_are_located() {
+    let src = GOOD.replace(
+        "[search]\n",
+        "[search]\ntensor_cores = []\nbuffer = [\"64 MiB\", \"12 parsecs\"]\narea_bucket = \"1 mm\"\n",
+    );
+    let d = errors(&src);
+    let tc = find(&d, "search.tensor_cores");
+    assert!(tc.message.contains("empty axis"));
+    assert_eq!((tc.line, tc.column), at(&src, "[]"));
+    let buf = find(&d, "search.buffer[1]");
+    assert_eq!((buf.line, buf.column), at(&src, "\"12 parsecs\""));
+    find(&d, "search.area_bucket");
+}
+
+#[test]
+fn unknown_preset_gets_a_suggestion() {
+    let d = errors(&GOOD.replace("gpt3-175b", "gpt-3-175b"));
+    let p = find(&d, "models[0].preset");
+    assert!(
+        p.help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `gpt3-175b`"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn missing_keys_and_unknown_sections() {
+    let d = errors("[trainig]\nglobal_batch = 8\n");
+    find(&d, "schema_version");
+    find(&d, "name");
+    find(&d, "models");
+    let t = find(&d, "trainig");
+    assert_eq!((t.line, t.column), (1, 2));
+    assert!(
+        t.help
+            .as_deref()
+            .unwrap()
+            .contains("did you mean `training`")
+    );
+}
+
+#[test]
+fn syntax_errors_are_located() {
+    let d = errors("schema_version = 1\nname = \"x\nmodels = []\n");
+    assert!(!d.is_empty());
+    assert_eq!(d[0].line, 2);
+    assert!(d[0].message.starts_with("invalid TOML"));
+}
+
+#[test]
+fn custom_models_need_their_shape() {
+    let src = "schema_version = 1\nname = \"c\"\n[[models]]\nlayers = 4\nhidden = 256\n";
+    let d = errors(src);
+    let m = find(&d, "models[0]");
+    assert!(m.message.contains("heads, vocab, seq_len"), "{m:?}");
+    let ok = "schema_version = 1\nname = \"c\"\n[[models]]\nname = \"tiny\"\nlayers = 4\nhidden = 256\nheads = 4\nvocab = 1000\nseq_len = 128\nmax_tensor_parallel = 4\n";
+    let s = parse(ok, "c.toml").unwrap();
+    assert_eq!(s.models[0].config.ffn, 1024);
+    assert_eq!(s.models[0].config.max_positions, 128);
+    assert_eq!(s.models[0].config.tensor_parallel_widths(), vec![1, 2, 4]);
+}
+
+#[test]
+fn baselines_and_cost_models_are_checked() {
+    let src = GOOD.replace(
+        "pipeline = 32, data = 8, tensor = 4",
+        "pipeline = 32, data = 64, tensor = 4",
+    );
+    let d = errors(&src);
+    let b = find(&d, "models[0].baseline");
+    assert!(b.message.contains("needs 8192 devices"), "{b:?}");
+    // A parameter the model rejects is located at its value once the models are resolved.
+    let src = GOOD.replace("clock = \"1.05 GHz\"", "clock = \"fast\"");
+    let spec = parse(&src, "test.toml").unwrap();
+    let d = resolve_cost_models(
+        &spec,
+        &archplace_cost_port::NativeModels,
+        Default::default(),
+    )
+    .err()
+    .unwrap();
+    let c = find(&d, "cost_model.parameters.reference.clock");
+    assert_eq!((c.line, c.column), at(&src, "\"fast\""));
+    assert_eq!(c.file, "test.toml");
+    // An unknown model: at the field that names it.
+    let src = GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\nlatency = \"vendor-x\"\n[cost_model.parameters.reference]",
+    );
+    let spec = parse(&src, "test.toml").unwrap();
+    let d = resolve_cost_models(
+        &spec,
+        &archplace_cost_port::NativeModels,
+        Default::default(),
+    )
+    .err()
+    .unwrap();
+    let e = find(&d, "cost_model.latency");
+    assert_eq!((e.line, e.column), at(&src, "\"vendor-x\""));
+    assert!(e.message.contains("unknown cost model `vendor-x`"), "{e:?}");
+    // Parameters of a model the spec does not use.
+    let d = errors(&GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\narea = \"vendor-x\"\nlatency = \"vendor-x\"\n[cost_model.parameters.reference]",
+    ));
+    assert!(
+        find(&d, "cost_model.parameters.reference")
+            .message
+            .contains("does not use")
+    );
+}
+
+#[test]
+fn plugins_can_be_pinned_by_version_and_hash() {
+    let hash = "ab".repeat(32);
+    let src = GOOD.replace(
+        "[cost_model.parameters.reference]",
+        &format!("[cost_model]\narea = {{ plugin = \"reference\", version = \"0.1\", blake3 = \"{hash}\" }}\n[cost_model.parameters.reference]"),
+    );
+    let spec = parse(&src, "test.toml").unwrap();
+    assert_eq!(spec.cost_model.area.version.as_deref(), Some("0.1"));
+    assert_eq!(spec.cost_model.area.blake3.as_deref(), Some(hash.as_str()));
+    assert_eq!(spec.cost_model.latency.name, "reference");
+    let bad = GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\narea = { plugin = \"reference\", version = \"one\", blake3 = \"xyz\" }\nlatency = { plugin = \"ref erence\" }\n[cost_model.parameters.reference]",
+    );
+    let d = errors(&bad);
+    assert!(
+        find(&d, "cost_model.area.version")
+            .message
+            .contains("not a version requirement")
+    );
+    assert!(
+        find(&d, "cost_model.area.blake3")
+            .message
+            .contains("64 hexadecimal digits")
+    );
+    let l = find(&d, "cost_model.latency.plugin");
+    assert!(l.message.contains("not a plugin name"), "{l:?}");
+    let d = errors(&GOOD.replace(
+        "[cost_model.parameters.reference]",
+        "[cost_model]\nlatency = { plugin = \"reference\", sha = \"1\" }\n[cost_model.parameters.reference]",
+    ));
+    let l = find(&d, "cost_model.latency.sha");
+    assert!(l.message.contains("unknown key `sha`"), "{l:?}");
+}
+
+#[test]
+fn rendering_points_at_the_field() {
+    let src = GOOD.replace("[1, 2, 4, 8]", "[1, 3]");
+    let d = errors(&src);
+    let text = d[0].render(&src);
+    assert!(text.contains("--> test.toml:"), "{text}");
+    assert!(text.contains("micro_batch_sizes = [1, 3]"), "{text}");
+    assert!(text.contains("^"), "{text}");
+    let json = serde_json::to_value(&d[0]).unwrap();
+    for key in ["file", "line", "column", "field", "message"] {
+        assert!(json.get(key).is_some(), "{json}");
+    }
+}
+
+#[test]
+fn the_embedded_default_spec_is_valid() {
+    let s = default_spec().unwrap();
+    assert!(!s.models.is_empty());
+}
+
+/// Every example spec in `config/specs/` is valid, and there is one per preset.
+#[test]
+fn example_specs_are_valid_and_cover_every_preset() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
+    let mut presets = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let spec = load(&path).unwrap_or_else(|e| panic!("{}", e.render()));
+            for (m, raw) in spec
+                .models
+                .iter()
+                .zip(toml::from_str::<raw::RawSpec>(&text).unwrap().models)
+            {
+                if let Some(p) = raw.preset {
+                    presets.insert(p);
+                }
+                assert!(m.config.layers > 0);
+            }
+        }
+    }
+    for p in archplace_engine::model::PRESETS {
+        assert!(
+            presets.contains(p),
+            "no example spec in config/specs uses preset `{p}`"
+        );
+    }
+}
+
+/// The checked-in schema is what `archplace schema` prints.
+#[test]
+fn checked_in_schema_is_current() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/spec.schema.json");
+    let want = serde_json::to_string_pretty(&json_schema()).unwrap() + "\n";
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "config/spec.schema.json is stale: run `cargo run -q -- schema > config/spec.schema.json`"
+    );
+}
+
+/// Tests as data: every `tests/fixtures/spec/errors/NAME.toml` is validated and all its
+/// diagnostics rendered; the text must equal `NAME.expected` beside it. After a deliberate
+/// change to a message, `UPDATE_EXPECT=1 cargo test -p archplace-spec` rewrites the
+/// expected files; review them with `git diff`.
+#[test]
+fn spec_error_fixtures_render_as_expected() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/spec/errors");
+    let update = std::env::var_os("UPDATE_EXPECT").is_some();
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= 7,
+        "the error fixtures are missing from {}",
+        dir.display()
+    );
+    let mut mismatched = Vec::new();
+    for path in &paths {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(path).unwrap();
+        let diags = parse(&text, &name).expect_err(&name);
+        let rendered: String = diags.iter().map(|d| d.render(&text)).collect();
+        let expected_path = path.with_extension("expected");
+        if update {
+            std::fs::write(&expected_path, &rendered).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if rendered != expected {
+            mismatched.push(format!(
+                "{name}:\n--- expected\n{expected}\n--- rendered\n{rendered}"
+            ));
+        }
+    }
+    assert!(
+        mismatched.is_empty(),
+        "{}\n(after a deliberate change: UPDATE_EXPECT=1 cargo test -p archplace-spec)",
+        mismatched.join("\n")
+    );
+}
+
+#[test]
+fn training_choices_and_their_defaults() {
+    use archplace_engine::training::{MemoryModel, Optimizer, Precision};
+    let s = parse(GOOD, "good.toml").unwrap();
+    assert_eq!(s.training.memory_model, MemoryModel::Megatron);
+    assert_eq!(s.training.precisions, vec![Precision::Bf16Mixed]);
+    assert_eq!(s.training.distributed_optimizer, vec![false]);
+    assert_eq!(s.training.sequence_parallel, vec![false]);
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "optimizer = \"sgd_momentum\"\nactivation_recomputation = [false, \"selective\", true]\nprecision = [\"bf16-mixed\", \"fp32\"]\ndistributed_optimizer = [false, true]",
+    );
+    let s = parse(&src, "t.toml").unwrap();
+    assert_eq!(s.training.optimizer, Optimizer::SgdMomentum);
+    assert_eq!(
+        s.training.activation_recomputation,
+        vec![
+            Recomputation::None,
+            Recomputation::Selective,
+            Recomputation::Full
+        ]
+    );
+    assert_eq!(
+        s.training.precisions,
+        vec![Precision::Bf16Mixed, Precision::Fp32]
+    );
+    assert_eq!(s.training.distributed_optimizer, vec![false, true]);
+    // The reference memory model: its own optimizer default, and no megatron-only choice.
+    let src = GOOD.replace("optimizer = \"adam\"", "memory_model = \"reference\"");
+    let s = parse(&src, "t.toml").unwrap();
+    assert_eq!(s.training.optimizer, Optimizer::Sgd);
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "memory_model = \"reference\"\nactivation_recomputation = [\"selective\"]\nprecision = \"fp32\"\ndistributed_optimizer = true",
+    );
+    let d = errors(&src);
+    assert!(
+        find(&d, "training.activation_recomputation[0]")
+            .message
+            .contains("selective")
+    );
+    find(&d, "training.precision");
+    find(&d, "training.distributed_optimizer");
+    // Interleaving: one value or a list, 1 … 64, megatron only; how operators run.
+    assert_eq!(s.training.pipeline_interleaving, vec![1]);
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "pipeline_interleaving = [1, 2]\noperator_execution = \"sequential\"\ntensor_parallel_overlap = true",
+    );
+    let s = parse(&src, "t.toml").unwrap();
+    assert_eq!(s.training.pipeline_interleaving, vec![1, 2]);
+    assert_eq!(
+        s.training.execution,
+        archplace_engine::execution::Execution {
+            operators: archplace_engine::execution::OperatorExecution::Sequential,
+            tensor_parallel_overlap: true,
+        }
+    );
+    let d = errors(&GOOD.replace("optimizer = \"adam\"", "pipeline_interleaving = [1, 65]"));
+    assert!(
+        find(&d, "training.pipeline_interleaving[1]")
+            .message
+            .contains("outside 1 … 64")
+    );
+    let d = errors(&GOOD.replace(
+        "optimizer = \"adam\"",
+        "memory_model = \"reference\"\npipeline_interleaving = 2",
+    ));
+    assert!(
+        find(&d, "training.pipeline_interleaving")
+            .message
+            .contains("no interleaved pipeline")
+    );
+    // An element size that contradicts the precision.
+    let src = GOOD.replace(
+        "optimizer = \"adam\"",
+        "precision = \"fp32\"\nbytes_per_element = 2",
+    );
+    let d = errors(&src);
+    assert!(
+        find(&d, "training.bytes_per_element")
+            .message
+            .contains("contradicts precision fp32 (4 bytes)")
+    );
+}
+
+#[test]
+fn a_two_tier_network_and_its_mistakes() {
+    let two = GOOD.replace(
+        "link_bandwidth = \"4 GiB/s\"",
+        "node_size = 8\nintra_node_bandwidth = \"300 GB/s\"\ninter_node_bandwidth = \"25 GB/s\"",
+    );
+    let s = parse(&two, "t.toml").unwrap();
+    let n = s.cluster.network;
+    assert_eq!(n.node_size, 8);
+    assert_eq!(n.intra_node.bytes_per_second, 300e9);
+    assert_eq!(n.inter_node.bytes_per_second, 25e9);
+    assert_eq!(n.intra_node.latency_seconds, 5e-6);
+    assert_eq!(n.inter_node.latency_seconds, 10e-6);
+    // The placement charges traffic between stages and replicas between nodes.
+    assert_eq!(s.cluster.link_bytes_per_second, 25e9);
+    // One tier as before: the link bandwidth, no latency.
+    let s = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(s.cluster.network.node_size, u64::MAX);
+    assert_eq!(s.cluster.network.inter_node.latency_seconds, 0.0);
+    let d = errors(&GOOD.replace("devices = 1024", "devices = 1024\nnode_size = 3"));
+    assert!(
+        find(&d, "cluster.node_size")
+            .message
+            .contains("whole nodes")
+    );
+    find(&d, "cluster.link_bandwidth");
+    find(&d, "cluster.intra_node_bandwidth");
+    let d = errors(&GOOD.replace(
+        "devices = 1024",
+        "devices = 1024\ninter_node_bandwidth = \"25 GB/s\"",
+    ));
+    assert!(
+        find(&d, "cluster.inter_node_bandwidth")
+            .message
+            .contains("needs `node_size`")
+    );
+}
+
+const PLAN: &str = r#"
+[accelerator]
+tensor_cores = 108
+vector_cores = 108
+width = 32
+depth = 32
+buffer = "40 MiB"
+hbm = "80 GiB"
+peak_flops = "312 TFLOP/s"
+
+[plan]
+tensor_parallel = 8
+pipeline_parallel = 16
+data_parallel = 8
+micro_batch = 1
+recomputation = "selective"
+"#;
+
+#[test]
+fn an_estimate_plan_is_checked_against_the_model_and_cluster() {
+    let s = parse(&format!("{GOOD}{PLAN}"), "t.toml").unwrap();
+    let e = s.estimate.unwrap();
+    assert_eq!(e.accelerator.vector_width, 32);
+    assert_eq!(e.hbm_bytes, 80 << 30);
+    assert_eq!(e.peak_flops_per_second, Some(312e12));
+    assert_eq!(e.plan.recomputation, Recomputation::Selective);
+    // Left out, precision and distributed optimizer are [training]'s first values.
+    assert_eq!(
+        e.plan.precision,
+        archplace_engine::training::Precision::Bf16Mixed
+    );
+    let src = format!(
+        "{GOOD}{}",
+        PLAN.replace("data_parallel = 8", "data_parallel = 4")
+    );
+    let d = errors(&src);
+    let dp = find(&d, "plan.data_parallel");
+    assert!(
+        dp.message.contains("512 devices; the cluster has 1024"),
+        "{dp:?}"
+    );
+    let src = format!(
+        "{GOOD}{}",
+        PLAN.replace("pipeline_parallel = 16", "pipeline_parallel = 5")
+    );
+    let d = errors(&src);
+    assert!(
+        find(&d, "plan.pipeline_parallel")
+            .message
+            .contains("96 blocks")
+    );
+    let src = format!("{GOOD}{}", PLAN.replace("312 TFLOP/s", "312 TFLOPS"));
+    find(&errors(&src), "accelerator.peak_flops");
+    // One table without the other.
+    let only = PLAN.split("[plan]").next().unwrap();
+    let d = errors(&format!("{GOOD}{only}"));
+    assert!(find(&d, "accelerator").message.contains("needs a [plan]"));
+}
+
+#[test]
+fn gpu_presets_fill_the_chip_and_the_cluster() {
+    let src = format!(
+        "{}\n[accelerator]\npreset = \"a100-sxm-80gb\"\nbuffer = \"20 MiB\"\n[plan]\ntensor_parallel = 8\npipeline_parallel = 16\ndata_parallel = 8\nmicro_batch = 1\n",
+        GOOD.replace(
+            "link_bandwidth = \"4 GiB/s\"\nhbm = [\"32 GiB\", \"64 GiB\", \"80 GiB\"]",
+            "preset = \"h100-sxm-80gb\""
+        )
+    );
+    let s = parse(&src, "t.toml").unwrap();
+    let e = s.estimate.unwrap();
+    assert_eq!(
+        (
+            e.accelerator.tensor_cores,
+            e.accelerator.width,
+            e.accelerator.depth
+        ),
+        (108, 32, 32)
+    );
+    // A key given overrides the preset's.
+    assert_eq!(e.accelerator.buffer_bytes, 20 << 20);
+    assert_eq!(e.hbm_bytes, 80 << 30);
+    assert_eq!(e.peak_flops_per_second, Some(312e12));
+    let n = s.cluster.network;
+    assert_eq!(n.node_size, 8);
+    // NVLink at the share of its line rate NCCL achieves (the preset's measured figure),
+    // InfiniBand at its line rate.
+    assert_eq!(n.intra_node.bytes_per_second, 450e9 * (370.0 / 450.0));
+    assert_eq!(n.inter_node.bytes_per_second, 50e9);
+    let given = src.replace(
+        "[cluster]\n",
+        "[cluster]\nintra_node_efficiency = 0.5\ninter_node_efficiency = 0.9\n",
+    );
+    let n = parse(&given, "t.toml").unwrap().cluster.network;
+    assert_eq!(
+        (n.intra_node.bytes_per_second, n.inter_node.bytes_per_second),
+        (225e9, 45e9)
+    );
+    let d = errors(&src.replace("[cluster]\n", "[cluster]\nintra_node_efficiency = 1.5\n"));
+    assert!(
+        find(&d, "cluster.intra_node_efficiency")
+            .message
+            .contains("not a fraction"),
+        "{d:?}"
+    );
+    assert_eq!(s.cluster.hbm_bytes, vec![80 << 30]);
+    let bad = src.replace("preset = \"a100-sxm-80gb\"", "preset = \"v100\"");
+    let d = errors(&bad);
+    assert!(
+        find(&d, "accelerator.preset")
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("a100-sxm-80gb")
+    );
+    let missing = src.replace("preset = \"a100-sxm-80gb\"\n", "");
+    let d = errors(&missing);
+    assert!(
+        find(&d, "accelerator.tensor_cores")
+            .message
+            .contains("missing")
+    );
+}
+
+/// Ten different mistakes in one spec (for the validator and for the editor's schema).
+const TEN_MISTAKES: &str = r#"schema_version = 1
+name = "ten-mistakes"
+descripton = "a typo at the top"
+
+[[models]]
+preset = "gpt3-175b"
+max_tensor_paralel = 8
+seq_len = "2048"
+
+[[models]]
+preset = "gpt3-175"
+
+[training]
+global_batch = 4096
+micro_batch_sizes = [1, 3]
+
+[cluster]
+devices = -4
+hbm = [80]
+link_bandwidth = 4
+
+[search]
+exhaustiv = true
+schedule_gap = "1%"
+"#;
+
+/// Ten different mistakes, ten located errors, in one run: several in one table, a typo
+/// nested in a model, numbers where a unit is needed, a model that does not deserialize
+/// beside one that does (the good one is still checked).
+#[test]
+fn ten_mistakes_give_ten_located_errors_in_one_run() {
+    let src = TEN_MISTAKES;
+    let d = errors(src);
+    let expect: [(&str, &str, &str); 10] = [
+        ("descripton", "descripton", "did you mean `description`"),
+        (
+            "models[0].max_tensor_paralel",
+            "max_tensor_paralel",
+            "did you mean `max_tensor_parallel`",
+        ),
+        ("models[0].seq_len", "\"2048\"", "without quotes"),
+        ("models[1].preset", "\"gpt3-175\"", "gpt3-175b"),
+        ("training.micro_batch_sizes[1]", "3]", ""),
+        ("cluster.devices", "-4", "at least 0"),
+        ("cluster.hbm[0]", "80]", "\"80 GiB\""),
+        ("cluster.link_bandwidth", "4\n\n[search]", "\"4 GB/s\""),
+        ("search.exhaustiv", "exhaustiv", "did you mean `exhaustive`"),
+        ("search.schedule_gap", "\"1%\"", "a number"),
+    ];
+    for (field, needle, says) in expect {
+        let e = find(&d, field);
+        assert_eq!((e.line, e.column), at(src, needle), "{field}: {e:#?}");
+        let text = format!("{} {}", e.message, e.help.as_deref().unwrap_or(""));
+        assert!(text.contains(says), "{field}: `{says}` not in {text:?}");
+    }
+    assert_eq!(d.len(), 10, "{d:#?}");
+}
+
+/// Every problem the schema finds in `instance`, as "location: what" (the leaves of the
+/// validator's error tree).
+fn schema_errors(instance: &serde_json::Value) -> Vec<String> {
+    fn leaves(e: &boon::ValidationError) -> Vec<String> {
+        if e.causes.is_empty() {
+            vec![format!("{}: {}", e.instance_location, e.kind)]
+        } else {
+            e.causes.iter().flat_map(leaves).collect()
+        }
+    }
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    compiler
+        .add_resource(schema::SCHEMA_ID, json_schema())
+        .unwrap();
+    let index = compiler.compile(schema::SCHEMA_ID, &mut schemas).unwrap();
+    match schemas.validate(instance, index) {
+        Ok(()) => Vec::new(),
+        Err(e) => leaves(&e),
+    }
+}
+
+/// Every example spec of `config/specs` and the embedded default: (name, text).
+fn example_specs() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/specs");
+    let mut texts: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    texts.push(("default".into(), DEFAULT_SPEC.to_string()));
+    texts
+}
+
+/// Every example spec (and the embedded default) is valid by the schema an editor uses.
+#[test]
+fn the_schema_accepts_every_example_spec() {
+    let texts = example_specs();
+    assert!(texts.len() >= 10);
+    for (name, text) in texts {
+        let v: serde_json::Value = toml::from_str(&text).unwrap();
+        let errors = schema_errors(&v);
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+    }
+    let schema = json_schema();
+    assert_eq!(schema["$id"], schema::SCHEMA_ID);
+    let defs = schema["$defs"].as_object().unwrap();
+    assert!(
+        defs.keys().all(|k| !k.starts_with("Raw")),
+        "{:?}",
+        defs.keys()
+    );
+    assert!(!schema.to_string().contains("\"null\""), "TOML has no null");
+}
+
+/// The ten mistakes of `ten_mistakes_give_ten_located_errors_in_one_run`, as an editor's
+/// schema check sees them: all but the one that relates two fields (a micro-batch that
+/// must divide the global batch), which only the validator can see.
+#[test]
+fn the_schema_catches_the_mistakes_a_schema_can() {
+    let src = TEN_MISTAKES;
+    let v: serde_json::Value = toml::from_str(src).unwrap();
+    let errors = schema_errors(&v);
+    let found = |location: &str, says: &str| {
+        errors
+            .iter()
+            .any(|e| e.starts_with(&format!("{location}: ")) && e.contains(says))
+    };
+    for (location, says) in [
+        ("", "descripton"),
+        ("/models/0", "max_tensor_paralel"),
+        ("/models/0/seq_len", "string"),
+        ("/models/1/preset", "gpt3-175"),
+        ("/cluster/devices", "-4"),
+        ("/cluster/hbm/0", "number"),
+        ("/cluster/link_bandwidth", "number"),
+        ("/search", "exhaustiv"),
+        ("/search/schedule_gap", "string"),
+    ] {
+        assert!(
+            found(location, says),
+            "no `{says}` at `{location}` in {errors:#?}"
+        );
+    }
+    assert!(
+        !errors.iter().any(|e| e.contains("micro_batch_sizes")),
+        "{errors:#?}"
+    );
+    // A quantity's unit is checked by pattern, and a model without a preset must give
+    // its shape.
+    let v: serde_json::Value = toml::from_str(
+        "schema_version = 1\nname = \"x\"\n[[models]]\nname = \"mine\"\nlayers = 2\n[cluster]\nhbm = [\"80 GB/s\"]\n",
+    )
+    .unwrap();
+    let errors = schema_errors(&v);
+    assert!(
+        errors.iter().any(|e| e.starts_with("/cluster/hbm/0: ")),
+        "{errors:#?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("/models/0: ") && e.contains("hidden")),
+        "{errors:#?}"
+    );
+}
+
+/// `--print-resolved` writes a spec: read back, every example gives the same search (the
+/// same models, training, cluster, space, cost models and fixed plan), and writing it again
+/// gives the same text.
+#[test]
+fn the_resolved_spec_reads_back_as_the_same_search() {
+    let texts = example_specs();
+    for (file, text) in texts {
+        let spec = parse(&text, &file).unwrap_or_else(|d| panic!("{file}: {d:#?}"));
+        let out = resolved(&spec);
+        let again = parse(&out, "resolved.toml")
+            .unwrap_or_else(|d| panic!("{file}: the resolved spec is invalid: {d:#?}\n{out}"));
+        assert_eq!(again.models, spec.models, "{file}\n{out}");
+        assert_eq!(again.training, spec.training, "{file}\n{out}");
+        assert_eq!(again.cluster, spec.cluster, "{file}\n{out}");
+        assert_eq!(again.space, spec.space, "{file}\n{out}");
+        assert_eq!(again.cost_model, spec.cost_model, "{file}\n{out}");
+        assert_eq!(again.estimate, spec.estimate, "{file}\n{out}");
+        assert_eq!(resolved(&again), out, "{file}");
+        assert!(again.defaulted_sections().is_empty(), "{file}: {out}");
+    }
+}
+
+/// The untagged types' messages are the constants `explain_table` recognises.
+#[test]
+fn untagged_messages_are_the_recognised_ones() {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Axis {
+        a: raw::RawAxis<u32>,
+    }
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Area {
+        a: raw::RawAreaBudget,
+    }
+    let axis = toml::from_str::<Axis>("a = true").err().unwrap();
+    assert_eq!(axis.message().trim(), raw::AXIS_EXPECTING);
+    let area = toml::from_str::<Area>("a = true").err().unwrap();
+    assert_eq!(area.message().trim(), raw::AREA_BUDGET_EXPECTING);
+}
+
+/// A typo inside a nested table is one error with a suggestion (not also a "missing
+/// field"), and inside an untagged value (an area budget, an axis range) too.
+#[test]
+fn nested_typos_get_one_error_with_a_suggestion() {
+    let src = r#"schema_version = 1
+name = "nested"
+[[models]]
+preset = "gpt3-175b"
+baseline = { pipline = 32, data = 8, tensor = 4 }
+[search]
+area_budget = { reference_config = { tensor_core = 8, vector_cores = 2, width = 128, depth = 128, buffer = "128 MiB" } }
+tensor_cores = { min = 1, mx = 8 }
+"#;
+    let d = errors(src);
+    for (field, suggestion) in [
+        ("models[0].baseline.pipline", "`pipeline`"),
+        (
+            "search.area_budget.reference_config.tensor_core",
+            "`tensor_cores`",
+        ),
+        ("search.tensor_cores.mx", "`max`"),
+    ] {
+        let e = find(&d, field);
+        assert!(
+            e.help
+                .as_deref()
+                .unwrap_or("")
+                .contains(&format!("did you mean {suggestion}")),
+            "{e:#?}"
+        );
+    }
+    assert_eq!(d.len(), 3, "{d:#?}");
+}

@@ -1,0 +1,242 @@
+//! `[cluster]`: devices, the network (one tier, or nodes with two), HBM sizes to try.
+
+use super::rules::{count_in, duplicates, positive};
+use crate::raw::RawSpec;
+use crate::{Ctx, FieldPath};
+use archplace_engine::step::{Network, Tier};
+use archplace_engine::training::Cluster;
+use archplace_plugin_sdk::gpus;
+use archplace_plugin_sdk::units::{format_bytes, parse_bandwidth, parse_bytes, parse_seconds};
+pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
+    let c = &raw.cluster;
+    let path = FieldPath::root().key("cluster");
+    let mut ok = true;
+    let devices = c.devices.unwrap_or(1024);
+    ok &= count_in(
+        ctx,
+        &path.key("devices"),
+        devices,
+        1_000_000,
+        &format!("{devices} devices"),
+        " devices",
+    );
+    let network = network(raw, ctx, devices);
+    if (c.node_size.is_some() || c.preset.is_some()) && network.is_none() {
+        ok = false;
+    }
+    let link = c.link_bandwidth.as_deref().unwrap_or("4 GiB/s");
+    let link_bytes_per_second = positive(
+        ctx,
+        &path.key("link_bandwidth"),
+        link,
+        parse_bandwidth,
+        "the link bandwidth must be above 0 B/s",
+        Some("e.g. \"50 GB/s\""),
+    )
+    .unwrap_or_else(|| {
+        ok = false;
+        0.0
+    });
+    let preset = c.preset.as_deref().and_then(gpus::gpu);
+    let hbm_text: Vec<String> = c.hbm.clone().unwrap_or_else(|| match preset {
+        Some(g) => vec![format_bytes(g.hbm_bytes)],
+        None => vec!["32 GiB".into(), "64 GiB".into(), "80 GiB".into()],
+    });
+    let hbm_path = path.key("hbm");
+    if hbm_text.is_empty() {
+        ctx.error(
+            &hbm_path,
+            "no HBM size to try",
+            Some("list at least one, e.g. [\"80 GiB\"]".into()),
+        );
+        ok = false;
+    }
+    let mut hbm_bytes = Vec::new();
+    for (i, h) in hbm_text.iter().enumerate() {
+        match positive(
+            ctx,
+            &hbm_path.index(i),
+            h,
+            parse_bytes,
+            "an HBM of 0 bytes cannot hold a model",
+            None,
+        ) {
+            Some(b) => hbm_bytes.push(b),
+            None => ok = false,
+        }
+    }
+    duplicates(ctx, &hbm_path, &hbm_bytes);
+    let (link_bytes_per_second, network) = match network {
+        // Two tiers: the placement charges pipeline and data-parallel traffic between nodes.
+        Some(n) => (n.inter_node.bytes_per_second, n),
+        None => (link_bytes_per_second, Network::flat(link_bytes_per_second)),
+    };
+    ok.then_some(Cluster {
+        devices,
+        link_bytes_per_second,
+        hbm_bytes,
+        network,
+    })
+}
+
+/// The two-tier network of `node_size` and the `intra_node_*`/`inter_node_*` keys, if
+/// `node_size` is given (and every problem with them reported).
+fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
+    let c = &raw.cluster;
+    let path = FieldPath::root().key("cluster");
+    let efficiency_given = |v: Option<f64>| v.map(|_| String::new());
+    let tier_keys = [
+        ("intra_node_bandwidth", &c.intra_node_bandwidth),
+        ("inter_node_bandwidth", &c.inter_node_bandwidth),
+        ("intra_node_latency", &c.intra_node_latency),
+        ("inter_node_latency", &c.inter_node_latency),
+        (
+            "intra_node_efficiency",
+            &efficiency_given(c.intra_node_efficiency),
+        ),
+        (
+            "inter_node_efficiency",
+            &efficiency_given(c.inter_node_efficiency),
+        ),
+    ];
+    let preset = match &c.preset {
+        None => None,
+        Some(name) => match gpus::gpu(name) {
+            Some(g) => Some(g),
+            None => {
+                ctx.error(
+                    &path.key("preset"),
+                    format!("no GPU preset `{name}`"),
+                    Some(format!("presets: {}", gpus::names())),
+                );
+                return None;
+            }
+        },
+    };
+    let Some(node_size) = c.node_size.or(preset.map(|g| g.node_size)) else {
+        for (key, value) in tier_keys {
+            if value.is_some() {
+                ctx.error(
+                    &path.key(key),
+                    format!("`{key}` needs `node_size`: without it the network has one tier"),
+                    Some("add `node_size` (devices per node), or use `link_bandwidth`".into()),
+                );
+            }
+        }
+        return None;
+    };
+    let mut ok = true;
+    if node_size == 0 || node_size > devices || !devices.is_multiple_of(node_size) {
+        ctx.error(
+            &path.key("node_size"),
+            format!("{node_size} devices per node do not make whole nodes of {devices} devices"),
+            Some("use a divisor of `devices`, e.g. 8".into()),
+        );
+        ok = false;
+    }
+    if c.link_bandwidth.is_some() {
+        ctx.error(
+            &path.key("link_bandwidth"),
+            "with `node_size` (or a preset) the network has two tiers: `link_bandwidth` would be ignored",
+            Some("remove it; give `intra_node_bandwidth` and `inter_node_bandwidth`".into()),
+        );
+        ok = false;
+    }
+    let mut bandwidth =
+        |key: &str, value: &Option<String>, preset: Option<f64>, example: &str| -> Option<f64> {
+            match value {
+                None if preset.is_some() => preset,
+                Some(v) => positive(
+                    ctx,
+                    &path.key(key),
+                    v,
+                    parse_bandwidth,
+                    "a bandwidth must be above 0 B/s",
+                    None,
+                ),
+                None => {
+                    ctx.error(
+                        &path.key(key),
+                        format!("missing `{key}`: with `node_size`, give both tiers' bandwidths"),
+                        Some(format!("e.g. {key} = \"{example}\"")),
+                    );
+                    None
+                }
+            }
+        };
+    let intra = bandwidth(
+        "intra_node_bandwidth",
+        &c.intra_node_bandwidth,
+        preset.map(|g| g.nvlink_bytes_per_second),
+        "300 GB/s",
+    );
+    let inter = bandwidth(
+        "inter_node_bandwidth",
+        &c.inter_node_bandwidth,
+        preset.map(|g| g.infiniband_bytes_per_second),
+        "25 GB/s",
+    );
+    let mut latency = |key: &str, value: &Option<String>, default: f64| -> Option<f64> {
+        match value {
+            None => Some(default),
+            Some(v) => match parse_seconds(v) {
+                Ok(s) if s < 1.0 => Some(s),
+                Ok(_) => {
+                    ctx.error(
+                        &path.key(key),
+                        format!("a latency of `{v}` is not plausible"),
+                        Some("use less than 1 s, e.g. \"10 us\"".into()),
+                    );
+                    None
+                }
+                Err(e) => {
+                    ctx.error(&path.key(key), e.message, None);
+                    None
+                }
+            },
+        }
+    };
+    let intra_latency = latency("intra_node_latency", &c.intra_node_latency, 5e-6);
+    let inter_latency = latency("inter_node_latency", &c.inter_node_latency, 10e-6);
+    let mut efficiency = |key: &str, value: Option<f64>, default: f64| -> Option<f64> {
+        match value {
+            None => Some(default),
+            Some(x) if x > 0.0 && x <= 1.0 => Some(x),
+            Some(x) => {
+                ctx.error(
+                    &path.key(key),
+                    format!("an efficiency of {x} is not a fraction in (0, 1]"),
+                    Some("e.g. 0.8: collectives achieve 80% of the link bandwidth".into()),
+                );
+                None
+            }
+        }
+    };
+    let intra_efficiency = efficiency(
+        "intra_node_efficiency",
+        c.intra_node_efficiency,
+        preset.map_or(1.0, |g| g.nvlink_collective_fraction),
+    );
+    let inter_efficiency = efficiency("inter_node_efficiency", c.inter_node_efficiency, 1.0);
+    match (
+        ok,
+        intra.zip(intra_efficiency),
+        inter.zip(inter_efficiency),
+        intra_latency,
+        inter_latency,
+    ) {
+        (true, Some((a, ea)), Some((b, eb)), Some(la), Some(lb)) => Some(Network {
+            node_size,
+            // What a device achieves: the link bandwidth times the efficiency.
+            intra_node: Tier {
+                bytes_per_second: a * ea,
+                latency_seconds: la,
+            },
+            inter_node: Tier {
+                bytes_per_second: b * eb,
+                latency_seconds: lb,
+            },
+        }),
+        _ => None,
+    }
+}

@@ -1,0 +1,250 @@
+//! `[accelerator]` and `[plan]`: the fixed chip and training plan of `archplace estimate`.
+//! The plan is checked against the model and the cluster here, with the numbers, so that
+//! the engine's own check never fails on a valid spec.
+
+use super::rules::{count_in, positive};
+use crate::raw::RawSpec;
+use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
+use archplace_engine::step::{self, StepError, StepInput, StepPlan};
+use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
+use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
+use archplace_plugin_sdk::{AcceleratorConfig, gpus};
+
+/// The estimate's chip and plan, if the spec has them; `None` (with errors reported) when
+/// they are invalid, `Some(None)` when the spec has neither.
+pub(super) fn estimate(
+    raw: &RawSpec,
+    ctx: &mut Ctx<'_>,
+    models: Option<&[ModelSpec]>,
+    training: Option<&Training>,
+    cluster: Option<&Cluster>,
+) -> Option<Option<EstimateSpec>> {
+    let root = FieldPath::root();
+    let (a, p) = match (&raw.accelerator, &raw.plan) {
+        (None, None) => return Some(None),
+        (Some(a), Some(p)) => (a, p),
+        (Some(_), None) => {
+            ctx.error(
+                &root.key("accelerator"),
+                "an [accelerator] table needs a [plan] table to estimate",
+                Some("add [plan] with tensor_parallel, pipeline_parallel, data_parallel and micro_batch".into()),
+            );
+            return None;
+        }
+        (None, Some(_)) => {
+            ctx.error(
+                &root.key("plan"),
+                "a [plan] table needs an [accelerator] table to estimate",
+                Some("add [accelerator] with tensor_cores, vector_cores, width, depth, buffer and hbm".into()),
+            );
+            return None;
+        }
+    };
+    let ap = root.key("accelerator");
+    let mut ok = true;
+    let preset = match &a.preset {
+        None => None,
+        Some(name) => {
+            let g = gpus::gpu(name);
+            if g.is_none() {
+                ctx.error(
+                    &ap.key("preset"),
+                    format!("no GPU preset `{name}`"),
+                    Some(format!("presets: {}", gpus::names())),
+                );
+                ok = false;
+            }
+            g
+        }
+    };
+    // Each axis: given, or the preset's; without either, reported as missing.
+    let mut axis =
+        |ctx: &mut Ctx<'_>, key: &str, given: Option<u32>, preset: Option<u32>, max| match given
+            .or(preset)
+        {
+            Some(v) => {
+                ok &= count_in(ctx, &ap.key(key), v.into(), max, &format!("{key} {v}"), "");
+                v
+            }
+            None => {
+                ctx.error(
+                    &ap.key(key),
+                    format!("missing `{key}`"),
+                    Some(format!("give it, or a GPU `preset` ({})", gpus::names())),
+                );
+                ok = false;
+                0
+            }
+        };
+    let tensor_cores = axis(
+        ctx,
+        "tensor_cores",
+        a.tensor_cores,
+        preset.map(|g| g.streaming_multiprocessors),
+        1 << 16,
+    );
+    let vector_cores = axis(
+        ctx,
+        "vector_cores",
+        a.vector_cores,
+        preset.map(|g| g.streaming_multiprocessors),
+        1 << 16,
+    );
+    let width = axis(ctx, "width", a.width, preset.map(|g| g.mac_width), 1 << 12);
+    let depth = axis(ctx, "depth", a.depth, preset.map(|g| g.mac_depth), 1 << 12);
+    let vector_width = axis(
+        ctx,
+        "vector_width",
+        a.vector_width,
+        preset.map(|g| g.fp32_lanes_per_sm).or(Some(width)),
+        1 << 12,
+    );
+    let size = |ctx: &mut Ctx<'_>, key: &str, given: &Option<String>, preset: Option<u64>| match (
+        given, preset,
+    ) {
+        (Some(text), _) => positive(
+            ctx,
+            &ap.key(key),
+            text,
+            parse_bytes,
+            "a size of 0 bytes",
+            None,
+        ),
+        (None, Some(v)) => Some(v),
+        (None, None) => {
+            ctx.error(
+                &ap.key(key),
+                format!("missing `{key}`"),
+                Some(format!(
+                    "give it, e.g. \"80 GiB\", or a GPU `preset` ({})",
+                    gpus::names()
+                )),
+            );
+            None
+        }
+    };
+    let buffer = size(ctx, "buffer", &a.buffer, preset.map(|g| g.l2_bytes));
+    let hbm = size(ctx, "hbm", &a.hbm, preset.map(|g| g.hbm_bytes));
+    let peak = match (&a.peak_flops, preset) {
+        (None, g) => Some(g.map(|g| g.peak_dense_16bit_flops_per_second)),
+        (Some(text), _) => positive(
+            ctx,
+            &ap.key("peak_flops"),
+            text,
+            parse_flops,
+            "a peak of 0 FLOP/s",
+            Some("e.g. \"312 TFLOP/s\""),
+        )
+        .map(Some),
+    };
+    let pp = root.key("plan");
+    for (key, value) in [
+        ("tensor_parallel", p.tensor_parallel),
+        ("pipeline_parallel", p.pipeline_parallel),
+        ("data_parallel", p.data_parallel),
+        ("micro_batch", p.micro_batch),
+        ("interleaving", p.interleaving.unwrap_or(1)),
+    ] {
+        ok &= count_in(
+            ctx,
+            &pp.key(key),
+            value,
+            1 << 20,
+            &format!("{key} {value}"),
+            "",
+        );
+    }
+    let (Some(models), Some(training), Some(cluster)) = (models, training, cluster) else {
+        return None;
+    };
+    let accelerator = AcceleratorConfig {
+        tensor_cores,
+        vector_cores,
+        width,
+        depth,
+        vector_width,
+        buffer_bytes: buffer.unwrap_or(0),
+    };
+    let plan = StepPlan {
+        tensor_parallel: p.tensor_parallel,
+        pipeline_parallel: p.pipeline_parallel,
+        data_parallel: p.data_parallel,
+        micro_batch: p.micro_batch,
+        // Left out, a choice is the first value [training] lists.
+        interleaving: p
+            .interleaving
+            .or_else(|| training.pipeline_interleaving.first().copied())
+            .unwrap_or(1),
+        recomputation: p.recomputation.map_or_else(
+            || {
+                training
+                    .activation_recomputation
+                    .first()
+                    .copied()
+                    .unwrap_or(Recomputation::None)
+            },
+            |r| r.value(),
+        ),
+        sequence_parallel: p
+            .sequence_parallel
+            .or_else(|| training.sequence_parallel.first().copied())
+            .unwrap_or(false),
+        precision: p
+            .precision
+            .or_else(|| training.precisions.first().copied())
+            .unwrap_or(Precision::Bf16Mixed),
+        optimizer: training.optimizer,
+        distributed_optimizer: p
+            .distributed_optimizer
+            .or_else(|| training.distributed_optimizer.first().copied())
+            .unwrap_or(false),
+    };
+    // The plan against every model (estimate itself takes one), whatever else is wrong.
+    for m in models {
+        let input = StepInput {
+            model: m.config.clone(),
+            plan,
+            accelerator,
+            hbm_bytes: hbm.unwrap_or(0),
+            devices: cluster.devices,
+            global_batch: training.global_batch,
+            network: cluster.network,
+            peak_flops_per_second: None,
+            schedule: Default::default(),
+            execution: training.execution,
+        };
+        if let Err(e) = step::check(&input) {
+            let key = match e {
+                StepError::TensorParallel { .. } => "tensor_parallel",
+                StepError::Pipeline { .. } => "pipeline_parallel",
+                StepError::Devices { .. } => "data_parallel",
+                StepError::Batch { .. } => "micro_batch",
+                StepError::Interleaving { .. } => "interleaving",
+                _ => "",
+            };
+            let at = if key.is_empty() {
+                pp.clone()
+            } else {
+                pp.key(key)
+            };
+            ctx.error(&at, format!("{}: {e}", m.config.name), None);
+            ok = false;
+        }
+    }
+    let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (buffer, hbm, peak) else {
+        return None;
+    };
+    if !ok {
+        return None;
+    }
+    let accelerator = AcceleratorConfig {
+        buffer_bytes,
+        ..accelerator
+    };
+    ok.then_some(Some(EstimateSpec {
+        accelerator,
+        hbm_bytes,
+        peak_flops_per_second: peak,
+        plan,
+    }))
+}

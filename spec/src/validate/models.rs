@@ -1,0 +1,445 @@
+//! `[[models]]`: presets or explicit hyper-parameters, with their consistency rules.
+
+use super::MAX_ELEMENTS;
+use super::rules::count_in;
+use crate::raw::{RawBaseline, RawHead, RawModel, RawSpec};
+use crate::{Ctx, FieldPath, ModelSpec};
+use archplace_engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
+use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
+use archplace_engine::training::{Baseline, Cluster, Training};
+pub(super) fn models(
+    raw: &RawSpec,
+    ctx: &mut Ctx<'_>,
+    training: Option<&Training>,
+    cluster: Option<&Cluster>,
+) -> Option<Vec<ModelSpec>> {
+    let path = FieldPath::root().key("models");
+    if raw.models.is_empty() {
+        ctx.error(
+            &path,
+            "no model to train",
+            Some("add a `[[models]]` table, e.g. `preset = \"gpt3-175b\"`".into()),
+        );
+        return None;
+    }
+    let mut out = Vec::new();
+    // Each checked model's index in the file.
+    let mut at = Vec::new();
+    let mut ok = true;
+    for (i, m) in raw.models.iter().enumerate() {
+        if ctx.model_failed(i) {
+            ok = false;
+            continue;
+        }
+        match model(m, &path.index(i), ctx, training, cluster) {
+            Some(spec) => {
+                out.push(spec);
+                at.push(i);
+            }
+            None => ok = false,
+        }
+    }
+    let names: Vec<&str> = out.iter().map(|m| m.config.name.as_str()).collect();
+    for (k, n) in names.iter().enumerate() {
+        if names[..k].contains(n) {
+            ctx.error(
+                &path.index(at[k]).key("name"),
+                format!("two models are called `{n}`"),
+                Some("give each model its own `name`".into()),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(out)
+}
+
+/// One `[[models]]` entry: its preset (or explicit shape), the overrides merged in, then
+/// each group of rules; the fit to `[training]` and `[cluster]` when those are valid.
+fn model(
+    m: &RawModel,
+    path: &FieldPath,
+    ctx: &mut Ctx<'_>,
+    training: Option<&Training>,
+    cluster: Option<&Cluster>,
+) -> Option<ModelSpec> {
+    if let Some(name) = &m.name
+        && (name.trim().is_empty()
+            || name.chars().count() > 100
+            || name.chars().any(char::is_control))
+    {
+        ctx.error(
+            &path.key("name"),
+            format!("{name:?} cannot name a model"),
+            Some("use 1 to 100 printable characters (it labels the model in results, plots and metrics)".into()),
+        );
+        return None;
+    }
+    let base = check_base(m, path, ctx)?;
+    let cfg = merged(m, base);
+    if !check_counts(&cfg, path, ctx) {
+        return None;
+    }
+    let mut ok = check_shapes(&cfg, m, path, ctx);
+    if let Some(tr) = training {
+        ok &= check_size(&cfg, tr, path, ctx);
+    }
+    if let Some(c) = cluster {
+        ok &= check_placement(&cfg, c, m, path, ctx);
+    }
+    let baseline = match &m.baseline {
+        Some(bl) => {
+            let b = check_baseline(bl, &cfg, cluster, &path.key("baseline"), ctx);
+            ok &= b.is_some();
+            b
+        }
+        None => None,
+    };
+    ok.then_some(ModelSpec {
+        config: cfg,
+        baseline,
+    })
+}
+
+/// The preset named, or (without one) a check that the shape is given; the base to merge
+/// the entry's own values into.
+fn check_base(m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> Option<ModelConfig> {
+    let base = match &m.preset {
+        Some(p) => match preset(p) {
+            Some(cfg) => Some(cfg),
+            None => {
+                let help = match crate::diagnostic::did_you_mean(p, PRESETS) {
+                    Some(s) => format!("did you mean `{s}`? presets: {}", PRESETS.join(", ")),
+                    None => format!("presets: {}", PRESETS.join(", ")),
+                };
+                ctx.error(
+                    &path.key("preset"),
+                    format!("unknown preset `{p}`"),
+                    Some(help),
+                );
+                return None;
+            }
+        },
+        None => None,
+    };
+    // Without a preset, the shape of the model must be given.
+    if base.is_none() {
+        let missing: Vec<&str> = [
+            ("layers", m.layers.is_none()),
+            ("hidden", m.hidden.is_none()),
+            ("heads", m.heads.is_none()),
+            ("vocab", m.vocab.is_none()),
+            ("seq_len", m.seq_len.is_none()),
+        ]
+        .iter()
+        .filter(|(_, missing)| *missing)
+        .map(|(k, _)| *k)
+        .collect();
+        if !missing.is_empty() {
+            ctx.error(
+                path,
+                format!("a model without a preset needs {}", missing.join(", ")),
+                Some(format!(
+                    "give them, or start from a preset: {}",
+                    PRESETS.join(", ")
+                )),
+            );
+            return None;
+        }
+    }
+    Some(base.unwrap_or_else(ModelConfig::custom_base))
+}
+
+/// The entry's values over its base (a preset's, or the custom defaults).
+fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
+    let hidden = m.hidden.unwrap_or(b.hidden);
+    let heads = m.heads.unwrap_or(b.heads);
+    let seq_len = m.seq_len.unwrap_or(b.seq_len);
+    let positions = m.positions.unwrap_or(b.positions);
+    let head = match m.head {
+        Some(RawHead::LanguageModel) => Head::LanguageModel,
+        Some(RawHead::Classifier) => Head::Classifier {
+            classes: m.classes.unwrap_or(2),
+        },
+        None => match b.head {
+            Head::Classifier { classes } => Head::Classifier {
+                classes: m.classes.unwrap_or(classes),
+            },
+            Head::LanguageModel => Head::LanguageModel,
+        },
+    };
+    let custom_shape = m.preset.is_none();
+    ModelConfig {
+        name: m
+            .name
+            .clone()
+            .or_else(|| m.preset.clone())
+            .unwrap_or_else(|| "custom".into()),
+        layers: m.layers.unwrap_or(b.layers),
+        hidden,
+        heads,
+        kv_heads: m
+            .kv_heads
+            .unwrap_or(if m.heads.is_some() { heads } else { b.kv_heads }),
+        ffn: m.ffn.unwrap_or(if m.hidden.is_some() {
+            hidden.saturating_mul(4)
+        } else {
+            b.ffn
+        }),
+        vocab: m.vocab.unwrap_or(b.vocab),
+        vocab_pad_multiple: m.vocab_pad_multiple.unwrap_or(if custom_shape {
+            1
+        } else {
+            b.vocab_pad_multiple
+        }),
+        seq_len,
+        max_positions: m.max_positions.unwrap_or(if custom_shape {
+            seq_len
+        } else {
+            b.max_positions
+        }),
+        gated_mlp: m.gated_mlp.unwrap_or(b.gated_mlp),
+        activation: m.activation.unwrap_or(b.activation),
+        norm: m.norm.unwrap_or(b.norm),
+        norm_position: m.norm_position.unwrap_or(b.norm_position),
+        positions,
+        biases: m.biases.unwrap_or(b.biases),
+        tied_embeddings: m.tied_embeddings.unwrap_or(b.tied_embeddings),
+        token_types: m.token_types.unwrap_or(b.token_types),
+        embedding_dim: m.embedding_dim.or(b.embedding_dim),
+        head,
+        dropout: m.dropout.unwrap_or(b.dropout),
+        max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
+    }
+}
+
+/// Every count within what the engine represents exactly.
+fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+    let mut ok = true;
+    let mut positive = |ctx: &mut Ctx<'_>, key: &str, v: u64, max: u64| {
+        ok &= count_in(ctx, &path.key(key), v, max, &format!("{key} = {v}"), "");
+    };
+    positive(ctx, "layers", cfg.layers, 100_000);
+    positive(ctx, "hidden", cfg.hidden, 1 << 20);
+    positive(ctx, "heads", cfg.heads, 1 << 16);
+    positive(ctx, "kv_heads", cfg.kv_heads, 1 << 16);
+    positive(ctx, "ffn", cfg.ffn, 1 << 22);
+    positive(ctx, "vocab", cfg.vocab, 1 << 27);
+    positive(ctx, "vocab_pad_multiple", cfg.vocab_pad_multiple, 1 << 16);
+    positive(ctx, "seq_len", cfg.seq_len, 1 << 20);
+    positive(ctx, "max_positions", cfg.max_positions, 1 << 22);
+    positive(ctx, "max_tensor_parallel", cfg.max_tensor_parallel, 1 << 12);
+    if let Some(e) = cfg.embedding_dim {
+        positive(ctx, "embedding_dim", e, 1 << 20);
+    }
+    if let Head::Classifier { classes } = cfg.head
+        && (!(2..=1 << 20).contains(&classes))
+    {
+        ctx.error(
+            &path.key("classes"),
+            format!("a classifier over {classes} classes"),
+            Some("use 2 or more classes".into()),
+        );
+        ok = false;
+    }
+    ok
+}
+
+/// Shapes that fit together: heads divide the hidden size, key/value heads the heads,
+/// learned positions cover the sequence, the widest tensor-parallel width divides the model.
+fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+    let mut ok = true;
+    if !cfg.hidden.is_multiple_of(cfg.heads) {
+        ctx.error(
+            &path.key(if m.heads.is_some() { "heads" } else { "hidden" }),
+            format!(
+                "hidden size {} is not divisible by {} heads",
+                cfg.hidden, cfg.heads
+            ),
+            Some(format!(
+                "heads must divide the hidden size: {}",
+                divisors_text(cfg.hidden)
+            )),
+        );
+        ok = false;
+    }
+    if !cfg.heads.is_multiple_of(cfg.kv_heads) {
+        ctx.error(
+            &path.key("kv_heads"),
+            format!(
+                "{} heads cannot be grouped over {} key/value heads",
+                cfg.heads, cfg.kv_heads
+            ),
+            Some(format!(
+                "key/value heads must divide the heads: {}",
+                divisors_text(cfg.heads)
+            )),
+        );
+        ok = false;
+    }
+    if cfg.positions == Positions::Learned && cfg.seq_len > cfg.max_positions {
+        ctx.error(
+            &path.key(if m.seq_len.is_some() {
+                "seq_len"
+            } else {
+                "max_positions"
+            }),
+            format!(
+                "sequence length {} exceeds the {} learned positions",
+                cfg.seq_len, cfg.max_positions
+            ),
+            Some("raise max_positions, shorten seq_len, or use rotary positions".into()),
+        );
+        ok = false;
+    }
+    let t = cfg.max_tensor_parallel;
+    if ok && !cfg.supports_tensor_parallel(t) {
+        let valid: Vec<String> = (0..13)
+            .map(|l| 1u64 << l)
+            .filter(|&w| cfg.supports_tensor_parallel(w))
+            .map(|w| w.to_string())
+            .collect();
+        ctx.error(
+            &path.key("max_tensor_parallel"),
+            format!(
+                "tensor-parallel width {t} does not divide the model (heads {}, key/value heads {}, hidden {}, ffn {}) or is not a power of two",
+                cfg.heads, cfg.kv_heads, cfg.hidden, cfg.ffn
+            ),
+            Some(format!("valid widths for this model: {}", valid.join(", "))),
+        );
+        ok = false;
+    }
+    ok
+}
+
+/// Tensors at the largest micro-batch size stay exact in f64 (under 2^53 elements).
+fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+    let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
+    let (s, n, h) = (cfg.seq_len as u128, cfg.heads as u128, cfg.hidden as u128);
+    let widest = cfg.ffn.max(cfg.vocab).max(cfg.hidden) as u128;
+    if largest * n * s * s > MAX_ELEMENTS
+        || largest * s * widest > MAX_ELEMENTS
+        || largest * s * h > MAX_ELEMENTS
+    {
+        ctx.error(
+            path,
+            "this model is too large to represent at the largest micro-batch size (tensors over 2^53 elements)",
+            Some("use a shorter sequence or smaller micro-batches".into()),
+        );
+        return false;
+    }
+    true
+}
+
+/// The placement program for this model over the cluster stays within the engine's step
+/// limit (its memory is linear in the layers, its time is not): refused here with the
+/// numbers, not after minutes of search.
+fn check_placement(
+    cfg: &ModelConfig,
+    cluster: &Cluster,
+    m: &RawModel,
+    path: &FieldPath,
+    ctx: &mut Ctx<'_>,
+) -> bool {
+    let layers = cfg.pipeline_layers() as usize;
+    let size = ProgramSize::of(layers, cluster.devices, false);
+    if size.fits() {
+        return true;
+    }
+    let most = max_layers(cluster.devices, false).saturating_sub(2);
+    ctx.error(
+        &path.key(if m.layers.is_some() || m.preset.is_none() {
+            "layers"
+        } else {
+            "preset"
+        }),
+        format!(
+            "placing {} layers (and the embedding and head) over {} devices takes {:.1e} steps of the placement program, above its limit of {:.1e}",
+            cfg.layers,
+            cluster.devices,
+            size.steps as f64,
+            MAX_PROGRAM_STEPS as f64
+        ),
+        Some(format!(
+            "use at most {most} layers on {} devices, or fewer devices",
+            cluster.devices
+        )),
+    );
+    false
+}
+
+/// The fixed baseline strategy: stages, degrees and a width the model is searched with,
+/// within the cluster.
+fn check_baseline(
+    bl: &RawBaseline,
+    cfg: &ModelConfig,
+    cluster: Option<&Cluster>,
+    bp: &FieldPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<Baseline> {
+    let mut good = true;
+    if bl.pipeline == 0 || bl.pipeline > cfg.layers + 2 {
+        ctx.error(
+            &bp.key("pipeline"),
+            format!("{} pipeline stages for {} layers", bl.pipeline, cfg.layers),
+            Some(format!("use 1 to {} stages", cfg.layers + 2)),
+        );
+        good = false;
+    }
+    if bl.data == 0 {
+        ctx.error(
+            &bp.key("data"),
+            "a data-parallel degree of 0",
+            Some("use 1 or more".into()),
+        );
+        good = false;
+    }
+    if bl.tensor == 0
+        || bl.tensor > cfg.max_tensor_parallel
+        || !cfg.supports_tensor_parallel(bl.tensor)
+    {
+        ctx.error(
+            &bp.key("tensor"),
+            format!(
+                "tensor-parallel width {} is not one this model is searched with",
+                bl.tensor
+            ),
+            Some(format!("use one of {:?}", cfg.tensor_parallel_widths())),
+        );
+        good = false;
+    }
+    if let Some(c) = cluster {
+        let total = bl
+            .pipeline
+            .saturating_mul(bl.data)
+            .saturating_mul(bl.tensor);
+        if good && total > c.devices {
+            ctx.error(
+                bp,
+                format!(
+                    "the baseline needs {total} devices, the cluster has {}",
+                    c.devices
+                ),
+                Some("pipeline × data × tensor must not exceed cluster.devices".into()),
+            );
+            good = false;
+        }
+    }
+    good.then_some(Baseline {
+        pipeline: bl.pipeline,
+        data: bl.data,
+        tensor: bl.tensor,
+    })
+}
+
+fn divisors_text(n: u64) -> String {
+    let d: Vec<String> = (1..=n.min(1 << 16))
+        .filter(|d| n.is_multiple_of(*d))
+        .take(16)
+        .map(|d| d.to_string())
+        .collect();
+    format!(
+        "{}{}",
+        d.join(", "),
+        if d.len() == 16 { ", ..." } else { "" }
+    )
+}

@@ -1,0 +1,67 @@
+//! Rules shared by the sections: one helper per kind of check, so that a rule reads the
+//! same (and reports the same way) wherever it applies.
+
+use crate::{Ctx, FieldPath};
+use archplace_plugin_sdk::text::thousands;
+use archplace_plugin_sdk::units::UnitError;
+
+/// Reports every value of `values` that repeats an earlier one.
+pub(super) fn duplicates<T: PartialEq + std::fmt::Debug>(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    values: &[T],
+) {
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            ctx.error(
+                &path.index(i),
+                format!("{v:?} is listed twice"),
+                Some("list each value once".into()),
+            );
+        }
+    }
+}
+
+/// Parses `text` with `parse` (a unit parser) and requires a value above zero; reports the
+/// parser's message or `zero` at `path`.
+pub(super) fn positive<T: PartialOrd + Default>(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    text: &str,
+    parse: fn(&str) -> Result<T, UnitError>,
+    zero: &str,
+    help: Option<&str>,
+) -> Option<T> {
+    match parse(text) {
+        Ok(v) if v > T::default() => Some(v),
+        Ok(_) => {
+            ctx.error(path, zero, help.map(str::to_string));
+            None
+        }
+        Err(e) => {
+            ctx.error(path, e.message, None);
+            None
+        }
+    }
+}
+
+/// A count that must lie in `1..=max`: reports `label` (e.g. "0 devices") and the range
+/// (`use 1 to 1,000,000 devices`). False when out of range.
+pub(super) fn count_in(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    value: u64,
+    max: u64,
+    label: &str,
+    unit: &str,
+) -> bool {
+    if (1..=max).contains(&value) {
+        return true;
+    }
+    ctx.error(
+        path,
+        format!("{label} is out of range"),
+        Some(format!("use 1 to {}{unit}", thousands(max))),
+    );
+    false
+}

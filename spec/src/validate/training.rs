@@ -1,0 +1,223 @@
+//! `[training]`: batch, recomputation, precision, optimizer, distributed optimizer, the
+//! memory model and how a layer's operators share the chip.
+
+use super::rules::{count_in, duplicates};
+use crate::raw::{OneOrMany, RawSpec};
+use crate::{Ctx, FieldPath};
+use archplace_engine::execution::Execution;
+use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
+pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
+    let t = &raw.training;
+    let path = FieldPath::root().key("training");
+    let mut ok = true;
+    let global_batch = t.global_batch.unwrap_or(4096);
+    ok &= count_in(
+        ctx,
+        &path.key("global_batch"),
+        global_batch,
+        1 << 24,
+        &format!("global batch {global_batch}"),
+        " samples",
+    );
+    let micro_batch_sizes = t.micro_batch_sizes.clone().unwrap_or_else(|| vec![1]);
+    let mbs_path = path.key("micro_batch_sizes");
+    if micro_batch_sizes.is_empty() {
+        ctx.error(
+            &mbs_path,
+            "no micro-batch size to try",
+            Some("list at least one, e.g. [1, 2, 4]".into()),
+        );
+        ok = false;
+    }
+    for (i, &b) in micro_batch_sizes.iter().enumerate() {
+        if b == 0 || (global_batch > 0 && !global_batch.is_multiple_of(b)) {
+            let divisors: Vec<String> = (1..=global_batch.min(1 << 16))
+                .filter(|d| global_batch.is_multiple_of(*d))
+                .take(12)
+                .map(|d| d.to_string())
+                .collect();
+            ctx.error(
+                &mbs_path.index(i),
+                format!("micro-batch size {b} does not divide the global batch {global_batch}"),
+                Some(format!(
+                    "divisors of {global_batch}: {}, ...",
+                    divisors.join(", ")
+                )),
+            );
+            ok = false;
+        }
+    }
+    duplicates(ctx, &mbs_path, &micro_batch_sizes);
+    let memory_model = t.memory_model.unwrap_or(MemoryModel::Megatron);
+    let activation_recomputation: Vec<Recomputation> = match &t.activation_recomputation {
+        Some(list) => list.iter().map(|r| r.value()).collect(),
+        None => vec![Recomputation::None, Recomputation::Full],
+    };
+    let rec_path = path.key("activation_recomputation");
+    if activation_recomputation.is_empty() {
+        ctx.error(
+            &rec_path,
+            "no recomputation choice to try",
+            Some("list at least one of \"none\", \"selective\", \"full\"".into()),
+        );
+        ok = false;
+    }
+    duplicates(ctx, &rec_path, &activation_recomputation);
+    if memory_model == MemoryModel::Reference {
+        for (i, r) in activation_recomputation.iter().enumerate() {
+            if *r == Recomputation::Selective {
+                ctx.error(
+                    &rec_path.index(i),
+                    "the reference memory model has no selective recomputation",
+                    Some("use memory_model = \"megatron\", or \"none\"/\"full\"".into()),
+                );
+                ok = false;
+            }
+        }
+    }
+    let reference = memory_model == MemoryModel::Reference;
+    let precision_path = path.key("precision");
+    let precisions = choices(
+        ctx,
+        &precision_path,
+        t.precision.as_ref(),
+        Precision::Bf16Mixed,
+        "e.g. \"bf16-mixed\"",
+    );
+    ok &= precisions.is_some();
+    let precisions = precisions.unwrap_or_default();
+    if reference && t.precision.is_some() {
+        ctx.error(
+            &precision_path,
+            "the reference memory model counts `bytes_per_element`, not a precision",
+            Some("remove `precision`, or use memory_model = \"megatron\"".into()),
+        );
+        ok = false;
+    }
+    // Two switches the reference memory model does not have.
+    let mut switch = |ctx: &mut Ctx<'_>, key: &str, given: Option<&OneOrMany<bool>>, what: &str| {
+        let at = path.key(key);
+        let values = choices(ctx, &at, given, false, "use false, true or [false, true]");
+        ok &= values.is_some();
+        let values = values.unwrap_or_default();
+        if reference && values.contains(&true) {
+            ctx.error(
+                &at,
+                format!("the reference memory model has no {what}"),
+                Some("use memory_model = \"megatron\"".into()),
+            );
+            ok = false;
+        }
+        values
+    };
+    let distributed_optimizer = switch(
+        ctx,
+        "distributed_optimizer",
+        t.distributed_optimizer.as_ref(),
+        "distributed optimizer",
+    );
+    let sequence_parallel = switch(
+        ctx,
+        "sequence_parallel",
+        t.sequence_parallel.as_ref(),
+        "sequence parallelism",
+    );
+    let interleaving_path = path.key("pipeline_interleaving");
+    let pipeline_interleaving = choices(
+        ctx,
+        &interleaving_path,
+        t.pipeline_interleaving.as_ref(),
+        1,
+        "use 1, or a list such as [1, 2]",
+    );
+    ok &= pipeline_interleaving.is_some();
+    let pipeline_interleaving = pipeline_interleaving.unwrap_or_default();
+    for (i, &v) in pipeline_interleaving.iter().enumerate() {
+        let at = if matches!(t.pipeline_interleaving, Some(OneOrMany::Many(_))) {
+            interleaving_path.index(i)
+        } else {
+            interleaving_path.clone()
+        };
+        if !(1..=64).contains(&v) {
+            ctx.error(
+                &at,
+                format!("{v} model chunks per device is outside 1 … 64"),
+                Some("1 is plain 1F1B; 2 to 4 are usual for interleaving".into()),
+            );
+            ok = false;
+        } else if v > 1 && reference {
+            ctx.error(
+                &at,
+                "the reference memory model has no interleaved pipeline",
+                Some("use memory_model = \"megatron\"".into()),
+            );
+            ok = false;
+        }
+    }
+    let bytes_per_element = t.bytes_per_element.unwrap_or(2);
+    let bpe_path = path.key("bytes_per_element");
+    if ![1, 2, 4].contains(&bytes_per_element) {
+        ctx.error(
+            &bpe_path,
+            format!("{bytes_per_element} bytes per element is not supported"),
+            Some("use 1, 2 (fp16/bf16) or 4 (fp32)".into()),
+        );
+        ok = false;
+    } else if memory_model == MemoryModel::Megatron && t.bytes_per_element.is_some() {
+        // The precision sets the element size; an explicit one must agree with every
+        // precision listed.
+        if let Some(p) = precisions
+            .iter()
+            .find(|p| p.element_bytes() != bytes_per_element)
+        {
+            ctx.error(
+                &bpe_path,
+                format!(
+                    "{bytes_per_element} bytes per element contradicts precision {} ({} bytes)",
+                    p.name(),
+                    p.element_bytes()
+                ),
+                Some("remove `bytes_per_element`: the precision sets it".into()),
+            );
+            ok = false;
+        }
+    }
+    let optimizer = t.optimizer.unwrap_or(match memory_model {
+        MemoryModel::Megatron => Optimizer::Adam,
+        MemoryModel::Reference => Optimizer::Sgd,
+    });
+    ok.then_some(Training {
+        global_batch,
+        micro_batch_sizes,
+        activation_recomputation,
+        optimizer,
+        precisions,
+        distributed_optimizer,
+        sequence_parallel,
+        pipeline_interleaving,
+        memory_model,
+        bytes_per_element,
+        execution: Execution {
+            operators: t.operator_execution.unwrap_or_default(),
+            tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or(false),
+        },
+    })
+}
+
+/// The values of a key that takes one value or a list to try (`default` when absent): none
+/// reported as an error with `help`, repeats reported; `None` when empty.
+fn choices<T: Clone + PartialEq + std::fmt::Debug>(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&OneOrMany<T>>,
+    default: T,
+    help: &str,
+) -> Option<Vec<T>> {
+    let values = given.map_or_else(|| vec![default], OneOrMany::to_vec);
+    if values.is_empty() {
+        ctx.error(path, "no value to try", Some(help.to_string()));
+        return None;
+    }
+    duplicates(ctx, path, &values);
+    Some(values)
+}
