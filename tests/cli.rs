@@ -1,61 +1,13 @@
 //! End-to-end tests of the `archplace` binary: real processes, real files, stdout parsed
 //! the way a script would.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-/// The binary, with its plugin cache and per-user plugin folder inside `target/`, so the
-/// tests neither depend on nor touch the user's.
-fn archplace() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
-    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-        .env("XDG_DATA_HOME", root().join("target/test-data"))
-        .env_remove("ARCHPLACE_PLUGIN_DIRS");
-    c
-}
-
-/// A component built by `scripts/build-plugins`.
-fn component(name: &str) -> PathBuf {
-    for p in [
-        root().join(format!("target/plugins/{name}/{name}.wasm")),
-        root().join(format!("target/plugin-fixtures/{name}.wasm")),
-    ] {
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("the `{name}` component is not built: run scripts/build-plugins (scripts/test does)");
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn run(args: &[&str]) -> Output {
-    archplace().args(args).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-/// A spec whose exhaustive search takes a second or two, even in a debug build.
-const TINY: &str = include_str!("fixtures/tiny.toml");
-
-fn temp_spec(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
-    (dir, path)
-}
+use crate::util::*;
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn validate_accepts_every_example_and_the_default() {
+    let _gate = crate::util::shared();
     let o = run(&["validate"]);
     assert!(o.status.success(), "{o:?}");
     // Every example fits the daemon's default memory budget on eight threads.
@@ -74,12 +26,13 @@ fn validate_accepts_every_example_and_the_default() {
 }
 
 /// A spec whose search may need more memory than the budget is refused before it starts,
-/// with the estimate, its largest parts and what to change (issue 16); under a larger
+/// with the estimate, its largest parts and what to change; under a larger
 /// budget the same spec is accepted and its estimate printed.
 /// `-v` is archplace's own events; the WebAssembly runtime's internals (hundreds of lines
 /// per plugin load) only at `-vvv`.
 #[test]
 fn verbose_shows_our_events_not_the_runtimes() {
+    let _gate = crate::util::shared();
     let spec = root().join("config/specs/custom-tiny.toml");
     let spec = spec.to_str().unwrap();
     let count = |v: &str| {
@@ -104,6 +57,7 @@ fn verbose_shows_our_events_not_the_runtimes() {
 /// it, and a spec uses it (validated and searched).
 #[test]
 fn a_plugin_from_plugin_new_builds_outside_the_repository_and_is_used() {
+    let _gate = crate::util::shared();
     let tmp = tempfile::tempdir().unwrap();
     assert!(!tmp.path().starts_with(root().canonicalize().unwrap()));
     let o = run(&[
@@ -172,6 +126,7 @@ fn a_plugin_from_plugin_new_builds_outside_the_repository_and_is_used() {
 /// Completions for each shell and a man page, from the parser's own definition.
 #[test]
 fn completions_and_man_page() {
+    let _gate = crate::util::shared();
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
         let o = run(&["completions", shell]);
         assert!(o.status.success(), "{shell}: {}", stderr(&o));
@@ -199,6 +154,7 @@ fn completions_and_man_page() {
 
 #[test]
 fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
+    let _gate = crate::util::shared();
     let (dir, spec) = temp_spec("tiny.toml", TINY);
     let spec = spec.to_str().unwrap();
     let o = run(&[
@@ -255,6 +211,7 @@ fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
 
 #[test]
 fn validate_reports_located_errors_and_exits_1() {
+    let _gate = crate::util::shared();
     let text = "schema_version = 1\nname = \"bad\"\n\n[[models]]\npreset = \"gpt3-175b\"\nmax_tensor_parallel = 3\n\n[training]\nmicro_batch_sizes = [1, 3]\n\n[cluster]\nhbm = [\"80 GB/s\"]\n";
     let (_dir, path) = temp_spec("bad.toml", text);
     let p = path.display().to_string();
@@ -290,6 +247,7 @@ fn validate_reports_located_errors_and_exits_1() {
 
 #[test]
 fn validate_survives_missing_and_binary_files() {
+    let _gate = crate::util::shared();
     let (_dir, path) = temp_spec("bin.toml", "");
     std::fs::write(&path, [0xff, 0xfe, 0x00, 0x41]).unwrap();
     let o = run(&[
@@ -303,12 +261,13 @@ fn validate_survives_missing_and_binary_files() {
     assert!(out.contains("not valid UTF-8"), "{out}");
 }
 
-/// Issue 16, items 5 and 9: `validate` on the zero device (which never ends and claims
+/// `validate` on the zero device (which never ends and claims
 /// length 0) or a FIFO (whose open blocks until a writer comes) used to hang or grow
 /// without bound; a spec beyond a megabyte was read whole. Each is refused at once now,
 /// with what it is, and nothing of its contents.
 #[test]
 fn validate_refuses_devices_fifos_and_huge_files_at_once() {
+    let _gate = crate::util::shared();
     let (dir, big) = temp_spec("big.toml", "");
     std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).unwrap();
     let fifo = dir.path().join("fifo.toml");
@@ -336,6 +295,7 @@ fn validate_refuses_devices_fifos_and_huge_files_at_once() {
 
 #[test]
 fn schema_is_the_checked_in_copy() {
+    let _gate = crate::util::shared();
     let o = run(&["schema"]);
     assert!(o.status.success());
     let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -349,6 +309,7 @@ fn schema_is_the_checked_in_copy() {
 
 #[test]
 fn model_prints_tables_and_json() {
+    let _gate = crate::util::shared();
     let o = run(&["model"]);
     assert!(o.status.success(), "{o:?}");
     let out = stdout(&o);
@@ -387,6 +348,7 @@ fn model_prints_tables_and_json() {
 
 #[test]
 fn space_lists_the_reference_space() {
+    let _gate = crate::util::shared();
     let spec = root()
         .join("config/specs/gpt3-175b.toml")
         .display()
@@ -437,6 +399,7 @@ fn space_lists_the_reference_space() {
 
 #[test]
 fn space_text_output_and_limit() {
+    let _gate = crate::util::shared();
     let spec = root()
         .join("config/specs/custom-tiny.toml")
         .display()
@@ -451,6 +414,7 @@ fn space_text_output_and_limit() {
 
 #[test]
 fn an_invalid_spec_fails_model_and_space_cleanly() {
+    let _gate = crate::util::shared();
     let (_dir, path) = temp_spec(
         "x.toml",
         "schema_version = 2\nname = \"x\"\n[[models]]\npreset = \"bert-large\"\n",
@@ -467,6 +431,7 @@ fn an_invalid_spec_fails_model_and_space_cleanly() {
 
 #[test]
 fn run_writes_result_files_and_a_summary() {
+    let _gate = crate::util::shared();
     let text = TINY;
     let (dir, spec) = temp_spec("tiny.toml", text);
     let out = dir.path().join("out");
@@ -570,6 +535,7 @@ fn svg_texts(path: &Path) -> String {
 
 #[test]
 fn run_of_the_default_spec_draws_pareto_and_placement_svgs() {
+    let _gate = crate::util::shared();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = run(&["run", "--out", &out.display().to_string(), "--threads", "2"]);
@@ -633,6 +599,7 @@ fn run_of_the_default_spec_draws_pareto_and_placement_svgs() {
 
 #[test]
 fn run_reports_when_nothing_fits() {
+    let _gate = crate::util::shared();
     let text = "schema_version = 1\nname = \"nofit\"\n[[models]]\npreset = \"gpt2-xl\"\n[training]\nmicro_batch_sizes = [1]\nactivation_recomputation = [false]\n[cluster]\ndevices = 1\nhbm = [\"1 MiB\"]\n[search]\ntensor_cores = [1]\nvector_cores = [1]\nwidth = [8]\ndepth = [8]\nbuffer = [\"2 MiB\"]\nmin_area_fraction = 0.0\n";
     let (dir, spec) = temp_spec("nofit.toml", text);
     let out = dir.path().join("out");
@@ -656,6 +623,7 @@ fn run_reports_when_nothing_fits() {
 
 #[test]
 fn plugin_check_passes_good_components_and_names_what_is_wrong_with_bad_ones() {
+    let _gate = crate::util::shared();
     for name in ["reference", "gpu-like", "template"] {
         let c = component(name);
         let o = run(&["plugin", "check", "--json", c.to_str().unwrap()]);
@@ -701,6 +669,7 @@ fn plugin_check_passes_good_components_and_names_what_is_wrong_with_bad_ones() {
 
 #[test]
 fn plugins_are_installed_listed_and_used_by_a_spec() {
+    let _gate = crate::util::shared();
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
     let d = plugins.to_str().unwrap();
@@ -829,6 +798,7 @@ fn plugins_are_installed_listed_and_used_by_a_spec() {
 
 #[test]
 fn a_hostile_plugin_fails_only_its_search_with_the_plugin_and_fault_named() {
+    let _gate = crate::util::shared();
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
     let d = plugins.to_str().unwrap();
@@ -890,6 +860,7 @@ fn a_hostile_plugin_fails_only_its_search_with_the_plugin_and_fault_named() {
 /// larger than a pipe's buffer, so the writer does meet the closed pipe.
 #[test]
 fn a_closed_stdout_ends_the_command_quietly() {
+    let _gate = crate::util::shared();
     use std::io::Read;
     for args in [&["schema"][..], &["space"][..], &["space", "--json"][..]] {
         let mut child = archplace()
@@ -916,12 +887,9 @@ fn a_closed_stdout_ends_the_command_quietly() {
     }
 }
 
-fn plugin_dir() -> String {
-    root().join("target/plugins").display().to_string()
-}
-
 #[test]
 fn estimate_explains_a_step_and_its_memory() {
+    let _gate = crate::util::shared();
     let spec = root().join("config/specs/estimate-a100.toml");
     let spec = spec.display().to_string();
     let o = run(&["--plugin-dir", &plugin_dir(), "estimate", &spec, "--json"]);
@@ -965,6 +933,7 @@ fn estimate_explains_a_step_and_its_memory() {
 
 #[test]
 fn estimate_answers_a_plan_that_cannot_run_with_the_numbers() {
+    let _gate = crate::util::shared();
     let base = std::fs::read_to_string(root().join("config/specs/estimate-a100.toml")).unwrap();
     // The whole model on one pipeline stage: 145.6 B / 8 parameters × 20 bytes.
     let text = base
@@ -996,6 +965,7 @@ fn estimate_answers_a_plan_that_cannot_run_with_the_numbers() {
 
 #[test]
 fn estimate_op_prices_one_operator() {
+    let _gate = crate::util::shared();
     let spec = root().join("config/specs/estimate-a100.toml");
     let spec = spec.display().to_string();
     let o = run(&[

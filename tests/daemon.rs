@@ -1,22 +1,12 @@
 //! End-to-end tests of `archplace daemon`: a real process, a real folder, signals.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::util::daemon::{
+    drop_spec, http_get, http_request, job_named, jobs, result_dirs, sample, state_is,
+};
+use crate::util::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The tiny spec of the CLI tests (a second or two).
-const TINY: &str = include_str!("fixtures/tiny.toml");
-
-/// A spec whose search takes long enough to be interrupted (tens of seconds in a debug
-/// build): the embedded default.
-fn slow_spec() -> String {
-    std::fs::read_to_string(root().join("spec/src/default.toml")).unwrap()
-}
 
 /// A spec that takes a few seconds even in a debug build: the tiny one over 36 chips.
 fn medium_spec() -> String {
@@ -29,173 +19,14 @@ fn medium_spec() -> String {
     m
 }
 
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Daemon {
-    fn start(dir: &Path) -> Daemon {
-        Self::start_with(dir, &[])
-    }
-
-    fn start_with(dir: &Path, extra: &[&str]) -> Daemon {
-        Self::start_env(dir, extra, &[])
-    }
-
-    fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Daemon {
-        Self::start_via(
-            Command::new(env!("CARGO_BIN_EXE_archplace")),
-            dir,
-            extra,
-            env,
-        )
-    }
-
-    /// Started with at most `files` open file descriptors (`ulimit -n`).
-    fn start_with_open_files(dir: &Path, files: u32) -> Daemon {
-        let mut sh = Command::new("sh");
-        sh.args([
-            "-c",
-            &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
-            env!("CARGO_BIN_EXE_archplace"),
-        ]);
-        Self::start_via(sh, dir, &[], &[])
-    }
-
-    fn start_via(mut cmd: Command, dir: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Daemon {
-        let settle: &[&str] = if extra.contains(&"--settle-seconds") {
-            &[]
-        } else {
-            &["--settle-seconds", "0.3"]
-        };
-        let child = cmd
-            .args(["daemon", "--listen", "127.0.0.1:0"])
-            .args(settle)
-            .args(extra)
-            .current_dir(dir)
-            .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-            .env(
-                "ARCHPLACE_PLUGIN_DIRS",
-                std::env::join_paths([root().join("target/plugins"), dir.join("plugins")]).unwrap(),
-            )
-            .env("RUST_LOG", "info,highs=error")
-            .envs(env.iter().map(|(k, v)| (*k, *v)))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
-            .spawn()
-            .unwrap();
-        Daemon {
-            child,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-
-    /// Waits for the process to end; its exit status and how long it took.
-    fn wait(&mut self, limit: Duration) -> (Option<i32>, Duration) {
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return (s.code(), t.elapsed());
-            }
-            if t.elapsed() > limit {
-                let _ = self.child.kill();
-                panic!("the daemon did not stop within {limit:?}\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Drops `text` into the spec folder the documented way: a temporary name, then a rename.
-fn drop_spec(dir: &Path, name: &str, text: &str) {
-    let tmp = dir.join("specs").join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, dir.join("specs").join(name)).unwrap();
-}
-
-fn jobs(dir: &Path) -> Vec<serde_json::Value> {
-    let Ok(rd) = std::fs::read_dir(dir.join(".archplace-state/jobs")) else {
-        return vec![];
-    };
-    // Records only: a write's temporary file (`.archplace-*.tmp`) holds a record that is
-    // not in force until it is renamed.
-    rd.filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .filter_map(|p| std::fs::read(p).ok())
-        .filter_map(|b| serde_json::from_slice(&b).ok())
-        .collect()
-}
-
-fn job_named<'a>(jobs: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
-    jobs.iter().find(|j| j["name"] == name)
-}
-
-/// Whether the job of spec `name` is in `state`.
-fn state_is(jobs: &[serde_json::Value], name: &str, state: &str) -> bool {
-    job_named(jobs, name).is_some_and(|j| j["state"] == state)
-}
-
-/// Waits up to `seconds` until the job of spec `name` is in `state`.
-fn wait_state(d: &Daemon, dir: &Path, name: &str, state: &str, seconds: u64) {
-    until(
-        d,
-        Duration::from_secs(seconds),
-        &format!("the job of `{name}` to be {state}"),
-        || state_is(&jobs(dir), name, state),
-    );
-}
-
-/// A temporary folder with an empty `specs/` in it (the daemon's working folder).
-fn folder() -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tmp.path().join("specs")).unwrap();
-    tmp
-}
-
-/// Waits until `cond` holds (or fails the test with the daemon's log).
-fn until(d: &Daemon, limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        if t.elapsed() > limit {
-            panic!("timed out waiting for {what}\n{}", d.log());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn result_dirs(dir: &Path, name: &str) -> Vec<PathBuf> {
-    std::fs::read_dir(dir.join("results").join(name))
-        .map(|rd| rd.filter_map(|e| Some(e.ok()?.path())).collect())
-        .unwrap_or_default()
-}
-
 #[test]
 fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
+    let _gate = crate::util::shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut d = Daemon::start(dir);
     // With no spec folder, the daemon makes one with the default spec in it.
-    until(&d, Duration::from_secs(30), "the spec folder", || {
+    d.until(Duration::from_secs(30), "the spec folder", || {
         dir.join("specs/default.toml").exists()
     });
     // Not searching the default here: take it away first.
@@ -206,7 +37,7 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
         "bad.toml",
         "schema_version = 1\nname = \"bad\"\n[training]\nmicro_batch_sizes = [3]\n",
     );
-    until(&d, Duration::from_secs(120), "both specs", || {
+    d.until(Duration::from_secs(120), "both specs", || {
         let j = jobs(dir);
         state_is(&j, "e2e-tiny", "done") && state_is(&j, "bad", "failed")
     });
@@ -235,10 +66,9 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     assert!(e["file"].as_str().unwrap().ends_with("bad.toml"));
 
     // The metrics endpoint, at the URL the log gives (a free port was asked for).
-    let url = metrics_addr(&d);
+    let url = d.metrics_addr();
     // (Metrics are refreshed every second.)
-    until(
-        &d,
+    d.until(
         Duration::from_secs(10),
         "the metrics to count both jobs",
         || {
@@ -274,12 +104,9 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
 
     // The same content again, under another name: no second search.
     drop_spec(dir, "tiny-again.toml", TINY);
-    until(
-        &d,
-        Duration::from_secs(30),
-        "the duplicate to be seen",
-        || d.log().contains("already searched"),
-    );
+    d.until(Duration::from_secs(30), "the duplicate to be seen", || {
+        d.log().contains("already searched")
+    });
     let j = jobs(dir);
     assert_eq!(job_named(&j, "e2e-tiny").unwrap()["attempts"], 1);
 
@@ -291,15 +118,15 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
 
 #[test]
 fn editing_or_deleting_a_running_spec_cancels_its_search() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let d = Daemon::start(dir);
-    drop_spec(dir, "slow.toml", &slow_spec());
-    wait_state(&d, dir, "default-bert-large", "running", 60);
+    drop_spec(dir, "slow.toml", &default_spec());
+    d.wait_state("default-bert-large", "running", 60);
     // Edit: the old content's search is cancelled, the new content is searched.
     drop_spec(dir, "slow.toml", TINY);
-    until(
-        &d,
+    d.until(
         Duration::from_secs(120),
         "cancel and the new search",
         || {
@@ -316,21 +143,22 @@ fn editing_or_deleting_a_running_spec_cancels_its_search() {
     drop_spec(
         dir,
         "slow2.toml",
-        &slow_spec().replace("default-bert-large", "slow-two"),
+        &default_spec().replace("default-bert-large", "slow-two"),
     );
-    wait_state(&d, dir, "slow-two", "running", 60);
+    d.wait_state("slow-two", "running", 60);
     std::fs::remove_file(dir.join("specs/slow2.toml")).unwrap();
-    wait_state(&d, dir, "slow-two", "cancelled", 60);
+    d.wait_state("slow-two", "cancelled", 60);
 }
 
 #[test]
 fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     // A slow search: SIGTERM must stop it at its next safe point, within 10 s.
     let mut d = Daemon::start(dir);
-    drop_spec(dir, "slow.toml", &slow_spec());
-    wait_state(&d, dir, "default-bert-large", "running", 60);
+    drop_spec(dir, "slow.toml", &default_spec());
+    d.wait_state("default-bert-large", "running", 60);
     d.signal("-TERM");
     let (code, took) = d.wait(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", d.log());
@@ -340,7 +168,7 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
         "queued",
         "an interrupted search is searched again at the next start"
     );
-    // Its status file says so too (it said `cancelled`, issue 16).
+    // Its status file says so too (it once said `cancelled`).
     let status: serde_json::Value = serde_json::from_slice(
         &std::fs::read(result_dirs(dir, "default-bert-large")[0].join("status.json")).unwrap(),
     )
@@ -351,12 +179,12 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
     // A search that can finish: interrupted, then completed by the restart, once.
     drop_spec(dir, "medium.toml", &medium_spec());
     let mut d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-medium", "running", 60);
+    d.wait_state("e2e-medium", "running", 60);
     d.signal("-TERM");
     let (code, _) = d.wait(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", d.log());
     let d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-medium", "done", 300);
+    d.wait_state("e2e-medium", "done", 300);
     let j = jobs(dir);
     assert_eq!(job_named(&j, "e2e-medium").unwrap()["attempts"], 2);
     // The slow spec left the folder while the daemon was down: cancelled, not searched.
@@ -372,11 +200,12 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
 
 #[test]
 fn kill_9_during_a_search_loses_nothing_and_a_restart_completes_it_once() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     drop_spec(dir, "medium.toml", &medium_spec());
     let mut d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-medium", "running", 60);
+    d.wait_state("e2e-medium", "running", 60);
     d.signal("-KILL");
     d.wait(Duration::from_secs(5));
     // No half-written file anywhere (a write the kill interrupted can only have left its
@@ -390,7 +219,7 @@ fn kill_9_during_a_search_loses_nothing_and_a_restart_completes_it_once() {
         }
     }
     let d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-medium", "done", 300);
+    d.wait_state("e2e-medium", "done", 300);
     assert_eq!(job_named(&jobs(dir), "e2e-medium").unwrap()["attempts"], 2);
     assert_eq!(result_dirs(dir, "e2e-medium").len(), 1);
     for e in walk(dir) {
@@ -414,6 +243,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_spec_written_slowly_in_place_is_never_read_half_written() {
+    let _gate = crate::util::shared();
     // Watching (the default) and polling (network filesystems) alike.
     // Writes 0.1 s apart against a 1 s settle time: robust on a loaded machine.
     for mode in [
@@ -443,7 +273,7 @@ fn slow_writes(mode: &[&str]) {
         drop(f);
         std::thread::sleep(Duration::from_millis(100));
     }
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     std::thread::sleep(Duration::from_millis(500));
     let j = jobs(dir);
     assert_eq!(j.len(), 1, "only the whole file was ever read: {j:#?}");
@@ -451,6 +281,7 @@ fn slow_writes(mode: &[&str]) {
 
 #[test]
 fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let inst = dir.join("plugins/trap");
@@ -470,7 +301,7 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
         + "\n[cost_model]\nlatency = \"hostile-trap\"\n";
     drop_spec(dir, "hostile.toml", &hostile);
     drop_spec(dir, "good.toml", TINY);
-    until(&d, Duration::from_secs(120), "both searches", || {
+    d.until(Duration::from_secs(120), "both searches", || {
         let j = jobs(dir);
         state_is(&j, "hostile", "failed") && state_is(&j, "e2e-tiny", "done")
     });
@@ -488,10 +319,11 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
 }
 
 /// A spec whose search may need more memory than the daemon's budget is refused before it
-/// starts, with the numbers in its error file (issue 16: not aborted mid-search, taking
-/// the daemon with it); a small spec beside it is searched.
+/// starts, with the numbers in its error file (not aborted mid-search, taking the
+/// daemon with it); a small spec beside it is searched.
 #[test]
 fn a_spec_above_the_memory_budget_is_refused_with_the_numbers() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     std::fs::write(
@@ -519,7 +351,7 @@ fn a_spec_above_the_memory_budget_is_refused_with_the_numbers() {
         );
     drop_spec(dir, "huge.toml", &huge);
     drop_spec(dir, "tiny.toml", TINY);
-    until(&d, Duration::from_secs(120), "both specs", || {
+    d.until(Duration::from_secs(120), "both specs", || {
         let j = jobs(dir);
         state_is(&j, "huge", "failed") && state_is(&j, "e2e-tiny", "done")
     });
@@ -538,6 +370,7 @@ fn a_spec_above_the_memory_budget_is_refused_with_the_numbers() {
 
 #[test]
 fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     for i in 0..200 {
@@ -553,7 +386,7 @@ fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
         .unwrap();
     }
     let mut peak_kib = 0u64;
-    until(&d, Duration::from_secs(900), "all 200 searches", || {
+    d.until(Duration::from_secs(900), "all 200 searches", || {
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())) {
             for l in status.lines() {
                 if let Some(v) = l.strip_prefix("VmHWM:") {
@@ -582,6 +415,7 @@ fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
 
 #[test]
 fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     std::fs::create_dir_all(dir.join("results")).unwrap();
@@ -590,7 +424,7 @@ fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
     std::fs::write(dir.join("results/e2e-tiny"), "in the way").unwrap();
     let d = Daemon::start_with(dir, &["--retry-seconds", "1"]);
     drop_spec(dir, "tiny.toml", TINY);
-    wait_state(&d, dir, "e2e-tiny", "failed", 60);
+    d.wait_state("e2e-tiny", "failed", 60);
     let j = jobs(dir);
     let m = job_named(&j, "e2e-tiny").unwrap()["message"]
         .as_str()
@@ -602,12 +436,13 @@ fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
     );
     // The daemon carries on; once the folder can be written, the retry succeeds.
     std::fs::remove_file(dir.join("results/e2e-tiny")).unwrap();
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     assert!(result_dirs(dir, "e2e-tiny")[0].join("result.json").exists());
 }
 
 #[test]
 fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     std::fs::write(
@@ -625,15 +460,15 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
         ],
     );
     // A slow search runs meanwhile.
-    drop_spec(dir, "slow.toml", &slow_spec());
-    wait_state(&d, dir, "default-bert-large", "running", 60);
+    drop_spec(dir, "slow.toml", &default_spec());
+    d.wait_state("default-bert-large", "running", 60);
     // A spec naming a plugin that is not installed yet fails with a located error.
     let uses = |name: &str| {
         TINY.replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""))
             + "\n[cost_model]\nlatency = \"my-cost-model\"\n"
     };
     drop_spec(dir, "early.toml", &uses("early"));
-    wait_state(&d, dir, "early", "failed", 60);
+    d.wait_state("early", "failed", 60);
     // Install it and reload.
     let inst = dir.join("plugins/my-cost-model");
     std::fs::create_dir_all(&inst).unwrap();
@@ -653,7 +488,7 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
     )
     .unwrap();
     d.signal("-HUP");
-    until(&d, Duration::from_secs(30), "the reload", || {
+    d.until(Duration::from_secs(30), "the reload", || {
         d.log().contains("config reloaded")
     });
     assert!(
@@ -663,7 +498,7 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
         d.log()
     );
     drop_spec(dir, "late.toml", &uses("late"));
-    wait_state(&d, dir, "late", "done", 60);
+    d.wait_state("late", "done", 60);
     // The slow search was not dropped by the reload.
     let j = jobs(dir);
     let slow = job_named(&j, "default-bert-large").unwrap();
@@ -676,25 +511,6 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
     d.wait(Duration::from_secs(10));
 }
 
-/// The metrics endpoint's address, from the daemon's log (it was asked for a free port).
-fn metrics_addr(d: &Daemon) -> String {
-    let mut log = String::new();
-    until(
-        d,
-        Duration::from_secs(30),
-        "the metrics URL in the log",
-        || {
-            log = d.log();
-            log.contains("metrics at http://")
-        },
-    );
-    log.split("metrics at http://")
-        .nth(1)
-        .and_then(|r| r.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no metrics URL in the log:\n{log}"))
-        .to_string()
-}
-
 /// The metric families of a scrape (`# TYPE name kind` lines), by name.
 fn families(scrape: &str) -> std::collections::BTreeMap<String, String> {
     scrape
@@ -705,14 +521,6 @@ fn families(scrape: &str) -> std::collections::BTreeMap<String, String> {
             Some((w.next()?.to_string(), w.next()?.to_string()))
         })
         .collect()
-}
-
-/// The value of the sample `series` (name and labels exactly as exported) in a scrape.
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Every `archplace_*` metric a PromQL expression reads (histogram series by family).
@@ -763,11 +571,12 @@ fn exprs_json(v: &serde_json::Value, out: &mut Vec<String>) {
 
 #[test]
 fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let d = Daemon::start_with(dir, &["--log-format", "json"]);
-    let addr = metrics_addr(&d);
-    until(&d, Duration::from_secs(30), "/readyz", || {
+    let addr = d.metrics_addr();
+    d.until(Duration::from_secs(30), "/readyz", || {
         http_get(&addr, "/readyz").contains("200 OK")
     });
     assert!(http_get(&addr, "/livez").contains("200 OK"));
@@ -777,7 +586,7 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
     let mut seen = std::collections::BTreeMap::new();
     let mut progress_seen = false;
     let mut last = String::new();
-    until(&d, Duration::from_secs(120), "the search to end", || {
+    d.until(Duration::from_secs(120), "the search to end", || {
         last = http_get(&addr, "/metrics");
         assert!(last.starts_with("HTTP/1.1 200") || last.starts_with("HTTP/1.0 200"));
         seen.extend(families(&last));
@@ -788,8 +597,7 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
     });
     assert!(progress_seen, "no progress series while the search ran");
     // (Metrics are refreshed every second.)
-    until(
-        &d,
+    d.until(
         Duration::from_secs(10),
         "the finished search in the metrics",
         || {
@@ -881,12 +689,9 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
 
     // Deleting the spec removes its result series.
     std::fs::remove_file(dir.join("specs/medium.toml")).unwrap();
-    until(
-        &d,
-        Duration::from_secs(30),
-        "the result series to go",
-        || !http_get(&addr, "/metrics").contains("archplace_result_throughput_samples_per_second{"),
-    );
+    d.until(Duration::from_secs(30), "the result series to go", || {
+        !http_get(&addr, "/metrics").contains("archplace_result_throughput_samples_per_second{")
+    });
 
     // The log: JSON lines, the search's span with the spec's name and hash.
     let log = d.log();
@@ -905,6 +710,7 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_daemon_exports() {
 
 #[test]
 fn every_dashboard_query_is_valid_promql() {
+    let _gate = crate::util::shared();
     // promtool parses PromQL only in rule files: each query becomes a recording rule, with
     // Grafana's variables replaced by what Grafana would put there. (JSON is YAML.)
     let dashboard: serde_json::Value = serde_json::from_str(
@@ -955,6 +761,7 @@ fn every_dashboard_query_is_valid_promql() {
 
 #[test]
 fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let config = dir.join("archplace.toml");
@@ -985,18 +792,18 @@ fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set()
         dir: dir.to_path_buf(),
     };
     // debug: the main loop's scans are logged.
-    until(&d, Duration::from_secs(30), "debug lines", || {
+    d.until(Duration::from_secs(30), "debug lines", || {
         d.log().contains("scanning the spec folder")
     });
     write_config("warn", 3);
     d.signal("-HUP");
-    until(&d, Duration::from_secs(30), "the reload's warning", || {
+    d.until(Duration::from_secs(30), "the reload's warning", || {
         d.log()
             .contains("`max_concurrent_searches` changed; it takes effect at the next start")
     });
     let mark = d.log().len();
     drop_spec(dir, "tiny.toml", TINY);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     let after = d.log()[mark..].to_string();
     assert!(
         !after.contains("INFO") && !after.contains("DEBUG"),
@@ -1006,19 +813,19 @@ fn the_configs_log_level_applies_at_start_and_on_sighup_unless_rust_log_is_set()
     d.wait(Duration::from_secs(10));
 }
 
-/// Issue 16, item 2: the daemon's own reading of the folder (each scan opens the folder
+/// The daemon's own reading of the folder (each scan opens the folder
 /// and the specs in it) is not a change. It used to count as one, so every scan caused the
 /// next: an idle daemon rescanned about ten times a second. Now an idle daemon scans only
 /// on its timers, and a real change still wakes it at once.
 #[test]
 fn an_idle_daemon_does_not_wake_itself() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     drop_spec(dir, "broken.toml", "this is not a spec");
     let d = Daemon::start(dir);
-    let addr = metrics_addr(&d);
-    until(
-        &d,
+    let addr = d.metrics_addr();
+    d.until(
         Duration::from_secs(30),
         "the broken spec in the log",
         || d.log().contains("broken.toml"),
@@ -1041,40 +848,18 @@ fn an_idle_daemon_does_not_wake_itself() {
     );
     // A real change still wakes it.
     drop_spec(dir, "other.toml", "neither is this");
-    until(
-        &d,
-        Duration::from_secs(10),
-        "a rescan for the new spec",
-        || changes() > before,
-    );
+    d.until(Duration::from_secs(10), "a rescan for the new spec", || {
+        changes() > before
+    });
 }
 
-/// A bare HTTP/1.0 GET; the whole response.
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// The status line and the whole answer of one request (HTTP/1.0, so the server closes).
-fn http_request(addr: &str, method: &str, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    (out.lines().next().unwrap_or_default().to_string(), out)
-}
-
-/// GET and HEAD only (issue 16: any method got 200).
+/// GET and HEAD only (any method once got 200).
 #[test]
 fn the_endpoint_answers_get_and_head_and_refuses_other_methods() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let d = Daemon::start(tmp.path());
-    let addr = metrics_addr(&d);
+    let addr = d.metrics_addr();
     let (status, _) = http_request(&addr, "GET", "/livez");
     assert!(status.contains("200"), "{status}");
     let (status, all) = http_request(&addr, "HEAD", "/metrics");
@@ -1095,22 +880,22 @@ fn the_endpoint_answers_get_and_head_and_refuses_other_methods() {
     assert!(status.contains("404"), "{status}");
 }
 
-/// Idle connections are closed and `accept` errors do not end the listener (issue 16: with
+/// Idle connections are closed and `accept` errors do not end the listener (once, with
 /// file descriptors exhausted by idle connections, one `accept` error stopped /livez and
 /// /metrics for good while the daemon ran on). 400 idle connections against a daemon
 /// allowed 128 open files: some cannot be accepted; once the idle ones time out, it answers.
 #[test]
 fn the_endpoint_survives_idle_connections_that_exhaust_file_descriptors() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let mut d = Daemon::start_with_open_files(tmp.path(), 128);
-    let addr = metrics_addr(&d);
+    let addr = d.metrics_addr();
     let (status, _) = http_request(&addr, "GET", "/livez");
     assert!(status.contains("200"), "{status}");
     let idle: Vec<std::net::TcpStream> = (0..400)
         .map(|_| std::net::TcpStream::connect(&addr).unwrap())
         .collect();
-    until(
-        &d,
+    d.until(
         Duration::from_secs(20),
         "an accept error in the log",
         || d.log().contains("cannot accept a connection"),
@@ -1133,15 +918,16 @@ fn the_endpoint_survives_idle_connections_that_exhaust_file_descriptors() {
     drop(idle);
 }
 
-/// A results folder deleted by hand is searched again at the next start (issue 16: never
+/// A results folder deleted by hand is searched again at the next start (it was once never
 /// regenerated); FIFOs and links out of the folder are skipped with a log line, once.
 #[test]
 fn deleted_results_are_regenerated_and_odd_files_are_reported() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     drop_spec(dir, "tiny.toml", TINY);
     let mut d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     d.signal("-TERM");
     d.wait(Duration::from_secs(10));
     std::fs::remove_dir_all(dir.join("results/e2e-tiny")).unwrap();
@@ -1156,12 +942,12 @@ fn deleted_results_are_regenerated_and_odd_files_are_reported() {
     std::fs::write(outside.path().join("x.toml"), TINY).unwrap();
     std::os::unix::fs::symlink(outside.path().join("x.toml"), dir.join("specs/out.toml")).unwrap();
     let d = Daemon::start(dir);
-    until(&d, Duration::from_secs(60), "the results again", || {
+    d.until(Duration::from_secs(60), "the results again", || {
         result_dirs(dir, "e2e-tiny")
             .iter()
             .any(|r| r.join("result.json").is_file())
     });
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     std::thread::sleep(Duration::from_millis(1500));
     let log = d.log();
     assert!(log.contains("its results are gone"), "{log}");
@@ -1199,6 +985,69 @@ fn assert_whole(dir: &Path, after_restart: bool) {
     }
 }
 
+/// The file-system steps of a job's life, from the daemon's log (the fault-injection hook
+/// logs each): 12 atomic writes of 4 steps each, 48 in all — the job record written when
+/// the spec is found, queued and started; `status.json` when the search starts and once a
+/// second while it runs (once on a fast machine; each further second adds 4 steps); the
+/// result files; `status.json` and the job record when it is done. Returns the number of
+/// steps, after checking they are exactly these.
+fn job_steps(log: &str) -> u32 {
+    let steps: Vec<(&str, &str)> = log
+        .lines()
+        .filter(|l| l.contains("fault injection: step"))
+        .map(|l| {
+            let what = l.split("what=\"").nth(1).and_then(|w| w.split('"').next());
+            let path = l.split("path=").nth(1).map(str::trim);
+            (what.unwrap_or_default(), path.unwrap_or_default())
+        })
+        .collect();
+    let phases = [
+        "created the temporary file",
+        "wrote the temporary file",
+        "synced the temporary file",
+        "renamed it into place",
+    ];
+    let mut files: Vec<&str> = Vec::new();
+    for (i, write) in steps.chunks(4).enumerate() {
+        let whats: Vec<&str> = write.iter().map(|s| s.0).collect();
+        assert_eq!(whats, phases, "write {i} of {steps:?}");
+        let path = write[0].1;
+        assert!(write.iter().all(|s| s.1 == path), "{write:?}");
+        files.push(if path.contains("/jobs/") {
+            "job record"
+        } else {
+            path.rsplit('/').next().unwrap_or_default()
+        });
+    }
+    // The progress writes after the first depend on the machine's speed.
+    let mut shown: Vec<&str> = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        if !(*f == "status.json" && i >= 5 && files[i - 1] == "status.json") {
+            shown.push(f);
+        }
+    }
+    expect_test::expect![[r#"
+        [
+            "job record",
+            "job record",
+            "job record",
+            "status.json",
+            "status.json",
+            "explored.jsonl",
+            "spec.json",
+            "pareto.svg",
+            "placement.svg",
+            "result.json",
+            "status.json",
+            "job record",
+        ]
+    "#]]
+    .assert_debug_eq(&shown);
+    let progress = files.len() - shown.len();
+    assert_eq!(steps.len(), 48 + 4 * progress, "{files:?}");
+    steps.len() as u32
+}
+
 /// Fault injection: the daemon is killed (aborted, as kill -9) at each file-system step of a
 /// job's life in turn — every temporary file created, written, synced and renamed, for the
 /// job records, `status.json`, `explored.jsonl`, the plots and `result.json` — then
@@ -1207,6 +1056,7 @@ fn assert_whole(dir: &Path, after_restart: bool) {
 /// searched again.
 #[test]
 fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
+    let _gate = crate::util::shared();
     let mut step = 1u32;
     loop {
         let tmp = folder();
@@ -1236,8 +1086,10 @@ fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
             std::thread::sleep(Duration::from_millis(10));
         };
         if !aborted {
-            // Every step of the job's life has been a kill point.
-            assert!(step > 20, "only {step} steps: {}", d.log());
+            // Every step of the job's life has been a kill point: this run, which none
+            // stopped, had no more steps than the kills before it reached.
+            let steps = job_steps(&d.log());
+            assert!(steps < step, "{steps} steps, killed at {}", step - 1);
             eprintln!("killed and restarted at each of {} steps", step - 1);
             break;
         }
@@ -1249,8 +1101,8 @@ fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
         std::fs::rename(dir.join("daemon.log"), dir.join("killed.log")).unwrap();
         let mut d = Daemon::start(dir);
         // Up (and past its start-up clean-up) before the job's state is believed.
-        metrics_addr(&d);
-        wait_state(&d, dir, "e2e-tiny", "done", 60);
+        d.metrics_addr();
+        d.wait_state("e2e-tiny", "done", 60);
         d.signal("-TERM");
         let (code, _) = d.wait(Duration::from_secs(10));
         assert_eq!(code, Some(0), "step {step}: {}", d.log());
@@ -1277,24 +1129,23 @@ fn a_kill_at_every_file_system_step_loses_nothing_and_searches_nothing_twice() {
 }
 
 /// A spec renamed while it is searched: the search goes on, and its job record,
-/// `status.json` and metrics follow the new name (issue 16: the old name stayed).
+/// `status.json` and metrics follow the new name (the old name once stayed).
 #[test]
 fn renaming_a_spec_during_its_search_moves_its_labels_and_paths() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let d = Daemon::start(dir);
-    let addr = metrics_addr(&d);
-    drop_spec(dir, "before.toml", &slow_spec());
-    wait_state(&d, dir, "default-bert-large", "running", 60);
-    until(
-        &d,
+    let addr = d.metrics_addr();
+    drop_spec(dir, "before.toml", &default_spec());
+    d.wait_state("default-bert-large", "running", 60);
+    d.until(
         Duration::from_secs(60),
         "progress under the old name",
         || http_get(&addr, "/metrics").contains("file=\"before.toml\""),
     );
     std::fs::rename(dir.join("specs/before.toml"), dir.join("specs/after.toml")).unwrap();
-    until(
-        &d,
+    d.until(
         Duration::from_secs(60),
         "the metrics to follow the rename",
         || {
@@ -1307,24 +1158,24 @@ fn renaming_a_spec_during_its_search_moves_its_labels_and_paths() {
     let job = job_named(&j, "default-bert-large").unwrap();
     assert_eq!(job["state"], "running", "the search goes on: {job}");
     assert_eq!(job["file"], "specs/after.toml", "{job}");
-    until(&d, Duration::from_secs(30), "status.json to follow", || {
+    d.until(Duration::from_secs(30), "status.json to follow", || {
         std::fs::read_to_string(result_dirs(dir, "default-bert-large")[0].join("status.json"))
             .is_ok_and(|t| t.contains("specs/after.toml"))
     });
     assert!(d.log().contains("the spec was renamed"), "{}", d.log());
 }
 
-/// JSON log lines are objects with each key once (issue 16: "search ended" repeated the
+/// JSON log lines are objects with each key once ("search ended" once repeated the
 /// `message` key, which log shippers reject or silently overwrite).
 #[test]
 fn json_log_lines_have_each_key_once() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let d = Daemon::start_env(dir, &["--log-format", "json"], &[]);
     drop_spec(dir, "tiny.toml", TINY);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
-    until(
-        &d,
+    d.wait_state("e2e-tiny", "done", 60);
+    d.until(
         Duration::from_secs(10),
         "the search's end in the log",
         || d.log().contains("search ended"),
@@ -1362,21 +1213,22 @@ fn set_job_state(dir: &Path, name: &str, state: &str) {
     panic!("no job record for {name}");
 }
 
-/// A kill after the results were written but before the job record said so (issue 16: the
-/// whole spec was searched again): the restart finds the complete results and records the
+/// A kill after the results were written but before the job record said so (the whole spec
+/// was once searched again): the restart finds the complete results and records the
 /// job as done without searching.
 #[test]
 fn a_kill_between_the_results_and_the_job_record_does_not_search_again() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     drop_spec(dir, "tiny.toml", TINY);
     let mut d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     d.signal("-KILL");
     d.wait(Duration::from_secs(5));
     set_job_state(dir, "e2e-tiny", "running");
     let d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     std::thread::sleep(Duration::from_millis(500));
     let log = d.log();
     assert!(log.contains("recorded as done"), "{log}");
@@ -1389,12 +1241,13 @@ fn a_kill_between_the_results_and_the_job_record_does_not_search_again() {
 /// a message, instead of killing every restart under systemd's Restart=on-failure.
 #[test]
 fn a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
-    drop_spec(dir, "slow.toml", &slow_spec());
+    drop_spec(dir, "slow.toml", &default_spec());
     for start in 1..=3 {
         let mut d = Daemon::start(dir);
-        until(&d, Duration::from_secs(60), "the search to start", || {
+        d.until(Duration::from_secs(60), "the search to start", || {
             job_named(&jobs(dir), "default-bert-large")
                 .is_some_and(|j| j["state"] == "running" && j["attempts"] == start)
         });
@@ -1402,7 +1255,7 @@ fn a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts() {
         d.wait(Duration::from_secs(5));
     }
     let d = Daemon::start(dir);
-    wait_state(&d, dir, "default-bert-large", "failed", 60);
+    d.wait_state("default-bert-large", "failed", 60);
     let j = jobs(dir);
     let job = job_named(&j, "default-bert-large").unwrap();
     assert_eq!(job["attempts"], 3);
@@ -1416,18 +1269,19 @@ fn a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts() {
 
 #[test]
 fn a_corrupt_state_is_reported_and_rebuilt_from_the_folders() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     drop_spec(dir, "tiny.toml", TINY);
     let mut d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     d.signal("-TERM");
     d.wait(Duration::from_secs(10));
     for e in std::fs::read_dir(dir.join(".archplace-state/jobs")).unwrap() {
         std::fs::write(e.unwrap().path(), b"\0garbage").unwrap();
     }
     let d = Daemon::start(dir);
-    wait_state(&d, dir, "e2e-tiny", "done", 60);
+    d.wait_state("e2e-tiny", "done", 60);
     let log = d.log();
     assert!(log.contains("corrupt job record"), "{log}");
     assert!(!log.contains("search started"), "searched again:\n{log}");
@@ -1435,6 +1289,7 @@ fn a_corrupt_state_is_reported_and_rebuilt_from_the_folders() {
 
 #[test]
 fn systemd_hears_ready_status_watchdog_and_stopping() {
+    let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
     let socket_path = dir.join("notify.sock");
@@ -1442,7 +1297,7 @@ fn systemd_hears_ready_status_watchdog_and_stopping() {
     socket
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    drop_spec(dir, "slow.toml", &slow_spec());
+    drop_spec(dir, "slow.toml", &default_spec());
     let mut d = Daemon::start_env(dir, &[], &[("NOTIFY_SOCKET", &socket_path)]);
     let mut heard = String::new();
     let mut buf = [0u8; 4096];

@@ -1,30 +1,18 @@
 //! Determinism: with the solver bounded by work (branch-and-bound nodes, the default), not
 //! by the clock, a search's result depends only on the spec, the cost models and
-//! archplace's version — not on the load, the thread count or the time it took (issue 16:
-//! four runs of the default spec gave four results). The default spec is searched on one
+//! archplace's version — not on the load, the thread count or the time it took (four runs
+//! of the default spec once gave four results). The default spec is searched on one
 //! thread, on two, and on two while busy processes compete for both cores; the results must
 //! be identical byte for byte, but for the timings and work counters (how long it took and
 //! how much was cached describe the run, not the search).
 //!
 //! Its own test binary: the load it makes must not disturb other tests' timings.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use crate::util::*;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn archplace() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
-    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-        .env("XDG_DATA_HOME", root().join("target/test-data"))
-        .env_remove("ARCHPLACE_PLUGIN_DIRS");
-    c
-}
-
-/// The embedded default spec, as is: the spec issue 16 saw give four results in four runs
+/// The embedded default spec, as is: the spec that once gave four results in four runs
 /// under the old wall-clock limit.
 fn spec() -> String {
     std::fs::read_to_string(root().join("spec/src/default.toml")).unwrap()
@@ -90,6 +78,7 @@ impl Drop for Load {
 
 #[test]
 fn the_same_spec_gives_the_same_result_under_any_load_and_thread_count() {
+    let _gate = crate::util::alone();
     let tmp = tempfile::tempdir().unwrap();
     let spec_path = tmp.path().join("default.toml");
     std::fs::write(&spec_path, spec()).unwrap();

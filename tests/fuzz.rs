@@ -3,22 +3,19 @@
 //! panic, never a hang.
 //!
 //! Seeds are the real inputs (every example spec, the error fixtures, the daemon config, the
-//! reference-format fixtures); mutations are the kinds an attacker's probe used (issue 16):
+//! reference-format fixtures); mutations are the kinds an attacker's probe used:
 //! truncation, byte flips, numbers replaced by huge or odd values, deep nesting, lines
 //! deleted, duplicated or spliced from another seed. Each property runs a fixed number of
 //! cases from a fixed seed, so CI's run is bounded (a few seconds each) and reproducible;
 //! a failure is shrunk to a minimal mutation list and printed.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use archplace_engine::phaze;
+use crate::util::root;
+use archplace_engine::options::ScheduleOptions;
+use archplace_engine::{phaze, schedule};
 use archplace_service::config::DaemonConfig;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, RngSeed};
 use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// The files of `dir` (relative to the repository) ending in `ext`, sorted, as bytes.
 fn seeds(dir: &str, ext: &str, skip: &str) -> Vec<Vec<u8>> {
@@ -244,7 +241,9 @@ proptest! {
     #![proptest_config(config(600))]
 
     /// The reference's placement format: an input, a checked problem and a solution, or a
-    /// located error. (Fewer cases: each solves a placement.)
+    /// located error. A solution places every layer of its width once, in stages of 1 or
+    /// `t` devices, within the devices, at a positive finite time per batch; an answer
+    /// without a placement says why. (Fewer cases: each solves a placement.)
     #[test]
     fn reference_placement_inputs_solve_or_report_errors(
         seed in any::<prop::sample::Index>(),
@@ -255,15 +254,48 @@ proptest! {
         let Ok(text) = String::from_utf8(bytes) else {
             return Ok(());
         };
-        let Ok(input) = phaze::parse(&text) else {
+        let input = match phaze::parse(&text) {
+            Ok(input) => input,
+            Err(e) => {
+                prop_assert!(!e.message.is_empty(), "an error without a message: {e:?}");
+                return Ok(());
+            }
+        };
+        let problem = match phaze::problem(&input) {
+            Ok(p) => p,
+            Err(e) => {
+                prop_assert!(!e.location.is_empty() && !e.message.is_empty(), "{e:?}");
+                return Ok(());
+            }
+        };
+        let Ok(out) = phaze::solve(&problem) else {
+            return Ok(()); // the program's own limits, reported by its error
+        };
+        let Some(time) = out.final_time_per_batch else {
+            prop_assert!(out.stages.is_empty() && !out.messages.is_empty(), "{out:?}");
             return Ok(());
         };
-        if let Ok(problem) = phaze::problem(&input) {
-            let _ = phaze::solve(&problem);
+        prop_assert!(time.is_finite() && time > 0.0, "time per batch {time}");
+        let t = out.tensor_parallel_degree.unwrap_or(0);
+        let d = out.data_parallel_degree.unwrap_or(0);
+        let chain = problem.chains.iter().find(|c| c.width == t);
+        prop_assert!(chain.is_some(), "width {t} is not one of the input's");
+        let layers: Vec<i64> = chain.map(|c| c.layers.iter().map(|l| l.id).collect()).unwrap_or_default();
+        let placed: Vec<i64> = out.stages.iter().flat_map(|s| s.nodes.iter().copied()).collect();
+        let mut sorted = placed.clone();
+        sorted.sort_unstable();
+        let mut expected = layers.clone();
+        expected.sort_unstable();
+        prop_assert_eq!(sorted, expected, "every layer placed once");
+        let devices: u64 = out.stages.iter().map(|s| s.devices_for_stage).sum::<u64>() * d;
+        prop_assert!(devices >= 1 && devices <= problem.settings.devices, "{devices} devices");
+        for s in &out.stages {
+            prop_assert!(s.devices_for_stage == 1 || s.devices_for_stage == t, "{s:?}");
         }
     }
 
-    /// The reference's layer-schedule format: an instance, or a located error.
+    /// The reference's layer-schedule format: an instance, or a located error; an instance
+    /// has a schedule the checker accepts, within its bounds, or a solver error.
     #[test]
     fn reference_schedule_inputs_load_or_report_errors(
         seed in any::<prop::sample::Index>(),
@@ -274,8 +306,31 @@ proptest! {
         let Ok(text) = String::from_utf8(bytes) else {
             return Ok(());
         };
-        if let Ok(input) = phaze::schedule::parse(&text) {
-            let _ = phaze::schedule::instance(&input);
+        let input = match phaze::schedule::parse(&text) {
+            Ok(input) => input,
+            Err(e) => {
+                prop_assert!(!e.message.is_empty(), "{e:?}");
+                return Ok(());
+            }
+        };
+        let instance = match phaze::schedule::instance(&input) {
+            Ok(i) => i,
+            Err(e) => {
+                prop_assert!(!e.location.is_empty() && !e.message.is_empty(), "{e:?}");
+                return Ok(());
+            }
+        };
+        let options = ScheduleOptions {
+            node_limit: 50,
+            heuristic_only: true,
+            ..ScheduleOptions::default()
+        };
+        match schedule::solve(&instance, &options) {
+            Ok(s) => {
+                prop_assert!(schedule::check(&instance, &s.placements).is_ok(), "{:?}", schedule::check(&instance, &s.placements));
+                prop_assert!(s.makespan.is_finite() && s.lower_bound <= s.makespan * (1.0 + 1e-9), "{} < {}", s.makespan, s.lower_bound);
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
         }
     }
 }

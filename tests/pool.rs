@@ -7,260 +7,11 @@
 //! setup` installs it) on a free loopback port with its store in a temporary folder. The
 //! tests run one at a time (each starts several daemons; on a 2-core machine they would
 //! only slow each other down).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::util::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// 128 chips of an 8-layer model (126 fit): about 10 s on one thread of a debug build;
-/// every layer schedule bounded by a node limit, so each candidate's result is the same on
-/// every machine and in every run.
-fn spec(name: &str, exhaustive: bool) -> String {
-    let s = include_str!("fixtures/tiny.toml")
-        .replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""))
-        .replace("layers = 2", "layers = 8")
-        .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
-        .replace("vector_cores = [1]", "vector_cores = [1, 2]")
-        .replace("width = [16]", "width = [16, 32, 64, 128]")
-        .replace("depth = [16]", "depth = [16, 32, 64, 128]")
-        .replace(
-            "schedule_time_limit_seconds = 0.05",
-            "schedule_time_limit_seconds = 60\nschedule_node_limit = 200",
-        );
-    if exhaustive {
-        s
-    } else {
-        s.replace(
-            "exhaustive = true",
-            "exhaustive = false\nconvergence_window = 2",
-        )
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A `nats-server -js` of the test's own: loopback, a free port, its store in `dir`.
-struct Nats {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Nats {
-    fn start(dir: &Path) -> Nats {
-        Self::start_on(dir, free_port())
-    }
-
-    fn start_on(dir: &Path, port: u16) -> Nats {
-        let store = dir.join("nats");
-        std::fs::create_dir_all(&store).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("nats.log"))
-            .unwrap();
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&store)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("nats-server (Debian package nats-server; scripts/setup installs it)");
-        let t = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "nats-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Nats {
-            child,
-            port,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Stops the server (SIGTERM: JetStream's files are flushed) and starts it again on the
-    /// same port and store.
-    fn restart(&mut self, down: Duration) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-        std::thread::sleep(down);
-        let again = Nats::start_on(&self.dir, self.port);
-        let old = std::mem::replace(self, again);
-        std::mem::forget(old);
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A daemon of the pool in its own folder (`specs/`, `results/`, state, log), with the
-/// test's pool settings: short ack wait, one thread.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Daemon {
-    fn start(dir: &Path, nats: &str, name: &str, pool: &str) -> Daemon {
-        std::fs::create_dir_all(dir.join("specs")).unwrap();
-        std::fs::create_dir_all(dir.join("plugins")).unwrap();
-        std::fs::write(
-            dir.join("archplace.toml"),
-            format!(
-                "threads_per_search = 1\nsettle_seconds = 0.2\n[pool]\nname = \"{name}\"\nworker_threads = 1\nack_wait_seconds = 3\nconnect_timeout_seconds = 20\n{pool}\n"
-            ),
-        )
-        .unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("daemon.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_archplace"))
-            .args([
-                "daemon",
-                "--config",
-                "archplace.toml",
-                "--listen",
-                "127.0.0.1:0",
-                "--nats",
-                nats,
-            ])
-            .current_dir(dir)
-            .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-            .env(
-                "ARCHPLACE_PLUGIN_DIRS",
-                std::env::join_paths([root().join("target/plugins"), dir.join("plugins")]).unwrap(),
-            )
-            .env("RUST_LOG", "info,highs=error")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            child,
-            dir: dir.to_path_buf(),
-        };
-        d.until(Duration::from_secs(30), "joined the pool", || {
-            d.log().contains("working for the pool") || d.log().contains("joined the pool")
-        });
-        d
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
-    }
-
-    fn kill_9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn until(&self, limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-        let t = Instant::now();
-        while !cond() {
-            assert!(
-                t.elapsed() < limit,
-                "timed out waiting for {what}\n--- {} log:\n{}",
-                self.dir.display(),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn drop_spec(&self, name: &str, text: &str) {
-        let tmp = self.dir.join("specs").join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.dir.join("specs").join(name)).unwrap();
-    }
-
-    /// The result folder of spec `name` (once it exists).
-    fn result_dir(&self, name: &str) -> Option<PathBuf> {
-        let rd = std::fs::read_dir(self.dir.join("results").join(name)).ok()?;
-        rd.filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.is_dir())
-    }
-
-    fn file(&self, name: &str, file: &str) -> Option<serde_json::Value> {
-        let p = self.result_dir(name)?.join(file);
-        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
-    }
-
-    fn wait_file(&self, name: &str, file: &str, seconds: u64) -> serde_json::Value {
-        let mut v = None;
-        self.until(Duration::from_secs(seconds), file, || {
-            v = self.file(name, file);
-            v.is_some()
-        });
-        v.unwrap()
-    }
-
-    fn metrics(&self) -> String {
-        let log = self.log();
-        let addr = log
-            .split("metrics at http://")
-            .nth(1)
-            .and_then(|r| r.split("/metrics").next())
-            .unwrap()
-            .to_string();
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    }
-
-    fn metric(&self, series: &str) -> f64 {
-        self.metrics()
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0)
-    }
-
-    /// Items answered so far by the search `name` this daemon coordinates (`status.json`).
-    fn answered(&self, name: &str) -> u64 {
-        self.file(name, "status.json")
-            .and_then(|s| s["pool"]["items_answered"].as_u64())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The single-machine result of `text` (`archplace run`), in `dir`.
 fn single(dir: &Path, text: &str) -> PathBuf {
@@ -282,24 +33,10 @@ fn single(dir: &Path, text: &str) -> PathBuf {
     out
 }
 
-/// A result without what describes the run rather than the search.
-fn comparable(mut doc: serde_json::Value) -> serde_json::Value {
-    let o = doc.as_object_mut().unwrap();
-    o.remove("timings");
-    o.remove("work");
-    o["search"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resumed_candidates");
-    doc
-}
-
 /// The pooled result in `pooled` is the single-machine one in `single`: `result.json` but
 /// for timings and work, `explored.jsonl` byte for byte.
 fn assert_same(single: &Path, pooled: &Path) {
-    let read = |d: &Path| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(d.join("result.json")).unwrap()).unwrap()
-    };
+    let read = |d: &Path| read_json(&d.join("result.json"));
     let (a, b) = (read(single), read(pooled));
     assert_eq!(comparable(a), comparable(b));
     let (a, b) = (
@@ -309,27 +46,20 @@ fn assert_same(single: &Path, pooled: &Path) {
     assert!(a == b, "explored.jsonl differs");
 }
 
-fn folder() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("archplace-pool-")
-        .tempdir()
-        .unwrap()
-}
-
 /// Three daemons, an exhaustive search dropped into one of them, a worker killed (-9)
 /// while it holds an item: the item is redelivered after the ack wait and the result is
 /// the single-machine one.
 #[test]
 fn a_pool_of_three_with_a_worker_killed_gives_the_single_machine_result() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = spec("pooled", true);
+    let text = eight_layers("pooled", true);
     let reference = single(t, &text);
     let nats = Nats::start(t);
-    let a = Daemon::start(&t.join("a"), &nats.url(), "a", "");
-    let b = Daemon::start(&t.join("b"), &nats.url(), "b", "");
-    let mut c = Daemon::start(&t.join("c"), &nats.url(), "c", "");
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "");
+    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
+    let mut c = Daemon::pooled(&t.join("c"), &nats.url(), "c", "");
     a.drop_spec("pooled.toml", &text);
     a.until(Duration::from_secs(120), "items answered", || {
         a.answered("pooled") >= 4
@@ -360,15 +90,15 @@ fn a_pool_of_three_with_a_worker_killed_gives_the_single_machine_result() {
 /// point is counted and at most the look-ahead.
 #[test]
 fn a_converging_pooled_search_gives_the_same_result_and_bounds_its_speculation() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = spec("converging", false);
+    let text = eight_layers("converging", false);
     let reference = single(t, &text);
     let nats = Nats::start(t);
     let pool = "look_ahead_items = 3\nitem_candidates = 2";
-    let a = Daemon::start(&t.join("a"), &nats.url(), "a", pool);
-    let _b = Daemon::start(&t.join("b"), &nats.url(), "b", pool);
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", pool);
+    let _b = Daemon::pooled(&t.join("b"), &nats.url(), "b", pool);
     a.drop_spec("converging.toml", &text);
     let result = a.wait_file("converging", "result.json", 300);
     assert_same(&reference, &a.result_dir("converging").unwrap());
@@ -392,22 +122,22 @@ fn a_converging_pooled_search_gives_the_same_result_and_bounds_its_speculation()
 /// single-machine one.
 #[test]
 fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = spec("resumed", true);
+    let text = eight_layers("resumed", true);
     let reference = single(t, &text);
     let nats = Nats::start(t);
-    let mut a = Daemon::start(&t.join("a"), &nats.url(), "a", "work = false");
-    let b = Daemon::start(&t.join("b"), &nats.url(), "b", "");
-    let c = Daemon::start(&t.join("c"), &nats.url(), "c", "");
+    let mut a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
+    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
+    let c = Daemon::pooled(&t.join("c"), &nats.url(), "c", "");
     a.drop_spec("resumed.toml", &text);
     a.until(Duration::from_secs(120), "items answered", || {
         a.answered("resumed") >= 6
     });
     a.kill_9();
     std::thread::sleep(Duration::from_secs(1));
-    let a = Daemon::start(&t.join("a"), &nats.url(), "a", "work = false");
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
     let result = a.wait_file("resumed", "result.json", 300);
     assert_same(&reference, &a.result_dir("resumed").unwrap());
     let total = result["work"]["pool"]["items_total"].as_f64().unwrap();
@@ -426,14 +156,14 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
 /// one.
 #[test]
 fn the_pool_survives_a_nats_restart() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = spec("restarted", true);
+    let text = eight_layers("restarted", true);
     let reference = single(t, &text);
     let mut nats = Nats::start(t);
-    let a = Daemon::start(&t.join("a"), &nats.url(), "a", "");
-    let _b = Daemon::start(&t.join("b"), &nats.url(), "b", "");
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "");
+    let _b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
     a.drop_spec("restarted.toml", &text);
     a.until(Duration::from_secs(120), "items answered", || {
         a.answered("restarted") >= 4
@@ -448,7 +178,7 @@ fn the_pool_survives_a_nats_restart() {
 /// fetched the component from the pool's object store, by hash.
 #[test]
 fn a_worker_whose_plugin_faults_fails_the_search_with_the_reason() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
     let inst = t.join("a/plugins/trap");
@@ -464,8 +194,8 @@ fn a_worker_whose_plugin_faults_fails_the_search_with_the_reason() {
     )
     .unwrap();
     let nats = Nats::start(t);
-    let a = Daemon::start(&t.join("a"), &nats.url(), "a", "work = false");
-    let b = Daemon::start(&t.join("b"), &nats.url(), "b", "");
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
+    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
     let text = include_str!("fixtures/tiny.toml")
         .replace("name = \"e2e-tiny\"", "name = \"hostile\"")
         + "\n[cost_model]\nlatency = \"hostile-trap\"\n";
@@ -491,13 +221,13 @@ fn a_worker_whose_plugin_faults_fails_the_search_with_the_reason() {
 /// Deleting the spec during a pooled search stops it on every worker within seconds.
 #[test]
 fn deleting_the_spec_cancels_the_search_on_every_worker_within_seconds() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
     let nats = Nats::start(t);
-    let a = Daemon::start(&t.join("a"), &nats.url(), "a", "");
-    let b = Daemon::start(&t.join("b"), &nats.url(), "b", "");
-    let c = Daemon::start(&t.join("c"), &nats.url(), "c", "");
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "");
+    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
+    let c = Daemon::pooled(&t.join("c"), &nats.url(), "c", "");
     // The embedded default spec: minutes of work in a debug build.
     let text = std::fs::read_to_string(root().join("spec/src/default.toml")).unwrap();
     a.drop_spec("slow.toml", &text);
@@ -529,19 +259,19 @@ fn deleting_the_spec_cancels_the_search_on_every_worker_within_seconds() {
 /// worker goes on taking items.
 #[test]
 fn an_item_no_worker_finishes_fails_the_search_after_max_deliveries() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
     let nats = Nats::start(t);
     // The first daemon creates the workers' consumer: its limits are the pool's.
-    let a = Daemon::start(
+    let a = Daemon::pooled(
         &t.join("a"),
         &nats.url(),
         "a",
         "work = false\nmax_deliveries = 1",
     );
-    let b = Daemon::start(&t.join("b"), &nats.url(), "b", "max_deliveries = 1");
-    a.drop_spec("stuck.toml", &spec("stuck", true));
+    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "max_deliveries = 1");
+    a.drop_spec("stuck.toml", &eight_layers("stuck", true));
     b.until(Duration::from_secs(60), "b busy", || {
         b.metric("archplace_pool_worker_busy") == 1.0
     });
@@ -555,7 +285,7 @@ fn an_item_no_worker_finishes_fails_the_search_after_max_deliveries() {
     );
     // JetStream notices an item has used its deliveries when a worker asks for the next
     // one: a worker that keeps asking.
-    let _c = Daemon::start(&t.join("c"), &nats.url(), "c", "max_deliveries = 1");
+    let _c = Daemon::pooled(&t.join("c"), &nats.url(), "c", "max_deliveries = 1");
     let error = a.wait_file("stuck", "error.json", 60).to_string();
     let _ = Command::new("kill").args(["-CONT", &pid]).status();
     assert!(

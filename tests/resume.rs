@@ -7,57 +7,11 @@
 //! machine. The time is still printed.)
 //!
 //! Its own test binary, so that no other test competes for the CPU while it runs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use crate::util::*;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn archplace() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
-    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-        .env("XDG_DATA_HOME", root().join("target/test-data"))
-        .env_remove("ARCHPLACE_PLUGIN_DIRS");
-    c
-}
-
-/// 128 chips of an 8-layer model (enough work that the process's start and the plugin's
-/// load are a small part of a run), every layer schedule bounded by a node limit (not a
-/// clock), so each candidate's result is the same in every run.
-fn spec() -> String {
-    include_str!("fixtures/tiny.toml")
-        .replace("name = \"e2e-tiny\"", "name = \"resume\"")
-        .replace("layers = 2", "layers = 8")
-        .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
-        .replace("vector_cores = [1]", "vector_cores = [1, 2]")
-        .replace("width = [16]", "width = [16, 32, 64, 128]")
-        .replace("depth = [16]", "depth = [16, 32, 64, 128]")
-        .replace(
-            "schedule_time_limit_seconds = 0.05",
-            "schedule_time_limit_seconds = 60\nschedule_node_limit = 200",
-        )
-}
-
-fn result(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap()
-}
-
-/// The result without what describes the run rather than the search: timings, work
-/// counters, candidates resumed.
-fn comparable(mut doc: serde_json::Value) -> serde_json::Value {
-    let o = doc.as_object_mut().unwrap();
-    o.remove("timings");
-    o.remove("work");
-    o["search"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resumed_candidates");
-    doc
-}
 
 /// Candidates in the journal of `dir` (its lines after the header).
 fn journaled(dir: &Path) -> usize {
@@ -91,9 +45,10 @@ fn run_until(spec: &Path, out: &Path, at_least: usize) -> std::process::Child {
 
 #[test]
 fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
+    let _gate = crate::util::shared();
     let tmp = tempfile::tempdir().unwrap();
     let spec_path = tmp.path().join("resume.toml");
-    std::fs::write(&spec_path, spec()).unwrap();
+    std::fs::write(&spec_path, eight_layers("resume", true)).unwrap();
     let (whole, killed, stopped) = (
         tmp.path().join("whole"),
         tmp.path().join("killed"),
@@ -111,7 +66,7 @@ fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let full_wall = t.elapsed();
-    let full = result(&whole);
+    let full = read_json(&whole.join("result.json"));
     let n = full["search"]["candidates_in_space"].as_u64().unwrap() as usize;
     assert_eq!(
         full["search"]["candidates_evaluated"].as_u64().unwrap() as usize,
@@ -138,7 +93,7 @@ fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rest_wall = t.elapsed();
-    let resumed = result(&killed);
+    let resumed = read_json(&killed.join("result.json"));
     let reused = resumed["search"]["resumed_candidates"].as_u64().unwrap() as usize;
     assert!(reused > 0 && reused < n, "{reused} of {n}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("resumed from the journal"));
@@ -185,7 +140,7 @@ fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(err.contains("the result is partial"), "{err}");
-    let partial = result(&stopped);
+    let partial = read_json(&stopped.join("result.json"));
     assert_eq!(partial["search"]["cancelled"], true);
     let evaluated = partial["search"]["candidates_evaluated"].as_u64().unwrap() as usize;
     assert!((3..n).contains(&evaluated), "{evaluated}");
@@ -199,7 +154,7 @@ fn an_interrupted_search_resumes_from_its_journal_with_the_identical_result() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let completed = result(&stopped);
+    let completed = read_json(&stopped.join("result.json"));
     assert!(completed["search"]["resumed_candidates"].as_u64().unwrap() as usize >= evaluated);
     assert_eq!(comparable(completed), comparable(full));
 }

@@ -9,16 +9,11 @@
 //! (`seccompiler`), installs it in the child between fork and exec, and requires the
 //! commands to succeed. Names this seccompiler does not know (syscalls newer than its table)
 //! are left out, which makes the filter stricter than systemd's, never looser.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::util::root;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Every group `systemd-analyze syscall-filter` prints, with its members (syscalls and
 /// `@groups`).
@@ -118,6 +113,7 @@ fn filtered(program: &seccompiler::BpfProgram) -> Command {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn a_search_and_the_daemon_run_under_the_units_system_call_filter() {
+    let _gate = crate::util::shared();
     let program = program();
     let tmp = tempfile::tempdir().unwrap();
     // A fresh compiled-plugin cache: wasmtime compiles the plugin under the filter too.

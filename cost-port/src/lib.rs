@@ -4,7 +4,7 @@
 //! [`CostModelSource`] turns it into [`CostModels`]: the SDK's [`AreaModel`] and
 //! [`LatencyModel`] trait objects, which are all the engine ever sees, and where each came
 //! from. The plugin host (`archplace-plugin-host`) is the source everywhere archplace runs
-//! for real; tests and benchmarks may use another ([`NativeModels`], feature `native`: the
+//! for real; tests and benchmarks may use another (`NativeModels`, feature `native`: the
 //! reference model linked natively). The spec language and the runner name only this
 //! crate, so neither needs wasmtime.
 

@@ -7,10 +7,11 @@
 // Benchmarks read the fixture files (tests as data); the engine itself never does.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-use archplace_engine::estimate::{OpSet, estimate_all};
 use archplace_engine::model::{BuildOptions, PRESETS, build, preset};
+use archplace_engine::operators::{OpSet, estimate_all};
+use archplace_engine::options::ScheduleOptions;
 use archplace_engine::phaze;
-use archplace_engine::schedule::{Instance, Method, Options, solve};
+use archplace_engine::schedule::{Instance, Method, solve};
 use archplace_engine::space::{REFERENCE_CONFIG, SpaceSpec, enumerate};
 use archplace_reference_cost::ReferenceModel;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
@@ -98,7 +99,7 @@ fn fixture_instances() -> Vec<Instance> {
 fn schedule(c: &mut Criterion) {
     let instances = fixture_instances();
     assert_eq!(instances.len(), 12, "the twelve reference fixtures");
-    let opts = Options::default();
+    let opts = ScheduleOptions::default();
     let mut g = c.benchmark_group("schedule");
     g.sample_size(20);
     g.bench_function("fixtures-sum", |b| {
@@ -120,7 +121,7 @@ fn schedule(c: &mut Criterion) {
             ("backward", &graphs.block.backward),
         ] {
             // The reference's semantics: this measures the solver on its own instances.
-            let inst = archplace_engine::layer::instance(
+            let inst = archplace_engine::operators::instance(
                 graph,
                 &REFERENCE_CONFIG,
                 archplace_engine::execution::Execution::DATAFLOW,
@@ -231,7 +232,8 @@ fn placement_hbm(c: &mut Criterion) {
 /// One training step of GPT-3 175B (t = 8, p = 16, d = 8, full recomputation) on the
 /// reference chip, explained: the work of `archplace estimate` in-process.
 fn step(c: &mut Criterion) {
-    use archplace_engine::step::{Network, StepInput, StepPlan, Tier, estimate_step};
+    use archplace_engine::network::{Network, Tier};
+    use archplace_engine::step::{StepInput, StepPlan, estimate_step};
     use archplace_engine::training::{Optimizer, Precision, Recomputation};
     let input = StepInput {
         model: preset("gpt3-175b").expect("preset"),
@@ -263,9 +265,9 @@ fn step(c: &mut Criterion) {
             },
         },
         peak_flops_per_second: None,
-        schedule: Options {
-            node_limit: archplace_engine::schedule::DEFAULT_NODE_LIMIT,
-            time_limit_seconds: archplace_engine::space::DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,
+        schedule: ScheduleOptions {
+            node_limit: archplace_engine::options::DEFAULT_NODE_LIMIT,
+            time_limit_seconds: archplace_engine::options::DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,
             heuristic_only: false,
             relative_gap: 0.01,
         },

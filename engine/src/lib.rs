@@ -6,24 +6,53 @@
 //! (no wasmtime, no async runtime, no HTTP) and its `clippy.toml` (no `std::fs`, `std::net`,
 //! `std::process`, `std::env`) keep it that way, so tests and benchmarks drive it directly.
 //!
-//! * [`model`] — operator graphs of a model's layers; [`space`] — the architecture space;
-//! * [`estimate`], [`layer`] — cost-model answers for a layer's operators; [`execution`] —
-//!   which of them may overlap (dataflow chip, or one kernel at a time);
+//! The modules are declared below in their order: each imports only modules declared
+//! before it (ARCHITECTURE.md, "The engine's modules"; a tidy test checks it), so the
+//! engine has no import cycle and reads bottom-up.
+//!
+//! Inputs — what a validated spec says:
+//! * [`options`] — the layer schedules' solver limits and gap;
+//! * [`network`] — the network's tiers and ring collectives over them;
+//! * [`execution`] — which of a layer's operators may overlap (dataflow chip, or one
+//!   kernel at a time);
+//! * [`training`] — precision, optimizer, recomputation, the cluster, bytes per parameter;
+//! * [`space`] — the architecture space: its axes, enumerated and sized by the area model.
+//!
+//! Computation, bottom-up:
+//! * [`model`] — operator graphs of a model's layers;
 //! * [`schedule`] — a layer's operators on the cores (bounds, list schedule, HiGHS MIP);
+//! * [`operators`] — a layer's operators priced by the latency model, as a scheduling
+//!   instance restricted to what the framework allows;
 //! * [`placement`] — layers over pipeline stages and devices (dynamic program);
-//! * [`search`] — the area-ordered co-search; [`training`] — precision, optimizer and
-//!   recomputation, bytes per parameter;
 //! * [`step`] — one training step of a fixed chip and plan, explained;
+//! * [`search`] — the area-ordered co-search;
 //! * [`phaze`] — the reference system's file formats, for comparing with it.
 
-pub mod estimate;
+// Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
+#![warn(clippy::iter_over_hash_type)]
+
+// One module per group: rustfmt would sort consecutive declarations, and the order here is
+// the architecture.
+pub mod options;
+
+pub mod network;
+
 pub mod execution;
-pub mod layer;
-pub mod model;
-pub mod phaze;
-pub mod placement;
-pub mod schedule;
-pub mod search;
-pub mod space;
-pub mod step;
+
 pub mod training;
+
+pub mod space;
+
+pub mod model;
+
+pub mod schedule;
+
+pub mod operators;
+
+pub mod placement;
+
+pub mod step;
+
+pub mod search;
+
+pub mod phaze;

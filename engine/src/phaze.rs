@@ -1,4 +1,4 @@
-//! The reference system's device-placement file format (design doc §8.1, §8.8), so that
+//! The reference system's device-placement file format (`docs/reference.md` §2), so that
 //! `archplace placement` can be run on the reference's inputs and compared with its outputs.
 //! Units are as given: the reference mixes milliseconds (latencies) with seconds
 //! (`bytes / bandwidth`), and we keep that here, and only here.
@@ -122,34 +122,7 @@ pub struct Problem {
 
 /// Checks the input as the reference does and orders each width's layers along the chain.
 pub fn problem(input: &Input) -> Result<Problem, InputError> {
-    if !(1.0..=10000.0).contains(&input.max_devices) || input.max_devices.fract() != 0.0 {
-        return Err(invalid(
-            "maxDevices",
-            format!(
-                "{} devices: must be an integer from 1 to 10000",
-                input.max_devices
-            ),
-        ));
-    }
-    if input.bandwidth.is_nan() || input.bandwidth <= 0.0 {
-        return Err(invalid("bandwidth", "must be positive"));
-    }
-    if input.max_memory_per_device.is_nan() || input.max_memory_per_device <= 0.0 {
-        return Err(invalid("maxMemoryPerDevice", "must be positive"));
-    }
-    if input.mbs_in_batch.is_nan() || input.mbs_in_batch < 1.0 {
-        return Err(invalid("mbsInBatch", "must be at least 1"));
-    }
-    let optimizer_copies = match input.optimizer_algorithm.as_str() {
-        "SGD" => 0.0,
-        "Adam" => 1.0,
-        other => {
-            return Err(invalid(
-                "optimizerAlgorithm",
-                format!("`{other}`: must be \"SGD\" or \"Adam\""),
-            ));
-        }
-    };
+    let optimizer_copies = check_settings(input)?;
     if input.nodes.is_empty() {
         return Err(invalid("nodes", "no tensor-parallel width"));
     }
@@ -161,6 +134,7 @@ pub fn problem(input: &Input) -> Result<Problem, InputError> {
         ));
     }
     let mut chains = Vec::new();
+    // Every width has the layers and edges of the first.
     let mut reference_ids: Option<BTreeSet<i64>> = None;
     let mut reference_edges: Option<BTreeSet<(i64, i64)>> = None;
     for (key, nodes) in &input.nodes {
@@ -170,141 +144,19 @@ pub fn problem(input: &Input) -> Result<Problem, InputError> {
                 "width keys must be positive integers",
             )
         })?;
-        let at = |i: usize, f: &str| format!("nodes.{key}[{i}].{f}");
-        let mut index: HashMap<i64, usize> = HashMap::new();
-        for (i, n) in nodes.iter().enumerate() {
-            for (f, v) in [
-                ("parameterSize", n.parameter_size),
-                ("activationSize", n.activation_size),
-                ("optimalLatencyFw", n.optimal_latency_fw),
-                ("optimalLatencyBw", n.optimal_latency_bw),
-            ] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(invalid(
-                        at(i, f),
-                        format!("{v} is not a finite, non-negative number"),
-                    ));
-                }
-            }
-            if width == 1 && n.is_tensor_parallelized {
-                return Err(invalid(
-                    at(i, "isTensorParallelized"),
-                    "a layer cannot be tensor-parallel at width 1",
-                ));
-            }
-            if index.insert(n.id, i).is_some() {
-                return Err(invalid(
-                    at(i, "id"),
-                    format!("layer {} appears twice", n.id),
-                ));
-            }
-        }
+        let index = node_index(key, width, nodes)?;
         let ids: BTreeSet<i64> = index.keys().copied().collect();
-        match &reference_ids {
-            None => reference_ids = Some(ids),
-            Some(r) if *r != ids => {
-                return Err(invalid(
-                    format!("nodes.{key}"),
-                    "the layers differ from those of the other widths",
-                ));
-            }
-            _ => {}
-        }
+        same_as_first(&mut reference_ids, ids, format!("nodes.{key}"), "layers")?;
         let edges = &input.edges[key];
-        let mut pairs = BTreeSet::new();
-        let mut succ: HashMap<usize, Vec<usize>> = HashMap::new();
-        let mut indegree = vec![0usize; nodes.len()];
-        for (i, e) in edges.iter().enumerate() {
-            let ea = |f: &str| format!("edges.{key}[{i}].{f}");
-            let (Some(&u), Some(&v)) = (index.get(&e.source_id), index.get(&e.dest_id)) else {
-                return Err(invalid(
-                    ea("sourceId"),
-                    format!(
-                        "edge {} → {} names an unknown layer",
-                        e.source_id, e.dest_id
-                    ),
-                ));
-            };
-            if u == v {
-                return Err(invalid(
-                    ea("destId"),
-                    format!("self-loop on layer {}", e.source_id),
-                ));
-            }
-            if !pairs.insert((e.source_id, e.dest_id)) {
-                return Err(invalid(
-                    ea("destId"),
-                    format!("parallel edge {} → {}", e.source_id, e.dest_id),
-                ));
-            }
-            if !(e.communication_cost.is_finite() && e.communication_cost >= 0.0) {
-                return Err(invalid(
-                    ea("communicationCost"),
-                    "must be a finite, non-negative number",
-                ));
-            }
-            succ.entry(u).or_default().push(v);
-            indegree[v] += 1;
-        }
-        match &reference_edges {
-            None => reference_edges = Some(pairs),
-            Some(r) if *r != pairs => {
-                return Err(invalid(
-                    format!("edges.{key}"),
-                    "the edges differ from those of the other widths",
-                ));
-            }
-            _ => {}
-        }
-        // Kahn's algorithm with a LIFO ready list seeded in input order (the reference's).
-        let mut ready: Vec<usize> = (0..nodes.len()).filter(|&i| indegree[i] == 0).collect();
-        let mut order = Vec::with_capacity(nodes.len());
-        while let Some(u) = ready.pop() {
-            order.push(u);
-            for &v in succ.get(&u).map(Vec::as_slice).unwrap_or(&[]) {
-                indegree[v] -= 1;
-                if indegree[v] == 0 {
-                    ready.push(v);
-                }
-            }
-        }
-        if order.len() != nodes.len() {
-            return Err(invalid(
-                format!("edges.{key}"),
-                "the layer graph has a cycle",
-            ));
-        }
-        let mut position = vec![0; nodes.len()];
-        for (p, &i) in order.iter().enumerate() {
-            position[i] = p;
-        }
-        let layers = order
-            .iter()
-            .map(|&i| {
-                let n = &nodes[i];
-                Layer {
-                    id: n.id,
-                    parameter_bytes: n.parameter_size,
-                    activation_bytes: n.activation_size,
-                    forward: n.optimal_latency_fw,
-                    backward: n.optimal_latency_bw,
-                    tensor_parallel: n.is_tensor_parallelized,
-                }
-            })
-            .collect();
-        let chain_edges = edges
-            .iter()
-            .map(|e| Edge {
-                from: position[index[&e.source_id]],
-                to: position[index[&e.dest_id]],
-                bytes: e.communication_cost,
-            })
-            .collect();
-        chains.push(Chain {
-            width,
-            layers,
-            edges: chain_edges,
-        });
+        let lists = edge_lists(key, nodes.len(), edges, &index)?;
+        same_as_first(
+            &mut reference_edges,
+            lists.pairs.clone(),
+            format!("edges.{key}"),
+            "edges",
+        )?;
+        let order = topological_order(key, lists)?;
+        chains.push(chain(width, nodes, edges, &index, &order));
     }
     chains.sort_by_key(|c| c.width);
     let settings = Settings {
@@ -335,6 +187,216 @@ pub fn problem(input: &Input) -> Result<Problem, InputError> {
         settings,
         fixed,
     })
+}
+
+/// Checks the scalar settings; the optimizer's copies of the weights.
+fn check_settings(input: &Input) -> Result<f64, InputError> {
+    if !(1.0..=10000.0).contains(&input.max_devices) || input.max_devices.fract() != 0.0 {
+        return Err(invalid(
+            "maxDevices",
+            format!(
+                "{} devices: must be an integer from 1 to 10000",
+                input.max_devices
+            ),
+        ));
+    }
+    if input.bandwidth.is_nan() || input.bandwidth <= 0.0 {
+        return Err(invalid("bandwidth", "must be positive"));
+    }
+    if input.max_memory_per_device.is_nan() || input.max_memory_per_device <= 0.0 {
+        return Err(invalid("maxMemoryPerDevice", "must be positive"));
+    }
+    if input.mbs_in_batch.is_nan() || input.mbs_in_batch < 1.0 {
+        return Err(invalid("mbsInBatch", "must be at least 1"));
+    }
+    match input.optimizer_algorithm.as_str() {
+        "SGD" => Ok(0.0),
+        "Adam" => Ok(1.0),
+        other => Err(invalid(
+            "optimizerAlgorithm",
+            format!("`{other}`: must be \"SGD\" or \"Adam\""),
+        )),
+    }
+}
+
+/// `found` where no width was seen yet; else an error at `field` unless it equals the
+/// first width's (`what`: the layers or the edges).
+fn same_as_first<T: PartialEq>(
+    first: &mut Option<T>,
+    found: T,
+    field: String,
+    what: &str,
+) -> Result<(), InputError> {
+    match first {
+        None => *first = Some(found),
+        Some(r) if *r != found => {
+            return Err(invalid(
+                field,
+                format!("the {what} differ from those of the other widths"),
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The index of each layer id among `nodes` (width `width`), every number checked.
+fn node_index(key: &str, width: u64, nodes: &[Node]) -> Result<HashMap<i64, usize>, InputError> {
+    let at = |i: usize, f: &str| format!("nodes.{key}[{i}].{f}");
+    let mut index: HashMap<i64, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for (f, v) in [
+            ("parameterSize", n.parameter_size),
+            ("activationSize", n.activation_size),
+            ("optimalLatencyFw", n.optimal_latency_fw),
+            ("optimalLatencyBw", n.optimal_latency_bw),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(invalid(
+                    at(i, f),
+                    format!("{v} is not a finite, non-negative number"),
+                ));
+            }
+        }
+        if width == 1 && n.is_tensor_parallelized {
+            return Err(invalid(
+                at(i, "isTensorParallelized"),
+                "a layer cannot be tensor-parallel at width 1",
+            ));
+        }
+        if index.insert(n.id, i).is_some() {
+            return Err(invalid(
+                at(i, "id"),
+                format!("layer {} appears twice", n.id),
+            ));
+        }
+    }
+    Ok(index)
+}
+
+/// A width's edges: as id pairs, and as successor lists and in-degrees by layer index.
+struct EdgeLists {
+    pairs: BTreeSet<(i64, i64)>,
+    succ: HashMap<usize, Vec<usize>>,
+    indegree: Vec<usize>,
+}
+
+/// The edges of width `key` among its `n` layers, checked: known layers, no self-loop or
+/// parallel edge, finite costs.
+fn edge_lists(
+    key: &str,
+    n: usize,
+    edges: &[InputEdge],
+    index: &HashMap<i64, usize>,
+) -> Result<EdgeLists, InputError> {
+    let mut pairs = BTreeSet::new();
+    let mut succ: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut indegree = vec![0usize; n];
+    for (i, e) in edges.iter().enumerate() {
+        let ea = |f: &str| format!("edges.{key}[{i}].{f}");
+        let (Some(&u), Some(&v)) = (index.get(&e.source_id), index.get(&e.dest_id)) else {
+            return Err(invalid(
+                ea("sourceId"),
+                format!(
+                    "edge {} → {} names an unknown layer",
+                    e.source_id, e.dest_id
+                ),
+            ));
+        };
+        if u == v {
+            return Err(invalid(
+                ea("destId"),
+                format!("self-loop on layer {}", e.source_id),
+            ));
+        }
+        if !pairs.insert((e.source_id, e.dest_id)) {
+            return Err(invalid(
+                ea("destId"),
+                format!("parallel edge {} → {}", e.source_id, e.dest_id),
+            ));
+        }
+        if !(e.communication_cost.is_finite() && e.communication_cost >= 0.0) {
+            return Err(invalid(
+                ea("communicationCost"),
+                "must be a finite, non-negative number",
+            ));
+        }
+        succ.entry(u).or_default().push(v);
+        indegree[v] += 1;
+    }
+    Ok(EdgeLists {
+        pairs,
+        succ,
+        indegree,
+    })
+}
+
+/// A topological order of the layers: Kahn's algorithm with a LIFO ready list seeded in
+/// input order (the reference's).
+fn topological_order(key: &str, lists: EdgeLists) -> Result<Vec<usize>, InputError> {
+    let EdgeLists {
+        succ, mut indegree, ..
+    } = lists;
+    let n = indegree.len();
+    let mut ready: Vec<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(u) = ready.pop() {
+        order.push(u);
+        for &v in succ.get(&u).map(Vec::as_slice).unwrap_or(&[]) {
+            indegree[v] -= 1;
+            if indegree[v] == 0 {
+                ready.push(v);
+            }
+        }
+    }
+    if order.len() != n {
+        return Err(invalid(
+            format!("edges.{key}"),
+            "the layer graph has a cycle",
+        ));
+    }
+    Ok(order)
+}
+
+/// The chain of one width: its layers in `order`, its edges between their positions.
+fn chain(
+    width: u64,
+    nodes: &[Node],
+    edges: &[InputEdge],
+    index: &HashMap<i64, usize>,
+    order: &[usize],
+) -> Chain {
+    let mut position = vec![0; nodes.len()];
+    for (p, &i) in order.iter().enumerate() {
+        position[i] = p;
+    }
+    let layers = order
+        .iter()
+        .map(|&i| {
+            let n = &nodes[i];
+            Layer {
+                id: n.id,
+                parameter_bytes: n.parameter_size,
+                activation_bytes: n.activation_size,
+                forward: n.optimal_latency_fw,
+                backward: n.optimal_latency_bw,
+                tensor_parallel: n.is_tensor_parallelized,
+            }
+        })
+        .collect();
+    let chain_edges = edges
+        .iter()
+        .map(|e| Edge {
+            from: position[index[&e.source_id]],
+            to: position[index[&e.dest_id]],
+            bytes: e.communication_cost,
+        })
+        .collect();
+    Chain {
+        width,
+        layers,
+        edges: chain_edges,
+    }
 }
 
 fn output_stages(chains: &[Chain], plan: &Plan) -> Vec<OutputStage> {

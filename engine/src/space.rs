@@ -1,4 +1,4 @@
-//! The space of candidate accelerators (design doc §4).
+//! The space of candidate accelerators (`docs/reference.md` §1.2).
 //!
 //! Candidates are the product of the axes (tensor cores, vector cores, array width and
 //! depth, vector width — tied to the width unless given —, global buffer), each visited in
@@ -48,18 +48,12 @@ pub struct SpaceSpec {
     pub schedule_time_limit_seconds: f64,
 }
 
-/// The default wall-clock limit of one layer-schedule MIP in a search: a safety net that
-/// the node limit keeps from firing (the reference stopped every MIP at 0.1 s, which made
-/// results depend on the machine's load); when it fires, the results count it
-/// (`work.mip_time_limit_hits`) and say the search was not reproducible.
-pub const DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS: f64 = 10.0;
-
 fn pow2(lo_log: u32, hi_log: u32) -> Vec<u32> {
     (lo_log..=hi_log).map(|l| 1u32 << l).collect()
 }
 
 impl Default for SpaceSpec {
-    /// The reference space (design doc §4.2).
+    /// The reference space (`docs/reference.md` §1.2).
     fn default() -> Self {
         SpaceSpec {
             tensor_cores: pow2(0, 12),
@@ -75,8 +69,8 @@ impl Default for SpaceSpec {
             convergence_window: 5,
             exhaustive: false,
             schedule_gap: 0.01,
-            schedule_node_limit: crate::schedule::DEFAULT_NODE_LIMIT,
-            schedule_time_limit_seconds: DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,
+            schedule_node_limit: crate::options::DEFAULT_NODE_LIMIT,
+            schedule_time_limit_seconds: crate::options::DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,
         }
     }
 }
@@ -122,8 +116,8 @@ pub struct Space {
 }
 
 /// Messages carry their cause in the text, not as a `source` too: an error chain printed
-/// with its sources (anyhow's `{:#}`) would repeat it (issue 16: a plugin's error three
-/// times over).
+/// with its sources (anyhow's `{:#}`) would repeat it (a plugin's error once appeared
+/// three times over).
 #[derive(Debug, thiserror::Error)]
 pub enum SpaceError {
     #[error("the area model failed: {0}")]
@@ -290,7 +284,7 @@ mod tests {
     use archplace_reference_cost::ReferenceModel;
     use std::collections::BTreeMap;
 
-    /// Design doc §4.2–4.3: the default space under the reference area model.
+    /// The default space under the reference area model (`docs/reference.md` §1.2).
     #[test]
     fn default_space_matches_the_reference() {
         let space = enumerate(&SpaceSpec::default(), &ReferenceModel::default()).unwrap();

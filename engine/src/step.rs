@@ -38,9 +38,11 @@
 //! * **Energy** is the latency model's joules of every operator the step runs, on every
 //!   device (compute only: no static power, no network energy).
 
-use crate::estimate::estimate;
-use crate::layer::instance_with;
-use crate::model::{BuildOptions, ModelConfig, OpGraph, build};
+use crate::model::{BuildOptions, ModelConfig, ModelGraph, OpGraph, build};
+use crate::network::Network;
+use crate::operators::estimate;
+use crate::operators::instance_with;
+use crate::options::ScheduleOptions;
 use crate::schedule::{self, Resource};
 use crate::training::{Optimizer, Precision, Recomputation, StateBytes};
 use archplace_plugin_sdk::{
@@ -49,70 +51,6 @@ use archplace_plugin_sdk::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-
-/// One tier of the network: what a device sends per second and the latency of a message.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Tier {
-    pub bytes_per_second: f64,
-    pub latency_seconds: f64,
-}
-
-/// A two-tier network: `node_size` devices per node on the intra-node tier (NVLink-class),
-/// nodes connected by the inter-node tier (one NIC per device).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Network {
-    pub node_size: u64,
-    pub intra_node: Tier,
-    pub inter_node: Tier,
-}
-
-impl Network {
-    /// One tier for everything (a spec without `node_size`).
-    pub fn flat(bytes_per_second: f64) -> Network {
-        let tier = Tier {
-            bytes_per_second,
-            latency_seconds: 0.0,
-        };
-        Network {
-            node_size: u64::MAX,
-            intra_node: tier,
-            inter_node: tier,
-        }
-    }
-
-    /// The tier a group of `span` consecutive ranks communicates on.
-    pub fn tier(&self, span: u64) -> Tier {
-        if span <= self.node_size {
-            self.intra_node
-        } else {
-            self.inter_node
-        }
-    }
-
-    /// Seconds of a ring collective moving `passes × (n − 1)/n × bytes` per device over a
-    /// group of `n` ranks spaced `stride` apart, with `passes` latency rounds of `n − 1`
-    /// steps; hierarchical when the group spans nodes (inside each node over the `k` ranks
-    /// there, then between nodes with `1/k` of the bytes).
-    pub fn ring_seconds(&self, bytes: f64, passes: f64, n: u64, stride: u64) -> f64 {
-        if n <= 1 || bytes <= 0.0 {
-            return 0.0;
-        }
-        let flat = |tier: Tier, n: u64, bytes: f64| {
-            let nf = n as f64;
-            passes
-                * ((nf - 1.0) / nf * bytes / tier.bytes_per_second
-                    + (nf - 1.0) * tier.latency_seconds)
-        };
-        let span = n.saturating_mul(stride.max(1));
-        if span <= self.node_size {
-            return flat(self.intra_node, n, bytes);
-        }
-        // Ranks of the group inside one node, and the nodes it spans.
-        let k = (self.node_size / stride.max(1)).clamp(1, n);
-        let nodes = n.div_ceil(k);
-        flat(self.intra_node, k, bytes) + flat(self.inter_node, nodes, bytes / k as f64)
-    }
-}
 
 /// A fixed training plan.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -143,7 +81,7 @@ pub struct StepInput {
     /// Peak dense matrix FLOP/s of one device, for the model FLOPs utilisation.
     pub peak_flops_per_second: Option<f64>,
     /// How layer schedules are solved.
-    pub schedule: schedule::Options,
+    pub schedule: ScheduleOptions,
     /// Which of a layer's operators may overlap on the chip.
     pub execution: crate::execution::Execution,
 }
@@ -399,7 +337,7 @@ impl Costs<'_> {
         &self,
         g: &OpGraph,
         c: &AcceleratorConfig,
-        options: &schedule::Options,
+        options: &ScheduleOptions,
     ) -> Result<GraphTiming, StepError> {
         let inst = instance_with(g, c, self.execution, |core, op| self.get(core, op))?;
         let s = schedule::solve(&inst, options).map_err(|e| StepError::Schedule(e.to_string()))?;
@@ -497,29 +435,102 @@ pub fn estimate_step(
 ) -> Result<StepReport, StepError> {
     check(input)?;
     let pl = &input.plan;
-    let (t, p, d, v, b) = (
-        pl.tensor_parallel,
-        pl.pipeline_parallel,
-        pl.data_parallel,
-        pl.interleaving,
-        pl.micro_batch,
-    );
-    let net = &input.network;
-    let tp_tier = net.tier(t);
-    let e = pl.precision.element_bytes();
+    let (t, d, b) = (pl.tensor_parallel, pl.data_parallel, pl.micro_batch);
     let g = build(
         &input.model,
         &BuildOptions {
             micro_batch: b,
             tensor_parallel: t,
-            bytes_per_element: e,
-            link_bytes_per_second: tp_tier.bytes_per_second as u64,
+            bytes_per_element: pl.precision.element_bytes(),
+            link_bytes_per_second: input.network.tier(t).bytes_per_second as u64,
             sequence_parallel: pl.sequence_parallel,
         },
     );
     // Memory first: a plan that does not fit is answered without any cost-model work.
     let micro_batches = input.global_batch / (b * d);
     let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
+    let mut stages = stage_memory(input, &g, &state, micro_batches);
+    let worst = stages
+        .iter()
+        .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
+        .map(|s| (s.stage, s.memory_bytes))
+        .unwrap_or_default();
+    if worst.1.total > input.hbm_bytes as f64 {
+        return Err(StepError::OutOfMemory {
+            stage: worst.0,
+            memory: worst.1,
+            hbm_bytes: input.hbm_bytes,
+        });
+    }
+    let timing = layer_timings(input, &g, latency)?;
+    let pipeline = pipeline_times(input, &timing, &mut stages);
+    // Data-parallel synchronisation of the slowest stage's gradients (every stage syncs
+    // at once; the largest bounds the step).
+    let params_max = stages.iter().map(|s| s.parameters).max().unwrap_or(0) as f64;
+    let dp = data_parallel_seconds(input, &g, &state, params_max);
+    let opt_cost = optimizer_step(input, latency, params_max)?;
+    let m = micro_batches as f64;
+    let time = TimeBreakdown {
+        forward_seconds: m * pipeline.forward,
+        backward_seconds: m * pipeline.backward,
+        recomputation_seconds: m * pipeline.recomputation,
+        tensor_parallel_communication_seconds: m * pipeline.communication,
+        pipeline_point_to_point_seconds: m * pipeline.point_to_point,
+        pipeline_bubble_seconds: pipeline.bubble,
+        data_parallel_communication_seconds: dp,
+        optimizer_step_seconds: opt_cost.seconds,
+    };
+    let step = time.total();
+    let (model_flops, hardware_flops) = step_flops(input, &g);
+    let devices = input.devices as f64;
+    let model_rate = model_flops / step / devices;
+    // Energy: every operator of every layer on every device, per micro-batch.
+    let [emb, blk, head] = timing;
+    let per_replica_micro_batch = emb.forward_joules
+        + emb.backward_joules
+        + g.blocks as f64 * (blk.forward_joules + blk.backward_joules + pipeline.recompute.2)
+        + head.forward_joules
+        + head.backward_joules;
+    // A replica is t × p devices; its micro-batch joules are per rank of one layer.
+    let total_micro_batches = (input.global_batch / b) as f64;
+    let energy =
+        per_replica_micro_batch * t as f64 * total_micro_batches + opt_cost.joules * devices;
+    let samples = input.global_batch as f64 / step;
+    Ok(StepReport {
+        step_seconds: step,
+        time,
+        memory_bytes: worst.1,
+        memory_stage: worst.0,
+        hbm_bytes: input.hbm_bytes,
+        stages,
+        micro_batches_per_replica: micro_batches,
+        samples_per_second: samples,
+        tokens_per_second: samples * input.model.seq_len as f64,
+        model_flops_per_step: model_flops,
+        hardware_flops_per_step: hardware_flops,
+        model_flops_per_second_per_device: model_rate,
+        hardware_flops_per_second_per_device: hardware_flops / step / devices,
+        model_flops_utilisation: input
+            .peak_flops_per_second
+            .filter(|p| *p > 0.0)
+            .map(|p| model_rate / p),
+        energy_per_step_joules: energy,
+        limiting: time.limiting().to_string(),
+        schedules_not_proven_optimal: timing.iter().map(|l| l.not_proven).sum(),
+        schedules_max_gap: timing.iter().map(|l| l.max_gap).fold(0.0, f64::max),
+    })
+}
+
+/// Each pipeline stage's parameters and memory per device: state bytes per parameter
+/// times its parameters, and the activations of the micro-batches in flight on it.
+fn stage_memory(
+    input: &StepInput,
+    g: &ModelGraph,
+    state: &StateBytes,
+    micro_batches: u64,
+) -> Vec<StageSummary> {
+    let pl = &input.plan;
+    let (p, v) = (pl.pipeline_parallel, pl.interleaving);
     let per_stage = blocks_per_stage(input.model.layers, p, v);
     let mut stages = Vec::with_capacity(p as usize);
     for k in 0..p {
@@ -572,20 +583,16 @@ pub fn estimate_step(
             memory_bytes: memory,
         });
     }
-    let worst = stages
-        .iter()
-        .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
-        .map(|s| (s.stage, s.memory_bytes))
-        .unwrap_or_default();
-    if worst.1.total > input.hbm_bytes as f64 {
-        return Err(StepError::OutOfMemory {
-            stage: worst.0,
-            memory: worst.1,
-            hbm_bytes: input.hbm_bytes,
-        });
-    }
+    stages
+}
 
-    // Layer times on the chip.
+/// The embedding's, a block's and the head's times on the chip, from their layer
+/// schedules.
+fn layer_timings(
+    input: &StepInput,
+    g: &ModelGraph,
+    latency: &dyn LatencyModel,
+) -> Result<[LayerTiming; 3], StepError> {
     let c = &input.accelerator;
     let mut costs = Costs {
         model: latency,
@@ -618,8 +625,39 @@ pub fn estimate_step(
             max_gap: f.gap.max(bw.gap),
         };
     }
-    let [emb, blk, head] = timing;
-    // Recomputation of one block: (compute, communication, joules).
+    Ok(timing)
+}
+
+/// The slowest stage's time per micro-batch, split, and the bubble.
+struct PipelineTimes {
+    forward: f64,
+    backward: f64,
+    recomputation: f64,
+    /// Tensor-parallel communication.
+    communication: f64,
+    point_to_point: f64,
+    bubble: f64,
+    /// Recomputation of one block: (compute, communication, joules).
+    recompute: (f64, f64, f64),
+}
+
+/// Each stage's time per micro-batch (set in `stages`): its layers' compute, tensor-parallel
+/// communication and recomputation, and the point-to-point transfers of its chunks; the
+/// slowest stage's parts and the bubble.
+fn pipeline_times(
+    input: &StepInput,
+    timing: &[LayerTiming; 3],
+    stages: &mut [StageSummary],
+) -> PipelineTimes {
+    let pl = &input.plan;
+    let (t, p, d, v, b) = (
+        pl.tensor_parallel,
+        pl.pipeline_parallel,
+        pl.data_parallel,
+        pl.interleaving,
+        pl.micro_batch,
+    );
+    let [emb, blk, head] = *timing;
     let recompute = match pl.recomputation {
         Recomputation::None => (0.0, 0.0, 0.0),
         Recomputation::Selective => (blk.attention_core, 0.0, blk.attention_core_joules),
@@ -629,16 +667,16 @@ pub fn estimate_step(
             blk.forward_joules,
         ),
     };
-
     // Point-to-point: per chunk, an activation forward and a gradient backward.
-    let p2p_tier = net.tier(t.saturating_mul(d).saturating_mul(p));
+    let e = pl.precision.element_bytes();
+    let p2p_tier = input.network.tier(t.saturating_mul(d).saturating_mul(p));
     let p2p_bytes = (b * input.model.seq_len * input.model.hidden * e) as f64 / t as f64;
     let p2p = if p > 1 {
         2.0 * v as f64 * (p2p_tier.latency_seconds + p2p_bytes / p2p_tier.bytes_per_second)
     } else {
         0.0
     };
-
+    let per_stage = blocks_per_stage(input.model.layers, p, v);
     // Per stage and micro-batch: (forward, backward, recompute, tp communication).
     let parts = |k: u64| -> (f64, f64, f64, f64) {
         let n = per_stage as f64;
@@ -664,12 +702,29 @@ pub fn estimate_step(
         }
     }
     let (f, bw, r, comm) = parts(slowest.0);
-    let m = micro_batches as f64;
-    let bubble = (p - 1) as f64 / v as f64 * slowest.1;
+    PipelineTimes {
+        forward: f,
+        backward: bw,
+        recomputation: r,
+        communication: comm,
+        point_to_point: p2p,
+        bubble: (p - 1) as f64 / v as f64 * slowest.1,
+        recompute,
+    }
+}
 
-    // Data-parallel synchronisation of the slowest stage's gradients (every stage syncs
-    // at once; the largest bounds the step).
-    let params_max = stages.iter().map(|s| s.parameters).max().unwrap_or(0) as f64;
+/// The data-parallel synchronisation of `params_max` parameters' gradients (all-reduce,
+/// or reduce-scatter and all-gather with the distributed optimizer), and the tied
+/// embedding's all-reduce between the first and the last stage.
+fn data_parallel_seconds(
+    input: &StepInput,
+    g: &ModelGraph,
+    state: &StateBytes,
+    params_max: f64,
+) -> f64 {
+    let pl = &input.plan;
+    let (t, p, d) = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel);
+    let net = &input.network;
     let grads = params_max * state.gradients;
     let mut dp = if pl.distributed_optimizer {
         net.ring_seconds(grads, 1.0, d, t) + net.ring_seconds(params_max * state.weights, 1.0, d, t)
@@ -680,14 +735,23 @@ pub fn estimate_step(
         let bytes = g.head.shared_parameters as f64 * state.gradients;
         dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
     }
+    dp
+}
 
-    // Optimizer step: memory-bound element-wise work over the parameters this device
-    // updates — the gradient read to unscale it and take its norm, every state byte read
-    // and written by the update (weights, gradient, master weights and moments), the
-    // gradient buffer zeroed — given to the latency model as an element-wise operation
-    // of that many bytes (it reads and writes `element_bytes` per element).
+/// The optimizer step: memory-bound element-wise work over the parameters this device
+/// updates — the gradient read to unscale it and take its norm, every state byte read and
+/// written by the update (weights, gradient, master weights and moments), the gradient
+/// buffer zeroed — given to the latency model as an element-wise operation of that many
+/// bytes (it reads and writes `element_bytes` per element).
+fn optimizer_step(
+    input: &StepInput,
+    latency: &dyn LatencyModel,
+    params_max: f64,
+) -> Result<OpCost, StepError> {
+    let pl = &input.plan;
+    let c = &input.accelerator;
     let updated = if pl.distributed_optimizer {
-        params_max / d as f64
+        params_max / pl.data_parallel as f64
     } else {
         params_max
     };
@@ -705,7 +769,7 @@ pub fn estimate_step(
         direction: Direction::Forward,
         fused: Vec::new(),
     };
-    let opt_cost = estimate(
+    Ok(estimate(
         latency,
         &c.vector_core(c.vector_cores),
         std::slice::from_ref(&op),
@@ -715,24 +779,16 @@ pub fn estimate_step(
     .unwrap_or(OpCost {
         seconds: 0.0,
         joules: 0.0,
-    });
-    let optimizer_seconds = opt_cost.seconds;
+    }))
+}
 
-    let time = TimeBreakdown {
-        forward_seconds: m * f,
-        backward_seconds: m * bw,
-        recomputation_seconds: m * r,
-        tensor_parallel_communication_seconds: m * comm,
-        pipeline_point_to_point_seconds: m * p2p,
-        pipeline_bubble_seconds: bubble,
-        data_parallel_communication_seconds: dp,
-        optimizer_step_seconds: optimizer_seconds,
-    };
-    let step = time.total();
-
-    // FLOPs: the graph's are one rank's, a t-th of the model's.
-    let total_micro_batches = (input.global_batch / b) as f64;
-    let model_flops = g.matmul_flops_per_micro_batch(false) * t as f64 * total_micro_batches;
+/// The step's matrix FLOPs: the model's, and the hardware's (with what recomputation runs
+/// again). The graph's are one rank's, a t-th of the model's.
+fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
+    let pl = &input.plan;
+    let t = pl.tensor_parallel as f64;
+    let total_micro_batches = (input.global_batch / pl.micro_batch) as f64;
+    let model_flops = g.matmul_flops_per_micro_batch(false) * t * total_micro_batches;
     let again = match pl.recomputation {
         Recomputation::None => 0.0,
         Recomputation::Selective => g
@@ -745,44 +801,8 @@ pub fn estimate_step(
             .sum(),
         Recomputation::Full => g.block.forward.matmul_flops(),
     };
-    let hardware_flops = model_flops + again * g.blocks as f64 * t as f64 * total_micro_batches;
-    let devices = input.devices as f64;
-    let model_rate = model_flops / step / devices;
-
-    // Energy: every operator of every layer on every device, per micro-batch.
-    let per_replica_micro_batch = emb.forward_joules
-        + emb.backward_joules
-        + g.blocks as f64 * (blk.forward_joules + blk.backward_joules + recompute.2)
-        + head.forward_joules
-        + head.backward_joules;
-    // A replica is t × p devices; its micro-batch joules are per rank of one layer.
-    let energy =
-        per_replica_micro_batch * t as f64 * total_micro_batches + opt_cost.joules * devices;
-
-    let samples = input.global_batch as f64 / step;
-    Ok(StepReport {
-        step_seconds: step,
-        time,
-        memory_bytes: worst.1,
-        memory_stage: worst.0,
-        hbm_bytes: input.hbm_bytes,
-        stages,
-        micro_batches_per_replica: micro_batches,
-        samples_per_second: samples,
-        tokens_per_second: samples * input.model.seq_len as f64,
-        model_flops_per_step: model_flops,
-        hardware_flops_per_step: hardware_flops,
-        model_flops_per_second_per_device: model_rate,
-        hardware_flops_per_second_per_device: hardware_flops / step / devices,
-        model_flops_utilisation: input
-            .peak_flops_per_second
-            .filter(|p| *p > 0.0)
-            .map(|p| model_rate / p),
-        energy_per_step_joules: energy,
-        limiting: time.limiting().to_string(),
-        schedules_not_proven_optimal: timing.iter().map(|l| l.not_proven).sum(),
-        schedules_max_gap: timing.iter().map(|l| l.max_gap).fold(0.0, f64::max),
-    })
+    let hardware_flops = model_flops + again * g.blocks as f64 * t * total_micro_batches;
+    (model_flops, hardware_flops)
 }
 
 #[cfg(test)]

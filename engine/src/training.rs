@@ -1,7 +1,7 @@
 //! The training job and the cluster it runs on: what a step must hold in memory per
 //! parameter (precision, optimizer, distributed optimizer) and which recomputation it uses.
 //!
-//! Bytes per parameter follow Megatron-LM (`docs/distrib_optimizer.md` of Megatron-LM; the
+//! Bytes per parameter follow Megatron-LM (Megatron-LM's distributed-optimizer document; the
 //! numbers are listed in `docs/training-model.md`): mixed precision keeps 16-bit weights
 //! for the forward and backward passes, a gradient buffer (fp32 for bf16, where Megatron
 //! accumulates and reduces gradients in fp32; fp16 for fp16), fp32 master weights, for fp16
@@ -229,11 +229,11 @@ pub struct Cluster {
     pub link_bytes_per_second: f64,
     /// HBM sizes to try.
     pub hbm_bytes: Vec<u64>,
-    /// The network's tiers (one tier: [`crate::step::Network::flat`] of the link bandwidth).
-    pub network: crate::step::Network,
+    /// The network's tiers (one tier: [`crate::network::Network::flat`] of the link bandwidth).
+    pub network: crate::network::Network,
 }
 
-/// A fixed parallelisation to compare against (design doc §1.5).
+/// A fixed parallelisation to compare against (`docs/reference.md` §1.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Baseline {
     pub pipeline: u64,
@@ -245,7 +245,7 @@ pub struct Baseline {
 mod tests {
     use super::*;
 
-    /// Megatron-LM's table of bytes per parameter (docs/distrib_optimizer.md): 20, 18 and
+    /// Megatron-LM's table of bytes per parameter (its distributed-optimizer document): 20, 18 and
     /// 16 without the distributed optimizer; 4 + 16/d, 6 + 12/d and 8 + 8/d with it.
     #[test]
     fn adam_bytes_per_parameter_match_megatron() {

@@ -1,11 +1,11 @@
-//! The search's memory estimate bounds what a search allocates (issue 16: a spec the
-//! engine cannot hold is refused before its search, with the numbers). Its own test binary:
+//! The search's memory estimate bounds what a search allocates (a spec the engine
+//! cannot hold is refused before its search, with the numbers). Its own test binary:
 //! the counting allocator counts every thread, so nothing else may run beside it.
 
 #![allow(unsafe_code, clippy::disallowed_macros)]
 
 use archplace_engine::model::{ModelConfig, preset};
-use archplace_engine::schedule;
+use archplace_engine::options::ScheduleOptions;
 use archplace_engine::search::{self, ModelInput, SearchInput, memory};
 use archplace_engine::space::{AreaBudget, SpaceSpec, enumerate};
 use archplace_engine::training::{
@@ -105,15 +105,15 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             devices: 16,
             link_bytes_per_second: 4.0 * (1u64 << 30) as f64,
             hbm_bytes: vec![64 << 20, 1 << 30],
-            network: archplace_engine::step::Network::flat(4.0 * (1u64 << 30) as f64),
+            network: archplace_engine::network::Network::flat(4.0 * (1u64 << 30) as f64),
         },
         convergence_window: 5,
         exhaustive: true,
         // The solver's native memory is not on this heap (the estimate counts it apart);
         // the list schedule keeps the test fast.
-        schedule: schedule::Options {
+        schedule: ScheduleOptions {
             heuristic_only: true,
-            ..schedule::Options::default()
+            ..ScheduleOptions::default()
         },
     }
 }

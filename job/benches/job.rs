@@ -7,6 +7,9 @@
 //!   `config/specs/estimate-a100.toml` (the gpu-like plugin, loaded once): build the model,
 //!   estimate and schedule its layers, the step model. Target ≤ 5 ms.
 
+// A benchmark reports what it could not measure on stderr.
+#![allow(clippy::print_stderr)]
+
 use archplace_cost_port::{CostModelSource, NativeModels};
 use archplace_plugin_host::{Host, HostOptions};
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -23,7 +23,7 @@ pub struct EstimateDoc<'a> {
     pub plan: step::StepPlan,
     pub devices: u64,
     pub global_batch: u64,
-    pub network: step::Network,
+    pub network: archplace_engine::network::Network,
     pub execution: archplace_engine::execution::Execution,
     pub latency_model: &'a str,
     pub feasible: bool,
@@ -288,7 +288,7 @@ pub fn estimate_op(
         direction,
         fused: Vec::new(),
     };
-    let cost = archplace_engine::estimate::estimate(latency, &core, std::slice::from_ref(&op))?
+    let cost = archplace_engine::operators::estimate(latency, &core, std::slice::from_ref(&op))?
         .first()
         .copied()
         .ok_or_else(|| EstimateError::Internal("no answer".into()))?;
@@ -307,15 +307,22 @@ pub fn estimate_op(
     })
 }
 
+/// Why a GEMM shape was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GemmShapeError {
+    #[error("`{0}` is not a GEMM shape: write MxNxK or BATCHxMxNxK, e.g. 2048x12288x4096")]
+    Syntax(String),
+    #[error("`{0}`: every dimension must be 1 to 16,777,216")]
+    OutOfRange(String),
+}
+
 /// Reads `"BATCHxMxNxK"` or `"MxNxK"`.
-pub fn parse_gemm(text: &str) -> Result<Gemm, String> {
+pub fn parse_gemm(text: &str) -> Result<Gemm, GemmShapeError> {
     let parts: Result<Vec<u64>, _> = text
         .split(['x', 'X', '×'])
         .map(|p| p.trim().parse::<u64>())
         .collect();
-    let bad = || {
-        format!("`{text}` is not a GEMM shape: write MxNxK or BATCHxMxNxK, e.g. 2048x12288x4096")
-    };
+    let bad = || GemmShapeError::Syntax(text.to_string());
     let parts = parts.map_err(|_| bad())?;
     let g = match parts.as_slice() {
         [m, n, k] => Gemm {
@@ -336,7 +343,7 @@ pub fn parse_gemm(text: &str) -> Result<Gemm, String> {
         .iter()
         .any(|&d| d == 0 || d > 1 << 24)
     {
-        return Err(format!("`{text}`: every dimension must be 1 to 16,777,216"));
+        return Err(GemmShapeError::OutOfRange(text.to_string()));
     }
     Ok(g)
 }
@@ -375,7 +382,17 @@ mod tests {
             }
         );
         assert_eq!(parse_gemm("3x4x5").unwrap().batch, 1);
-        assert!(parse_gemm("3x4").unwrap_err().contains("MxNxK"));
-        assert!(parse_gemm("0x4x5").unwrap_err().contains("1 to"));
+        assert_eq!(parse_gemm("3x4"), Err(GemmShapeError::Syntax("3x4".into())));
+        assert!(parse_gemm("3x4").unwrap_err().to_string().contains("MxNxK"));
+        assert_eq!(
+            parse_gemm("0x4x5"),
+            Err(GemmShapeError::OutOfRange("0x4x5".into()))
+        );
+        assert!(
+            parse_gemm("1x4x5x16777217")
+                .unwrap_err()
+                .to_string()
+                .contains("1 to")
+        );
     }
 }

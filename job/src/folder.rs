@@ -168,11 +168,25 @@ pub fn write_status(dir: &Path, status: &Status<'_>) -> std::io::Result<()> {
 
 /// Writes `dir/error.json` (creating `dir`): the spec file and its errors (located
 /// diagnostics, or one message).
-pub fn write_error(dir: &Path, file: &Path, errors: serde_json::Value) -> Result<(), String> {
+pub fn write_error(dir: &Path, file: &Path, errors: serde_json::Value) -> Result<(), WriteError> {
+    let path = dir.join("error.json");
     let doc = serde_json::json!({ "file": file.display().to_string(), "errors": errors });
-    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
-    bytes.push(b'\n');
-    std::fs::create_dir_all(dir)
-        .and_then(|()| atomic::write(&dir.join("error.json"), &bytes))
-        .map_err(|e| format!("cannot write {}: {e}", dir.join("error.json").display()))
+    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(std::io::Error::other);
+    if let Ok(b) = &mut bytes {
+        b.push(b'\n');
+    }
+    bytes
+        .and_then(|bytes| std::fs::create_dir_all(dir).and_then(|()| atomic::write(&path, &bytes)))
+        .map_err(|source| WriteError { path, source })
+}
+
+/// A result-folder file that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", path.display())]
+pub struct WriteError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
 }

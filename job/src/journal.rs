@@ -118,6 +118,7 @@ pub fn remove(dir: &Path) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use archplace_plugin_sdk::AcceleratorConfig;

@@ -8,6 +8,9 @@
 //! Below it: the spec language (`archplace-spec`), the engine and the cost-model port;
 //! above it: the pool (which implements [`run::Distributor`]) and the service.
 
+// Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
+#![warn(clippy::iter_over_hash_type)]
+
 pub mod chip;
 pub mod estimate;
 pub mod folder;

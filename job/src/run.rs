@@ -13,7 +13,9 @@ use crate::result::{
     SearchSummary, SpecRef, Timings, Work, near_ties,
 };
 use archplace_cost_port::{CostModelSource, CostModels};
-use archplace_engine::search::{self, Evaluated, Observer, Outcome, Stats, Supplier};
+use archplace_engine::search::{
+    self, Evaluated, Local, Observer, Outcome, Search, Stats, Supplier,
+};
 use archplace_engine::space::{self, Space};
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_spec::{Diagnostic, Spec};
@@ -246,8 +248,12 @@ impl Prepared<'_> {
             .explored
             .len()
             .saturating_sub(observer.evaluated.load(Ordering::Relaxed));
-        let pool = steering.distributor.and_then(|d| d.status());
-        let doc = self.document(identity, &space, &outcome, enumeration, resumed, pool);
+        let facts = RunFacts {
+            enumeration_seconds: enumeration,
+            resumed_candidates: resumed,
+            pool: steering.distributor.and_then(|d| d.status()),
+        };
+        let doc = self.document(identity, &space, &outcome, facts);
         if outcome.stats.mip_time_limit_hits > 0 {
             tracing::warn!(
                 hits = outcome.stats.mip_time_limit_hits,
@@ -276,25 +282,22 @@ impl Prepared<'_> {
         done: BTreeMap<usize, Evaluated>,
     ) -> Result<Outcome, RunError> {
         let input = self.spec.search_input();
-        let latency = self.models.latency.as_ref();
         let cancel = steering.cancel;
+        let search = Search {
+            input: &input,
+            space,
+            latency: self.models.latency.as_ref(),
+            observer,
+            cancel: Some(cancel),
+        };
         let Some(d) = steering.distributor else {
-            let o = search::search_resuming(&input, space, latency, observer, Some(cancel), done)?;
-            return Ok(o);
+            return Ok(search.run(done, &mut Local)?);
         };
         let journaled = done.keys().copied().collect();
         let mut supplier = d
             .start(self.spec, &self.models, space, journaled, cancel.clone())
             .map_err(RunError::Pool)?;
-        let r = search::search_supplied(
-            &input,
-            space,
-            latency,
-            observer,
-            Some(cancel),
-            done,
-            supplier.as_mut(),
-        );
+        let r = search.run(done, supplier.as_mut());
         supplier.finish(match &r {
             Ok(o) if o.stats.cancelled && d.cancelled_for_good() => Ending::Cancelled,
             Ok(o) if o.stats.cancelled => Ending::Interrupted,
@@ -317,10 +320,13 @@ impl Prepared<'_> {
         identity: Identity,
         space: &Space,
         outcome: &Outcome,
-        enumeration_seconds: f64,
-        resumed_candidates: usize,
-        pool: Option<PoolStatus>,
+        facts: RunFacts,
     ) -> ResultDoc {
+        let RunFacts {
+            enumeration_seconds,
+            resumed_candidates,
+            pool,
+        } = facts;
         let spec = self.spec;
         let s: &Stats = &outcome.stats;
         ResultDoc {
@@ -372,6 +378,15 @@ impl Prepared<'_> {
             },
         }
     }
+}
+
+/// What a run adds to `result.json` besides its outcome.
+struct RunFacts {
+    enumeration_seconds: f64,
+    /// Candidates taken from the journal of an interrupted run.
+    resumed_candidates: usize,
+    /// How the pool spread the work (a distributed search).
+    pool: Option<PoolStatus>,
 }
 
 /// Each cost model's parameters as used: the spec's values over the model's defaults.

@@ -22,11 +22,22 @@ use std::path::{Path, PathBuf};
 const MAGIC: &[u8; 8] = b"APCWASM1";
 const MAC_LEN: usize = 32;
 
+/// Why the compiled-plugin cache cannot be used (the host then compiles every time).
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
+    /// The folder cannot be made private to the user, read or written.
     #[error("cannot use the compiled-plugin cache {}: {reason}", dir.display())]
-    Unusable { dir: PathBuf, reason: String },
+    Unusable {
+        /// The cache folder.
+        dir: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
+
+/// The largest cache entry read: a compiled component is a few times its `.wasm`, which is
+/// at most [`crate::MAX_COMPONENT_BYTES`].
+const MAX_ENTRY_BYTES: u64 = 4 * crate::MAX_COMPONENT_BYTES;
 
 /// A verified cache folder.
 #[derive(Debug)]
@@ -78,6 +89,7 @@ impl DiskCache {
         })
     }
 
+    /// The cache folder.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -98,7 +110,7 @@ impl DiskCache {
     /// (a bad entry is logged and will be overwritten).
     pub fn load(&self, wasm_hash: &blake3::Hash) -> Option<Vec<u8>> {
         let path = self.path(wasm_hash);
-        let bytes = std::fs::read(&path).ok()?;
+        let bytes = archplace_util::files::read_regular(&path, MAX_ENTRY_BYTES).ok()?;
         let header = MAGIC.len() + MAC_LEN;
         let ok = bytes.len() > header
             && &bytes[..MAGIC.len()] == MAGIC
@@ -196,6 +208,7 @@ pub fn default_dir() -> Option<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

@@ -15,19 +15,26 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// The manifest's file name inside a plugin's folder.
 pub const MANIFEST: &str = "plugin.toml";
 
 /// A manifest as written.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// The plugin's name, as specs name it.
     pub name: String,
+    /// Its version (semver).
     pub version: String,
+    /// The interface version it was built for (`1.0`).
     pub interface: String,
+    /// The component's file name in the plugin's folder (default `NAME.wasm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// The component's blake3 hash, hex: a different file is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blake3: Option<String>,
+    /// What the plugin models, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
@@ -35,7 +42,9 @@ pub struct Manifest {
 /// A plugin found in a folder.
 #[derive(Debug, Clone, Serialize)]
 pub struct Entry {
+    /// Its manifest as written.
     pub manifest: Manifest,
+    /// The manifest's version, parsed.
     #[serde(skip)]
     pub version: semver::Version,
     /// The manifest's path.
@@ -47,34 +56,54 @@ pub struct Entry {
 /// A manifest that could not be used; reported, never fatal.
 #[derive(Debug, Clone, Serialize)]
 pub struct BadManifest {
+    /// The manifest.
     pub path: PathBuf,
+    /// What is wrong with it.
     pub message: String,
 }
 
 /// Every plugin in the configured folders.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Catalog {
+    /// The folders searched, first first.
     pub dirs: Vec<PathBuf>,
+    /// The usable plugins.
     pub entries: Vec<Entry>,
+    /// The manifests that could not be used.
     pub problems: Vec<BadManifest>,
 }
 
+/// Why a plugin a spec names is not in the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FindError {
+    /// No plugin of that name.
     #[error("no plugin named `{name}` in {dirs}{known}")]
     NotFound {
+        /// The name asked for.
         name: String,
+        /// The folders searched, for the message.
         dirs: String,
+        /// The plugins there are (or a closest name), for the message.
         known: String,
     },
+    /// The plugin is there, but not in a version the requirement accepts.
     #[error("plugin `{name}`: no version matches `{wanted}` (found {found})")]
     NoVersion {
+        /// The plugin.
         name: String,
+        /// The version requirement.
         wanted: String,
+        /// The versions installed.
         found: String,
     },
+    /// The version requirement does not parse.
     #[error("`{wanted}` is not a version requirement: {message}")]
-    BadRequirement { wanted: String, message: String },
+    BadRequirement {
+        /// The requirement as written.
+        wanted: String,
+        /// Why it does not parse.
+        message: String,
+    },
 }
 
 /// Parses `plugin.toml` text; `path` locates errors.
@@ -353,7 +382,7 @@ mod tests {
         assert!(e.contains("manifest is unusable"), "{e}");
     }
 
-    /// Issue 16, item 5: a manifest's `file` named any path (`../x`, `/etc/shadow`, a FIFO),
+    /// A manifest's `file` once named any path (`../x`, `/etc/shadow`, a FIFO),
     /// and the host read it. Now it must name a file inside the plugin's folder, also once
     /// symbolic links are resolved.
     #[test]

@@ -122,26 +122,43 @@ pub fn golden_vector_ops() -> Vec<Op> {
 /// What `plugin check` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The component checked.
     pub path: String,
+    /// Its blake3 hash, hex.
     pub blake3: String,
+    /// Its size.
     pub size_bytes: u64,
+    /// What it says of itself.
     pub info: ModelInfo,
+    /// The interface version it exports.
     pub interface: String,
+    /// Compiling it.
     pub compile_seconds: f64,
+    /// Loading it again from the compilation cache.
     pub cached_load_seconds: f64,
+    /// Golden configurations asked of its area model.
     pub configurations: usize,
+    /// Of those, the ones it said are outside its domain.
     pub configurations_out_of_domain: usize,
+    /// Latency calls made.
     pub latency_calls: usize,
+    /// Operators those calls carried.
     pub operators_estimated: usize,
+    /// A plugin that says it is deterministic answered the golden batch twice alike.
     pub deterministic_as_claimed: bool,
+    /// Wall time per operator in a batch.
     pub seconds_per_operator: f64,
+    /// Fuel per operator in a batch.
     pub fuel_per_operator: f64,
     /// Largest fraction of a call's fuel budget that one golden call used.
     pub max_fuel_fraction: f64,
     /// blake3 over the bits of every answer: equal digests mean identical answers.
     pub digest: String,
+    /// Why it is not fit to use (empty when it is).
     pub problems: Vec<String>,
+    /// What a vendor should know but does not make it unfit.
     pub warnings: Vec<String>,
+    /// Whether archplace can use it.
     pub fit: bool,
 }
 

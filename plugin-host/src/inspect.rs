@@ -107,7 +107,7 @@ pub fn check_info(info: &ModelInfo, exported: &semver::Version) -> Result<(), St
 }
 
 /// Property tests of the answer checks: whatever a plugin returns, the check accepts exactly
-/// what the contract allows and never panics (issue 16's fuzzing of the plugin output checks).
+/// what the contract allows and never panics (fuzzing of the plugin output checks).
 #[cfg(test)]
 mod properties {
     use super::*;

@@ -19,14 +19,17 @@
 //!   ([`CostModelSpec`]) and gets ([`CostModels`]) are the cost-model port's
 //!   (`archplace-cost-port`).
 
-pub mod bindings;
+// The host's API is what the service, the pool and the CLI use: every item says what it is.
+#![deny(missing_docs)]
+
+mod bindings;
 pub mod cache;
 pub mod catalog;
 pub mod check;
-pub mod inspect;
-pub mod memo;
-pub mod session;
-pub mod store;
+mod inspect;
+mod memo;
+mod session;
+mod store;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
@@ -40,7 +43,7 @@ use archplace_plugin_sdk::{ModelInfo, Parameter, ParameterError};
 use archplace_util::files;
 use bindings::CostModelPre;
 use serde::{Deserialize, Serialize};
-use session::Session;
+pub use session::{AREA_BATCH, Session};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +68,7 @@ pub struct Limits {
     /// Fuel (≈ WebAssembly instructions) for one call, plus `fuel_per_item` per
     /// configuration or operator in its batch.
     pub fuel_per_call: u64,
+    /// Fuel for each configuration or operator in a call's batch.
     pub fuel_per_item: u64,
     /// Wall-clock backstop of one call.
     pub deadline_seconds: f64,
@@ -152,9 +156,11 @@ impl Default for Limits {
 /// How the host is set up.
 #[derive(Debug, Clone, Default)]
 pub struct HostOptions {
+    /// Folders of installed plugins, searched in order.
     pub plugin_dirs: Vec<PathBuf>,
     /// Compiled-component cache; `None` compiles every time.
     pub cache_dir: Option<PathBuf>,
+    /// Limits of every plugin without its own.
     pub limits: Limits,
     /// Limits for particular plugins, by name.
     pub plugin_limits: BTreeMap<String, Limits>,
@@ -170,6 +176,7 @@ impl HostOptions {
         }
     }
 
+    /// The limits of `plugin`: its own, or the common ones.
     pub fn limits_for(&self, plugin: &str) -> Limits {
         self.plugin_limits
             .get(plugin)
@@ -181,40 +188,96 @@ impl HostOptions {
 /// What went wrong with a plugin as a whole (a fault inside a call is a [`Fault`]).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PluginError {
+    /// The component's file cannot be read.
     #[error("cannot read {}: {message}", path.display())]
-    Read { path: PathBuf, message: String },
+    Read {
+        /// The component.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// It is not a component wasmtime compiles.
     #[error("{} is not a WebAssembly component archplace can compile: {message}", path.display())]
-    Compile { path: PathBuf, message: String },
+    Compile {
+        /// The component.
+        path: PathBuf,
+        /// wasmtime's reason.
+        message: String,
+    },
+    /// It was built for another major version of the interface.
     #[error("{} was built for {found}; this archplace supports archplace:cost-model {INTERFACE_MAJOR}.x (rebuild it with a {INTERFACE_MAJOR}.x archplace-plugin-sdk)", path.display())]
-    InterfaceVersion { path: PathBuf, found: String },
+    InterfaceVersion {
+        /// The component.
+        path: PathBuf,
+        /// The interface it exports.
+        found: String,
+    },
+    /// It does not export the interface as the WIT says.
     #[error("{} does not implement archplace:cost-model/model {INTERFACE_MAJOR}.x: {message}", path.display())]
-    Interface { path: PathBuf, message: String },
+    Interface {
+        /// The component.
+        path: PathBuf,
+        /// What is missing or different.
+        message: String,
+    },
+    /// It cannot be instantiated.
     #[error("{} cannot be instantiated (it may import something archplace does not offer): {message}", path.display())]
-    Instantiate { path: PathBuf, message: String },
+    Instantiate {
+        /// The component.
+        path: PathBuf,
+        /// wasmtime's reason.
+        message: String,
+    },
+    /// Its `info` is unusable (no name, a bad version, parameters without defaults, …).
     #[error("{} describes itself badly: {message}", path.display())]
-    BadInfo { path: PathBuf, message: String },
+    BadInfo {
+        /// The component.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A call faulted outside a search (loading, checking parameters).
     #[error("plugin `{plugin}` faulted while {during}: {fault}")]
     Fault {
+        /// The plugin.
         plugin: String,
+        /// What the host was asking of it.
         during: String,
+        /// The fault.
         fault: Fault,
     },
+    /// The plugin refuses the parameters a spec gives it.
     #[error("plugin `{plugin}` rejects its parameters: {}", errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     Parameters {
+        /// The plugin.
         plugin: String,
+        /// Each parameter's problem, as the plugin words it.
         errors: Vec<ParameterError>,
     },
+    /// The component is not the one a manifest or a spec pins.
     #[error("{} has blake3 {actual}, but {pinned_by} pins {expected}", path.display())]
     HashMismatch {
+        /// The component.
         path: PathBuf,
+        /// The pinned hash.
         expected: String,
+        /// The component's hash.
         actual: String,
+        /// Who pins it (a manifest, a spec).
         pinned_by: String,
     },
+    /// A manifest is unusable.
     #[error("{}: {message}", manifest.display())]
-    Manifest { manifest: PathBuf, message: String },
+    Manifest {
+        /// The manifest.
+        manifest: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The plugin a spec names is not installed in a matching version.
     #[error(transparent)]
     Find(#[from] catalog::FindError),
+    /// wasmtime's engine cannot be made.
     #[error("cannot start the plugin host: {0}")]
     Engine(String),
 }
@@ -238,6 +301,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// The kind's name in messages and the metrics' `kind` label.
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Fuel => "fuel",
@@ -254,18 +318,25 @@ impl FaultKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Fault {
+    /// What kind of fault.
     pub kind: FaultKind,
+    /// What happened, for people.
     pub message: String,
 }
 
 /// A component compiled and inspected, ready to instantiate.
 pub struct Loaded {
+    /// The component's file.
     pub path: PathBuf,
+    /// Its blake3 hash.
     pub hash: blake3::Hash,
+    /// What it says of itself.
     pub info: ModelInfo,
     /// The interface version its export names (e.g. `1.0.0`).
     pub interface: semver::Version,
+    /// Compiling it (or loading it from the cache).
     pub compile_seconds: f64,
+    /// Whether it came from the compiled-component cache.
     pub from_cache: bool,
     pub(crate) pre: CostModelPre<State>,
     pub(crate) engine: Engine,
@@ -315,6 +386,8 @@ impl Drop for Host {
 }
 
 impl Host {
+    /// A host with `options`: wasmtime's engine and linker, the compiled-component cache (if
+    /// it can be used) and the epoch ticker.
     pub fn new(options: HostOptions) -> Result<Host, PluginError> {
         let mut config = Config::new();
         config
@@ -376,6 +449,7 @@ impl Host {
         self
     }
 
+    /// The options it was made with.
     pub fn options(&self) -> &HostOptions {
         &self.options
     }
@@ -388,6 +462,7 @@ impl Host {
         }
     }
 
+    /// The plugins in its folders, as last scanned.
     pub fn catalog(&self) -> catalog::Catalog {
         self.catalog.read().map(|c| c.clone()).unwrap_or_default()
     }

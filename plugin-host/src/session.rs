@@ -18,7 +18,7 @@ use wasmtime::Store;
 /// Configurations per `area` call. The guest holds a call's arguments and answers in its
 /// own memory (tens of bytes each, plus what the plugin builds), so one call for a whole
 /// space of millions of chips ran into the plugin's memory cap at search time, on a spec the
-/// validator had accepted, and was counted as the plugin's fault (issue 16). Batches keep a
+/// validator had accepted, and was counted as the plugin's fault. Batches keep a
 /// call's memory independent of the space and its fuel proportional to it.
 pub const AREA_BATCH: usize = 4096;
 
@@ -49,6 +49,7 @@ pub struct Session {
     fault_log: Mutex<Vec<Fault>>,
     memo: Option<Arc<Memo>>,
     telemetry: Option<Arc<dyn super::Telemetry>>,
+    /// Calls, items and faults so far.
     pub counters: Counters,
 }
 
@@ -105,10 +106,12 @@ impl Session {
         Ok(Arc::new(s))
     }
 
+    /// The component this session runs.
     pub fn loaded(&self) -> &Arc<Loaded> {
         &self.loaded
     }
 
+    /// The limits of its calls.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

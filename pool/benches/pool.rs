@@ -13,6 +13,9 @@
 //! Needs `nats-server` (Debian package; `scripts/setup --dev` installs it); without it the
 //! benchmark says so and measures nothing.
 
+// A benchmark reports what it could not measure on stderr.
+#![allow(clippy::print_stderr)]
+
 use archplace_cost_port::{CostModelSource, NativeModels};
 use archplace_engine::search::{Evaluator, Supplier};
 use archplace_engine::space::{Candidate, REFERENCE_CONFIG, Space};

@@ -93,68 +93,55 @@ pub struct Coordinator<'a> {
     exhausted: Option<async_nats::Subscriber>,
 }
 
-impl<'a> Coordinator<'a> {
-    /// Puts the spec and the latency model's component in the object store and finds
-    /// where the search is in the pool: new, or interrupted (then its published items and
-    /// stored answers are taken up again).
-    pub fn start(
-        pool: &'a Pool,
-        spec: &Spec,
-        models: &CostModels,
-        space: &'a Space,
-        journaled: BTreeSet<usize>,
-        cancel: Arc<AtomicBool>,
-        status: &'a Mutex<PoolStatus>,
-    ) -> Result<Coordinator<'a>, PoolError> {
-        let src = &models.latency_source;
-        let (Some(blake3), Some(path)) = (&src.blake3, &src.path) else {
-            return Err(PoolError::Other(format!(
-                "the latency model `{}` is linked natively; a pooled search needs a WebAssembly component",
-                src.plugin
-            )));
-        };
-        let component = objects::read_component(std::path::Path::new(path), blake3)?;
-        let id = search_id(spec, models);
-        let stop = || super::set(&cancel);
-        let spec_object = spec_object(&spec.content_hash);
-        let text = spec.source_text.as_bytes();
-        pool.retry("storing the spec in the pool", &stop, || {
-            pool.put_object(&spec_object, text)
-        })
-        .ok_or_else(cancelled)?;
-        let component_object = component_object(blake3);
-        pool.retry("storing the cost model in the pool", &stop, || {
-            pool.put_object(&component_object, &component)
-        })
-        .ok_or_else(cancelled)?;
-        let template = Item {
-            protocol: PROTOCOL_VERSION,
-            archplace_version: env!("CARGO_PKG_VERSION").to_string(),
-            search: id.clone(),
-            item: 0,
-            spec_hash: spec.content_hash.clone(),
-            spec_file: spec.source_file.clone(),
-            latency: ComponentRef {
-                plugin: src.plugin.clone(),
-                version: src.version.clone(),
-                blake3: blake3.clone(),
-            },
-            candidates: Vec::new(),
-        };
-        let search = Search {
-            template,
-            spec_name: spec.name.clone(),
-            space,
-            exhaustive: spec.space.exhaustive,
-            journaled,
-        };
-        Self::open(pool, search, cancel, status)
-    }
+/// Puts the spec and the latency model's component in the object store: what every item
+/// of the search names; the item template of the search.
+pub fn template(
+    pool: &Pool,
+    spec: &Spec,
+    models: &CostModels,
+    cancel: &AtomicBool,
+) -> Result<Item, PoolError> {
+    let src = &models.latency_source;
+    let (Some(blake3), Some(path)) = (&src.blake3, &src.path) else {
+        return Err(PoolError::NativeModel {
+            plugin: src.plugin.clone(),
+        });
+    };
+    let component = objects::read_component(std::path::Path::new(path), blake3)?;
+    let id = search_id(spec, models);
+    let stop = || super::set(cancel);
+    let spec_object = spec_object(&spec.content_hash);
+    let text = spec.source_text.as_bytes();
+    pool.retry("storing the spec in the pool", &stop, || {
+        pool.put_object(&spec_object, text)
+    })
+    .ok_or_else(cancelled)?;
+    let component_object = component_object(blake3);
+    pool.retry("storing the cost model in the pool", &stop, || {
+        pool.put_object(&component_object, &component)
+    })
+    .ok_or_else(cancelled)?;
+    Ok(Item {
+        protocol: PROTOCOL_VERSION,
+        archplace_version: env!("CARGO_PKG_VERSION").to_string(),
+        search: id,
+        item: 0,
+        spec_hash: spec.content_hash.clone(),
+        spec_file: spec.source_file.clone(),
+        latency: ComponentRef {
+            plugin: src.plugin.clone(),
+            version: src.version.clone(),
+            blake3: blake3.clone(),
+        },
+        candidates: Vec::new(),
+    })
+}
 
+impl<'a> Coordinator<'a> {
     /// The coordinator of the search `template.search` (whose items are `template` with
-    /// their candidates), new or resumed: what [`Coordinator::start`] does once the spec
-    /// and component are stored. (The coordinator benchmark starts here, with a synthetic
-    /// search.)
+    /// their candidates, see [`template`]), new or interrupted (then its published items and
+    /// stored answers are taken up again). (The coordinator benchmark starts here, with a
+    /// synthetic search.)
     pub fn open(
         pool: &'a Pool,
         search: Search<'a>,
@@ -549,7 +536,7 @@ impl<'a> Coordinator<'a> {
 }
 
 fn cancelled() -> PoolError {
-    PoolError::Other("cancelled".into())
+    PoolError::Cancelled
 }
 
 impl Supplier for Coordinator<'_> {

@@ -2,7 +2,7 @@
 //! evaluate, coordinated by this daemon ([`Coordinator`]).
 
 use crate::Pool;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{self, Coordinator, Search};
 use archplace_cost_port::CostModels;
 use archplace_engine::space::Space;
 use archplace_job::result::PoolStatus;
@@ -42,15 +42,14 @@ impl Distributor for Pooled<'_> {
         journaled: BTreeSet<usize>,
         cancel: Arc<AtomicBool>,
     ) -> Result<Box<dyn Distribution + 's>, Box<dyn std::error::Error + Send + Sync>> {
-        let c = Coordinator::start(
-            self.pool,
-            spec,
-            models,
+        let search = Search {
+            template: coordinator::template(self.pool, spec, models, &cancel)?,
+            spec_name: spec.name.clone(),
             space,
+            exhaustive: spec.space.exhaustive,
             journaled,
-            cancel,
-            &self.status,
-        )?;
+        };
+        let c = Coordinator::open(self.pool, search, cancel, &self.status)?;
         Ok(Box::new(c))
     }
 

@@ -28,6 +28,9 @@
 //!
 //! The messages and names are in [`protocol`].
 
+// Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
+#![warn(clippy::iter_over_hash_type)]
+
 pub mod config;
 pub mod coordinator;
 pub mod distributor;
@@ -58,8 +61,64 @@ pub enum PoolError {
     Connect { url: String, message: String },
     #[error("NATS: {0}")]
     Nats(String),
+    #[error("no NATS server configured")]
+    NoServer,
+    #[error("cancelled")]
+    Cancelled,
+    #[error("stopping")]
+    Stopping,
+    #[error("cannot start {what}: {source}")]
+    Threads {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("cannot encode the search's state: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error(
+        "the latency model `{plugin}` is linked natively; a pooled search needs a WebAssembly component"
+    )]
+    NativeModel { plugin: String },
+    #[error("object {name} has {size_bytes} bytes; at most {cap_bytes} are accepted")]
+    ObjectTooLarge {
+        name: String,
+        size_bytes: u64,
+        cap_bytes: u64,
+    },
+    #[error("object {name} has blake3 {actual}, not {expected}: refused")]
+    ObjectHash {
+        name: String,
+        actual: String,
+        expected: String,
+    },
+    #[error("{}: {source}", path.display())]
+    ComponentRead {
+        path: std::path::PathBuf,
+        source: archplace_util::files::ReadError,
+    },
+    #[error("{} changed since it was loaded (blake3 {actual}, loaded {expected})", path.display())]
+    ComponentChanged {
+        path: std::path::PathBuf,
+        actual: String,
+        expected: String,
+    },
+    /// `says` and `wanted` are each "`name` version".
+    #[error("the component {blake3} says it is {says}, not {wanted}")]
+    ComponentMismatch {
+        blake3: String,
+        says: String,
+        wanted: String,
+    },
     #[error("{0}")]
-    Other(String),
+    Plugin(#[from] archplace_plugin_host::PluginError),
+    #[error("latency model `{plugin}`: {source}")]
+    LatencyModel {
+        plugin: String,
+        source: archplace_plugin_host::PluginError,
+    },
+    #[error("the spec is not UTF-8 text")]
+    SpecNotUtf8,
+    #[error("the spec does not validate on this worker: {0}")]
+    SpecInvalid(String),
 }
 
 fn nats_err(e: impl std::fmt::Display) -> PoolError {
@@ -102,10 +161,7 @@ impl Pool {
         metrics: Arc<PoolMetrics>,
         work: Arc<dyn Observer + Send + Sync>,
     ) -> Result<Pool, PoolError> {
-        let url = settings
-            .nats
-            .clone()
-            .ok_or_else(|| PoolError::Other("no NATS server configured".into()))?;
+        let url = settings.nats.clone().ok_or(PoolError::NoServer)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("archplace-nats")
@@ -270,7 +326,7 @@ impl Pool {
     }
 
     pub(crate) async fn put_state(&self, id: &str, s: &SearchState) -> Result<(), PoolError> {
-        let bytes = serde_json::to_vec(s).map_err(|e| PoolError::Other(e.to_string()))?;
+        let bytes = serde_json::to_vec(s)?;
         self.searches
             .put(id, bytes.into())
             .await

@@ -41,9 +41,11 @@ impl Pool {
             .map_err(|e| PoolError::Nats(format!("object {name}: {e}")))?;
         let size = object.info().size as u64;
         if size > cap {
-            return Err(PoolError::Other(format!(
-                "object {name} has {size} bytes; at most {cap} are accepted"
-            )));
+            return Err(PoolError::ObjectTooLarge {
+                name: name.to_string(),
+                size_bytes: size,
+                cap_bytes: cap,
+            });
         }
         let mut bytes = Vec::with_capacity(size as usize);
         (&mut object)
@@ -53,9 +55,11 @@ impl Pool {
             .map_err(|e| PoolError::Nats(format!("object {name}: {e}")))?;
         let actual = blake3::hash(&bytes).to_hex().to_string();
         if !actual.eq_ignore_ascii_case(blake3) || bytes.len() as u64 > cap {
-            return Err(PoolError::Other(format!(
-                "object {name} has blake3 {actual}, not {blake3}: refused"
-            )));
+            return Err(PoolError::ObjectHash {
+                name: name.to_string(),
+                actual,
+                expected: blake3.to_string(),
+            });
         }
         Ok(bytes)
     }
@@ -64,14 +68,20 @@ impl Pool {
 /// The component of a plugin at `path` if its blake3 is `blake3` (the file the coordinator's
 /// plugin host loaded).
 pub fn read_component(path: &Path, blake3: &str) -> Result<Vec<u8>, PoolError> {
-    let bytes = archplace_util::files::read_regular(path, MAX_COMPONENT_BYTES)
-        .map_err(|e| PoolError::Other(format!("{}: {e}", path.display())))?;
+    let bytes =
+        archplace_util::files::read_regular(path, MAX_COMPONENT_BYTES).map_err(|source| {
+            PoolError::ComponentRead {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     let actual = blake3::hash(&bytes).to_hex().to_string();
     if !actual.eq_ignore_ascii_case(blake3) {
-        return Err(PoolError::Other(format!(
-            "{} changed since it was loaded (blake3 {actual}, loaded {blake3})",
-            path.display()
-        )));
+        return Err(PoolError::ComponentChanged {
+            path: path.to_path_buf(),
+            actual,
+            expected: blake3.to_string(),
+        });
     }
     Ok(bytes)
 }

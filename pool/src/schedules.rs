@@ -12,7 +12,7 @@
 //! the results do not change. An unreachable bucket only means solving again.
 
 use super::{Pool, nats_err};
-use archplace_engine::schedule::Options;
+use archplace_engine::options::ScheduleOptions;
 use archplace_engine::search::{SharedSchedules, Solved};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +30,7 @@ pub struct PoolSchedules {
 const VALUE_BYTES: usize = 33;
 
 impl PoolSchedules {
-    pub fn new(pool: Arc<Pool>, options: &Options) -> PoolSchedules {
+    pub fn new(pool: Arc<Pool>, options: &ScheduleOptions) -> PoolSchedules {
         let text = serde_json::to_string(options).unwrap_or_default();
         PoolSchedules {
             pool,

@@ -10,7 +10,7 @@ use archplace_engine::space::Candidate;
 use archplace_plugin_host::Host;
 use async_nats::jetstream::{self, AckKind, consumer};
 use futures_util::StreamExt;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -75,7 +75,12 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
         busy.clone(),
         completed.clone(),
     ));
-    let mut sessions: HashMap<String, Session> = HashMap::new();
+    let mut held = Held {
+        threads,
+        sessions: BTreeMap::new(),
+        cancels,
+        completed,
+    };
     tracing::info!(threads, "working for the pool");
     while !cx.shutdown.load(Ordering::Relaxed) {
         let next = pool.block_on(async {
@@ -102,19 +107,11 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
         };
         busy.store(true, Ordering::Relaxed);
         pool.metrics.worker_busy.set(1);
-        handle(
-            pool,
-            cx,
-            threads,
-            &mut sessions,
-            &cancels,
-            message,
-            &completed,
-        );
+        handle(pool, cx, &mut held, message);
         busy.store(false, Ordering::Relaxed);
         pool.metrics.worker_busy.set(0);
     }
-    for s in sessions.values() {
+    for s in held.sessions.values() {
         s.cancel.store(true, Ordering::Relaxed);
     }
     watcher.abort();
@@ -122,15 +119,18 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
     let _ = pool.block_on(pool.workers.delete(&pool.name));
 }
 
-fn handle(
-    pool: &Arc<Pool>,
-    cx: &WorkerContext,
+/// What the worker holds from one item to the next.
+struct Held {
+    /// Threads of each search session's evaluations.
     threads: usize,
-    sessions: &mut HashMap<String, Session>,
-    cancels: &Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
-    message: jetstream::Message,
-    completed: &AtomicU64,
-) {
+    sessions: BTreeMap<String, Session>,
+    /// The cancel flags of the sessions, by search (the searches' watcher sets them).
+    cancels: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
+    /// Items answered (the heartbeat reports it).
+    completed: Arc<AtomicU64>,
+}
+
+fn handle(pool: &Arc<Pool>, cx: &WorkerContext, held: &mut Held, message: jetstream::Message) {
     let m = &pool.metrics;
     m.items_pulled.inc();
     if message.info().is_ok_and(|i| i.delivered > 1) {
@@ -175,7 +175,7 @@ fn handle(
             item.protocol
         ))
     } else {
-        evaluate(pool, cx, threads, sessions, cancels, &item, &message)
+        evaluate(pool, cx, held, &item, &message)
     };
     let answer = match reply {
         Reply::Evaluated(evaluated, work) => Answer::Evaluated { evaluated, work },
@@ -232,7 +232,7 @@ fn handle(
         m.items_failed.inc();
     } else {
         m.items_completed.inc();
-        completed.fetch_add(1, Ordering::Relaxed);
+        held.completed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -241,12 +241,17 @@ fn handle(
 fn evaluate(
     pool: &Arc<Pool>,
     cx: &WorkerContext,
-    threads: usize,
-    sessions: &mut HashMap<String, Session>,
-    cancels: &Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
+    held: &mut Held,
     item: &Item,
     message: &jetstream::Message,
 ) -> Reply {
+    let Held {
+        threads,
+        sessions,
+        cancels,
+        ..
+    } = held;
+    let threads = *threads;
     let message = Arc::new(message.clone());
     let progress = {
         let message = message.clone();
@@ -313,14 +318,10 @@ fn open(
         .retry("fetching the spec", &stop, || {
             pool.get_object(&name, objects::MAX_SPEC_BYTES, &item.spec_hash)
         })
-        .ok_or_else(|| PoolError::Other("stopping".into()))?;
-    let text = String::from_utf8(text)
-        .map_err(|_| PoolError::Other("the spec is not UTF-8 text".into()))?;
+        .ok_or(PoolError::Stopping)?;
+    let text = String::from_utf8(text).map_err(|_| PoolError::SpecNotUtf8)?;
     let spec = archplace_spec::parse(&text, &item.spec_file).map_err(|d| {
-        PoolError::Other(format!(
-            "the spec does not validate on this worker: {}",
-            d.first().map(|d| d.message.clone()).unwrap_or_default()
-        ))
+        PoolError::SpecInvalid(d.first().map(|d| d.message.clone()).unwrap_or_default())
     })?;
     let loaded = component(pool, cx, &item.latency)?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -331,7 +332,10 @@ fn open(
             spec.cost_model.parameters_of(&item.latency.plugin),
             cancel.clone(),
         )
-        .map_err(|e| PoolError::Other(format!("latency model `{}`: {e}", item.latency.plugin)))?;
+        .map_err(|source| PoolError::LatencyModel {
+            plugin: item.latency.plugin.clone(),
+            source,
+        })?;
     let (tx, rx) = mpsc::channel::<(Vec<ItemCandidate>, mpsc::Sender<Reply>)>();
     let flag = cancel.clone();
     let work = pool.work.clone();
@@ -341,7 +345,10 @@ fn open(
         .num_threads(threads)
         .thread_name(|i| format!("archplace-pool-{i}"))
         .build()
-        .map_err(|e| PoolError::Other(format!("cannot start worker threads: {e}")))?;
+        .map_err(|e| PoolError::Threads {
+            what: "worker threads",
+            source: std::io::Error::other(e),
+        })?;
     std::thread::Builder::new()
         .name("archplace-pool-session".into())
         .spawn(move || {
@@ -389,7 +396,10 @@ fn open(
             });
             tracing::debug!(worker = %worker, "session ended");
         })
-        .map_err(|e| PoolError::Other(format!("cannot start a session thread: {e}")))?;
+        .map_err(|source| PoolError::Threads {
+            what: "a session thread",
+            source,
+        })?;
     Ok(Session {
         tx,
         cancel,
@@ -415,10 +425,7 @@ fn component(
     }
     let cached: PathBuf = objects::cached_component(cx.state_dir, &r.blake3);
     if let Ok(bytes) = objects::read_component(&cached, &r.blake3) {
-        return cx
-            .host
-            .load_bytes(&cached, &bytes)
-            .map_err(|e| PoolError::Other(e.to_string()));
+        return Ok(cx.host.load_bytes(&cached, &bytes)?);
     }
     let stop = || super::set(cx.shutdown);
     let name = component_object(&r.blake3);
@@ -426,7 +433,7 @@ fn component(
         .retry("fetching the cost model", &stop, || {
             pool.get_object(&name, archplace_plugin_host::MAX_COMPONENT_BYTES, &r.blake3)
         })
-        .ok_or_else(|| PoolError::Other("stopping".into()))?;
+        .ok_or(PoolError::Stopping)?;
     tracing::info!(plugin = %r.plugin, version = %r.version, blake3 = %r.blake3, "fetched a cost model from the pool");
     if let Some(dir) = cached.parent()
         && let Err(e) = std::fs::create_dir_all(dir)
@@ -434,15 +441,13 @@ fn component(
     {
         tracing::warn!(error = %e, "cannot keep the fetched cost model");
     }
-    let loaded = cx
-        .host
-        .load_bytes(&cached, &bytes)
-        .map_err(|e| PoolError::Other(e.to_string()))?;
+    let loaded = cx.host.load_bytes(&cached, &bytes)?;
     if loaded.info.name != r.plugin || loaded.info.version != r.version {
-        return Err(PoolError::Other(format!(
-            "the component {} says it is `{}` {}, not `{}` {}",
-            r.blake3, loaded.info.name, loaded.info.version, r.plugin, r.version
-        )));
+        return Err(PoolError::ComponentMismatch {
+            blake3: r.blake3.clone(),
+            says: format!("`{}` {}", loaded.info.name, loaded.info.version),
+            wanted: format!("`{}` {}", r.plugin, r.version),
+        });
     }
     Ok(loaded)
 }

@@ -373,6 +373,7 @@ fn key_position(text: &str, key: &str) -> (usize, usize) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 
@@ -473,7 +474,7 @@ mod tests {
         assert_eq!(DaemonConfig::default().log_level, DEFAULT_LOG_LEVEL);
     }
 
-    /// Issue 16, item 4: values the checks once let through panicked the daemon when
+    /// Values the checks once let through panicked the daemon when
     /// they became a `Duration` (`settle_seconds = 1e30`) or its search threads
     /// (`[plugin_limits] deadline_seconds = 1e30`). Now each is refused where it is written.
     #[test]

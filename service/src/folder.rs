@@ -137,8 +137,8 @@ mod tests {
     }
 
     /// Links inside the folder are followed (a ConfigMap's layout); links out of it,
-    /// directories, FIFOs and undecodable names are skipped with a reason (issue 16: they
-    /// were skipped silently).
+    /// directories, FIFOs and undecodable names are skipped with a reason (they were
+    /// once skipped silently).
     #[test]
     fn links_inside_are_followed_and_the_rest_is_skipped_with_a_reason() {
         use std::os::unix::ffi::OsStrExt;

@@ -2,7 +2,7 @@
 //! Loopback by default; `127.0.0.1:0` takes a free port (the log says which).
 //!
 //! On tokio and hyper, on a thread of its own, with the limits a listener open to
-//! misbehaving clients needs (issue 16: one `accept` error — file descriptors exhausted by
+//! misbehaving clients needs (one `accept` error — file descriptors exhausted by
 //! idle connections that were never timed out — ended the old listener for good):
 //! * at most [`MAX_CONNECTIONS`] at once; one more is answered `503` and closed;
 //! * a request's head must arrive within [`HEADER_TIMEOUT`], and a connection lives at most

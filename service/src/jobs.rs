@@ -71,8 +71,12 @@ pub struct JobStore {
     pub jobs: BTreeMap<String, Job>,
 }
 
+/// The largest job record read: a record holds a hash, two paths, a name and a message.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+
 impl JobStore {
-    /// Loads the records in `state_dir/jobs`. Unreadable records are reported (and
+    /// Loads the records in `state_dir/jobs` (a record of more than [`MAX_RECORD_BYTES`] is
+    /// not one the daemon wrote, and is rebuilt like a corrupt one). Unreadable records are reported (and
     /// removed: the next scan rebuilds them from the spec folder and the results).
     pub fn open(state_dir: &Path) -> std::io::Result<JobStore> {
         let dir = state_dir.join("jobs");
@@ -83,7 +87,7 @@ impl JobStore {
             if path.extension().is_none_or(|x| x != "json") {
                 continue;
             }
-            match std::fs::read(&path)
+            match archplace_util::files::read_regular(&path, MAX_RECORD_BYTES)
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<Job>(&b).map_err(|e| e.to_string()))
             {

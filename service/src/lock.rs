@@ -7,6 +7,9 @@
 //! debug builds (the daemon's end-to-end tests run them) and is logged as an error in
 //! release builds.
 
+// The one place the service's mutexes are made (service/clippy.toml forbids them elsewhere).
+#![allow(clippy::disallowed_types)]
+
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};

@@ -79,75 +79,81 @@ macro_rules! reg {
     }};
 }
 
-/// All of the daemon's metrics, registered in one registry.
+/// All of the daemon's metrics, registered in one registry, by concern.
 pub struct Metrics {
     registry: Registry,
-    // Specs and searches.
+    jobs: JobMetrics,
+    running: RunningMetrics,
+    finished: ResultMetrics,
+    work: WorkMetrics,
+    plugins: PluginMetrics,
+    folder: FolderMetrics,
+    /// The pool (`--nats`); zero without one.
+    pub pool: Arc<PoolMetrics>,
+}
+
+/// Specs and searches: job states, discoveries, outcomes, the queue, durations.
+struct JobMetrics {
     specs: IntGaugeVec,
     specs_discovered: IntCounter,
     searches_finished: IntCounterVec,
     queue_depth: IntGauge,
     search_duration: HistogramVec,
-    // Running searches, by spec.
+}
+
+/// Running searches, by spec.
+struct RunningMetrics {
     candidates_evaluated: IntGaugeVec,
     candidates: IntGaugeVec,
     bucket_area: GaugeVec,
     best_throughput: GaugeVec,
     best_area: GaugeVec,
     last_progress: GaugeVec,
-    // Finished searches, by spec, while the spec is in the folder.
+}
+
+/// Finished searches, by spec, while the spec is in the folder.
+struct ResultMetrics {
     result_throughput: GaugeVec,
     result_area: GaugeVec,
     /// File name → spec name of the result series, to remove them by file.
     results: Lock<HashMap<String, String>>,
-    // Work.
+}
+
+/// The engine's work: estimates, layer schedules, placements.
+struct WorkMetrics {
     estimates_computed: IntCounter,
     estimate_cache_hits: IntCounter,
     layer_schedules: IntCounterVec,
     mip_time_limit_hits: IntCounter,
     mip_solve: Histogram,
     placement: Histogram,
-    // Plugins.
+}
+
+/// Cost-model plugin calls and faults.
+struct PluginMetrics {
     plugin_calls: IntCounterVec,
     plugin_items: IntCounterVec,
     plugin_call_duration: HistogramVec,
     plugin_faults: IntCounterVec,
-    // Watcher and config.
+}
+
+/// The spec folder's watcher and scans, and config reloads.
+struct FolderMetrics {
     watcher_events: IntCounter,
     watcher_errors: IntCounter,
     rescans: IntCounterVec,
     reloads: IntCounterVec,
     reload_ok: IntGauge,
     reload_time: Gauge,
-    /// The pool (`--nats`); zero without one.
-    pub pool: Arc<PoolMetrics>,
 }
 
 fn histogram(name: &str, help: &str, buckets: &[f64]) -> HistogramOpts {
     HistogramOpts::new(name, help).buckets(buckets.to_vec())
 }
 
-impl Metrics {
-    pub fn new() -> Result<Metrics, prometheus::Error> {
-        let r = Registry::new();
-        let info = reg!(
-            r,
-            IntGaugeVec::new(
-                Opts::new(
-                    "archplace_build_info",
-                    "Versions of archplace, of the wasmtime runtime its plugins run on and of the HiGHS MIP solver (always 1)",
-                ),
-                &["version", "wasmtime", "highs"],
-            )?
-        );
-        info.with_label_values(&[
-            env!("CARGO_PKG_VERSION"),
-            WASMTIME_VERSION,
-            &highs_version(),
-        ])
-        .set(1);
-        r.register(Box::new(ProcessMetrics::new()))?;
-        let m = Metrics {
+impl JobMetrics {
+    fn new(r: &Registry) -> Result<JobMetrics, prometheus::Error> {
+        Ok(JobMetrics {
             specs: reg!(
                 r,
                 IntGaugeVec::new(
@@ -193,6 +199,13 @@ impl Metrics {
                     &["outcome"],
                 )?
             ),
+        })
+    }
+}
+
+impl RunningMetrics {
+    fn new(r: &Registry) -> Result<RunningMetrics, prometheus::Error> {
+        Ok(RunningMetrics {
             candidates_evaluated: reg!(
                 r,
                 IntGaugeVec::new(
@@ -253,6 +266,13 @@ impl Metrics {
                     &SPEC_LABELS,
                 )?
             ),
+        })
+    }
+}
+
+impl ResultMetrics {
+    fn new(r: &Registry) -> Result<ResultMetrics, prometheus::Error> {
+        Ok(ResultMetrics {
             result_throughput: reg!(
                 r,
                 GaugeVec::new(
@@ -274,6 +294,13 @@ impl Metrics {
                 )?
             ),
             results: Lock::new("metrics results", HashMap::new()),
+        })
+    }
+}
+
+impl WorkMetrics {
+    fn new(r: &Registry) -> Result<WorkMetrics, prometheus::Error> {
+        Ok(WorkMetrics {
             estimates_computed: reg!(
                 r,
                 IntCounter::new(
@@ -327,6 +354,13 @@ impl Metrics {
                     ],
                 ))?
             ),
+        })
+    }
+}
+
+impl PluginMetrics {
+    fn new(r: &Registry) -> Result<PluginMetrics, prometheus::Error> {
+        Ok(PluginMetrics {
             plugin_calls: reg!(
                 r,
                 IntCounterVec::new(
@@ -371,6 +405,13 @@ impl Metrics {
                     &["plugin", "kind"],
                 )?
             ),
+        })
+    }
+}
+
+impl FolderMetrics {
+    fn new(r: &Registry) -> Result<FolderMetrics, prometheus::Error> {
+        Ok(FolderMetrics {
             watcher_events: reg!(
                 r,
                 IntCounter::new(
@@ -419,24 +460,58 @@ impl Metrics {
                     "When the config was last loaded successfully (Unix time)",
                 )?
             ),
+        })
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let r = Registry::new();
+        let info = reg!(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "archplace_build_info",
+                    "Versions of archplace, of the wasmtime runtime its plugins run on and of the HiGHS MIP solver (always 1)",
+                ),
+                &["version", "wasmtime", "highs"],
+            )?
+        );
+        info.with_label_values(&[
+            env!("CARGO_PKG_VERSION"),
+            WASMTIME_VERSION,
+            &highs_version(),
+        ])
+        .set(1);
+        r.register(Box::new(ProcessMetrics::new()))?;
+        let m = Metrics {
+            jobs: JobMetrics::new(&r)?,
+            running: RunningMetrics::new(&r)?,
+            finished: ResultMetrics::new(&r)?,
+            work: WorkMetrics::new(&r)?,
+            plugins: PluginMetrics::new(&r)?,
+            folder: FolderMetrics::new(&r)?,
             pool: Arc::new(PoolMetrics::new(&r)?),
             registry: r,
         };
         for s in STATES {
-            m.specs.with_label_values(&[s]).set(0);
+            m.jobs.specs.with_label_values(&[s]).set(0);
         }
         for o in OUTCOMES {
-            m.searches_finished.with_label_values(&[o]).inc_by(0);
-            m.search_duration.with_label_values(&[o]);
+            m.jobs.searches_finished.with_label_values(&[o]).inc_by(0);
+            m.jobs.search_duration.with_label_values(&[o]);
         }
         for method in ["bounds", "mip"] {
-            m.layer_schedules.with_label_values(&[method]).inc_by(0);
+            m.work
+                .layer_schedules
+                .with_label_values(&[method])
+                .inc_by(0);
         }
         for r in RESCAN_REASONS {
-            m.rescans.with_label_values(&[r]).inc_by(0);
+            m.folder.rescans.with_label_values(&[r]).inc_by(0);
         }
         for r in ["success", "failure"] {
-            m.reloads.with_label_values(&[r]).inc_by(0);
+            m.folder.reloads.with_label_values(&[r]).inc_by(0);
         }
         m.config_loaded(true);
         Ok(m)
@@ -450,21 +525,25 @@ impl Metrics {
     }
 
     pub fn set_specs(&self, state: &str, n: usize) {
-        self.specs.with_label_values(&[state]).set(n as i64);
+        self.jobs.specs.with_label_values(&[state]).set(n as i64);
     }
 
     pub fn set_queue_depth(&self, n: usize) {
-        self.queue_depth.set(n as i64);
+        self.jobs.queue_depth.set(n as i64);
     }
 
     pub fn spec_discovered(&self) {
-        self.specs_discovered.inc();
+        self.jobs.specs_discovered.inc();
     }
 
     /// A search ended: its outcome and duration; its progress series are removed.
     pub fn search_ended(&self, labels: &SpecLabels, outcome: &str, seconds: f64) {
-        self.searches_finished.with_label_values(&[outcome]).inc();
-        self.search_duration
+        self.jobs
+            .searches_finished
+            .with_label_values(&[outcome])
+            .inc();
+        self.jobs
+            .search_duration
             .with_label_values(&[outcome])
             .observe(seconds);
         self.search_ended_series(labels);
@@ -474,14 +553,14 @@ impl Metrics {
     /// renamed and it goes on under the new name).
     pub fn search_ended_series(&self, labels: &SpecLabels) {
         let l = labels.values();
-        for g in [&self.candidates_evaluated, &self.candidates] {
+        for g in [&self.running.candidates_evaluated, &self.running.candidates] {
             let _ = g.remove_label_values(&l);
         }
         for g in [
-            &self.bucket_area,
-            &self.best_throughput,
-            &self.best_area,
-            &self.last_progress,
+            &self.running.bucket_area,
+            &self.running.best_throughput,
+            &self.running.best_area,
+            &self.running.last_progress,
         ] {
             let _ = g.remove_label_values(&l);
         }
@@ -491,118 +570,152 @@ impl Metrics {
     pub fn set_result(&self, labels: &SpecLabels, throughput: f64, area_um2: f64) {
         self.forget_result(&labels.file);
         let l = labels.values();
-        self.result_throughput.with_label_values(&l).set(throughput);
-        self.result_area.with_label_values(&l).set(area_um2 * 1e-12);
-        self.results
+        self.finished
+            .result_throughput
+            .with_label_values(&l)
+            .set(throughput);
+        self.finished
+            .result_area
+            .with_label_values(&l)
+            .set(area_um2 * 1e-12);
+        self.finished
+            .results
             .lock()
             .insert(labels.file.clone(), labels.spec.clone());
     }
 
     /// The spec file `file` left the folder (or changed): its result series go.
     pub fn forget_result(&self, file: &str) {
-        let Some(spec) = self.results.lock().remove(file) else {
+        let Some(spec) = self.finished.results.lock().remove(file) else {
             return;
         };
         let l = [spec.as_str(), file];
-        let _ = self.result_throughput.remove_label_values(&l);
-        let _ = self.result_area.remove_label_values(&l);
+        let _ = self.finished.result_throughput.remove_label_values(&l);
+        let _ = self.finished.result_area.remove_label_values(&l);
     }
 
     /// The progress of the search of `labels`; `counted` holds its estimate counters
     /// already added (the engine reports running totals).
     pub fn progress(&self, labels: &SpecLabels, p: &Progress, counted: (u64, u64)) {
         let l = labels.values();
-        self.candidates_evaluated
+        self.running
+            .candidates_evaluated
             .with_label_values(&l)
             .set(p.evaluated as i64);
-        self.candidates.with_label_values(&l).set(p.total as i64);
-        self.bucket_area
+        self.running
+            .candidates
+            .with_label_values(&l)
+            .set(p.total as i64);
+        self.running
+            .bucket_area
             .with_label_values(&l)
             .set(p.bucket_area_um2 * 1e-12);
         if let Some(t) = p.best_throughput_samples_per_second {
-            self.best_throughput.with_label_values(&l).set(t);
+            self.running.best_throughput.with_label_values(&l).set(t);
         }
         if let Some(a) = p.best_area_um2 {
-            self.best_area.with_label_values(&l).set(a * 1e-12);
+            self.running.best_area.with_label_values(&l).set(a * 1e-12);
         }
-        self.last_progress.with_label_values(&l).set(unix_seconds());
-        self.estimates_computed
+        self.running
+            .last_progress
+            .with_label_values(&l)
+            .set(unix_seconds());
+        self.work
+            .estimates_computed
             .inc_by(p.estimates_computed.saturating_sub(counted.0));
-        self.estimate_cache_hits
+        self.work
+            .estimate_cache_hits
             .inc_by(p.estimate_cache_hits.saturating_sub(counted.1));
     }
 
     pub fn schedule(&self, e: &ScheduleEvent) {
         match e.method {
-            Method::Bounds => self.layer_schedules.with_label_values(&["bounds"]).inc(),
+            Method::Bounds => self
+                .work
+                .layer_schedules
+                .with_label_values(&["bounds"])
+                .inc(),
             Method::Mip => {
-                self.layer_schedules.with_label_values(&["mip"]).inc();
-                self.mip_solve.observe(e.solve_seconds);
+                self.work.layer_schedules.with_label_values(&["mip"]).inc();
+                self.work.mip_solve.observe(e.solve_seconds);
             }
         }
         if e.hit_time_limit {
-            self.mip_time_limit_hits.inc();
+            self.work.mip_time_limit_hits.inc();
         }
     }
 
     pub fn placement(&self, seconds: f64) {
-        self.placement.observe(seconds);
+        self.work.placement.observe(seconds);
     }
 
     /// Creates the series of `plugin` at zero (at start and whenever the catalog changes),
     /// so its faults show as 0 rather than as nothing.
     pub fn plugin_known(&self, plugin: &str) {
-        self.plugin_calls.with_label_values(&[plugin]).inc_by(0);
-        self.plugin_items.with_label_values(&[plugin]).inc_by(0);
-        self.plugin_call_duration.with_label_values(&[plugin]);
+        self.plugins
+            .plugin_calls
+            .with_label_values(&[plugin])
+            .inc_by(0);
+        self.plugins
+            .plugin_items
+            .with_label_values(&[plugin])
+            .inc_by(0);
+        self.plugins
+            .plugin_call_duration
+            .with_label_values(&[plugin]);
         for k in FAULT_KINDS {
-            self.plugin_faults
+            self.plugins
+                .plugin_faults
                 .with_label_values(&[plugin, k.name()])
                 .inc_by(0);
         }
     }
 
     pub fn watcher_events(&self, n: usize) {
-        self.watcher_events.inc_by(n as u64);
+        self.folder.watcher_events.inc_by(n as u64);
     }
 
     pub fn watcher_error(&self) {
-        self.watcher_errors.inc();
+        self.folder.watcher_errors.inc();
     }
 
     pub fn rescan(&self, reason: &str) {
-        self.rescans.with_label_values(&[reason]).inc();
+        self.folder.rescans.with_label_values(&[reason]).inc();
     }
 
     /// A config reload (SIGHUP) succeeded or failed.
     pub fn config_reloaded(&self, ok: bool) {
-        self.reloads
+        self.folder
+            .reloads
             .with_label_values(&[if ok { "success" } else { "failure" }])
             .inc();
         self.config_loaded(ok);
     }
 
     fn config_loaded(&self, ok: bool) {
-        self.reload_ok.set(i64::from(ok));
+        self.folder.reload_ok.set(i64::from(ok));
         if ok {
-            self.reload_time.set(unix_seconds());
+            self.folder.reload_time.set(unix_seconds());
         }
     }
 }
 
 impl archplace_plugin_host::Telemetry for Metrics {
     fn call(&self, plugin: &str, seconds: f64, items: usize) {
-        self.plugin_calls.with_label_values(&[plugin]).inc();
-        self.plugin_items
+        self.plugins.plugin_calls.with_label_values(&[plugin]).inc();
+        self.plugins
+            .plugin_items
             .with_label_values(&[plugin])
             .inc_by(items as u64);
-        self.plugin_call_duration
+        self.plugins
+            .plugin_call_duration
             .with_label_values(&[plugin])
             .observe(seconds);
     }
 
     fn fault(&self, plugin: &str, kind: FaultKind) {
-        self.plugin_faults
+        self.plugins
+            .plugin_faults
             .with_label_values(&[plugin, kind.name()])
             .inc();
     }

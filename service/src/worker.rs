@@ -258,38 +258,9 @@ fn search(
     cancel: &Arc<AtomicBool>,
     labels: &mut SpecLabels,
 ) -> Outcome {
-    let shown = q.path.display().to_string();
-    let invalid = |diags: Vec<archplace_spec::Diagnostic>, dir: &Path| {
-        let n = diags.len();
-        let first = diags
-            .first()
-            .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
-            .unwrap_or_default();
-        match folder::write_error(
-            dir,
-            &q.path,
-            serde_json::to_value(&diags).unwrap_or_default(),
-        ) {
-            Ok(()) => Outcome::Invalid(format!("{n} error(s) in the spec; first: {first}")),
-            Err(e) => Outcome::Failed(e),
-        }
-    };
-    let text = match String::from_utf8(q.bytes.clone()) {
-        Ok(t) => t,
-        Err(_) => {
-            let d = archplace_spec::Diagnostic::new(
-                &shown,
-                "",
-                None,
-                String::new(),
-                "the file is not valid UTF-8".into(),
-            );
-            return invalid(vec![d], &job.result_dir);
-        }
-    };
-    let spec = match archplace_spec::parse(&text, &shown) {
+    let spec = match parse(q, &job.result_dir) {
         Ok(spec) => spec,
-        Err(diags) => return invalid(diags, &job.result_dir),
+        Err(outcome) => return outcome,
     };
     tracing::Span::current().record("spec", spec.name.as_str());
     labels.spec = spec.name.clone();
@@ -365,8 +336,52 @@ fn search(
         status.write(if requeued { "queued" } else { "cancelled" }, None);
         return Outcome::Cancelled;
     }
+    ended(&dir, q, &status, result)
+}
+
+/// The queued spec's text, validated; an invalid one's errors written to `dir/error.json`.
+fn parse(q: &Queued, dir: &Path) -> Result<archplace_spec::Spec, Outcome> {
+    let shown = q.path.display().to_string();
+    let Ok(text) = String::from_utf8(q.bytes.clone()) else {
+        let d = archplace_spec::Diagnostic::new(
+            &shown,
+            "",
+            None,
+            String::new(),
+            "the file is not valid UTF-8".into(),
+        );
+        return Err(invalid(q, vec![d], dir));
+    };
+    archplace_spec::parse(&text, &shown).map_err(|diags| invalid(q, diags, dir))
+}
+
+/// The invalid spec `q`'s located errors, written to `dir/error.json`.
+fn invalid(q: &Queued, diags: Vec<archplace_spec::Diagnostic>, dir: &Path) -> Outcome {
+    let n = diags.len();
+    let first = diags
+        .first()
+        .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
+        .unwrap_or_default();
+    match folder::write_error(
+        dir,
+        &q.path,
+        serde_json::to_value(&diags).unwrap_or_default(),
+    ) {
+        Ok(()) => Outcome::Invalid(format!("{n} error(s) in the spec; first: {first}")),
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// How a search that was not cancelled ended: its result files written (or to be tried
+/// again), its located errors, or why it failed.
+fn ended(
+    dir: &Path,
+    q: &Queued,
+    status: &StatusWriter<'_>,
+    result: Result<archplace_job::Finished, RunError>,
+) -> Outcome {
     match result {
-        Ok(finished) => match folder::write(&dir, &finished) {
+        Ok(finished) => match folder::write(dir, &finished) {
             Ok(()) => {
                 status.write("done", None);
                 let doc = &finished.doc;
@@ -394,10 +409,10 @@ fn search(
                 Outcome::RetryLater(e.to_string())
             }
         },
-        Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(diags, &dir),
+        Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(q, diags, dir),
         Err(e) => {
             let message = e.to_string();
-            let _ = folder::write_error(&dir, &q.path, serde_json::json!([{ "message": message }]));
+            let _ = folder::write_error(dir, &q.path, serde_json::json!([{ "message": message }]));
             status.write("failed", None);
             Outcome::Failed(message)
         }

@@ -31,8 +31,8 @@ pub enum Scheduling {
 
 impl Spec {
     /// The layer-schedule options of `[search]`; `heuristic_only` for the list schedule alone.
-    fn schedule_options(&self, heuristic_only: bool) -> archplace_engine::schedule::Options {
-        archplace_engine::schedule::Options {
+    fn schedule_options(&self, heuristic_only: bool) -> archplace_engine::options::ScheduleOptions {
+        archplace_engine::options::ScheduleOptions {
             node_limit: self.space.schedule_node_limit,
             time_limit_seconds: self.space.schedule_time_limit_seconds,
             heuristic_only,

@@ -7,6 +7,9 @@
 //! tensor-parallel width, ...) are all checked and reported together. Every problem names
 //! the file, line, column and field, and says what would be valid.
 
+// Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
+#![warn(clippy::iter_over_hash_type)]
+
 pub mod diagnostic;
 mod input;
 pub mod raw;

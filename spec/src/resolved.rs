@@ -4,11 +4,11 @@
 //! as the explicit version of a short one. Models are written out in full (no preset), and
 //! quantities exactly, in the largest unit that divides them.
 
-use super::Spec;
+use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
 use archplace_engine::model::Head;
-use archplace_engine::space::AreaBudget;
-use archplace_engine::training::MemoryModel;
+use archplace_engine::space::{AreaBudget, SpaceSpec};
+use archplace_engine::training::{Cluster, MemoryModel, Training};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::Serialize;
 use toml::{Table, Value};
@@ -102,65 +102,85 @@ pub fn resolved(spec: &Spec) -> String {
     if let Some(d) = &spec.description {
         doc.insert("description".into(), Value::String(d.clone()));
     }
-    let models = spec
-        .models
-        .iter()
-        .map(|m| {
-            let c = &m.config;
-            let mut t = Table::new();
-            t.insert("name".into(), Value::String(c.name.clone()));
-            for (k, v) in [
-                ("layers", c.layers),
-                ("hidden", c.hidden),
-                ("heads", c.heads),
-                ("kv_heads", c.kv_heads),
-                ("ffn", c.ffn),
-                ("vocab", c.vocab),
-                ("vocab_pad_multiple", c.vocab_pad_multiple),
-                ("seq_len", c.seq_len),
-                ("max_positions", c.max_positions),
-                ("token_types", c.token_types),
-                ("max_tensor_parallel", c.max_tensor_parallel),
-            ] {
-                t.insert(k.into(), int(v));
-            }
-            for (k, v) in [
-                ("gated_mlp", c.gated_mlp),
-                ("biases", c.biases),
-                ("tied_embeddings", c.tied_embeddings),
-                ("dropout", c.dropout),
-            ] {
-                t.insert(k.into(), Value::Boolean(v));
-            }
-            t.insert("activation".into(), name(&c.activation));
-            t.insert("norm".into(), name(&c.norm));
-            t.insert("norm_position".into(), name(&c.norm_position));
-            t.insert("positions".into(), name(&c.positions));
-            if let Some(e) = c.embedding_dim {
-                t.insert("embedding_dim".into(), int(e));
-            }
-            match c.head {
-                Head::LanguageModel => {
-                    t.insert("head".into(), Value::String("language_model".into()));
-                }
-                Head::Classifier { classes } => {
-                    t.insert("head".into(), Value::String("classifier".into()));
-                    t.insert("classes".into(), int(classes));
-                }
-            }
-            if let Some(b) = m.baseline {
-                let mut bt = Table::new();
-                bt.insert("pipeline".into(), int(b.pipeline));
-                bt.insert("data".into(), int(b.data));
-                bt.insert("tensor".into(), int(b.tensor));
-                t.insert("baseline".into(), Value::Table(bt));
-            }
-            Value::Table(t)
-        })
-        .collect();
-    doc.insert("models".into(), Value::Array(models));
+    doc.insert(
+        "models".into(),
+        Value::Array(spec.models.iter().map(model).collect()),
+    );
+    doc.insert("training".into(), Value::Table(training(&spec.training)));
+    doc.insert("cluster".into(), Value::Table(cluster(&spec.cluster)));
+    doc.insert("search".into(), Value::Table(search(&spec.space)));
+    doc.insert(
+        "cost_model".into(),
+        Value::Table(cost_model(&spec.cost_model)),
+    );
+    if let Some(e) = &spec.estimate {
+        let (accelerator, plan) = estimate(e);
+        doc.insert("accelerator".into(), Value::Table(accelerator));
+        doc.insert("plan".into(), Value::Table(plan));
+    }
+    let body = toml::to_string(&doc).unwrap_or_default();
+    format!(
+        "# `{}` with every default written out (archplace validate --print-resolved).\n{body}",
+        spec.name
+    )
+}
 
-    let tr = &spec.training;
+/// A `[[models]]` table: the model in full (no preset) and its baseline.
+fn model(m: &ModelSpec) -> Value {
+    let c = &m.config;
+    let mut t = Table::new();
+    t.insert("name".into(), Value::String(c.name.clone()));
+    for (k, v) in [
+        ("layers", c.layers),
+        ("hidden", c.hidden),
+        ("heads", c.heads),
+        ("kv_heads", c.kv_heads),
+        ("ffn", c.ffn),
+        ("vocab", c.vocab),
+        ("vocab_pad_multiple", c.vocab_pad_multiple),
+        ("seq_len", c.seq_len),
+        ("max_positions", c.max_positions),
+        ("token_types", c.token_types),
+        ("max_tensor_parallel", c.max_tensor_parallel),
+    ] {
+        t.insert(k.into(), int(v));
+    }
+    for (k, v) in [
+        ("gated_mlp", c.gated_mlp),
+        ("biases", c.biases),
+        ("tied_embeddings", c.tied_embeddings),
+        ("dropout", c.dropout),
+    ] {
+        t.insert(k.into(), Value::Boolean(v));
+    }
+    t.insert("activation".into(), name(&c.activation));
+    t.insert("norm".into(), name(&c.norm));
+    t.insert("norm_position".into(), name(&c.norm_position));
+    t.insert("positions".into(), name(&c.positions));
+    if let Some(e) = c.embedding_dim {
+        t.insert("embedding_dim".into(), int(e));
+    }
+    match c.head {
+        Head::LanguageModel => {
+            t.insert("head".into(), Value::String("language_model".into()));
+        }
+        Head::Classifier { classes } => {
+            t.insert("head".into(), Value::String("classifier".into()));
+            t.insert("classes".into(), int(classes));
+        }
+    }
+    if let Some(b) = m.baseline {
+        let mut bt = Table::new();
+        bt.insert("pipeline".into(), int(b.pipeline));
+        bt.insert("data".into(), int(b.data));
+        bt.insert("tensor".into(), int(b.tensor));
+        t.insert("baseline".into(), Value::Table(bt));
+    }
+    Value::Table(t)
+}
+
+/// `[training]`.
+fn training(tr: &Training) -> Table {
     let mut t = Table::new();
     t.insert("global_batch".into(), int(tr.global_batch));
     t.insert("micro_batch_sizes".into(), ints(&tr.micro_batch_sizes));
@@ -195,9 +215,11 @@ pub fn resolved(spec: &Spec) -> String {
         "tensor_parallel_overlap".into(),
         Value::Boolean(tr.execution.tensor_parallel_overlap),
     );
-    doc.insert("training".into(), Value::Table(t));
+    t
+}
 
-    let c = &spec.cluster;
+/// `[cluster]`.
+fn cluster(c: &Cluster) -> Table {
     let mut t = Table::new();
     t.insert("devices".into(), int(c.devices));
     if c.network.node_size == u64::MAX {
@@ -226,9 +248,11 @@ pub fn resolved(spec: &Spec) -> String {
         "hbm".into(),
         Value::Array(c.hbm_bytes.iter().map(|&b| bytes(b)).collect()),
     );
-    doc.insert("cluster".into(), Value::Table(t));
+    t
+}
 
-    let s = &spec.space;
+/// `[search]`.
+fn search(s: &SpaceSpec) -> Table {
     let mut t = Table::new();
     t.insert("tensor_cores".into(), ints(&s.tensor_cores));
     t.insert("vector_cores".into(), ints(&s.vector_cores));
@@ -273,9 +297,11 @@ pub fn resolved(spec: &Spec) -> String {
         "schedule_time_limit_seconds".into(),
         Value::Float(s.schedule_time_limit_seconds),
     );
-    doc.insert("search".into(), Value::Table(t));
+    t
+}
 
-    let cm = &spec.cost_model;
+/// `[cost_model]`.
+fn cost_model(cm: &CostModelSpec) -> Table {
     let mut t = Table::new();
     t.insert("area".into(), plugin(&cm.area));
     t.insert("latency".into(), plugin(&cm.latency));
@@ -293,37 +319,32 @@ pub fn resolved(spec: &Spec) -> String {
             .collect();
         t.insert("parameters".into(), Value::Table(params));
     }
-    doc.insert("cost_model".into(), Value::Table(t));
+    t
+}
 
-    if let Some(e) = &spec.estimate {
-        let mut a = chip(&e.accelerator);
-        a.insert("hbm".into(), bytes(e.hbm_bytes));
-        if let Some(f) = e.peak_flops_per_second {
-            a.insert("peak_flops".into(), Value::String(format!("{f} FLOP/s")));
-        }
-        doc.insert("accelerator".into(), Value::Table(a));
-        let p = &e.plan;
-        let mut t = Table::new();
-        t.insert("tensor_parallel".into(), int(p.tensor_parallel));
-        t.insert("pipeline_parallel".into(), int(p.pipeline_parallel));
-        t.insert("data_parallel".into(), int(p.data_parallel));
-        t.insert("micro_batch".into(), int(p.micro_batch));
-        t.insert("interleaving".into(), int(p.interleaving));
-        t.insert("recomputation".into(), name(&p.recomputation));
-        t.insert(
-            "sequence_parallel".into(),
-            Value::Boolean(p.sequence_parallel),
-        );
-        t.insert("precision".into(), name(&p.precision));
-        t.insert(
-            "distributed_optimizer".into(),
-            Value::Boolean(p.distributed_optimizer),
-        );
-        doc.insert("plan".into(), Value::Table(t));
+/// `[accelerator]` and `[plan]`.
+fn estimate(e: &EstimateSpec) -> (Table, Table) {
+    let mut a = chip(&e.accelerator);
+    a.insert("hbm".into(), bytes(e.hbm_bytes));
+    if let Some(f) = e.peak_flops_per_second {
+        a.insert("peak_flops".into(), Value::String(format!("{f} FLOP/s")));
     }
-    let body = toml::to_string(&doc).unwrap_or_default();
-    format!(
-        "# `{}` with every default written out (archplace validate --print-resolved).\n{body}",
-        spec.name
-    )
+    let p = &e.plan;
+    let mut t = Table::new();
+    t.insert("tensor_parallel".into(), int(p.tensor_parallel));
+    t.insert("pipeline_parallel".into(), int(p.pipeline_parallel));
+    t.insert("data_parallel".into(), int(p.data_parallel));
+    t.insert("micro_batch".into(), int(p.micro_batch));
+    t.insert("interleaving".into(), int(p.interleaving));
+    t.insert("recomputation".into(), name(&p.recomputation));
+    t.insert(
+        "sequence_parallel".into(),
+        Value::Boolean(p.sequence_parallel),
+    );
+    t.insert("precision".into(), name(&p.precision));
+    t.insert(
+        "distributed_optimizer".into(),
+        Value::Boolean(p.distributed_optimizer),
+    );
+    (a, t)
 }

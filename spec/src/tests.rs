@@ -1,3 +1,6 @@
+// Tests as data: they read the fixture files and example specs.
+#![allow(clippy::disallowed_methods)]
+
 use super::*;
 use archplace_engine::training::Recomputation;
 
@@ -371,14 +374,13 @@ fn checked_in_schema_is_current() {
 }
 
 /// Tests as data: every `tests/fixtures/spec/errors/NAME.toml` is validated and all its
-/// diagnostics rendered; the text must equal `NAME.expected` beside it. After a deliberate
-/// change to a message, `UPDATE_EXPECT=1 cargo test -p archplace-spec` rewrites the
-/// expected files; review them with `git diff`.
+/// diagnostics rendered; the text must equal `NAME.expected` beside it (an `expect-test`
+/// file). After a deliberate change to a message, `UPDATE_EXPECT=1 cargo test -p
+/// archplace-spec` rewrites the expected files; review them with `git diff`.
 #[test]
 fn spec_error_fixtures_render_as_expected() {
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/spec/errors");
-    let update = std::env::var_os("UPDATE_EXPECT").is_some();
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -390,29 +392,13 @@ fn spec_error_fixtures_render_as_expected() {
         "the error fixtures are missing from {}",
         dir.display()
     );
-    let mut mismatched = Vec::new();
     for path in &paths {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(path).unwrap();
         let diags = parse(&text, &name).expect_err(&name);
         let rendered: String = diags.iter().map(|d| d.render(&text)).collect();
-        let expected_path = path.with_extension("expected");
-        if update {
-            std::fs::write(&expected_path, &rendered).unwrap();
-            continue;
-        }
-        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
-        if rendered != expected {
-            mismatched.push(format!(
-                "{name}:\n--- expected\n{expected}\n--- rendered\n{rendered}"
-            ));
-        }
+        expect_test::expect_file![path.with_extension("expected")].assert_eq(&rendered);
     }
-    assert!(
-        mismatched.is_empty(),
-        "{}\n(after a deliberate change: UPDATE_EXPECT=1 cargo test -p archplace-spec)",
-        mismatched.join("\n")
-    );
 }
 
 #[test]

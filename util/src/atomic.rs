@@ -20,10 +20,13 @@ fn step(what: &str, path: &Path) {
     let Some(at) = *AT.get_or_init(|| std::env::var(ABORT_AT_STEP_VAR).ok()?.parse().ok()) else {
         return;
     };
-    if COUNT.fetch_add(1, Ordering::Relaxed) + 1 == at {
+    let n = COUNT.fetch_add(1, Ordering::Relaxed) + 1;
+    if n == at {
         tracing::error!(step = at, what, path = %path.display(), "fault injection: aborting");
         std::process::abort();
     }
+    // The test that kills at every step reads these to know the steps of a job's life.
+    tracing::info!(step = n, what, path = %path.display(), "fault injection: step");
 }
 
 /// Writes `bytes` to `path` atomically.
@@ -86,6 +89,7 @@ pub fn remove_stale(dir: &Path, depth: usize) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     #[test]
     fn replaces_whole_files() {

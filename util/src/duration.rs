@@ -15,6 +15,8 @@ pub fn interval(seconds: f64) -> Duration {
 }
 
 /// `seconds` clamped to `min..=max` (NaN is `min`) as a [`Duration`].
+// The one place seconds become a Duration: the clamp makes `from_secs_f64` total.
+#[allow(clippy::disallowed_methods)]
 pub fn clamped(seconds: f64, min: f64, max: f64) -> Duration {
     let s = if seconds.is_nan() { min } else { seconds };
     Duration::from_secs_f64(s.clamp(min, max))

@@ -1,10 +1,9 @@
 //! `archplace daemon` and `archplace validate --config`.
 
-use super::print_json;
+use super::{Exit, print_json};
 use anyhow::{Context, Result};
 use archplace_service::config::DaemonConfig;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -78,7 +77,7 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
     let mut c = match &args.config {
         Some(p) => DaemonConfig::load(p).map_err(|errs| {
             for e in &errs {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
             }
             anyhow::anyhow!("{} error(s) in {}", errs.len(), p.display())
         })?,
@@ -136,7 +135,7 @@ fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<D
     let problems = c.check();
     if !problems.is_empty() {
         for (k, m) in &problems {
-            eprintln!("error: {k}: {m}");
+            errln!("error: {k}: {m}");
         }
         anyhow::bail!("invalid daemon settings");
     }
@@ -147,7 +146,7 @@ pub fn run(
     args: &DaemonArgs,
     plugins: &super::plugin::PluginArgs,
     logging: Option<super::Logging>,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     let config = config_of(args, plugins)?;
     if let Some(l) = &logging {
         l.set_level(&config.log_level);
@@ -177,10 +176,10 @@ pub fn run(
         load,
     };
     archplace_service::run(config, signals).context("the daemon failed")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
-pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
+pub fn validate_config(path: &Path, json: bool) -> Result<Exit> {
     match DaemonConfig::load(path) {
         Ok(c) => {
             if json {
@@ -193,7 +192,7 @@ pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
                     c.results_dir.display()
                 )?;
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Err(errs) => {
             if json {
@@ -206,11 +205,11 @@ pub fn validate_config(path: &Path, json: bool) -> Result<ExitCode> {
                 print_json(&v)?;
             } else {
                 for e in &errs {
-                    eprintln!("error: {e}");
+                    errln!("error: {e}");
                 }
-                eprintln!("{} error(s)", errs.len());
+                errln!("{} error(s)", errs.len());
             }
-            Ok(ExitCode::FAILURE)
+            Ok(Exit::Problems)
         }
     }
 }

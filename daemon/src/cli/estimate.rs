@@ -1,19 +1,14 @@
 //! `archplace estimate`: the step of one chip and one plan, explained; `estimate op`: one
 //! operator on that chip.
 
-use super::{load_spec, print_json};
+use super::{Exit, load_spec, print_json};
 use anyhow::{Context, Result, anyhow};
 use archplace_engine::step::estimate_step;
 use archplace_job::estimate::{self, OpRequest};
 use archplace_plugin_sdk::{Direction, VectorKind};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-
-/// Exit code when the plan cannot run on the chip (it does not fit, or cannot be laid
-/// out); the answer says why.
-const INFEASIBLE: u8 = 3;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -68,7 +63,7 @@ pub struct OpArgs {
     pub json: bool,
 }
 
-pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
     match &args.command {
         Some(EstimateCommand::Op(op)) => run_op(op, plugins),
         None => {
@@ -91,7 +86,7 @@ fn run_step(
     json: bool,
     scheduling: archplace_spec::Scheduling,
     plugins: &super::plugin::PluginArgs,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     let spec = load_spec(Some(path))?;
     let input = spec.step_input(scheduling)?;
     let host = plugins.host()?;
@@ -118,12 +113,14 @@ fn run_step(
         }
     }
     Ok(match result {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::from(INFEASIBLE),
+        Ok(_) => Exit::Success,
+        // The plan cannot run on the chip (it does not fit, or cannot be laid out); the
+        // answer says why.
+        Err(_) => Exit::Infeasible,
     })
 }
 
-fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode> {
+fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
     let spec = load_spec(Some(&args.spec))?;
     let accelerator = spec
         .estimate
@@ -131,7 +128,7 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode
         .map(|e| e.accelerator)
         .ok_or(archplace_spec::EstimateSpecError::NoPlan)?;
     let request = match (&args.gemm, &args.vector) {
-        (Some(g), _) => OpRequest::Gemm(estimate::parse_gemm(g).map_err(|e| anyhow!(e))?),
+        (Some(g), _) => OpRequest::Gemm(estimate::parse_gemm(g)?),
         (None, Some(kind)) => {
             let kind: VectorKind = serde_json::from_value(serde_json::Value::String(kind.clone()))
                 .map_err(|_| {
@@ -206,5 +203,5 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<ExitCode
             outln!("rate    {:.1} TFLOP/s", f / 1e12)?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

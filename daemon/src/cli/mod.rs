@@ -3,10 +3,28 @@
 
 /// `println!` that returns an error instead of panicking when stdout is closed (a pipe
 /// whose reader has gone): the caller's `?` carries it to `main`, which ends quietly.
+/// stdout carries a command's output and nothing else.
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// A line for people on stderr (errors, notes, progress): `eprintln!` that never panics —
+/// a closed stderr leaves nobody to tell.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// Text for people on stderr, without a newline (rendered diagnostics end their own lines).
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr().lock(), $($arg)*);
     }};
 }
 
@@ -25,6 +43,54 @@ use anyhow::{Context, Result};
 use archplace_spec::{self as spec, Spec};
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
+
+/// How a command ends, as its exit status. An error (`Err`) ends with 1 and its message on
+/// stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It did what was asked: 0.
+    Success,
+    /// The input has problems, each reported (`validate`, `plugin check`): 1.
+    Problems,
+    /// The plan cannot run, or no candidate can train the models (`estimate`, `run`): 3.
+    Infeasible,
+    /// Stopped by Ctrl-C or SIGTERM: 130 (128 + SIGINT, as shells report it).
+    Interrupted,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Problems => 1,
+            Exit::Infeasible => 3,
+            Exit::Interrupted => 130,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e.code())
+    }
+}
+
+/// The largest input in the reference system's formats that is read (`placement`,
+/// `schedule`): a GPT-3-sized placement input is about 100 KB.
+pub const MAX_REFERENCE_INPUT_BYTES: u64 = 64 << 20;
+
+/// The text of a file a user named: a regular file of at most `cap` bytes, UTF-8.
+pub fn read_text(path: &Path, cap: u64) -> Result<String> {
+    let bytes = archplace_util::files::read_regular(path, cap)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// A size on the command line: "8 GiB", "512 MiB", or bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    archplace_plugin_sdk::units::parse_bytes(s).map_err(|e| e.to_string())
+}
 
 /// How log lines look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -121,14 +187,14 @@ pub fn colour() -> bool {
 pub fn load_spec(path: Option<&Path>) -> Result<Spec> {
     match path {
         Some(p) => spec::load(p).map_err(|e| {
-            eprint!("{}", e.render());
+            err!("{}", e.render());
             anyhow::anyhow!("{e}")
         }),
         None => {
             tracing::info!("using the embedded default spec");
             spec::default_spec().map_err(|diags| {
                 for d in &diags {
-                    eprint!("{}", d.render(spec::DEFAULT_SPEC));
+                    err!("{}", d.render(spec::DEFAULT_SPEC));
                 }
                 anyhow::anyhow!("the embedded default spec is invalid")
             })
@@ -145,7 +211,7 @@ pub fn cost_models(
 ) -> Result<archplace_cost_port::CostModels> {
     spec::resolve_cost_models(spec, host, cancel).map_err(|diags| {
         for d in &diags {
-            eprint!("{}", d.render(&spec.source_text));
+            err!("{}", d.render(&spec.source_text));
         }
         anyhow::anyhow!("{} error(s) in the spec's cost models", diags.len())
     })

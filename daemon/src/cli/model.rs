@@ -1,12 +1,11 @@
 //! `archplace model`: the layers of each model, per tensor-parallel width.
 
-use super::{load_spec, print_json, thousands};
+use super::{Exit, load_spec, print_json, thousands};
 use anyhow::{Result, bail};
 use archplace_engine::model::{BuildOptions, Core, Layer, ModelGraph, build};
 use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::PathBuf;
 
 #[derive(Serialize)]
 struct LayerRow {
@@ -148,8 +147,22 @@ fn print_table(r: &ModelReport) -> std::io::Result<()> {
     Ok(())
 }
 
-pub fn run(spec: Option<&Path>, micro_batch: Option<u64>, json: bool) -> Result<ExitCode> {
-    let spec = load_spec(spec)?;
+/// `archplace model`.
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    /// Spec file; the embedded default spec when omitted.
+    pub spec: Option<PathBuf>,
+    /// Micro-batch size (default: the spec's smallest).
+    #[arg(long)]
+    pub micro_batch: Option<u64>,
+    /// Machine-readable output: one JSON object per model and width.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &ModelArgs) -> Result<Exit> {
+    let (micro_batch, json) = (args.micro_batch, args.json);
+    let spec = load_spec(args.spec.as_deref())?;
     let b = match micro_batch {
         Some(0) => bail!("--micro-batch must be at least 1"),
         Some(b) => b,
@@ -181,5 +194,5 @@ pub fn run(spec: Option<&Path>, micro_batch: Option<u64>, json: bool) -> Result<
             print_table(r)?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

@@ -1,13 +1,22 @@
 //! `archplace placement IN.json [OUT.json]`: the reference's device-placement program.
 
+use super::{Exit, MAX_REFERENCE_INPUT_BYTES, read_text};
 use anyhow::{Context, Result};
 use archplace_engine::phaze;
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::PathBuf;
 
-pub fn run(input: &Path, output: Option<&Path>) -> Result<ExitCode> {
-    let text = std::fs::read_to_string(input)
-        .with_context(|| format!("cannot read {}", input.display()))?;
+/// `archplace placement`.
+#[derive(Debug, clap::Args)]
+pub struct PlacementArgs {
+    /// Input file (the reference's DP input format).
+    pub input: PathBuf,
+    /// Output file; stdout when omitted.
+    pub output: Option<PathBuf>,
+}
+
+pub fn run(args: &PlacementArgs) -> Result<Exit> {
+    let input = &args.input;
+    let text = read_text(input, MAX_REFERENCE_INPUT_BYTES)?;
     let parsed = phaze::parse(&text)
         .with_context(|| format!("{} is not a placement input", input.display()))?;
     let problem = phaze::problem(&parsed)
@@ -15,11 +24,11 @@ pub fn run(input: &Path, output: Option<&Path>) -> Result<ExitCode> {
     let out =
         phaze::solve(&problem).with_context(|| format!("cannot place {}", input.display()))?;
     for m in &out.messages {
-        eprintln!("note: {m}");
+        errln!("note: {m}");
     }
     let mut json = serde_json::to_vec_pretty(&out)?;
     json.push(b'\n');
-    match output {
+    match &args.output {
         Some(path) => archplace_util::atomic::write(path, &json)
             .with_context(|| format!("cannot write {}", path.display()))?,
         None => {
@@ -27,5 +36,5 @@ pub fn run(input: &Path, output: Option<&Path>) -> Result<ExitCode> {
             std::io::stdout().lock().write_all(&json)?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

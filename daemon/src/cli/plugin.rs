@@ -1,12 +1,11 @@
 //! `archplace plugin …`: check, list and install cost-model plugins.
 
-use super::print_json;
+use super::{Exit, print_json};
 use anyhow::{Context, Result, bail};
 use archplace_plugin_host::catalog::{self, MANIFEST, Manifest};
 use archplace_plugin_host::{Host, HostOptions, check};
 use archplace_plugin_sdk::Parameter;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// Options shared by every command that loads plugins.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -57,47 +56,63 @@ impl PluginArgs {
 pub enum PluginCommand {
     /// Load a component the way the daemon would, print its info, run a golden batch,
     /// check determinism and limits, time it; exit 1 with the reasons if it is unfit.
-    Check {
-        /// The component (`.wasm`).
-        file: PathBuf,
-        /// A parameter for the plugin, NAME=VALUE (repeatable).
-        #[arg(long = "param", value_name = "NAME=VALUE")]
-        params: Vec<String>,
-        /// Print the report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Check(CheckArgs),
     /// List the plugins in the plugin folders (and unusable manifests).
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    List(ListArgs),
     /// Check a component, then install it with a manifest into a plugin folder.
-    Install {
-        file: PathBuf,
-        /// Folder to install into (default: the per-user plugin folder).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// Record the component's hash in the manifest: a changed file is then refused.
-        #[arg(long)]
-        pin: bool,
-        /// Replace a different component installed under the same name and version (a
-        /// pin is kept, on the new component's hash).
-        #[arg(long)]
-        force: bool,
-    },
+    Install(InstallArgs),
     /// Print the WIT interface plugins implement.
     Wit,
     /// Write a new plugin project: the template with NAME filled in everywhere and this
     /// archplace's SDK vendored beside it, ready for `cargo build --release --target
     /// wasm32-wasip2` anywhere.
-    New {
-        /// The plugin's name (and package name): lower-case letters, digits and `-`.
-        name: String,
-        /// Folder to create the project in (default: the current folder).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    New(NewArgs),
+}
+
+/// `archplace plugin check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The component (`.wasm`).
+    pub file: PathBuf,
+    /// A parameter for the plugin, NAME=VALUE (repeatable).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `archplace plugin list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `archplace plugin install`.
+#[derive(Debug, clap::Args)]
+pub struct InstallArgs {
+    pub file: PathBuf,
+    /// Folder to install into (default: the per-user plugin folder).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Record the component's hash in the manifest: a changed file is then refused.
+    #[arg(long)]
+    pub pin: bool,
+    /// Replace a different component installed under the same name and version (a
+    /// pin is kept, on the new component's hash).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `archplace plugin new`.
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// The plugin's name (and package name): lower-case letters, digits and `-`.
+    pub name: String,
+    /// Folder to create the project in (default: the current folder).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 fn parse_params(params: &[String]) -> Result<Vec<Parameter>> {
@@ -113,117 +128,128 @@ fn parse_params(params: &[String]) -> Result<Vec<Parameter>> {
         .collect()
 }
 
-pub fn run(cmd: PluginCommand, args: &PluginArgs) -> Result<ExitCode> {
+pub fn run(cmd: &PluginCommand, args: &PluginArgs) -> Result<Exit> {
     match cmd {
-        PluginCommand::Check { file, params, json } => {
-            let host = args.host()?;
-            let params = parse_params(&params)?;
-            let report = match check::check(&host, &file, &params) {
-                Ok(r) => r,
-                Err(e) => {
-                    if json {
-                        print_json(&serde_json::json!({
-                            "path": file.display().to_string(),
-                            "fit": false,
-                            "problems": [e.to_string()],
-                        }))?;
-                    }
-                    bail!("{} is not fit to use: {e}", file.display());
-                }
-            };
-            if json {
-                print_json(&report)?;
-            } else {
-                print_report(&report)?;
-            }
-            if report.fit {
-                Ok(ExitCode::SUCCESS)
-            } else {
-                eprintln!(
-                    "error: {} is not fit to use: {}",
-                    file.display(),
-                    report.problems.join("; ")
-                );
-                Ok(ExitCode::FAILURE)
-            }
-        }
-        PluginCommand::List { json } => {
-            let host = args.host()?;
-            let cat = host.catalog();
-            if json {
-                print_json(&cat)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            outln!(
-                "plugin folders: {}",
-                cat.dirs
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )?;
-            if cat.entries.is_empty() {
-                outln!("no plugins installed")?;
-            }
-            for e in &cat.entries {
-                outln!(
-                    "{:<24} {:<10} interface {:<5} {}",
-                    e.manifest.name,
-                    e.manifest.version,
-                    e.manifest.interface,
-                    e.wasm_path.display()
-                )?;
-            }
-            for p in &cat.problems {
-                outln!("unusable manifest: {}", p.message)?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        PluginCommand::Install {
-            file,
-            dir,
-            pin,
-            force,
-        } => {
-            let host = args.host()?;
-            let report = check::check(&host, &file, &[])
-                .with_context(|| format!("checking {}", file.display()))?;
-            if !report.fit {
-                bail!(
-                    "{} is not fit to use: {}",
-                    file.display(),
-                    report.problems.join("; ")
-                );
-            }
-            let root = match dir {
-                Some(d) => d,
-                None => catalog::user_dir()
-                    .context("no per-user plugin folder ($HOME unset); give --dir")?,
-            };
-            let installed = install(&file, &root, &report, pin, force)?;
-            outln!(
-                "installed `{}` {} in {}",
-                report.info.name,
-                report.info.version,
-                installed.display()
-            )?;
-            Ok(ExitCode::SUCCESS)
-        }
-        PluginCommand::New { name, dir } => {
-            let root = super::plugin_new::create(&name, dir.as_deref().unwrap_or(Path::new(".")))?;
+        PluginCommand::Check(a) => check(a, args),
+        PluginCommand::List(a) => list(a, args),
+        PluginCommand::Install(a) => install_checked(a, args),
+        PluginCommand::New(a) => {
+            let dir = a.dir.as_deref().unwrap_or(Path::new("."));
+            let root = super::plugin_new::create(&a.name, dir)?;
             outln!("created {}", root.display())?;
-            eprintln!(
+            errln!(
                 "next: cd {} && rustup target add wasm32-wasip2 && cargo build --release --target wasm32-wasip2 && archplace plugin check target/wasm32-wasip2/release/{}.wasm",
                 root.display(),
-                name.replace('-', "_")
+                a.name.replace('-', "_")
             );
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         PluginCommand::Wit => {
-            print!("{}", archplace_plugin_sdk::WIT);
-            Ok(ExitCode::SUCCESS)
+            use std::io::Write;
+            std::io::stdout()
+                .lock()
+                .write_all(archplace_plugin_sdk::WIT.as_bytes())?;
+            Ok(Exit::Success)
         }
     }
+}
+
+/// `archplace plugin check`: the report; `Problems` when the component is unfit.
+fn check(a: &CheckArgs, args: &PluginArgs) -> Result<Exit> {
+    let (file, json) = (&a.file, a.json);
+    let host = args.host()?;
+    let params = parse_params(&a.params)?;
+    let report = match check::check(&host, file, &params) {
+        Ok(r) => r,
+        Err(e) => {
+            if json {
+                print_json(&serde_json::json!({
+                    "path": file.display().to_string(),
+                    "fit": false,
+                    "problems": [e.to_string()],
+                }))?;
+            }
+            bail!("{} is not fit to use: {e}", file.display());
+        }
+    };
+    if json {
+        print_json(&report)?;
+    } else {
+        print_report(&report)?;
+    }
+    if report.fit {
+        Ok(Exit::Success)
+    } else {
+        errln!(
+            "error: {} is not fit to use: {}",
+            file.display(),
+            report.problems.join("; ")
+        );
+        Ok(Exit::Problems)
+    }
+}
+
+/// `archplace plugin list`.
+fn list(a: &ListArgs, args: &PluginArgs) -> Result<Exit> {
+    let host = args.host()?;
+    let cat = host.catalog();
+    if a.json {
+        print_json(&cat)?;
+        return Ok(Exit::Success);
+    }
+    outln!(
+        "plugin folders: {}",
+        cat.dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    if cat.entries.is_empty() {
+        outln!("no plugins installed")?;
+    }
+    for e in &cat.entries {
+        outln!(
+            "{:<24} {:<10} interface {:<5} {}",
+            e.manifest.name,
+            e.manifest.version,
+            e.manifest.interface,
+            e.wasm_path.display()
+        )?;
+    }
+    for p in &cat.problems {
+        outln!("unusable manifest: {}", p.message)?;
+    }
+    Ok(Exit::Success)
+}
+
+/// `archplace plugin install`: checked first, then installed.
+fn install_checked(a: &InstallArgs, args: &PluginArgs) -> Result<Exit> {
+    let file = &a.file;
+    let host = args.host()?;
+    let report =
+        check::check(&host, file, &[]).with_context(|| format!("checking {}", file.display()))?;
+    if !report.fit {
+        bail!(
+            "{} is not fit to use: {}",
+            file.display(),
+            report.problems.join("; ")
+        );
+    }
+    let root = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            catalog::user_dir().context("no per-user plugin folder ($HOME unset); give --dir")?
+        }
+    };
+    let installed = install(file, &root, &report, a.pin, a.force)?;
+    outln!(
+        "installed `{}` {} in {}",
+        report.info.name,
+        report.info.version,
+        installed.display()
+    )?;
+    Ok(Exit::Success)
 }
 
 /// Copies the component and writes its manifest into `root/<name>-<version>/`. A different
@@ -243,15 +269,19 @@ fn install(
     let wasm =
         archplace_util::files::read_regular(file, archplace_plugin_host::MAX_COMPONENT_BYTES)
             .with_context(|| format!("reading {}", file.display()))?;
-    let old_manifest: Option<Manifest> = std::fs::read_to_string(dir.join(MANIFEST))
-        .ok()
-        .and_then(|t| toml::from_str(&t).ok());
+    let old_manifest: Option<Manifest> =
+        archplace_util::files::read_regular(&dir.join(MANIFEST), catalog::MAX_MANIFEST_BYTES)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|t| toml::from_str(&t).ok());
     let old_file = old_manifest
         .as_ref()
         .and_then(|m| m.file.clone())
         .unwrap_or_else(|| format!("{name}.wasm"));
-    if let Ok(old) = std::fs::read(dir.join(&old_file))
-        && blake3::hash(&old) != blake3::hash(&wasm)
+    if let Ok(old) = archplace_util::files::read_regular(
+        &dir.join(&old_file),
+        archplace_plugin_host::MAX_COMPONENT_BYTES,
+    ) && blake3::hash(&old) != blake3::hash(&wasm)
         && !force
     {
         bail!(

@@ -120,6 +120,7 @@ pub fn create(name: &str, dir: &Path) -> Result<PathBuf> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

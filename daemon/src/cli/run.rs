@@ -1,6 +1,6 @@
 //! `archplace run`: one search, with progress, to result files.
 
-use super::{load_spec, print_json, thousands};
+use super::{Exit, load_spec, print_json, thousands};
 use anyhow::{Context, Result, bail};
 use archplace_engine::search::{Observer, Progress};
 use archplace_job::folder;
@@ -9,16 +9,34 @@ use archplace_job::{RunError, Steering};
 use archplace_plugin_sdk::text::significant;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Exit code when the search ran but no candidate can train the models.
-const NO_FEASIBLE: u8 = 3;
-/// Exit code of an interrupted search (128 + SIGINT, as shells report it).
-const INTERRUPTED: i32 = 130;
+/// `archplace run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Spec file; the embedded default spec when omitted.
+    pub spec: Option<PathBuf>,
+    /// Result folder (default: RESULTS/<spec name>/<content hash>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Root of result folders.
+    #[arg(long, default_value = "results")]
+    pub results: PathBuf,
+    /// Print `result.json` on stdout instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// The most memory the search may need, by the estimate made before it starts
+    /// (e.g. "8 GiB"; default: half of this machine's memory): a larger search is
+    /// refused with the numbers.
+    #[arg(long, value_name = "SIZE", value_parser = super::parse_size)]
+    pub memory_budget: Option<u64>,
+}
 
 /// A progress bar on a terminal, plain lines every few seconds otherwise.
 struct Reporter {
@@ -61,7 +79,7 @@ impl Observer for Reporter {
         };
         if last.elapsed() >= Duration::from_secs(5) || p.evaluated == 1 {
             *last = Instant::now();
-            eprintln!(
+            errln!(
                 "progress: {}/{} candidates, {}, {:.1} s",
                 thousands(p.evaluated as u64),
                 thousands(p.total as u64),
@@ -72,30 +90,27 @@ impl Observer for Reporter {
     }
 }
 
-pub fn run(
-    spec: Option<&Path>,
-    out: Option<&Path>,
-    results: &Path,
-    json: bool,
-    memory_budget_bytes: u64,
-    threads: Option<usize>,
-    plugins: &super::plugin::PluginArgs,
-) -> Result<ExitCode> {
+pub fn run(args: &RunArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
+    let (threads, json) = (args.threads, args.json);
+    let memory_budget_bytes = args
+        .memory_budget
+        .unwrap_or_else(archplace_job::memory::machine_budget_bytes);
     if threads == Some(0) {
         bail!("--threads must be at least 1");
     }
-    let given = spec.is_some();
-    let spec = load_spec(spec)?;
+    let given = args.spec.is_some();
+    let spec = load_spec(args.spec.as_deref())?;
     if given {
         for note in spec.defaulted_sections() {
-            eprintln!("note: {note}");
+            errln!("note: {note}");
         }
     }
     let host = plugins.host()?;
     let cancel = Arc::new(AtomicBool::new(false));
-    let dir = out
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| folder::result_dir(results, &spec));
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| folder::result_dir(&args.results, &spec));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
@@ -112,13 +127,13 @@ pub fn run(
         Ok(p) => p,
         Err(RunError::CostModel(diags)) => {
             for d in &diags {
-                eprint!("{}", d.render(&spec.source_text));
+                err!("{}", d.render(&spec.source_text));
             }
             bail!("{} error(s) in the spec's cost models", diags.len());
         }
         Err(RunError::Memory(diags)) => {
             for d in &diags {
-                eprint!("{}", d.render(&spec.source_text));
+                err!("{}", d.render(&spec.source_text));
             }
             bail!("the search was not started");
         }
@@ -141,7 +156,7 @@ pub fn run(
         started: Instant::now(),
         last_line: Mutex::new(Instant::now()),
     };
-    eprintln!(
+    errln!(
         "searching `{}` with {} thread(s); results in {}",
         spec.name,
         pool.current_num_threads(),
@@ -151,8 +166,12 @@ pub fn run(
     // marked partial; a second one ends the process at once. The journal in `dir` keeps
     // every finished candidate, so running the same spec again continues the search.
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, INTERRUPTED, cancel.clone())
-            .context("installing signal handlers")?;
+        signal_hook::flag::register_conditional_shutdown(
+            sig,
+            Exit::Interrupted.code().into(),
+            cancel.clone(),
+        )
+        .context("installing signal handlers")?;
         signal_hook::flag::register(sig, cancel.clone()).context("installing signal handlers")?;
     }
     let finished = pool
@@ -176,16 +195,17 @@ pub fn run(
         print_summary(doc, &dir)?;
     }
     if doc.search.cancelled {
-        eprintln!(
+        errln!(
             "interrupted: the result is partial ({} of {} candidates); run the same spec again to continue",
-            doc.search.candidates_evaluated, doc.search.candidates_in_space
+            doc.search.candidates_evaluated,
+            doc.search.candidates_in_space
         );
-        return Ok(ExitCode::from(INTERRUPTED as u8));
+        return Ok(Exit::Interrupted);
     }
     Ok(if doc.best.is_some() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(NO_FEASIBLE)
+        Exit::Infeasible
     })
 }
 

@@ -1,13 +1,12 @@
 //! `archplace space`: the candidate accelerators in visit order.
 
-use super::{load_spec, thousands};
+use super::{Exit, load_spec, thousands};
 use anyhow::{Context, Result};
 use archplace_engine::space::{Candidate, Space, enumerate};
 use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
 use std::io::Write;
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Serialize)]
@@ -84,13 +83,30 @@ pub enum Format {
     JsonLines,
 }
 
-pub fn run(
-    spec: Option<&Path>,
-    format: Format,
-    limit: Option<usize>,
-    plugins: &super::plugin::PluginArgs,
-) -> Result<ExitCode> {
-    let spec = load_spec(spec)?;
+/// `archplace space`.
+#[derive(Debug, clap::Args)]
+pub struct SpaceArgs {
+    /// Spec file; the embedded default spec when omitted.
+    pub spec: Option<PathBuf>,
+    /// One JSON document: `{"summary": {…}, "candidates": […]}`.
+    #[arg(long, conflicts_with = "jsonl")]
+    pub json: bool,
+    /// JSON Lines, streamed: one object per candidate, then the summary.
+    #[arg(long)]
+    pub jsonl: bool,
+    /// Print at most this many candidates (the summary covers all).
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+pub fn run(args: &SpaceArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
+    let format = match (args.json, args.jsonl) {
+        (true, _) => Format::Json,
+        (_, true) => Format::JsonLines,
+        _ => Format::Text,
+    };
+    let limit = args.limit;
+    let spec = load_spec(args.spec.as_deref())?;
     let host = plugins.host()?;
     let models = super::cost_models(&spec, &host, Default::default())?;
     let start = Instant::now();
@@ -159,5 +175,5 @@ pub fn run(
         )?;
     }
     out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

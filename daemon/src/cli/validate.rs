@@ -1,25 +1,50 @@
 //! `archplace validate`.
 
+use super::Exit;
 use anyhow::Result;
 use archplace_job::RunError;
 use archplace_plugin_sdk::units::format_bytes;
 use archplace_spec::{self as spec, Diagnostic};
 use std::path::PathBuf;
-use std::process::ExitCode;
+
+/// `archplace validate`.
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// Spec files (TOML). Without any, the embedded default spec is checked.
+    pub files: Vec<PathBuf>,
+    /// Check a daemon config file instead.
+    #[arg(long, value_name = "FILE", conflicts_with = "files")]
+    pub config: Option<PathBuf>,
+    /// Print the problems as JSON (one array) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Refuse a spec whose search may need more memory than this (e.g. "8 GiB";
+    /// default: half of this machine's memory, as for `run`; the daemon's is
+    /// `search_memory_bytes`).
+    #[arg(long, value_name = "SIZE", value_parser = super::parse_size)]
+    pub memory_budget: Option<u64>,
+    /// Worker threads the memory estimate counts (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print each good spec with every default written out (itself a spec) on stdout.
+    #[arg(long, conflicts_with = "json")]
+    pub print_resolved: bool,
+}
 
 /// Checks each spec, then resolves its cost models with the plugin host (so a missing
 /// plugin or a parameter a plugin rejects is reported at its place in the spec), then
 /// estimates its search's memory on `threads` (default: all cores) against the budget.
-pub fn run(
-    files: &[PathBuf],
-    json: bool,
-    print_resolved: bool,
-    memory_budget_bytes: u64,
-    threads: Option<usize>,
-    plugins: &super::plugin::PluginArgs,
-) -> Result<ExitCode> {
+pub fn run(args: &ValidateArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
+    if let Some(config) = &args.config {
+        return super::daemon::validate_config(config, args.json);
+    }
+    let (files, json, print_resolved) = (&args.files, args.json, args.print_resolved);
+    let memory_budget_bytes = args
+        .memory_budget
+        .unwrap_or_else(archplace_job::memory::machine_budget_bytes);
     let host = plugins.host()?;
-    let threads = threads
+    let threads = args
+        .threads
         .filter(|&t| t > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mut all: Vec<Diagnostic> = Vec::new();
@@ -85,7 +110,7 @@ pub fn run(
                         )?;
                     }
                     for note in s.defaulted_sections() {
-                        eprintln!("note: {}: {note}", f.display());
+                        errln!("note: {}: {note}", f.display());
                     }
                 }
             }
@@ -100,12 +125,12 @@ pub fn run(
     if json {
         super::print_json(&all)?;
     } else if !all.is_empty() {
-        eprint!("{text}");
-        eprintln!("{} error(s)", all.len());
+        err!("{text}");
+        errln!("{} error(s)", all.len());
     }
     Ok(if all.is_empty() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::FAILURE
+        Exit::Problems
     })
 }

@@ -415,34 +415,41 @@ impl<'a> Ctx<'a> {
     }
 
     fn block(&self) -> Layer {
+        let (tok, h, bpe) = (self.tokens(), self.h, self.bpe);
+        let mut lb = LayerBuilder::default();
+        let x = Input::External;
+        let (r1, attention_parameters) = self.attention(&mut lb, x);
+        let mlp_parameters = self.mlp(&mut lb, r1);
+        let params = attention_parameters + mlp_parameters;
+        self.layer(LayerKind::Block, lb, params, 0, self.rep(tok * h) * bpe)
+    }
+
+    /// A block's attention, from the block's input `x` to the first residual (normed after
+    /// it with post-norm); its parameters (with both norms').
+    fn attention(&self, lb: &mut LayerBuilder, x: Input) -> (Input, u64) {
         let cfg = self.cfg;
         let (b, s, h, t, bpe) = (self.b, self.s, self.h, self.t, self.bpe);
         let tok = self.tokens();
         let (n, d) = (cfg.heads / t, cfg.head_dim());
         let kv = cfg.kv_heads * d / t;
         let q = h / t;
-        let f = cfg.ffn / t;
         let pre = cfg.norm_position == NormPosition::Pre;
         let bias = u64::from(cfg.biases);
-        let mut lb = LayerBuilder::default();
-        let x = Input::External;
-
-        // Attention.
-        let mut params =
+        let params =
             h * (q + 2 * kv) + bias * (q + 2 * kv) + h * q + bias * h + 2 * self.norm_parameters();
         let attn_in = if pre {
-            self.norm(&mut lb, "attention_norm", x)
+            self.norm(lb, "attention_norm", x)
         } else {
             x
         };
-        let a = self.copy_to_tp(&mut lb, "attention_norm.copy_to_tp", attn_in, tok * h);
+        let a = self.copy_to_tp(lb, "attention_norm.copy_to_tp", attn_in, tok * h);
         let qkv = lb.push(
             "qkv",
             self.gemm(tok, q + 2 * kv, h),
             vec![a],
             vec![save(attn_in, "out", self.rep(tok * h) * bpe)],
         );
-        let qkv = self.bias(&mut lb, "qkv.bias", qkv, tok * (q + 2 * kv));
+        let qkv = self.bias(lb, "qkv.bias", qkv, tok * (q + 2 * kv));
         let (qk_src, qk_parts) = if cfg.positions == Positions::Rotary {
             let r = lb.push(
                 "rotary",
@@ -479,7 +486,7 @@ impl<'a> Ctx<'a> {
             vec![],
         );
         lb.save_output_as(softmax, "out", probs_elems * bpe, true);
-        let probs = self.dropout_as(&mut lb, "attention_dropout", softmax, probs_elems, true);
+        let probs = self.dropout_as(lb, "attention_dropout", softmax, probs_elems, true);
         let context = lb.push(
             "context",
             FwdKind::Gemm {
@@ -503,9 +510,9 @@ impl<'a> Ctx<'a> {
             vec![context],
             vec![save(context, "out", tok * q * bpe)],
         );
-        let y = self.reduce_from_tp(&mut lb, "attention_out.all_reduce", proj, tok * h * bpe);
-        let y = self.bias(&mut lb, "attention_out.bias", y, self.rep(tok * h));
-        let y = self.dropout(&mut lb, "attention_out.dropout", y, self.rep(tok * h));
+        let y = self.reduce_from_tp(lb, "attention_out.all_reduce", proj, tok * h * bpe);
+        let y = self.bias(lb, "attention_out.bias", y, self.rep(tok * h));
+        let y = self.dropout(lb, "attention_out.dropout", y, self.rep(tok * h));
         let r1 = lb.push(
             "residual_1",
             self.vector(VectorKind::Add, self.rep(tok * h), 1),
@@ -515,16 +522,27 @@ impl<'a> Ctx<'a> {
         let r1 = if pre {
             r1
         } else {
-            self.norm(&mut lb, "attention_norm", r1)
+            self.norm(lb, "attention_norm", r1)
         };
+        (r1, params)
+    }
 
-        // MLP.
+    /// A block's MLP, from the first residual `r1` to the second (normed after it with
+    /// post-norm); its parameters.
+    fn mlp(&self, lb: &mut LayerBuilder, r1: Input) -> u64 {
+        let cfg = self.cfg;
+        let (h, t, bpe) = (self.h, self.t, self.bpe);
+        let tok = self.tokens();
+        let f = cfg.ffn / t;
+        let pre = cfg.norm_position == NormPosition::Pre;
+        let bias = u64::from(cfg.biases);
+        let mut params = 0;
         let mlp_in = if pre {
-            self.norm(&mut lb, "mlp_norm", r1)
+            self.norm(lb, "mlp_norm", r1)
         } else {
             r1
         };
-        let m = self.copy_to_tp(&mut lb, "mlp_norm.copy_to_tp", mlp_in, tok * h);
+        let m = self.copy_to_tp(lb, "mlp_norm.copy_to_tp", mlp_in, tok * h);
         let act_kind = match cfg.activation {
             Activation::Gelu => VectorKind::Gelu,
             Activation::Relu => VectorKind::Relu,
@@ -534,9 +552,9 @@ impl<'a> Ctx<'a> {
         let hidden = if cfg.gated_mlp {
             params += 2 * h * f + 2 * bias * f;
             let gate = lb.push("gate", self.gemm(tok, f, h), vec![m], vec![in_save.clone()]);
-            let gate = self.bias(&mut lb, "gate.bias", gate, tok * f);
+            let gate = self.bias(lb, "gate.bias", gate, tok * f);
             let up = lb.push("up", self.gemm(tok, f, h), vec![m], vec![in_save]);
-            let up = self.bias(&mut lb, "up.bias", up, tok * f);
+            let up = self.bias(lb, "up.bias", up, tok * f);
             let act = lb.push(
                 "activation",
                 self.vector(act_kind, tok * f, 1),
@@ -555,7 +573,7 @@ impl<'a> Ctx<'a> {
         } else {
             params += h * f + bias * f;
             let fc1 = lb.push("fc1", self.gemm(tok, f, h), vec![m], vec![in_save]);
-            let fc1 = self.bias(&mut lb, "fc1.bias", fc1, tok * f);
+            let fc1 = self.bias(lb, "fc1.bias", fc1, tok * f);
             lb.push(
                 "activation",
                 self.vector(act_kind, tok * f, 1),
@@ -570,9 +588,9 @@ impl<'a> Ctx<'a> {
             vec![hidden],
             vec![save(hidden, "out", tok * f * bpe)],
         );
-        let y = self.reduce_from_tp(&mut lb, "fc2.all_reduce", down, tok * h * bpe);
-        let y = self.bias(&mut lb, "fc2.bias", y, self.rep(tok * h));
-        let y = self.dropout(&mut lb, "fc2.dropout", y, self.rep(tok * h));
+        let y = self.reduce_from_tp(lb, "fc2.all_reduce", down, tok * h * bpe);
+        let y = self.bias(lb, "fc2.bias", y, self.rep(tok * h));
+        let y = self.dropout(lb, "fc2.dropout", y, self.rep(tok * h));
         let r2 = lb.push(
             "residual_2",
             self.vector(VectorKind::Add, self.rep(tok * h), 1),
@@ -580,9 +598,9 @@ impl<'a> Ctx<'a> {
             vec![],
         );
         if !pre {
-            self.norm(&mut lb, "mlp_norm", r2);
+            self.norm(lb, "mlp_norm", r2);
         }
-        self.layer(LayerKind::Block, lb, params, 0, self.rep(tok * h) * bpe)
+        params
     }
 
     fn head(&self) -> Layer {

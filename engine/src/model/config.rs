@@ -139,13 +139,12 @@ fn megatron(
     }
 }
 
+/// A Llama-family shape: `(layers, hidden, heads, kv_heads, ffn)`.
+type LlamaShape = (u64, u64, u64, u64, u64);
+
 fn llama(
     name: &str,
-    layers: u64,
-    hidden: u64,
-    heads: u64,
-    kv_heads: u64,
-    ffn: u64,
+    (layers, hidden, heads, kv_heads, ffn): LlamaShape,
     max_t: u64,
 ) -> ModelConfig {
     ModelConfig {
@@ -197,8 +196,8 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             max_positions: 2050,
             ..gpt("opt-1.3b", 24, 2048, 32, 2048)
         },
-        "llama2-7b" => llama("llama2-7b", 32, 4096, 32, 32, 11008, 8),
-        "llama2-70b" => llama("llama2-70b", 80, 8192, 64, 8, 28672, 8),
+        "llama2-7b" => llama("llama2-7b", (32, 4096, 32, 32, 11008), 8),
+        "llama2-70b" => llama("llama2-70b", (80, 8192, 64, 8, 28672), 8),
         "megatron-gpt2-2.5b" => megatron("megatron-gpt2-2.5b", 54, 1920, 20, 1024, 4),
         "megatron-gpt2-8.3b" => megatron("megatron-gpt2-8.3b", 72, 3072, 24, 1024, 8),
         "gpt3-175b" => megatron("gpt3-175b", 96, 12288, 96, 2048, 8),

@@ -9,7 +9,7 @@
 //!   gradients of both operands, element-wise operators their backward kernels, and the
 //!   Megatron conjugate collectives swap (an all-reduce in forward is an identity in
 //!   backward and vice versa);
-//! * both graphs are **fused** with the reference's rules (design doc §3.2), except that an
+//! * both graphs are **fused** with the reference's rules (`docs/reference.md` §1), except that an
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
@@ -394,7 +394,7 @@ impl LayerBuilder {
     }
 }
 
-/// Fusion class of an operator (design doc §3.1).
+/// Fusion class of an operator (the reference's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
     Tensor,

@@ -1,5 +1,6 @@
-//! Transformer training graphs, built analytically from hyper-parameters (design doc §2–3,
-//! with the defects of §10 fixed): no tracing, every shape derived from the configuration.
+//! Transformer training graphs, built analytically from hyper-parameters (the reference's
+//! layers, `docs/reference.md` §1, with its defects fixed, §3): no tracing, every shape
+//! derived from the configuration.
 
 pub mod build;
 pub mod config;

@@ -1,4 +1,5 @@
-//! Device placement: pipeline stages, tensor- and data-parallel degrees (design doc §8).
+//! Device placement: pipeline stages, tensor- and data-parallel degrees (the reference's
+//! dynamic program, `docs/reference.md` §1.5).
 //!
 //! The Piper-style dynamic program of the reference, over the layer graph of a model for
 //! each tensor-parallel width `t`. It works on sets of layers closed under successors;
@@ -158,7 +159,7 @@ impl MemoryRule {
 }
 
 /// A fixed strategy: `pipeline` stages of `ceil(layers / pipeline)` transformer layers
-/// (the design doc's §8.7 rule), `tensor`-wide, `data` replicas.
+/// (the reference's rule), `tensor`-wide, `data` replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Fixed {
     pub pipeline: u64,
@@ -871,7 +872,7 @@ pub fn best_plans(
     Ok(best)
 }
 
-/// Evaluates a fixed strategy (design doc §8.7). Stage `k` holds the layers whose position
+/// Evaluates a fixed strategy (the reference's baseline, `docs/reference.md` §1.7). Stage `k` holds the layers whose position
 /// `i < transformer_layers` in the chain has `⌊i / ⌈L/p⌉⌋ = k`; the layers after them join
 /// the last stage. Empty stages are dropped.
 pub fn evaluate_fixed(

@@ -625,8 +625,8 @@ fn long_chain(n: usize) -> Chain {
     }
 }
 
-/// A long model's placement needs memory linear in its layers, not quadratic (issue 16:
-/// per-range tables took 88 bytes × (layers + 1)², 1.4 GB at 4,000 layers, and aborted the
+/// A long model's placement needs memory linear in its layers, not quadratic (the
+/// per-range tables once took 88 bytes × (layers + 1)², 1.4 GB at 4,000 layers, and aborted the
 /// daemon at 100,000): four times the layers, about four times the peak memory.
 #[test]
 fn placement_memory_grows_linearly_with_layers() {

@@ -57,7 +57,17 @@ fn peak(slots: &[Slot], t: f64, d: f64, eps: f64, relevant: impl Fn(&Slot) -> bo
     best as usize
 }
 
-fn fits(p: &Prep, slots: &[Slot], k: usize, mode: Mode, t: f64, d: f64, eps: f64) -> bool {
+/// An operator being placed: its index, mode and duration in that mode.
+#[derive(Clone, Copy)]
+struct Placing {
+    k: usize,
+    mode: Mode,
+    d: f64,
+}
+
+/// Whether `op` can start at `t` beside the operators already in `slots`.
+fn fits(p: &Prep, slots: &[Slot], op: Placing, t: f64, eps: f64) -> bool {
+    let Placing { k, mode, d } = op;
     if d <= eps {
         return true;
     }
@@ -90,14 +100,15 @@ fn fits(p: &Prep, slots: &[Slot], k: usize, mode: Mode, t: f64, d: f64, eps: f64
     true
 }
 
-fn earliest(p: &Prep, slots: &[Slot], k: usize, mode: Mode, ready: f64, d: f64, eps: f64) -> f64 {
+/// The earliest start of `op` from `ready` on: now, or when something placed ends.
+fn earliest(p: &Prep, slots: &[Slot], op: Placing, ready: f64, eps: f64) -> f64 {
     let mut candidates: Vec<f64> = std::iter::once(ready)
         .chain(slots.iter().map(|s| s.1).filter(|&e| e > ready))
         .collect();
     candidates.sort_by(f64::total_cmp);
     candidates.dedup();
     for t in candidates {
-        if fits(p, slots, k, mode, t, d, eps) {
+        if fits(p, slots, op, t, eps) {
             return t;
         }
     }
@@ -137,7 +148,7 @@ fn sgs(p: &Prep, priority: &[f64], fixed: Option<&[Mode]>, eps: f64) -> (f64, Ve
                 Mode::Single
             };
             let d = p.duration(k, mode);
-            let t = earliest(p, &slots, k, mode, ready[k], d, eps);
+            let t = earliest(p, &slots, Placing { k, mode, d }, ready[k], eps);
             if best.is_none_or(|b| t + d < b.1 - eps) {
                 best = Some((t, t + d, mode));
             }
@@ -158,11 +169,18 @@ fn sgs(p: &Prep, priority: &[f64], fixed: Option<&[Mode]>, eps: f64) -> (f64, Ve
     (span, starts, modes)
 }
 
+/// The tolerance of the list schedules' comparisons: relative to the operators' shortest
+/// durations in sum — a serial schedule's makespan, which bounds the best one — so that one
+/// operator's huge single-core time (which the schedule avoids) does not blur the rest.
+fn tolerance(p: &Prep) -> f64 {
+    let scale: f64 = (0..p.len()).map(|i| p.min_duration(i)).sum();
+    1e-12 * scale.max(1e-300)
+}
+
 /// The best list schedule found: `(makespan, starts, modes)` of the real operators.
 pub(super) fn best(p: &Prep) -> (f64, Vec<f64>, Vec<Mode>) {
     let priority = bottom_levels(p);
-    let scale: f64 = (0..p.len()).map(|i| p.single[i]).sum::<f64>().max(1e-300);
-    let eps = 1e-12 * scale;
+    let eps = tolerance(p);
     let mut best = sgs(p, &priority, None, eps);
     let shortest: Vec<Mode> = (0..p.len())
         .map(|i| {
@@ -233,8 +251,7 @@ pub(super) fn best(p: &Prep) -> (f64, Vec<f64>, Vec<Mode>) {
 /// bottom levels of its own durations as priorities as well as the usual ones.
 pub(super) fn deeper(p: &Prep, start: (f64, Vec<f64>, Vec<Mode>)) -> (f64, Vec<f64>, Vec<Mode>) {
     let priority = bottom_levels(p);
-    let scale: f64 = (0..p.len()).map(|i| p.single[i]).sum::<f64>().max(1e-300);
-    let eps = 1e-12 * scale;
+    let eps = tolerance(p);
     let mut best = start;
     let flippable: Vec<usize> = (0..p.len()).filter(|&i| p.can_parallel[i]).collect();
     let flip = |m: Mode| match m {

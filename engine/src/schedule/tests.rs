@@ -44,7 +44,7 @@ fn matches_the_reference_fixtures() {
     assert_eq!(cases.len(), 12);
     let mut total = 0.0;
     for (name, inst, expected) in &cases {
-        let s = solve(inst, &Options::default()).unwrap();
+        let s = solve(inst, &ScheduleOptions::default()).unwrap();
         check(inst, &s.placements).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(s.optimal, "{name}: not proven optimal ({s:?})");
         assert!(
@@ -68,13 +68,13 @@ fn matches_the_reference_fixtures() {
 
 /// A node limit is a work limit: whatever the machine, the MIP stops at the same schedule.
 /// One node cannot prove the harder reference cases optimal; each stops there, valid, with
-/// the same answer every time (issue 16: results must not depend on load).
+/// the same answer every time: results must not depend on load.
 #[test]
 fn a_node_limit_stops_the_mip_at_the_same_schedule_every_time() {
-    let options = Options {
+    let options = ScheduleOptions {
         node_limit: 1,
         time_limit_seconds: 1e3,
-        ..Options::default()
+        ..ScheduleOptions::default()
     };
     let mut stopped = 0;
     for (name, inst, _) in fixtures() {
@@ -139,7 +139,7 @@ fn random_instance_with(rng: &mut Rng, n: usize, max_cores: u64) -> Instance {
     }
 }
 
-/// The bound by the modes (issue 13) is a lower bound: never above the optimum, on random
+/// The bound by the modes is a lower bound: never above the optimum, on random
 /// instances with few cores (where work limits) and many (where paths do); and it is often
 /// stronger than the other bounds, so the test shows something.
 #[test]
@@ -251,7 +251,7 @@ fn exhaustive(inst: &Instance) -> f64 {
 /// Solves `inst` and checks the schedule against exhaustive search: valid, proven
 /// optimal, the optimum's makespan, a lower bound not above it.
 fn solves_optimally(case: usize, inst: &Instance) -> Schedule {
-    let s = solve(inst, &Options::default()).unwrap();
+    let s = solve(inst, &ScheduleOptions::default()).unwrap();
     check(inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}\n{inst:?}\n{s:?}"));
     let want = exhaustive(inst);
     assert!(s.optimal, "case {case}");
@@ -302,7 +302,7 @@ fn a_chain_needs_no_mip() {
             tasks,
             edges,
         },
-        &Options::default(),
+        &ScheduleOptions::default(),
     )
     .unwrap();
     assert_eq!(s.method, Method::Bounds);
@@ -323,7 +323,10 @@ fn bad_instances_are_errors() {
         tasks: vec![t(1.0), t(1.0)],
         edges: vec![(0, 1), (1, 0)],
     };
-    assert_eq!(solve(&cyc, &Options::default()), Err(ScheduleError::Cycle));
+    assert_eq!(
+        solve(&cyc, &ScheduleOptions::default()),
+        Err(ScheduleError::Cycle)
+    );
     let nan = Instance {
         tensor_cores: 1,
         vector_cores: 1,
@@ -331,7 +334,7 @@ fn bad_instances_are_errors() {
         edges: vec![],
     };
     assert!(matches!(
-        solve(&nan, &Options::default()),
+        solve(&nan, &ScheduleOptions::default()),
         Err(ScheduleError::BadLatency(0, _, _))
     ));
     let none = Instance {
@@ -341,7 +344,41 @@ fn bad_instances_are_errors() {
         edges: vec![],
     };
     assert!(matches!(
-        solve(&none, &Options::default()),
+        solve(&none, &ScheduleOptions::default()),
         Err(ScheduleError::NoCores(1, 0))
+    ));
+}
+
+/// One operator whose single-core time is enormous (and whose all-cores time is not) once
+/// made the list schedule's tolerance enormous too, and the schedule it returned put
+/// operators on the same core at the same time. Found by `tests/fuzz.rs`.
+#[test]
+fn an_enormous_single_core_time_does_not_blur_the_list_schedule() {
+    let mut inst = fixtures().swap_remove(3).1;
+    let i = inst
+        .tasks
+        .iter()
+        .position(|t| t.resource.is_core() && t.parallel < t.single)
+        .unwrap();
+    inst.tasks[i].single = 1e308;
+    let options = ScheduleOptions {
+        heuristic_only: true,
+        ..ScheduleOptions::default()
+    };
+    let s = solve(&inst, &options).unwrap();
+    check(&inst, &s.placements).unwrap();
+    assert!(s.makespan.is_finite() && s.lower_bound <= s.makespan * (1.0 + 1e-9));
+}
+
+/// Latencies whose sum has no finite float are refused with a typed error, not scheduled.
+#[test]
+fn latencies_that_overflow_in_sum_are_refused() {
+    let mut inst = fixtures().swap_remove(0).1;
+    for t in inst.tasks.iter_mut().filter(|t| t.resource.is_core()) {
+        t.single = 1e308;
+    }
+    assert!(matches!(
+        solve(&inst, &ScheduleOptions::default()),
+        Err(ScheduleError::Overflow)
     ));
 }

@@ -13,14 +13,16 @@
 //! Not counted here: the cost-model plugins' instances (their memory cap is the plugin
 //! host's setting, which the caller adds) and the result files the caller writes.
 
-use super::{Evaluated, ModelPlan, SearchInput, StageReport, layer_graphs};
-use crate::estimate::OpSet;
-use crate::model::{Layer, OpNode};
+use super::context::{GraphKey, layer_graphs};
+use super::{Evaluated, ModelPlan, SearchInput, StageReport};
+use crate::model::{Layer, ModelGraph, OpNode};
+use crate::operators::OpSet;
 use crate::placement::{self, ProgramSize};
 use crate::schedule::Instance;
 use crate::space::{Candidate, SpaceSpec};
 use archplace_plugin_sdk::{AcceleratorConfig, CoreConfig, EstimateError, FusedOp, Op, OpCost};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::mem::size_of;
 
 /// Bytes one thread's layer-schedule solver may hold: the HiGHS MIP of one layer and its
@@ -128,18 +130,73 @@ fn fused_bytes(op: &Op) -> u64 {
 pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> MemoryEstimate {
     let threads = threads.max(1) as u64;
     let p = configurations(space);
-    let models = input.models.len() as u64;
+    let graphs = layer_graphs(input);
+    let shape = GraphsShape::of(&graphs);
+    let longest = input
+        .models
+        .iter()
+        .map(|m| m.config.pipeline_layers())
+        .max()
+        .unwrap_or(0);
+    let space_bytes = space_bytes(p);
+    let explored_bytes = explored_bytes(input, p, longest);
+    let memo_bytes = memo_bytes(&graphs, space, p);
+    let candidate_bytes = candidate_bytes(input, &shape);
+    // A run of the placement program holds one program per HBM size.
+    let placement_bytes = threads
+        .saturating_mul(input.cluster.hbm_bytes.len().max(1) as u64)
+        .saturating_mul(
+            u64::try_from(ProgramSize::of(longest as usize, input.cluster.devices, false).bytes)
+                .unwrap_or(u64::MAX),
+        );
+    let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
+    // A key of 3 + 3 words per operator and a word per dependency (twice the graph's,
+    // for safety), a solution, and the map's slot.
+    let schedule_memo_bytes = (2 * super::schedules::ScheduleMemo::GENERATION as u64)
+        .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128);
+    let total_bytes = [
+        space_bytes,
+        explored_bytes,
+        memo_bytes,
+        shape.bytes,
+        candidate_bytes,
+        placement_bytes,
+        solver_bytes,
+        schedule_memo_bytes,
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.saturating_add(b));
+    MemoryEstimate {
+        configurations: p,
+        threads,
+        space_bytes,
+        explored_bytes,
+        memo_bytes,
+        graphs_bytes: shape.bytes,
+        candidate_bytes,
+        placement_bytes,
+        solver_bytes,
+        schedule_memo_bytes,
+        total_bytes,
+    }
+}
 
-    // The space: the product's configurations and the area model's answers (both dropped
-    // after enumeration), the candidates, and the distinct core configurations.
-    let space_bytes = vec_bytes(p, size::<AcceleratorConfig>())
+/// The space of `p` configurations: the product's configurations and the area model's
+/// answers (both dropped after enumeration), the candidates, and the distinct core
+/// configurations.
+fn space_bytes(p: u64) -> u64 {
+    vec_bytes(p, size::<AcceleratorConfig>())
         .saturating_add(vec_bytes(p, size::<Result<f64, EstimateError>>()))
         .saturating_add(vec_bytes(p, size::<Candidate>()))
         .saturating_add(2 * vec_bytes(p, size::<CoreConfig>()))
-        .saturating_add(2 * table_bytes(p, size::<CoreConfig>()));
+        .saturating_add(2 * table_bytes(p, size::<CoreConfig>()))
+}
 
-    // Candidates: a summary each (held in the explored list, or in the journal's map while
-    // a resumed search has not reached it), and the best whole.
+/// Candidates: a summary each (held in the explored list, or in the journal's map while a
+/// resumed search has not reached it), and the best whole (its plans' stages of models of
+/// at most `longest` layers, and layers).
+fn explored_bytes(input: &SearchInput, p: u64, longest: u64) -> u64 {
+    let models = input.models.len() as u64;
     let names: u64 = input
         .models
         .iter()
@@ -150,40 +207,65 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
     let record = (3 * size::<Evaluated>())
         .saturating_add((models * plan_summary).max(FAILURE_BYTES + names))
         .saturating_add(size::<usize>());
-    let longest = input
-        .models
-        .iter()
-        .map(|m| m.config.pipeline_layers())
-        .max()
-        .unwrap_or(0);
     let stages = longest.min(input.cluster.devices.max(1));
     let best = models.saturating_mul(
         stages.saturating_mul(size::<StageReport>() + 2 * LAYER_LABEL_BYTES)
             + 3 * size::<super::LayerReport>(),
     );
-    let explored_bytes = p.saturating_mul(record).saturating_add(2 * best);
+    p.saturating_mul(record).saturating_add(2 * best)
+}
 
-    // The graphs, and the memo: each distinct operator on each distinct core
-    // configuration, but no more than each candidate's own (two of each core kind).
-    let graphs = layer_graphs(input);
-    let mut graphs_bytes = 0u64;
-    let mut chain_layers = 0u64;
-    let mut widths = 0u64;
-    for map in &graphs {
-        graphs_bytes += table_bytes(map.len() as u64, 64);
-        for g in map.values() {
-            widths += 1;
-            chain_layers += g.blocks + 2;
-            for layer in [&g.embedding, &g.block, &g.head] {
-                graphs_bytes += size::<Layer>() + g.model.len() as u64;
-                for og in [&layer.forward, &layer.backward] {
-                    graphs_bytes += og.nodes.len() as u64 * size::<OpNode>()
-                        + og.nodes.iter().map(|n| fused_bytes(&n.op)).sum::<u64>()
-                        + og.edges.len() as u64 * size::<(usize, usize)>();
+/// What the layer graphs of a search hold and imply.
+struct GraphsShape {
+    /// The graphs themselves.
+    bytes: u64,
+    /// Layers of every chain (one per graph).
+    chain_layers: u64,
+    /// Graphs: (model, micro-batch, width, element size, sequence parallelism).
+    widths: u64,
+    /// Operators of the largest layer graph.
+    largest_graph: u64,
+    /// Words of the largest layer schedule's memo key.
+    largest_key_words: u64,
+}
+
+impl GraphsShape {
+    fn of(graphs: &[HashMap<GraphKey, ModelGraph>]) -> GraphsShape {
+        let mut shape = GraphsShape {
+            bytes: 0,
+            chain_layers: 0,
+            widths: 0,
+            largest_graph: 0,
+            largest_key_words: 0,
+        };
+        for map in graphs {
+            shape.bytes += table_bytes(map.len() as u64, 64);
+            let mut keys: Vec<&GraphKey> = map.keys().collect();
+            keys.sort_unstable();
+            for g in keys.into_iter().map(|k| &map[k]) {
+                shape.widths += 1;
+                shape.chain_layers += g.blocks + 2;
+                for layer in [&g.embedding, &g.block, &g.head] {
+                    shape.bytes += size::<Layer>() + g.model.len() as u64;
+                    for og in [&layer.forward, &layer.backward] {
+                        shape.bytes += og.nodes.len() as u64 * size::<OpNode>()
+                            + og.nodes.iter().map(|n| fused_bytes(&n.op)).sum::<u64>()
+                            + og.edges.len() as u64 * size::<(usize, usize)>();
+                        shape.largest_graph = shape.largest_graph.max(og.nodes.len() as u64);
+                        shape.largest_key_words = shape
+                            .largest_key_words
+                            .max(3 + 3 * og.nodes.len() as u64 + 2 * og.edges.len() as u64);
+                    }
                 }
             }
         }
+        shape
     }
+}
+
+/// The memo of operator estimates: each distinct operator on each distinct core
+/// configuration, but no more than each candidate's own (two of each core kind).
+fn memo_bytes(graphs: &[HashMap<GraphKey, ModelGraph>], space: &SpaceSpec, p: u64) -> u64 {
     let ops = OpSet::of(graphs.iter().flat_map(|map| {
         map.values().flat_map(|g| {
             [&g.embedding, &g.block, &g.head]
@@ -217,10 +299,12 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         .saturating_mul(ops.tensor.len() as u64)
         .saturating_add(vector_keys.saturating_mul((ops.vector.len() + ops.link.len()) as u64));
     let entry = size::<((CoreConfig, Op), OpCost)>() + fused;
-    let memo_bytes = table_bytes(entries, entry).saturating_add(entries.saturating_mul(fused));
+    table_bytes(entries, entry).saturating_add(entries.saturating_mul(fused))
+}
 
-    // One candidate in flight: its schedule instances, and every placement run's chains
-    // and plan (runs: HBM sizes × models × micro-batches × the training choices).
+/// One candidate in flight: its schedule instances, and every placement run's chains and
+/// plan (runs: HBM sizes × models × micro-batches × the training choices).
+fn candidate_bytes(input: &SearchInput, shape: &GraphsShape) -> u64 {
     let tr = &input.training;
     let choices = (input.cluster.hbm_bytes.len()
         * tr.activation_recomputation.len().max(1)
@@ -228,64 +312,12 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         * tr.distributed_choices().len().max(1)
         * tr.sequence_parallel_choices().len().max(1)) as u64;
     let chain_bytes = size::<placement::Layer>() + size::<placement::Edge>();
-    let largest_graph = graphs
-        .iter()
-        .flat_map(|m| m.values())
-        .flat_map(|g| [&g.embedding, &g.block, &g.head])
-        .flat_map(|l| [l.forward.nodes.len(), l.backward.nodes.len()])
-        .max()
-        .unwrap_or(0) as u64;
-    let candidate_bytes = choices
-        .saturating_mul(chain_layers.saturating_mul(chain_bytes) + widths * 256)
+    choices
+        .saturating_mul(shape.chain_layers.saturating_mul(chain_bytes) + shape.widths * 256)
         .saturating_add(
-            widths
+            shape
+                .widths
                 .saturating_mul(6)
-                .saturating_mul(size::<Instance>() + largest_graph * 64),
-        );
-
-    // A run of the placement program holds one program per HBM size.
-    let placement_bytes = threads
-        .saturating_mul(input.cluster.hbm_bytes.len().max(1) as u64)
-        .saturating_mul(
-            u64::try_from(ProgramSize::of(longest as usize, input.cluster.devices, false).bytes)
-                .unwrap_or(u64::MAX),
-        );
-    let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
-    // A key of 3 + 3 words per operator and a word per dependency (twice the graph's,
-    // for safety), a solution, and the map's slot.
-    let largest_key_words = graphs
-        .iter()
-        .flat_map(|m| m.values())
-        .flat_map(|g| [&g.embedding, &g.block, &g.head])
-        .flat_map(|l| [&l.forward, &l.backward])
-        .map(|g| 3 + 3 * g.nodes.len() as u64 + 2 * g.edges.len() as u64)
-        .max()
-        .unwrap_or(0);
-    let schedule_memo_bytes = (2 * super::ScheduleMemo::GENERATION as u64)
-        .saturating_mul(largest_key_words.saturating_mul(8) + 128);
-    let total_bytes = [
-        space_bytes,
-        explored_bytes,
-        memo_bytes,
-        graphs_bytes,
-        candidate_bytes,
-        placement_bytes,
-        solver_bytes,
-        schedule_memo_bytes,
-    ]
-    .iter()
-    .fold(0u64, |a, &b| a.saturating_add(b));
-    MemoryEstimate {
-        configurations: p,
-        threads,
-        space_bytes,
-        explored_bytes,
-        memo_bytes,
-        graphs_bytes,
-        candidate_bytes,
-        placement_bytes,
-        solver_bytes,
-        schedule_memo_bytes,
-        total_bytes,
-    }
+                .saturating_mul(size::<Instance>() + shape.largest_graph * 64),
+        )
 }

@@ -1,9 +1,16 @@
 use super::*;
-use crate::layer;
 use crate::model::preset;
+use crate::model::{BuildOptions, LayerKind, ModelConfig, OpGraph, build};
+use crate::operators as layer;
+use crate::options::ScheduleOptions;
+use crate::placement::{self, Chain, Edge, Layer as ChainLayer, Resync, Settings};
+use crate::schedule;
+use crate::space::Candidate;
 use crate::space::{AreaBudget, SpaceSpec, enumerate};
 use crate::training::Optimizer;
+use crate::training::{Baseline, Cluster, MemoryModel, Precision, Recomputation, Training};
 use archplace_reference_cost::ReferenceModel;
+use std::sync::Mutex;
 
 fn tiny_model() -> ModelConfig {
     ModelConfig {
@@ -50,14 +57,14 @@ fn tiny() -> (SearchInput, Space) {
             devices: 16,
             link_bytes_per_second: 4.0 * (1u64 << 30) as f64,
             hbm_bytes: vec![12 << 20, 64 << 20],
-            network: crate::step::Network::flat(4.0 * (1u64 << 30) as f64),
+            network: crate::network::Network::flat(4.0 * (1u64 << 30) as f64),
         },
         convergence_window: 5,
         exhaustive: true,
         // The same deterministic scheduler on both sides; the MIP has its own tests.
-        schedule: schedule::Options {
+        schedule: ScheduleOptions {
             heuristic_only: true,
-            ..schedule::Options::default()
+            ..ScheduleOptions::default()
         },
     };
     let spec = SpaceSpec {
@@ -281,7 +288,7 @@ fn exhaustive_search_agrees_with_brute_force() {
         ((chosen.0 - wthr) / wthr).abs() < 1e-9,
         "the chosen chip is not among the best"
     );
-    // Of the chips that tie with the best, the smallest is chosen (issue 13).
+    // Of the chips that tie with the best, the smallest is chosen.
     let tied: Vec<usize> = (0..bf.len())
         .filter(|&i| bf[i].is_some_and(|b| ((b.0 - wthr) / wthr).abs() < TIE_RELATIVE / 2.0))
         .collect();
@@ -400,14 +407,14 @@ fn only_the_best_is_kept_whole_and_a_resume_from_summaries_gives_the_same_outcom
         }
     }
     let count = Count(Default::default());
-    let resumed = search_resuming(
-        &input,
-        &space,
-        &ReferenceModel::default(),
-        &count,
-        None,
-        done,
-    )
+    let resumed = Search {
+        input: &input,
+        space: &space,
+        latency: &ReferenceModel::default(),
+        observer: &count,
+        cancel: None,
+    }
+    .run(done, &mut Local)
     .unwrap();
     assert_eq!(resumed.best, full.best);
     assert_eq!(resumed.explored, full.explored);
@@ -605,15 +612,14 @@ fn supplied_evaluations_give_the_same_outcome_as_local_ones() {
             asked: Vec::new(),
         };
         let count = Count(Default::default());
-        let pooled = search_supplied(
-            &input,
-            &space,
-            &model,
-            &count,
-            None,
-            BTreeMap::new(),
-            &mut workers,
-        )
+        let pooled = Search {
+            input: &input,
+            space: &space,
+            latency: &model,
+            observer: &count,
+            cancel: None,
+        }
+        .run(BTreeMap::new(), &mut workers)
         .unwrap();
         assert_eq!(pooled.best, local.best);
         assert_eq!(pooled.explored, local.explored);
@@ -650,15 +656,14 @@ fn a_supplier_answering_another_candidate_fails_the_search() {
     let model = ReferenceModel::default();
     let (input, space) = tiny();
     let mut wrong = Wrong(Evaluator::new(&input, &model, &()));
-    let err = search_supplied(
-        &input,
-        &space,
-        &model,
-        &(),
-        None,
-        BTreeMap::new(),
-        &mut wrong,
-    )
+    let err = Search {
+        input: &input,
+        space: &space,
+        latency: &model,
+        observer: &(),
+        cancel: None,
+    }
+    .run(BTreeMap::new(), &mut wrong)
     .unwrap_err();
     assert!(err.to_string().contains("for candidate 0"), "{err}");
 }

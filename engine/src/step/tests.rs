@@ -1,5 +1,6 @@
 use super::*;
 use crate::model::preset;
+use crate::network::Tier;
 use crate::space::REFERENCE_CONFIG;
 use archplace_reference_cost::ReferenceModel;
 
@@ -38,9 +39,9 @@ fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
             },
         },
         peak_flops_per_second: Some(312e12),
-        schedule: schedule::Options {
+        schedule: ScheduleOptions {
             heuristic_only: true,
-            ..schedule::Options::default()
+            ..ScheduleOptions::default()
         },
         execution: crate::execution::Execution::default(),
     }

@@ -4,6 +4,7 @@ use super::{PlotError, padded};
 use crate::chip::short as describe;
 use archplace_engine::search::Evaluated;
 use archplace_plugin_sdk::AcceleratorConfig;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 /// What the picture shows.
@@ -37,46 +38,76 @@ pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 const DOT_CELLS_X: f64 = 300.0;
 const DOT_CELLS_Y: f64 = 200.0;
 
+/// The chart the series are drawn on.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+fn err(e: &dyn std::fmt::Display) -> PlotError {
+    PlotError::new("pareto.svg", e)
+}
+
+/// What the picture shows, in its units: the points (area mm², throughput), the frontier,
+/// the reference configuration (its area and throughput when known) and the axes.
+struct Figure<'a> {
+    points: Vec<(f64, f64)>,
+    failed: usize,
+    front: Vec<(f64, f64)>,
+    reference: Option<(&'a AcceleratorConfig, Option<f64>, Option<f64>)>,
+    budget_mm2: f64,
+    x_range: std::ops::Range<f64>,
+    y_range: std::ops::Range<f64>,
+}
+
+impl<'a> Figure<'a> {
+    fn of(input: &'a ParetoInput<'_>) -> Figure<'a> {
+        let points: Vec<(f64, f64)> = input
+            .explored
+            .iter()
+            .filter_map(|e| Some((e.area_um2 / 1e6, e.mean_throughput_samples_per_second?)))
+            .collect();
+        let failed = input.explored.len() - points.len();
+        let front = frontier(&points);
+        let reference = input.reference.as_ref().map(|(c, area)| {
+            let found = input.explored.iter().find(|e| e.config == *c);
+            let area_mm2 = found.map(|e| e.area_um2 / 1e6).or(area.map(|a| a / 1e6));
+            (
+                c,
+                area_mm2,
+                found.and_then(|e| e.mean_throughput_samples_per_second),
+            )
+        });
+        let budget_mm2 = input.budget_um2 / 1e6;
+        let (mut x_lo, mut x_hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for x in points
+            .iter()
+            .map(|p| p.0)
+            .chain(std::iter::once(budget_mm2))
+            .chain(reference.iter().filter_map(|r| r.1))
+        {
+            x_lo = x_lo.min(x);
+            x_hi = x_hi.max(x);
+        }
+        let y_hi = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9);
+        Figure {
+            x_range: padded(x_lo.max(0.0), x_hi, 0.05),
+            // Room above the highest point for the legend.
+            y_range: 0.0..y_hi * 1.5,
+            points,
+            failed,
+            front,
+            reference,
+            budget_mm2,
+        }
+    }
+}
+
 /// `pareto.svg` of a search.
 pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
-    let err = |e: &dyn std::fmt::Display| PlotError::new("pareto.svg", e);
-    let points: Vec<(f64, f64)> = input
-        .explored
-        .iter()
-        .filter_map(|e| Some((e.area_um2 / 1e6, e.mean_throughput_samples_per_second?)))
-        .collect();
-    let failed = input.explored.len() - points.len();
-    let front = frontier(&points);
-    let reference = input.reference.as_ref().map(|(c, area)| {
-        let found = input.explored.iter().find(|e| e.config == *c);
-        let area_mm2 = found.map(|e| e.area_um2 / 1e6).or(area.map(|a| a / 1e6));
-        (
-            c,
-            area_mm2,
-            found.and_then(|e| e.mean_throughput_samples_per_second),
-        )
-    });
-    let budget_mm2 = input.budget_um2 / 1e6;
-    let (mut x_lo, mut x_hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for x in points
-        .iter()
-        .map(|p| p.0)
-        .chain(std::iter::once(budget_mm2))
-        .chain(reference.iter().filter_map(|r| r.1))
-    {
-        x_lo = x_lo.min(x);
-        x_hi = x_hi.max(x);
-    }
-    let y_hi = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9);
-    let x_range = padded(x_lo.max(0.0), x_hi, 0.05);
-    // Room above the highest point for the legend.
-    let y_range = 0.0..y_hi * 1.5;
-    let x_decimals = if x_range.end - x_range.start >= 20.0 {
+    let fig = Figure::of(input);
+    let x_decimals = if fig.x_range.end - fig.x_range.start >= 20.0 {
         0
     } else {
         1
     };
-
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 680)).into_drawing_area();
@@ -89,7 +120,7 @@ pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
             .margin(20)
             .x_label_area_size(50)
             .y_label_area_size(80)
-            .build_cartesian_2d(x_range.clone(), y_range.clone())
+            .build_cartesian_2d(fig.x_range.clone(), fig.y_range.clone())
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
@@ -101,108 +132,10 @@ pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
             .y_label_formatter(&|y| format_number(*y))
             .draw()
             .map_err(|e| err(&e))?;
-        let grey = RGBColor(90, 110, 160);
-        // One dot per cell of about the dots' size: a million candidates draw no more dots
-        // than the picture has room for (the legend counts them all).
-        let mut cells = std::collections::HashSet::new();
-        let (xw, yw) = (x_range.end - x_range.start, y_range.end - y_range.start);
-        let shown = points.iter().filter(|p| {
-            let cx = ((p.0 - x_range.start) / xw * DOT_CELLS_X).floor() as i64;
-            let cy = ((p.1 - y_range.start) / yw * DOT_CELLS_Y).floor() as i64;
-            cells.insert((cx, cy))
-        });
-        chart
-            .draw_series(shown.map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())))
-            .map_err(|e| err(&e))?
-            .label(format!(
-                "evaluated candidates ({}{})",
-                points.len(),
-                if failed > 0 {
-                    format!("; {failed} that fit no plan are not shown")
-                } else {
-                    String::new()
-                }
-            ))
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, grey.filled()));
-        // The frontier as a staircase: the best throughput for any area up to x.
-        let mut stairs = Vec::new();
-        for (i, p) in front.iter().enumerate() {
-            if i > 0 {
-                stairs.push((p.0, front[i - 1].1));
-            }
-            stairs.push(*p);
-        }
-        if let Some(last) = front.last() {
-            stairs.push((x_range.end, last.1));
-        }
-        let frontier_colour = RGBColor(214, 96, 0);
-        chart
-            .draw_series(LineSeries::new(stairs, frontier_colour.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(format!("Pareto frontier ({} candidates)", front.len()))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], frontier_colour.stroke_width(2))
-            });
-        chart
-            .draw_series(
-                front
-                    .iter()
-                    .map(|&p| Circle::new(p, 4, frontier_colour.filled())),
-            )
-            .map_err(|e| err(&e))?;
-        // The area budget.
-        let budget_colour = RGBColor(120, 120, 120);
-        chart
-            .draw_series(DashedLineSeries::new(
-                vec![(budget_mm2, 0.0), (budget_mm2, y_range.end)],
-                6,
-                4,
-                budget_colour.stroke_width(1),
-            ))
-            .map_err(|e| err(&e))?
-            .label(format!("area budget ({budget_mm2:.1} mm²)"))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], budget_colour.stroke_width(1))
-            });
-        // The reference configuration.
-        if let Some((c, Some(area), throughput)) = reference {
-            let colour = RGBColor(0, 140, 70);
-            let label = match throughput {
-                Some(t) => format!(
-                    "reference configuration: {} — {area:.1} mm², {t:.4} samples/s",
-                    describe(c)
-                ),
-                None => format!(
-                    "reference configuration: {} — {area:.1} mm² (fits no plan or not evaluated)",
-                    describe(c)
-                ),
-            };
-            let at = (area, throughput.unwrap_or(0.0));
-            chart
-                .draw_series(std::iter::once(TriangleMarker::new(at, 9, colour.filled())))
-                .map_err(|e| err(&e))?
-                .label(label)
-                .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, colour.filled()));
-        }
-        // The best configuration.
-        if let Some(b) = input.best.and_then(|i| input.explored.get(i))
-            && let Some(t) = b.mean_throughput_samples_per_second
-        {
-            let colour = RGBColor(200, 0, 40);
-            let at = (b.area_um2 / 1e6, t);
-            chart
-                .draw_series([
-                    Circle::new(at, 8, colour.stroke_width(3)),
-                    Circle::new(at, 3, colour.filled()),
-                ])
-                .map_err(|e| err(&e))?
-                .label(format!(
-                    "best: {} — {:.1} mm², {t:.4} samples/s",
-                    describe(&b.config),
-                    b.area_um2 / 1e6
-                ))
-                .legend(move |(x, y)| Circle::new((x + 10, y), 6, colour.stroke_width(3)));
-        }
+        draw_candidates(&mut chart, &fig)?;
+        draw_frontier(&mut chart, &fig)?;
+        draw_budget(&mut chart, &fig)?;
+        draw_marks(&mut chart, &fig, input)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
@@ -214,6 +147,130 @@ pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
+}
+
+/// The evaluated candidates: one dot per cell of about the dots' size, so a million
+/// candidates draw no more dots than the picture has room for (the legend counts them all).
+fn draw_candidates(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
+    let (x_range, y_range) = (&fig.x_range, &fig.y_range);
+    let grey = RGBColor(90, 110, 160);
+    let mut cells = std::collections::HashSet::new();
+    let (xw, yw) = (x_range.end - x_range.start, y_range.end - y_range.start);
+    let shown = fig.points.iter().filter(|p| {
+        let cx = ((p.0 - x_range.start) / xw * DOT_CELLS_X).floor() as i64;
+        let cy = ((p.1 - y_range.start) / yw * DOT_CELLS_Y).floor() as i64;
+        cells.insert((cx, cy))
+    });
+    chart
+        .draw_series(shown.map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())))
+        .map_err(|e| err(&e))?
+        .label(format!(
+            "evaluated candidates ({}{})",
+            fig.points.len(),
+            if fig.failed > 0 {
+                format!("; {} that fit no plan are not shown", fig.failed)
+            } else {
+                String::new()
+            }
+        ))
+        .legend(move |(x, y)| Circle::new((x + 10, y), 4, grey.filled()));
+    Ok(())
+}
+
+/// The frontier as a staircase: the best throughput for any area up to x.
+fn draw_frontier(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
+    let front = &fig.front;
+    let mut stairs = Vec::new();
+    for (i, p) in front.iter().enumerate() {
+        if i > 0 {
+            stairs.push((p.0, front[i - 1].1));
+        }
+        stairs.push(*p);
+    }
+    if let Some(last) = front.last() {
+        stairs.push((fig.x_range.end, last.1));
+    }
+    let frontier_colour = RGBColor(214, 96, 0);
+    chart
+        .draw_series(LineSeries::new(stairs, frontier_colour.stroke_width(2)))
+        .map_err(|e| err(&e))?
+        .label(format!("Pareto frontier ({} candidates)", front.len()))
+        .legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], frontier_colour.stroke_width(2))
+        });
+    chart
+        .draw_series(
+            front
+                .iter()
+                .map(|&p| Circle::new(p, 4, frontier_colour.filled())),
+        )
+        .map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// The area budget.
+fn draw_budget(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
+    let budget_mm2 = fig.budget_mm2;
+    let budget_colour = RGBColor(120, 120, 120);
+    chart
+        .draw_series(DashedLineSeries::new(
+            vec![(budget_mm2, 0.0), (budget_mm2, fig.y_range.end)],
+            6,
+            4,
+            budget_colour.stroke_width(1),
+        ))
+        .map_err(|e| err(&e))?
+        .label(format!("area budget ({budget_mm2:.1} mm²)"))
+        .legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], budget_colour.stroke_width(1))
+        });
+    Ok(())
+}
+
+/// The reference configuration (a triangle) and the best one (circled).
+fn draw_marks(
+    chart: &mut Chart<'_, '_>,
+    fig: &Figure<'_>,
+    input: &ParetoInput<'_>,
+) -> Result<(), PlotError> {
+    if let Some((c, Some(area), throughput)) = fig.reference {
+        let colour = RGBColor(0, 140, 70);
+        let label = match throughput {
+            Some(t) => format!(
+                "reference configuration: {} — {area:.1} mm², {t:.4} samples/s",
+                describe(c)
+            ),
+            None => format!(
+                "reference configuration: {} — {area:.1} mm² (fits no plan or not evaluated)",
+                describe(c)
+            ),
+        };
+        let at = (area, throughput.unwrap_or(0.0));
+        chart
+            .draw_series(std::iter::once(TriangleMarker::new(at, 9, colour.filled())))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, colour.filled()));
+    }
+    if let Some(b) = input.best.and_then(|i| input.explored.get(i))
+        && let Some(t) = b.mean_throughput_samples_per_second
+    {
+        let colour = RGBColor(200, 0, 40);
+        let at = (b.area_um2 / 1e6, t);
+        chart
+            .draw_series([
+                Circle::new(at, 8, colour.stroke_width(3)),
+                Circle::new(at, 3, colour.filled()),
+            ])
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "best: {} — {:.1} mm², {t:.4} samples/s",
+                describe(&b.config),
+                b.area_um2 / 1e6
+            ))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 6, colour.stroke_width(3)));
+    }
+    Ok(())
 }
 
 /// A throughput for an axis: `12000`, `12.5`, `0.0123`.

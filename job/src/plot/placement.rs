@@ -73,13 +73,38 @@ pub fn placement_svg(
 type DrawResult =
     Result<(), DrawingAreaErrorKind<<SVGBackend<'static> as DrawingBackend>::ErrorType>>;
 
-fn draw_model(
-    area: &DrawingArea<SVGBackend<'_>, Shift>,
-    plan: &ModelPlan,
-    hbm_bytes: u64,
-) -> DrawResult {
+/// Area of the picture for one model's plan.
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+fn draw_model(area: &Area<'_>, plan: &ModelPlan, hbm_bytes: u64) -> DrawResult {
     let (top, rest) = area.split_vertically(270);
     let (caption, blocks) = top.split_vertically(100);
+    draw_caption(&caption, plan)?;
+    draw_stages(&blocks, plan)?;
+    // Per-stage time and memory, side by side.
+    let (time_area, memory_area) = rest.split_horizontally(WIDTH / 2);
+    let times_ms: Vec<f64> = plan.stages.iter().map(|s| s.load_seconds * 1e3).collect();
+    bars(
+        &time_area,
+        "time per stage (ms per micro-batch, forward + backward)",
+        "time (ms)",
+        &times_ms,
+        None,
+    )?;
+    let memory_gib: Vec<f64> = plan.stages.iter().map(|s| s.memory_bytes / GIB).collect();
+    bars(
+        &memory_area,
+        "memory per device of each stage (GiB)",
+        "memory (GiB)",
+        &memory_gib,
+        Some(hbm_bytes as f64 / GIB),
+    )?;
+    Ok(())
+}
+
+/// The plan in four lines: its shape, its throughput, where the time goes (the slowest
+/// stage) and what fills memory (the fullest stage).
+fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
     // A stage's devices are per data-parallel replica (1, or t when its layers are split).
     let d = plan.data_parallel;
     let devices: u64 = plan.stages.iter().map(|s| s.devices).sum::<u64>() * d;
@@ -144,7 +169,12 @@ fn draw_model(
         (20, 82),
         ("sans-serif", 14).into_font().color(&BLACK.mix(0.75)),
     ))?;
-    // The pipeline: one block per stage, as wide as its layers.
+    Ok(())
+}
+
+/// The pipeline: one block per stage, as wide as its layers, labelled as room allows.
+fn draw_stages(blocks: &Area<'_>, plan: &ModelPlan) -> DrawResult {
+    let d = plan.data_parallel;
     let layers: usize = plan.stages.iter().map(|s| s.layers).sum::<usize>().max(1);
     let (w, h) = blocks.dim_in_pixel();
     let (x0, usable) = (20i32, w as i32 - 40);
@@ -225,24 +255,6 @@ fn draw_model(
             ("sans-serif", 13).into_font().color(&BLACK.mix(0.75)),
         ))?;
     }
-    // Per-stage time and memory, side by side.
-    let (time_area, memory_area) = rest.split_horizontally(WIDTH / 2);
-    let times_ms: Vec<f64> = plan.stages.iter().map(|s| s.load_seconds * 1e3).collect();
-    bars(
-        &time_area,
-        "time per stage (ms per micro-batch, forward + backward)",
-        "time (ms)",
-        &times_ms,
-        None,
-    )?;
-    let memory_gib: Vec<f64> = plan.stages.iter().map(|s| s.memory_bytes / GIB).collect();
-    bars(
-        &memory_area,
-        "memory per device of each stage (GiB)",
-        "memory (GiB)",
-        &memory_gib,
-        Some(hbm_bytes as f64 / GIB),
-    )?;
     Ok(())
 }
 

@@ -195,7 +195,7 @@ fn placement_svg_of_many_stages_and_of_no_plan_is_still_valid() {
 }
 
 /// A million evaluated candidates draw no more dots than the picture has cells for: the
-/// plot's size does not grow with the search (issue 16), and the legend still counts them
+/// plot's size does not grow with the search, and the legend still counts them
 /// all.
 #[test]
 fn pareto_svg_of_a_huge_search_stays_small() {

@@ -3,8 +3,8 @@
 //! The components are built by `scripts/build-plugins` (the README's test command runs it).
 
 use archplace_engine::space;
+use archplace_plugin_host::Session;
 use archplace_plugin_host::catalog;
-use archplace_plugin_host::session::Session;
 use archplace_plugin_host::testing::{component, host, random_ops, target};
 use archplace_plugin_host::{Host, HostOptions};
 use archplace_plugin_sdk::testing::Rng;

@@ -1,4 +1,4 @@
-//! Silicon area of an accelerator (design doc §5.2).
+//! Silicon area of an accelerator (the reference's 22 nm model, `docs/reference.md` §1.2).
 //!
 //! The reference system runs Accelergy with 22 nm table plug-ins and CACTI. Its result is
 //! reproduced exactly by a closed form: per-MAC (or per-lane) area including its register
@@ -111,7 +111,7 @@ mod tests {
         }
     }
 
-    /// The spot-check rows of the design doc §5.2 and the reference's maximum config (§4.2),
+    /// The reference's spot-check rows and its maximum config (`docs/reference.md` §1.2),
     /// to 1e-9 relative.
     #[test]
     fn reproduces_reference_rows() {

@@ -1,4 +1,4 @@
-//! Latency and energy of operators on the tensor/vector-core template (design doc §6).
+//! Latency and energy of operators on the tensor/vector-core template (the README, "The reference cost model").
 //!
 //! **Tensor cores** (§6.2). The reference searches tilings with Sunstone; we use a roofline
 //! of the same template that keeps what decides its answer:
@@ -277,7 +277,7 @@ mod tests {
         }
     }
 
-    /// The six Sunstone sample runs of design doc §6.2: the roofline must be within 2× of
+    /// The reference's six Sunstone sample runs: the roofline must be within 2× of
     /// the reference's cycles. GEMM (B, N, M, C) there is batch, rows, output columns,
     /// reduction, i.e. our (batch, m, n, k).
     #[test]

@@ -1,7 +1,7 @@
 //! The reference cost model of archplace.
 //!
 //! * **Area** ([`area`]): the closed form that reproduces the reference system's 22 nm
-//!   Accelergy/CACTI areas to 1e-11 (design doc §5.2).
+//!   Accelergy/CACTI areas to 1e-11 (`docs/reference.md` §1.2).
 //! * **Latency** ([`latency`]): an analytic roofline of the tensor/vector-core template
 //!   (§6.2–6.4) in seconds at a configurable clock (default 1.05 GHz), replacing the
 //!   reference's Sunstone mapper, which costs minutes per configuration.

@@ -3,7 +3,7 @@
 use super::rules::{count_in, duplicates, positive};
 use crate::raw::RawSpec;
 use crate::{Ctx, FieldPath};
-use archplace_engine::step::{Network, Tier};
+use archplace_engine::network::{Network, Tier};
 use archplace_engine::training::Cluster;
 use archplace_plugin_sdk::gpus;
 use archplace_plugin_sdk::units::{format_bytes, parse_bandwidth, parse_bytes, parse_seconds};
@@ -142,82 +142,50 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         );
         ok = false;
     }
-    let mut bandwidth =
-        |key: &str, value: &Option<String>, preset: Option<f64>, example: &str| -> Option<f64> {
-            match value {
-                None if preset.is_some() => preset,
-                Some(v) => positive(
-                    ctx,
-                    &path.key(key),
-                    v,
-                    parse_bandwidth,
-                    "a bandwidth must be above 0 B/s",
-                    None,
-                ),
-                None => {
-                    ctx.error(
-                        &path.key(key),
-                        format!("missing `{key}`: with `node_size`, give both tiers' bandwidths"),
-                        Some(format!("e.g. {key} = \"{example}\"")),
-                    );
-                    None
-                }
-            }
-        };
     let intra = bandwidth(
+        ctx,
+        &path,
         "intra_node_bandwidth",
         &c.intra_node_bandwidth,
         preset.map(|g| g.nvlink_bytes_per_second),
         "300 GB/s",
     );
     let inter = bandwidth(
+        ctx,
+        &path,
         "inter_node_bandwidth",
         &c.inter_node_bandwidth,
         preset.map(|g| g.infiniband_bytes_per_second),
         "25 GB/s",
     );
-    let mut latency = |key: &str, value: &Option<String>, default: f64| -> Option<f64> {
-        match value {
-            None => Some(default),
-            Some(v) => match parse_seconds(v) {
-                Ok(s) if s < 1.0 => Some(s),
-                Ok(_) => {
-                    ctx.error(
-                        &path.key(key),
-                        format!("a latency of `{v}` is not plausible"),
-                        Some("use less than 1 s, e.g. \"10 us\"".into()),
-                    );
-                    None
-                }
-                Err(e) => {
-                    ctx.error(&path.key(key), e.message, None);
-                    None
-                }
-            },
-        }
-    };
-    let intra_latency = latency("intra_node_latency", &c.intra_node_latency, 5e-6);
-    let inter_latency = latency("inter_node_latency", &c.inter_node_latency, 10e-6);
-    let mut efficiency = |key: &str, value: Option<f64>, default: f64| -> Option<f64> {
-        match value {
-            None => Some(default),
-            Some(x) if x > 0.0 && x <= 1.0 => Some(x),
-            Some(x) => {
-                ctx.error(
-                    &path.key(key),
-                    format!("an efficiency of {x} is not a fraction in (0, 1]"),
-                    Some("e.g. 0.8: collectives achieve 80% of the link bandwidth".into()),
-                );
-                None
-            }
-        }
-    };
+    let intra_latency = latency(
+        ctx,
+        &path,
+        "intra_node_latency",
+        &c.intra_node_latency,
+        5e-6,
+    );
+    let inter_latency = latency(
+        ctx,
+        &path,
+        "inter_node_latency",
+        &c.inter_node_latency,
+        10e-6,
+    );
     let intra_efficiency = efficiency(
+        ctx,
+        &path,
         "intra_node_efficiency",
         c.intra_node_efficiency,
         preset.map_or(1.0, |g| g.nvlink_collective_fraction),
     );
-    let inter_efficiency = efficiency("inter_node_efficiency", c.inter_node_efficiency, 1.0);
+    let inter_efficiency = efficiency(
+        ctx,
+        &path,
+        "inter_node_efficiency",
+        c.inter_node_efficiency,
+        1.0,
+    );
     match (
         ok,
         intra.zip(intra_efficiency),
@@ -238,5 +206,86 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
             },
         }),
         _ => None,
+    }
+}
+
+/// A tier's bandwidth `key` (under `path`): given, or the preset's; missing otherwise.
+fn bandwidth(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    key: &str,
+    value: &Option<String>,
+    preset: Option<f64>,
+    example: &str,
+) -> Option<f64> {
+    match value {
+        None if preset.is_some() => preset,
+        Some(v) => positive(
+            ctx,
+            &path.key(key),
+            v,
+            parse_bandwidth,
+            "a bandwidth must be above 0 B/s",
+            None,
+        ),
+        None => {
+            ctx.error(
+                &path.key(key),
+                format!("missing `{key}`: with `node_size`, give both tiers' bandwidths"),
+                Some(format!("e.g. {key} = \"{example}\"")),
+            );
+            None
+        }
+    }
+}
+
+/// A tier's latency `key` (under `path`), below a second; `default` when not given.
+fn latency(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    key: &str,
+    value: &Option<String>,
+    default: f64,
+) -> Option<f64> {
+    match value {
+        None => Some(default),
+        Some(v) => match parse_seconds(v) {
+            Ok(s) if s < 1.0 => Some(s),
+            Ok(_) => {
+                ctx.error(
+                    &path.key(key),
+                    format!("a latency of `{v}` is not plausible"),
+                    Some("use less than 1 s, e.g. \"10 us\"".into()),
+                );
+                None
+            }
+            Err(e) => {
+                ctx.error(&path.key(key), e.message, None);
+                None
+            }
+        },
+    }
+}
+
+/// A tier's collective efficiency `key` (under `path`): a fraction in (0, 1]; `default`
+/// when not given.
+fn efficiency(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    key: &str,
+    value: Option<f64>,
+    default: f64,
+) -> Option<f64> {
+    match value {
+        None => Some(default),
+        Some(x) if x > 0.0 && x <= 1.0 => Some(x),
+        Some(x) => {
+            ctx.error(
+                &path.key(key),
+                format!("an efficiency of {x} is not a fraction in (0, 1]"),
+                Some("e.g. 0.8: collectives achieve 80% of the link bandwidth".into()),
+            );
+            None
+        }
     }
 }

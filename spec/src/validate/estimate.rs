@@ -3,7 +3,7 @@
 //! the engine's own check never fails on a valid spec.
 
 use super::rules::{count_in, positive};
-use crate::raw::RawSpec;
+use crate::raw::{RawFixedAccelerator, RawPlan, RawSpec};
 use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
 use archplace_engine::step::{self, StepError, StepInput, StepPlan};
 use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
@@ -41,6 +41,72 @@ pub(super) fn estimate(
         }
     };
     let ap = root.key("accelerator");
+    let chip = accelerator(ctx, &ap, a);
+    let pp = root.key("plan");
+    let mut ok = chip.ok & plan_counts(ctx, &pp, p);
+    let (Some(models), Some(training), Some(cluster)) = (models, training, cluster) else {
+        return None;
+    };
+    let (buffer, hbm, peak) = (chip.buffer, chip.hbm, chip.peak);
+    let accelerator = AcceleratorConfig {
+        tensor_cores: chip.tensor_cores,
+        vector_cores: chip.vector_cores,
+        width: chip.width,
+        depth: chip.depth,
+        vector_width: chip.vector_width,
+        buffer_bytes: buffer.unwrap_or(0),
+    };
+    let plan = plan_of(p, training);
+    if let Some(first) = models.first() {
+        let template = StepInput {
+            model: first.config.clone(),
+            plan,
+            accelerator,
+            hbm_bytes: hbm.unwrap_or(0),
+            devices: cluster.devices,
+            global_batch: training.global_batch,
+            network: cluster.network,
+            peak_flops_per_second: None,
+            schedule: Default::default(),
+            execution: training.execution,
+        };
+        ok &= plan_fits(ctx, &pp, &template, models);
+    }
+    let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (buffer, hbm, peak) else {
+        return None;
+    };
+    if !ok {
+        return None;
+    }
+    let accelerator = AcceleratorConfig {
+        buffer_bytes,
+        ..accelerator
+    };
+    ok.then_some(Some(EstimateSpec {
+        accelerator,
+        hbm_bytes,
+        peak_flops_per_second: peak,
+        plan,
+    }))
+}
+
+/// `[accelerator]` as read: each value given, or its GPU preset's; `ok` unless something
+/// was reported.
+struct Chip {
+    tensor_cores: u32,
+    vector_cores: u32,
+    width: u32,
+    depth: u32,
+    vector_width: u32,
+    buffer: Option<u64>,
+    hbm: Option<u64>,
+    peak: Option<Option<f64>>,
+    ok: bool,
+}
+
+/// The chip of `[accelerator]` (at `ap`): a GPU preset's values where the table leaves
+/// them out.
+fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Chip {
     let mut ok = true;
     let preset = match &a.preset {
         None => None,
@@ -137,7 +203,22 @@ pub(super) fn estimate(
         )
         .map(Some),
     };
-    let pp = root.key("plan");
+    Chip {
+        tensor_cores,
+        vector_cores,
+        width,
+        depth,
+        vector_width,
+        buffer,
+        hbm,
+        peak,
+        ok,
+    }
+}
+
+/// `[plan]`'s counts (at `pp`), each in range; whether all are.
+fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) -> bool {
+    let mut ok = true;
     for (key, value) in [
         ("tensor_parallel", p.tensor_parallel),
         ("pipeline_parallel", p.pipeline_parallel),
@@ -154,18 +235,12 @@ pub(super) fn estimate(
             "",
         );
     }
-    let (Some(models), Some(training), Some(cluster)) = (models, training, cluster) else {
-        return None;
-    };
-    let accelerator = AcceleratorConfig {
-        tensor_cores,
-        vector_cores,
-        width,
-        depth,
-        vector_width,
-        buffer_bytes: buffer.unwrap_or(0),
-    };
-    let plan = StepPlan {
+    ok
+}
+
+/// The plan of `[plan]`: a choice it leaves out is the first value `[training]` lists.
+fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
+    StepPlan {
         tensor_parallel: p.tensor_parallel,
         pipeline_parallel: p.pipeline_parallel,
         data_parallel: p.data_parallel,
@@ -198,20 +273,18 @@ pub(super) fn estimate(
             .distributed_optimizer
             .or_else(|| training.distributed_optimizer.first().copied())
             .unwrap_or(false),
-    };
-    // The plan against every model (estimate itself takes one), whatever else is wrong.
+    }
+}
+
+/// The plan against every model (estimate itself takes one), whatever else is wrong; each
+/// problem at the `[plan]` key it is about. Whether it fits them all. `input` is the step
+/// input but for its model.
+fn plan_fits(ctx: &mut Ctx<'_>, pp: &FieldPath, input: &StepInput, models: &[ModelSpec]) -> bool {
+    let mut ok = true;
     for m in models {
         let input = StepInput {
             model: m.config.clone(),
-            plan,
-            accelerator,
-            hbm_bytes: hbm.unwrap_or(0),
-            devices: cluster.devices,
-            global_batch: training.global_batch,
-            network: cluster.network,
-            peak_flops_per_second: None,
-            schedule: Default::default(),
-            execution: training.execution,
+            ..input.clone()
         };
         if let Err(e) = step::check(&input) {
             let key = match e {
@@ -231,20 +304,5 @@ pub(super) fn estimate(
             ok = false;
         }
     }
-    let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (buffer, hbm, peak) else {
-        return None;
-    };
-    if !ok {
-        return None;
-    }
-    let accelerator = AcceleratorConfig {
-        buffer_bytes,
-        ..accelerator
-    };
-    ok.then_some(Some(EstimateSpec {
-        accelerator,
-        hbm_bytes,
-        peak_flops_per_second: peak,
-        plan,
-    }))
+    ok
 }

@@ -10,7 +10,7 @@ use archplace_plugin_sdk::units::{parse_area_um2, parse_bytes};
 
 /// The most branch-and-bound nodes a spec may give one layer-schedule MIP: HiGHS counts
 /// them in a 32-bit integer, and a million already takes minutes per layer.
-const MAX_SCHEDULE_NODE_LIMIT: u64 = archplace_engine::schedule::MAX_NODE_LIMIT;
+const MAX_SCHEDULE_NODE_LIMIT: u64 = archplace_engine::options::MAX_NODE_LIMIT;
 
 fn axis_u32(
     ctx: &mut Ctx<'_>,
@@ -85,12 +85,94 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         None => Some(None),
         Some(_) => axis_u32(ctx, &path.key("vector_width"), &s.vector_width, Vec::new()).map(Some),
     };
-    let bp = path.key("buffer");
-    let buffer_bytes = match &s.buffer {
-        None => Some(d.buffer_bytes.clone()),
+    let buffer_bytes = buffer_axis(ctx, &path.key("buffer"), &s.buffer, &d.buffer_bytes);
+    let area_budget = area_budget(
+        ctx,
+        &path.key("area_budget"),
+        &s.area_budget,
+        &d.area_budget,
+    );
+    let Scalars {
+        min_area_fraction,
+        bucket_um2,
+        schedule_gap,
+        schedule_time_limit_seconds,
+        schedule_node_limit,
+        convergence_window,
+        ok: scalars_ok,
+    } = scalars(ctx, &path, s, &d);
+    let (
+        tensor_cores,
+        vector_cores,
+        width,
+        depth,
+        vector_width,
+        buffer_bytes,
+        area_budget,
+        bucket_um2,
+    ) = (
+        tensor_cores?,
+        vector_cores?,
+        width?,
+        depth?,
+        vector_width?,
+        buffer_bytes?,
+        area_budget?,
+        bucket_um2?,
+    );
+    let size = [
+        tensor_cores.len(),
+        vector_cores.len(),
+        width.len(),
+        depth.len(),
+        vector_width.as_ref().map_or(1, Vec::len),
+        buffer_bytes.len(),
+    ]
+    .iter()
+    .map(|&n| n as u128)
+    .product::<u128>();
+    if size > MAX_SPACE {
+        ctx.error(
+            &path,
+            format!("the axes make {size} configurations"),
+            Some(format!("narrow them to at most {MAX_SPACE}")),
+        );
+        return None;
+    }
+    if !scalars_ok {
+        return None;
+    }
+    Some(SpaceSpec {
+        tensor_cores,
+        vector_cores,
+        width,
+        depth,
+        vector_width,
+        buffer_bytes,
+        area_budget,
+        min_area_fraction,
+        single_core_exempt: s.single_core_exempt.unwrap_or(d.single_core_exempt),
+        bucket_um2,
+        convergence_window,
+        exhaustive: s.exhaustive.unwrap_or(false),
+        schedule_gap,
+        schedule_node_limit,
+        schedule_time_limit_seconds,
+    })
+}
+
+/// `buffer`: a list of sizes, or a range of powers of two.
+fn buffer_axis(
+    ctx: &mut Ctx<'_>,
+    bp: &FieldPath,
+    axis: &Option<RawAxis<String>>,
+    default: &[u64],
+) -> Option<Vec<u64>> {
+    match axis {
+        None => Some(default.to_vec()),
         Some(RawAxis::List(v)) if v.is_empty() => {
             ctx.error(
-                &bp,
+                bp,
                 "an empty axis leaves nothing to search",
                 Some("list at least one size, e.g. [\"64 MiB\"]".into()),
             );
@@ -113,7 +195,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
                 .collect();
             let parsed: Option<Vec<u64>> = parsed.into_iter().collect();
             if let Some(p) = &parsed {
-                duplicates(ctx, &bp, p);
+                duplicates(ctx, bp, p);
             }
             parsed
         }
@@ -137,19 +219,27 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
             }
             _ => {
                 ctx.error(
-                    &bp,
+                    bp,
                     "not a range of powers of two",
                     Some("e.g. { min = \"2 MiB\", max = \"128 MiB\" }".into()),
                 );
                 None
             }
         },
-    };
-    let ap = path.key("area_budget");
-    let area_budget = match &s.area_budget {
-        None => Some(d.area_budget.clone()),
+    }
+}
+
+/// `area_budget`: an area, or the area of a reference configuration.
+fn area_budget(
+    ctx: &mut Ctx<'_>,
+    ap: &FieldPath,
+    budget: &Option<RawAreaBudget>,
+    default: &AreaBudget,
+) -> Option<AreaBudget> {
+    match budget {
+        None => Some(default.clone()),
         Some(RawAreaBudget::Area(text)) => {
-            positive(ctx, &ap, text, parse_area_um2, "an area budget of 0", None)
+            positive(ctx, ap, text, parse_area_um2, "an area budget of 0", None)
                 .map(AreaBudget::Um2)
         }
         Some(RawAreaBudget::Config(c)) => {
@@ -170,9 +260,21 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
                 }
             }
         }
-    };
-    // Each scalar rule reports once and records it here (they were checked a second time
-    // before the spec was built).
+    }
+}
+
+/// `[search]`'s scalar settings, each checked and reported once.
+struct Scalars {
+    min_area_fraction: f64,
+    bucket_um2: Option<f64>,
+    schedule_gap: f64,
+    schedule_time_limit_seconds: f64,
+    schedule_node_limit: u64,
+    convergence_window: u32,
+    ok: bool,
+}
+
+fn scalars(ctx: &mut Ctx<'_>, path: &FieldPath, s: &RawSearch, d: &SpaceSpec) -> Scalars {
     let mut scalars_ok = true;
     let min_area_fraction = s.min_area_fraction.unwrap_or(d.min_area_fraction);
     if !(0.0..1.0).contains(&min_area_fraction) {
@@ -238,62 +340,13 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
             Some("use 1 or more (the reference uses 5)".into()),
         );
     }
-    let (
-        tensor_cores,
-        vector_cores,
-        width,
-        depth,
-        vector_width,
-        buffer_bytes,
-        area_budget,
-        bucket_um2,
-    ) = (
-        tensor_cores?,
-        vector_cores?,
-        width?,
-        depth?,
-        vector_width?,
-        buffer_bytes?,
-        area_budget?,
-        bucket_um2?,
-    );
-    let size = [
-        tensor_cores.len(),
-        vector_cores.len(),
-        width.len(),
-        depth.len(),
-        vector_width.as_ref().map_or(1, Vec::len),
-        buffer_bytes.len(),
-    ]
-    .iter()
-    .map(|&n| n as u128)
-    .product::<u128>();
-    if size > MAX_SPACE {
-        ctx.error(
-            &path,
-            format!("the axes make {size} configurations"),
-            Some(format!("narrow them to at most {MAX_SPACE}")),
-        );
-        return None;
-    }
-    if !scalars_ok {
-        return None;
-    }
-    Some(SpaceSpec {
-        tensor_cores,
-        vector_cores,
-        width,
-        depth,
-        vector_width,
-        buffer_bytes,
-        area_budget,
+    Scalars {
         min_area_fraction,
-        single_core_exempt: s.single_core_exempt.unwrap_or(d.single_core_exempt),
         bucket_um2,
-        convergence_window,
-        exhaustive: s.exhaustive.unwrap_or(false),
         schedule_gap,
-        schedule_node_limit,
         schedule_time_limit_seconds,
-    })
+        schedule_node_limit,
+        convergence_window,
+        ok: scalars_ok,
+    }
 }

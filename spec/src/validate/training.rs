@@ -2,7 +2,7 @@
 //! memory model and how a layer's operators share the chip.
 
 use super::rules::{count_in, duplicates};
-use crate::raw::{OneOrMany, RawSpec};
+use crate::raw::{OneOrMany, RawRecomputation, RawSpec};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
@@ -19,62 +19,17 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         &format!("global batch {global_batch}"),
         " samples",
     );
-    let micro_batch_sizes = t.micro_batch_sizes.clone().unwrap_or_else(|| vec![1]);
-    let mbs_path = path.key("micro_batch_sizes");
-    if micro_batch_sizes.is_empty() {
-        ctx.error(
-            &mbs_path,
-            "no micro-batch size to try",
-            Some("list at least one, e.g. [1, 2, 4]".into()),
-        );
-        ok = false;
-    }
-    for (i, &b) in micro_batch_sizes.iter().enumerate() {
-        if b == 0 || (global_batch > 0 && !global_batch.is_multiple_of(b)) {
-            let divisors: Vec<String> = (1..=global_batch.min(1 << 16))
-                .filter(|d| global_batch.is_multiple_of(*d))
-                .take(12)
-                .map(|d| d.to_string())
-                .collect();
-            ctx.error(
-                &mbs_path.index(i),
-                format!("micro-batch size {b} does not divide the global batch {global_batch}"),
-                Some(format!(
-                    "divisors of {global_batch}: {}, ...",
-                    divisors.join(", ")
-                )),
-            );
-            ok = false;
-        }
-    }
-    duplicates(ctx, &mbs_path, &micro_batch_sizes);
+    let (micro_batch_sizes, mbs_ok) =
+        micro_batch_sizes(ctx, &path, t.micro_batch_sizes.as_ref(), global_batch);
+    ok &= mbs_ok;
     let memory_model = t.memory_model.unwrap_or(MemoryModel::Megatron);
-    let activation_recomputation: Vec<Recomputation> = match &t.activation_recomputation {
-        Some(list) => list.iter().map(|r| r.value()).collect(),
-        None => vec![Recomputation::None, Recomputation::Full],
-    };
-    let rec_path = path.key("activation_recomputation");
-    if activation_recomputation.is_empty() {
-        ctx.error(
-            &rec_path,
-            "no recomputation choice to try",
-            Some("list at least one of \"none\", \"selective\", \"full\"".into()),
-        );
-        ok = false;
-    }
-    duplicates(ctx, &rec_path, &activation_recomputation);
-    if memory_model == MemoryModel::Reference {
-        for (i, r) in activation_recomputation.iter().enumerate() {
-            if *r == Recomputation::Selective {
-                ctx.error(
-                    &rec_path.index(i),
-                    "the reference memory model has no selective recomputation",
-                    Some("use memory_model = \"megatron\", or \"none\"/\"full\"".into()),
-                );
-                ok = false;
-            }
-        }
-    }
+    let (activation_recomputation, rec_ok) = recomputation(
+        ctx,
+        &path,
+        t.activation_recomputation.as_ref(),
+        memory_model,
+    );
+    ok &= rec_ok;
     let reference = memory_model == MemoryModel::Reference;
     let precision_path = path.key("precision");
     let precisions = choices(
@@ -122,66 +77,11 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         t.sequence_parallel.as_ref(),
         "sequence parallelism",
     );
-    let interleaving_path = path.key("pipeline_interleaving");
-    let pipeline_interleaving = choices(
-        ctx,
-        &interleaving_path,
-        t.pipeline_interleaving.as_ref(),
-        1,
-        "use 1, or a list such as [1, 2]",
-    );
-    ok &= pipeline_interleaving.is_some();
-    let pipeline_interleaving = pipeline_interleaving.unwrap_or_default();
-    for (i, &v) in pipeline_interleaving.iter().enumerate() {
-        let at = if matches!(t.pipeline_interleaving, Some(OneOrMany::Many(_))) {
-            interleaving_path.index(i)
-        } else {
-            interleaving_path.clone()
-        };
-        if !(1..=64).contains(&v) {
-            ctx.error(
-                &at,
-                format!("{v} model chunks per device is outside 1 … 64"),
-                Some("1 is plain 1F1B; 2 to 4 are usual for interleaving".into()),
-            );
-            ok = false;
-        } else if v > 1 && reference {
-            ctx.error(
-                &at,
-                "the reference memory model has no interleaved pipeline",
-                Some("use memory_model = \"megatron\"".into()),
-            );
-            ok = false;
-        }
-    }
+    let (pipeline_interleaving, inter_ok) =
+        interleaving(ctx, &path, t.pipeline_interleaving.as_ref(), reference);
+    ok &= inter_ok;
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
-    let bpe_path = path.key("bytes_per_element");
-    if ![1, 2, 4].contains(&bytes_per_element) {
-        ctx.error(
-            &bpe_path,
-            format!("{bytes_per_element} bytes per element is not supported"),
-            Some("use 1, 2 (fp16/bf16) or 4 (fp32)".into()),
-        );
-        ok = false;
-    } else if memory_model == MemoryModel::Megatron && t.bytes_per_element.is_some() {
-        // The precision sets the element size; an explicit one must agree with every
-        // precision listed.
-        if let Some(p) = precisions
-            .iter()
-            .find(|p| p.element_bytes() != bytes_per_element)
-        {
-            ctx.error(
-                &bpe_path,
-                format!(
-                    "{bytes_per_element} bytes per element contradicts precision {} ({} bytes)",
-                    p.name(),
-                    p.element_bytes()
-                ),
-                Some("remove `bytes_per_element`: the precision sets it".into()),
-            );
-            ok = false;
-        }
-    }
+    ok &= element_bytes(ctx, &path, t.bytes_per_element, memory_model, &precisions);
     let optimizer = t.optimizer.unwrap_or(match memory_model {
         MemoryModel::Megatron => Optimizer::Adam,
         MemoryModel::Reference => Optimizer::Sgd,
@@ -202,6 +102,169 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
             tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or(false),
         },
     })
+}
+
+/// `micro_batch_sizes`: at least one, each dividing the global batch; whether they do.
+fn micro_batch_sizes(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&Vec<u64>>,
+    global_batch: u64,
+) -> (Vec<u64>, bool) {
+    let mut ok = true;
+    let micro_batch_sizes = given.cloned().unwrap_or_else(|| vec![1]);
+    let mbs_path = path.key("micro_batch_sizes");
+    if micro_batch_sizes.is_empty() {
+        ctx.error(
+            &mbs_path,
+            "no micro-batch size to try",
+            Some("list at least one, e.g. [1, 2, 4]".into()),
+        );
+        ok = false;
+    }
+    for (i, &b) in micro_batch_sizes.iter().enumerate() {
+        if b == 0 || (global_batch > 0 && !global_batch.is_multiple_of(b)) {
+            let divisors: Vec<String> = (1..=global_batch.min(1 << 16))
+                .filter(|d| global_batch.is_multiple_of(*d))
+                .take(12)
+                .map(|d| d.to_string())
+                .collect();
+            ctx.error(
+                &mbs_path.index(i),
+                format!("micro-batch size {b} does not divide the global batch {global_batch}"),
+                Some(format!(
+                    "divisors of {global_batch}: {}, ...",
+                    divisors.join(", ")
+                )),
+            );
+            ok = false;
+        }
+    }
+    duplicates(ctx, &mbs_path, &micro_batch_sizes);
+    (micro_batch_sizes, ok)
+}
+
+/// `activation_recomputation`: the choices to try (none and full by default); selective
+/// only with the Megatron memory model.
+fn recomputation(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&Vec<RawRecomputation>>,
+    memory_model: MemoryModel,
+) -> (Vec<Recomputation>, bool) {
+    let mut ok = true;
+    let activation_recomputation: Vec<Recomputation> = match given {
+        Some(list) => list.iter().map(|r| r.value()).collect(),
+        None => vec![Recomputation::None, Recomputation::Full],
+    };
+    let rec_path = path.key("activation_recomputation");
+    if activation_recomputation.is_empty() {
+        ctx.error(
+            &rec_path,
+            "no recomputation choice to try",
+            Some("list at least one of \"none\", \"selective\", \"full\"".into()),
+        );
+        ok = false;
+    }
+    duplicates(ctx, &rec_path, &activation_recomputation);
+    if memory_model == MemoryModel::Reference {
+        for (i, r) in activation_recomputation.iter().enumerate() {
+            if *r == Recomputation::Selective {
+                ctx.error(
+                    &rec_path.index(i),
+                    "the reference memory model has no selective recomputation",
+                    Some("use memory_model = \"megatron\", or \"none\"/\"full\"".into()),
+                );
+                ok = false;
+            }
+        }
+    }
+    (activation_recomputation, ok)
+}
+
+/// `pipeline_interleaving`: model chunks per device to try, 1 to 64; more than 1 only with
+/// the Megatron memory model.
+fn interleaving(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&OneOrMany<u64>>,
+    reference: bool,
+) -> (Vec<u64>, bool) {
+    let mut ok = true;
+    let interleaving_path = path.key("pipeline_interleaving");
+    let pipeline_interleaving = choices(
+        ctx,
+        &interleaving_path,
+        given,
+        1,
+        "use 1, or a list such as [1, 2]",
+    );
+    ok &= pipeline_interleaving.is_some();
+    let pipeline_interleaving = pipeline_interleaving.unwrap_or_default();
+    for (i, &v) in pipeline_interleaving.iter().enumerate() {
+        let at = if matches!(given, Some(OneOrMany::Many(_))) {
+            interleaving_path.index(i)
+        } else {
+            interleaving_path.clone()
+        };
+        if !(1..=64).contains(&v) {
+            ctx.error(
+                &at,
+                format!("{v} model chunks per device is outside 1 … 64"),
+                Some("1 is plain 1F1B; 2 to 4 are usual for interleaving".into()),
+            );
+            ok = false;
+        } else if v > 1 && reference {
+            ctx.error(
+                &at,
+                "the reference memory model has no interleaved pipeline",
+                Some("use memory_model = \"megatron\"".into()),
+            );
+            ok = false;
+        }
+    }
+    (pipeline_interleaving, ok)
+}
+
+/// `bytes_per_element`: 1, 2 or 4, and with the Megatron memory model the element size of
+/// every precision listed; whether it is.
+fn element_bytes(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<u64>,
+    memory_model: MemoryModel,
+    precisions: &[Precision],
+) -> bool {
+    let mut ok = true;
+    let bytes_per_element = given.unwrap_or(2);
+    let bpe_path = path.key("bytes_per_element");
+    if ![1, 2, 4].contains(&bytes_per_element) {
+        ctx.error(
+            &bpe_path,
+            format!("{bytes_per_element} bytes per element is not supported"),
+            Some("use 1, 2 (fp16/bf16) or 4 (fp32)".into()),
+        );
+        ok = false;
+    } else if memory_model == MemoryModel::Megatron && given.is_some() {
+        // The precision sets the element size; an explicit one must agree with every
+        // precision listed.
+        if let Some(p) = precisions
+            .iter()
+            .find(|p| p.element_bytes() != bytes_per_element)
+        {
+            ctx.error(
+                &bpe_path,
+                format!(
+                    "{bytes_per_element} bytes per element contradicts precision {} ({} bytes)",
+                    p.name(),
+                    p.element_bytes()
+                ),
+                Some("remove `bytes_per_element`: the precision sets it".into()),
+            );
+            ok = false;
+        }
+    }
+    ok
 }
 
 /// The values of a key that takes one value or a list to try (`default` when absent): none

@@ -1,7 +1,7 @@
 //! Batched latency estimation: every distinct operator of some layers on every core
 //! configuration, one cost-model call per configuration.
 
-use super::model::{Core, OpGraph};
+use crate::model::{Core, OpGraph};
 use archplace_plugin_sdk::{CoreConfig, EstimateError, LatencyModel, Op, OpCost};
 use std::collections::BTreeSet;
 

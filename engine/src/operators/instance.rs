@@ -3,9 +3,9 @@
 //! to what the [`Execution`] allows.
 
 use super::estimate::estimate;
-use super::execution::{self, Execution};
-use super::model::{Core, OpGraph};
-use super::schedule::{Instance, Resource, Task};
+use crate::execution::Execution;
+use crate::model::{Core, OpGraph};
+use crate::schedule::{Instance, Resource, Task};
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
 };
@@ -66,7 +66,7 @@ pub fn instance_with(
             parallel: all.seconds,
         });
     }
-    Ok(execution::restrict(
+    Ok(super::restrict(
         Instance {
             tensor_cores: config.tensor_cores,
             vector_cores: config.vector_cores,

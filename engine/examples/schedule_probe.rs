@@ -1,9 +1,18 @@
-//! Where the layer-schedule solver's time and unproven schedules come from on the GPT-3
-//! example search's instances (issue 13): the first candidates the search visits, every
-//! layer graph it schedules on them. Ignored by default (minutes in a debug build); run with
-//! `cargo test --release -p archplace-engine --test schedule_probe -- --ignored --nocapture`.
+//! A measuring tool, not a test: where the layer-schedule solver's time and unproven
+//! schedules come from on the GPT-3 example search's instances — the first candidates the
+//! search visits, every layer graph it schedules on them (minutes in a debug build):
+//!
+//! ```sh
+//! cargo run --release -p archplace-engine --example schedule_probe             # the probe
+//! PROBE_CANDIDATES=40 PROBE_NODES=1000 cargo run --release -p archplace-engine --example schedule_probe
+//! cargo run --release -p archplace-engine --example schedule_probe -- FILE     # one instance
+//! ```
+//!
+//! With a FILE (an instance the probe dumped), it is solved with the node limits 100 and
+//! 10⁶, and what each finds and proves is printed.
 
 #![allow(
+    clippy::print_stderr,
     clippy::disallowed_macros,
     clippy::disallowed_methods,
     clippy::disallowed_types,
@@ -12,16 +21,22 @@
 )]
 
 use archplace_engine::execution::Execution;
-use archplace_engine::layer;
 use archplace_engine::model::{BuildOptions, build, preset};
-use archplace_engine::schedule::{Method, Options, solve};
+use archplace_engine::operators as layer;
+use archplace_engine::options::ScheduleOptions;
+use archplace_engine::schedule::{Method, solve};
 use archplace_engine::space::{SpaceSpec, enumerate};
 use archplace_reference_cost::ReferenceModel;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-#[test]
-#[ignore]
+fn main() {
+    match std::env::args().nth(1) {
+        Some(file) => probe_one_instance(&file),
+        None => probe_gpt3_layer_schedules(),
+    }
+}
+
 fn probe_gpt3_layer_schedules() {
     let candidates: usize = std::env::var("PROBE_CANDIDATES")
         .ok()
@@ -51,7 +66,7 @@ fn probe_gpt3_layer_schedules() {
             ));
         }
     }
-    let opts = Options {
+    let opts = ScheduleOptions {
         node_limit: std::env::var("PROBE_NODES")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -77,7 +92,7 @@ fn probe_gpt3_layer_schedules() {
                         layer::instance(og, &cand.config, Execution::default(), &model).unwrap();
                     let h = solve(
                         &inst,
-                        &Options {
+                        &ScheduleOptions {
                             heuristic_only: true,
                             ..opts
                         },
@@ -146,15 +161,10 @@ fn probe_gpt3_layer_schedules() {
     }
 }
 
-/// Solves the instance `PROBE_SOLVE` names (as `probe_gpt3_layer_schedules` dumps it) with
-/// the node limits 100 and 10⁶, and prints what each finds and proves.
-#[test]
-#[ignore]
-fn probe_one_instance() {
+/// Solves the instance in `path` (as `probe_gpt3_layer_schedules` dumps it) with the node
+/// limits 100 and 10⁶, and prints what each finds and proves.
+fn probe_one_instance(path: &str) {
     use archplace_engine::schedule::{Instance, Resource, Task};
-    let Ok(path) = std::env::var("PROBE_SOLVE") else {
-        return;
-    };
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let res = |s: &str| match s {
@@ -192,7 +202,7 @@ fn probe_one_instance() {
     for nodes in [100, 1_000_000] {
         let s = solve(
             &inst,
-            &Options {
+            &ScheduleOptions {
                 node_limit: nodes,
                 time_limit_seconds: 60.0,
                 heuristic_only: false,

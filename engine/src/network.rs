@@ -1,0 +1,69 @@
+//! The network between the devices: tiers (inside a node, between nodes) and the time of a
+//! ring collective over a group of ranks. An input of the search and of the step model
+//! (`[cluster]`), below every computation that uses it.
+
+use serde::{Deserialize, Serialize};
+
+/// One tier of the network: what a device sends per second and the latency of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    pub bytes_per_second: f64,
+    pub latency_seconds: f64,
+}
+
+/// A two-tier network: `node_size` devices per node on the intra-node tier (NVLink-class),
+/// nodes connected by the inter-node tier (one NIC per device).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Network {
+    pub node_size: u64,
+    pub intra_node: Tier,
+    pub inter_node: Tier,
+}
+
+impl Network {
+    /// One tier for everything (a spec without `node_size`).
+    pub fn flat(bytes_per_second: f64) -> Network {
+        let tier = Tier {
+            bytes_per_second,
+            latency_seconds: 0.0,
+        };
+        Network {
+            node_size: u64::MAX,
+            intra_node: tier,
+            inter_node: tier,
+        }
+    }
+
+    /// The tier a group of `span` consecutive ranks communicates on.
+    pub fn tier(&self, span: u64) -> Tier {
+        if span <= self.node_size {
+            self.intra_node
+        } else {
+            self.inter_node
+        }
+    }
+
+    /// Seconds of a ring collective moving `passes × (n − 1)/n × bytes` per device over a
+    /// group of `n` ranks spaced `stride` apart, with `passes` latency rounds of `n − 1`
+    /// steps; hierarchical when the group spans nodes (inside each node over the `k` ranks
+    /// there, then between nodes with `1/k` of the bytes).
+    pub fn ring_seconds(&self, bytes: f64, passes: f64, n: u64, stride: u64) -> f64 {
+        if n <= 1 || bytes <= 0.0 {
+            return 0.0;
+        }
+        let flat = |tier: Tier, n: u64, bytes: f64| {
+            let nf = n as f64;
+            passes
+                * ((nf - 1.0) / nf * bytes / tier.bytes_per_second
+                    + (nf - 1.0) * tier.latency_seconds)
+        };
+        let span = n.saturating_mul(stride.max(1));
+        if span <= self.node_size {
+            return flat(self.intra_node, n, bytes);
+        }
+        // Ranks of the group inside one node, and the nodes it spans.
+        let k = (self.node_size / stride.max(1)).clamp(1, n);
+        let nodes = n.div_ceil(k);
+        flat(self.intra_node, k, bytes) + flat(self.inter_node, nodes, bytes / k as f64)
+    }
+}

@@ -1,0 +1,12 @@
+//! Operators on the chip: a layer's operator graph priced by the latency model
+//! ([`mod@estimate`]) and turned into a scheduling instance ([`mod@instance`]) restricted to what
+//! the framework allows ([`mod@restrict`]). Above the model graphs and the scheduler, below
+//! placement, the step model and the search.
+
+pub mod estimate;
+pub mod instance;
+pub mod restrict;
+
+pub use estimate::{OpSet, estimate, estimate_all};
+pub use instance::{instance, instance_with};
+pub use restrict::restrict;

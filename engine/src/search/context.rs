@@ -1,0 +1,182 @@
+//! What a search holds while it evaluates candidates ([`Ctx`]): its input, the layer graphs
+//! of every (micro-batch, width, element size), the memos of estimates and schedules, the
+//! counters; and the placement runs a candidate needs.
+
+use super::estimator::Estimator;
+use super::input::SearchInput;
+use super::observe::{Observer, Stats};
+use super::schedules::{ScheduleMemo, SharedSchedules};
+use crate::model::{BuildOptions, ModelGraph, build};
+use crate::training::{MemoryModel, Precision, Recomputation, Training};
+use archplace_plugin_sdk::{EstimateError, LatencyModel};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, RwLock};
+
+pub(super) struct Ctx<'a> {
+    pub(super) input: &'a SearchInput,
+    pub(super) memo: ScheduleMemo,
+    /// graphs[model][(micro_batch, width, element bytes)]
+    pub(super) graphs: Vec<HashMap<GraphKey, ModelGraph>>,
+    pub(super) estimator: Estimator<'a>,
+    pub(super) stats: Mutex<Stats>,
+    pub(super) observer: &'a dyn Observer,
+    pub(super) shared: Option<&'a dyn SharedSchedules>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn new(
+        input: &'a SearchInput,
+        latency: &'a dyn LatencyModel,
+        observer: &'a dyn Observer,
+    ) -> Self {
+        Ctx {
+            input,
+            graphs: layer_graphs(input),
+            estimator: Estimator {
+                model: latency,
+                execution: input.training.execution,
+                cache: RwLock::new(HashMap::new()),
+                computed: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+            },
+            stats: Mutex::new(Stats::default()),
+            observer,
+            memo: ScheduleMemo::default(),
+            shared: None,
+        }
+    }
+}
+
+/// A model's graph is built per (micro-batch, tensor-parallel width, element bytes,
+/// sequence parallelism — only ever true with a width above 1).
+pub(crate) type GraphKey = (u64, u64, u64, bool);
+
+/// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
+/// precision (index into the training's list) and distributed optimizer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Run {
+    pub(super) hbm: usize,
+    pub(super) model: usize,
+    pub(super) micro_batch: u64,
+    pub(super) recompute: Recomputation,
+    pub(super) precision: usize,
+    pub(super) distributed: bool,
+    /// Sequence parallelism for the widths above 1.
+    pub(super) sequence_parallel: bool,
+}
+
+impl Training {
+    /// Sequence-parallelism choices worth a separate run.
+    pub(super) fn sequence_parallel_choices(&self) -> Vec<bool> {
+        if self.sequence_parallel.is_empty() {
+            vec![false]
+        } else {
+            self.sequence_parallel.clone()
+        }
+    }
+
+    /// The precision at `index` of the list (bf16 mixed if the list is empty).
+    pub(super) fn precision(&self, index: usize) -> Precision {
+        self.precisions
+            .get(index)
+            .copied()
+            .unwrap_or(Precision::Bf16Mixed)
+    }
+
+    /// Element bytes of the graphs for the precision at `index` of the list.
+    pub(super) fn element_bytes(&self, precision: usize) -> u64 {
+        match self.memory_model {
+            MemoryModel::Reference => self.bytes_per_element,
+            MemoryModel::Megatron => self.precision(precision).element_bytes(),
+        }
+    }
+
+    /// Indices into `precisions` worth a separate run: all with the Megatron model, one
+    /// with the reference's (which ignores precision).
+    pub(super) fn precision_indices(&self) -> std::ops::Range<usize> {
+        match self.memory_model {
+            MemoryModel::Reference => 0..1,
+            MemoryModel::Megatron => 0..self.precisions.len().max(1),
+        }
+    }
+
+    /// Distributed-optimizer choices worth a separate run.
+    pub(super) fn distributed_choices(&self) -> Vec<bool> {
+        match self.memory_model {
+            MemoryModel::Reference => vec![false],
+            MemoryModel::Megatron if self.distributed_optimizer.is_empty() => vec![false],
+            MemoryModel::Megatron => self.distributed_optimizer.clone(),
+        }
+    }
+}
+
+pub(super) fn layer_name(index: usize, blocks: u64) -> String {
+    if index == 0 {
+        "embedding".into()
+    } else if index as u64 <= blocks {
+        format!("block {}", index - 1)
+    } else {
+        "head".into()
+    }
+}
+
+/// Why a layer could not be scheduled on a candidate.
+pub(super) enum JobError {
+    /// The candidate is outside the latency model's domain: it fails, the search goes on.
+    Infeasible(String),
+    /// The latency model itself failed: the search fails.
+    Model(EstimateError),
+}
+
+impl From<EstimateError> for JobError {
+    fn from(e: EstimateError) -> Self {
+        match e {
+            EstimateError::OutOfDomain(why) => {
+                JobError::Infeasible(format!("latency model: {why}"))
+            }
+            other => JobError::Model(other),
+        }
+    }
+}
+
+/// The layer graphs a search schedules: per model, one per (micro-batch, tensor-parallel
+/// width, element bytes, sequence parallelism) the training plan allows on the cluster.
+pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGraph>> {
+    let mut graphs = Vec::new();
+    for m in &input.models {
+        let mut map = HashMap::new();
+        let mut element_bytes: Vec<u64> = input
+            .training
+            .precision_indices()
+            .map(|p| input.training.element_bytes(p))
+            .collect();
+        element_bytes.sort_unstable();
+        element_bytes.dedup();
+        for &b in &input.training.micro_batch_sizes {
+            for t in m.config.tensor_parallel_widths() {
+                if t > input.cluster.devices {
+                    continue;
+                }
+                for &e in &element_bytes {
+                    for sp in input.training.sequence_parallel_choices() {
+                        let sp = sp && t > 1;
+                        let opts = BuildOptions {
+                            micro_batch: b,
+                            tensor_parallel: t,
+                            bytes_per_element: e,
+                            // Tensor-parallel collectives on the tier the group lives on.
+                            link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
+                                as u64,
+                            sequence_parallel: sp,
+                        };
+                        map.entry((b, t, e, sp))
+                            .or_insert_with(|| build(&m.config, &opts));
+                    }
+                }
+            }
+        }
+        graphs.push(map);
+    }
+    graphs
+}

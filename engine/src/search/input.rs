@@ -1,0 +1,26 @@
+//! What a search takes: the models to train and the validated training, cluster and
+//! solver choices.
+
+use crate::model::ModelConfig;
+use crate::options::ScheduleOptions;
+use crate::training::{Baseline, Cluster, Training};
+use serde::Serialize;
+
+/// A model to train and its optional baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInput {
+    pub config: ModelConfig,
+    pub baseline: Option<Baseline>,
+}
+
+/// Everything the search needs, validated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchInput {
+    pub models: Vec<ModelInput>,
+    pub training: Training,
+    pub cluster: Cluster,
+    pub convergence_window: u32,
+    pub exhaustive: bool,
+    /// How layer schedules are solved (MIP time limit, accepted gap).
+    pub schedule: ScheduleOptions,
+}

@@ -1,0 +1,139 @@
+//! What a search says of a candidate ([`Evaluated`]): each model's best plan on it with
+//! its stages, layers, time and memory breakdowns and baseline; and of the whole search
+//! ([`Outcome`]).
+
+use super::observe::Stats;
+use crate::model::LayerKind;
+use crate::step::{MemoryBreakdown, TimeBreakdown};
+use crate::training::{Precision, Recomputation};
+use archplace_plugin_sdk::AcceleratorConfig;
+use serde::{Deserialize, Serialize};
+
+fn one() -> u64 {
+    1
+}
+
+/// The stages of a plan, with the layers they hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageReport {
+    /// First and last layer, e.g. "embedding", "block 11", "head".
+    pub first_layer: String,
+    pub last_layer: String,
+    pub layers: usize,
+    pub devices: u64,
+    pub load_seconds: f64,
+    pub memory_bytes: f64,
+}
+
+/// Timing of one distinct layer on the chosen chip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerReport {
+    pub layer: LayerKind,
+    pub count: u64,
+    pub forward_seconds: f64,
+    pub backward_seconds: f64,
+    pub forward_tensor_utilisation: f64,
+    pub forward_vector_utilisation: f64,
+    pub backward_tensor_utilisation: f64,
+    pub backward_vector_utilisation: f64,
+    /// Whether each schedule is proven optimal, and its relative gap to the best bound
+    /// (0 when proven).
+    pub forward_proven_optimal: bool,
+    pub forward_gap: f64,
+    pub backward_proven_optimal: bool,
+    pub backward_gap: f64,
+}
+
+/// One model's best plan on a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelPlan {
+    pub model: String,
+    pub micro_batch: u64,
+    /// Whether anything is recomputed (`recomputation` says what).
+    pub activation_recomputation: bool,
+    #[serde(default)]
+    pub recomputation: Recomputation,
+    /// The numeric format (the Megatron memory model; `None` with the reference's).
+    #[serde(default)]
+    pub precision: Option<Precision>,
+    #[serde(default)]
+    pub distributed_optimizer: bool,
+    /// Sequence parallelism (only with a tensor-parallel width above 1).
+    #[serde(default)]
+    pub sequence_parallel: bool,
+    pub tensor_parallel: u64,
+    pub data_parallel: u64,
+    pub pipeline_stages: usize,
+    /// Model chunks per device: 1 for plain 1F1B, more for interleaved 1F1B (its stages
+    /// then list each device's layers as one range; they run as that many equal chunks).
+    #[serde(default = "one")]
+    pub pipeline_interleaving: u64,
+    pub time_per_batch_seconds: f64,
+    pub gradient_all_reduce_seconds: f64,
+    pub throughput_samples_per_second: f64,
+    pub throughput_tokens_per_second: f64,
+    pub stages: Vec<StageReport>,
+    /// Where the time per batch goes on the slowest stage (the parts add up to
+    /// `time_per_batch_seconds`; the search has no optimizer-step term).
+    #[serde(default)]
+    pub time: TimeBreakdown,
+    /// Memory per device of the most loaded stage.
+    #[serde(default)]
+    pub memory_bytes: MemoryBreakdown,
+    /// The largest part of the time.
+    #[serde(default)]
+    pub limiting: String,
+    pub layers: Vec<LayerReport>,
+    /// The baseline strategy on the same chip, HBM, micro-batch and recomputation.
+    pub baseline: Option<BaselineReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineReport {
+    pub pipeline: u64,
+    pub data: u64,
+    pub tensor: u64,
+    /// `None` when the baseline does not fit; `infeasible` says why.
+    pub throughput_samples_per_second: Option<f64>,
+    pub time_per_batch_seconds: Option<f64>,
+    pub infeasible: Option<String>,
+}
+
+/// What became of one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluated {
+    pub index: usize,
+    pub config: AcceleratorConfig,
+    pub area_um2: f64,
+    pub bucket: u64,
+    /// Mean throughput over the models at the best HBM size; `None` if it failed.
+    pub mean_throughput_samples_per_second: Option<f64>,
+    pub hbm_bytes: Option<u64>,
+    pub plans: Vec<ModelPlan>,
+    pub failure: Option<String>,
+}
+
+impl Evaluated {
+    /// Drops what only the best candidate's report needs (each plan's stages and layers),
+    /// keeping what `explored.jsonl`, the plots and the walk use: a search keeps every
+    /// candidate's record, so this is its memory per candidate.
+    pub fn summarise(&mut self) {
+        for p in &mut self.plans {
+            p.stages = Vec::new();
+            p.layers = Vec::new();
+        }
+    }
+
+    /// Whether the record was summarised (a plan always has a stage).
+    pub fn is_summary(&self) -> bool {
+        self.plans.iter().any(|p| p.stages.is_empty())
+    }
+}
+
+/// The search's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub best: Option<Evaluated>,
+    pub explored: Vec<Evaluated>,
+    pub stats: Stats,
+}

@@ -1,0 +1,277 @@
+//! A candidate's layer schedules: every distinct layer graph's instance solved once, through
+//! the search's memo of schedules (and a pool's, [`SharedSchedules`]).
+
+use super::context::{Ctx, JobError};
+use super::observe::ScheduleEvent;
+use crate::model::OpGraph;
+use crate::schedule::{self, Instance, Method};
+use archplace_plugin_sdk::AcceleratorConfig;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// A scheduled layer: forward and backward seconds and utilisations.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timed {
+    pub(super) fwd: Scheduled,
+    pub(super) bwd: Scheduled,
+}
+
+/// What the search keeps of one layer schedule.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Scheduled {
+    pub(super) seconds: f64,
+    /// Of the operators' durations (all cores), the attention core's: what selective
+    /// recomputation runs again.
+    pub(super) core_seconds: f64,
+    /// Of the makespan, the link operators' durations (tensor-parallel collectives).
+    pub(super) link_seconds: f64,
+    /// Tensor- and vector-core utilisation.
+    pub(super) util: (f64, f64),
+    pub(super) optimal: bool,
+    pub(super) gap: f64,
+}
+
+/// A layer schedule's solution, as far as the search uses it: what a memo of schedules
+/// (the search's own, or a pool's [`SharedSchedules`]) keeps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Solved {
+    pub makespan: f64,
+    /// Busy fractions of the tensor and vector cores.
+    pub util: (f64, f64),
+    pub optimal: bool,
+    pub gap: f64,
+}
+
+/// Layer schedules solved elsewhere for the same search (a pool's other workers), asked
+/// after the search's own memo misses and told of every schedule solved here. A key is an
+/// instance's exact content (see `ScheduleMemo`); the solver options are the search's, so
+/// an implementation shared between searches must tell them apart. The solver is
+/// deterministic (node limits), so an answer from elsewhere is the one solving would
+/// give; schedules the wall-clock safety net stopped are never put.
+pub trait SharedSchedules: Sync {
+    /// The known solutions of `keys`, in order (`None`: not known, or not reachable).
+    fn get(&self, keys: &[&[u64]]) -> Vec<Option<Solved>>;
+    /// Schedules just solved here.
+    fn put(&self, solved: &[(&[u64], Solved)]);
+}
+
+/// Layer schedules already solved, by their instance's exact content (cores, each
+/// operator's resource and durations, the dependencies): candidates that differ in what a
+/// layer's operators do not feel — chips of one area whose MAC arrays are `256 × 64` and
+/// `128 × 128`, say — and the layers of one candidate that come out the same at several
+/// widths share a schedule (17% of the GPT-3 example search's). Bounded: two generations
+/// of [`ScheduleMemo::GENERATION`] instances, the older dropped when the newer fills — the
+/// search visits chips of one area together, so the reuse is among recent ones. The solver
+/// is deterministic (node limits), so a reused schedule is the one solving again would
+/// give.
+#[derive(Default)]
+pub(crate) struct ScheduleMemo {
+    generations: Mutex<[HashMap<Vec<u64>, Solved>; 2]>,
+}
+
+impl ScheduleMemo {
+    /// Instances per generation.
+    pub(crate) const GENERATION: usize = 2048;
+
+    /// The instance's exact content as words.
+    pub(super) fn key(inst: &Instance) -> Vec<u64> {
+        let mut key = Vec::with_capacity(3 + 3 * inst.tasks.len() + inst.edges.len());
+        key.extend([
+            u64::from(inst.tensor_cores),
+            u64::from(inst.vector_cores),
+            inst.tasks.len() as u64,
+        ]);
+        for t in &inst.tasks {
+            key.extend([t.resource as u64, t.single.to_bits(), t.parallel.to_bits()]);
+        }
+        key.extend(
+            inst.edges
+                .iter()
+                .map(|&(a, b)| ((a as u64) << 32) | b as u64),
+        );
+        key
+    }
+
+    pub(super) fn get(&self, key: &[u64]) -> Option<Solved> {
+        let g = self.generations.lock().ok()?;
+        g[0].get(key).or_else(|| g[1].get(key)).copied()
+    }
+
+    pub(super) fn insert(&self, key: Vec<u64>, solved: Solved) {
+        if let Ok(mut g) = self.generations.lock() {
+            if g[0].len() >= Self::GENERATION {
+                g[1] = std::mem::take(&mut g[0]);
+            }
+            g[0].insert(key, solved);
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// `graph`'s schedule instance on `c`, timed as estimation.
+    fn instance(&self, graph: &OpGraph, c: &AcceleratorConfig) -> Result<Instance, JobError> {
+        let t0 = Instant::now();
+        let inst = self.estimator.instance(graph, c)?;
+        if let Ok(mut st) = self.stats.lock() {
+            st.estimation_seconds += t0.elapsed().as_secs_f64();
+        }
+        Ok(inst)
+    }
+
+    /// Solves one layer schedule; whether the wall-clock safety net stopped it.
+    fn solve(&self, inst: &Instance) -> Result<(Solved, bool), JobError> {
+        let t1 = Instant::now();
+        let s = schedule::solve(inst, &self.input.schedule)
+            .map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
+        let t2 = Instant::now();
+        if (t2 - t1).as_secs_f64() > 0.25 {
+            tracing::debug!(
+                seconds = (t2 - t1).as_secs_f64(),
+                optimal = s.optimal,
+                gap = s.gap,
+                instance = %serde_json::to_string(inst).unwrap_or_default(),
+                "slow layer schedule"
+            );
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.scheduling_seconds += (t2 - t1).as_secs_f64();
+            match s.method {
+                Method::Bounds => st.schedules_by_bounds += 1,
+                Method::Mip => st.schedules_by_mip += 1,
+            }
+            st.mip_time_limit_hits += u64::from(s.hit_time_limit);
+        }
+        self.observer.schedule(&ScheduleEvent {
+            method: s.method,
+            solve_seconds: s.solve_seconds,
+            hit_time_limit: s.hit_time_limit,
+            proven_optimal: s.optimal,
+        });
+        let solved = Solved {
+            makespan: s.makespan,
+            util: s.utilisation(inst),
+            optimal: s.optimal,
+            gap: s.gap,
+        };
+        Ok((solved, s.hit_time_limit))
+    }
+
+    /// Every layer schedule of a candidate: `graphs` on `c`, in order. Instances first (in
+    /// parallel), then each distinct one not in the memo solved once (in parallel), and
+    /// the memo updated in order — so what is reused, and the counts, do not depend on
+    /// the threads.
+    pub(super) fn schedules(
+        &self,
+        graphs: &[&OpGraph],
+        c: &AcceleratorConfig,
+    ) -> Result<Vec<Scheduled>, JobError> {
+        let instances: Vec<Instance> = graphs
+            .par_iter()
+            .map(|g| self.instance(g, c))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        let keys: Vec<Vec<u64>> = instances.iter().map(ScheduleMemo::key).collect();
+        // Per layer: its solution from the memo, or the index of the layer that solves it.
+        let mut known: Vec<Result<Solved, usize>> = Vec::with_capacity(keys.len());
+        let mut todo: Vec<usize> = Vec::new();
+        let mut first: HashMap<&[u64], usize> = HashMap::new();
+        for (k, key) in keys.iter().enumerate() {
+            if let Some(solved) = self.memo.get(key) {
+                known.push(Ok(solved));
+            } else if let Some(&by) = first.get(key.as_slice()) {
+                known.push(Err(by));
+            } else {
+                first.insert(key, k);
+                todo.push(k);
+                known.push(Err(k));
+            }
+        }
+        let mut by_layer: HashMap<usize, Solved> = HashMap::new();
+        // What the search's memo lacks, asked of the pool's (in the same fixed order).
+        if let Some(shared) = self.shared
+            && !todo.is_empty()
+        {
+            let asked: Vec<&[u64]> = todo.iter().map(|&k| keys[k].as_slice()).collect();
+            let found = shared.get(&asked);
+            let mut still = Vec::with_capacity(todo.len());
+            for (&k, f) in todo
+                .iter()
+                .zip(found.into_iter().chain(std::iter::repeat(None)))
+            {
+                match f {
+                    Some(s) => {
+                        by_layer.insert(k, s);
+                        self.memo.insert(keys[k].clone(), s);
+                    }
+                    None => still.push(k),
+                }
+            }
+            todo = still;
+        }
+        let solved: Vec<(Solved, bool)> = todo
+            .par_iter()
+            .map(|&k| self.solve(&instances[k]))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        let mut new: Vec<(&[u64], Solved)> = Vec::new();
+        for (&k, &(s, hit_time_limit)) in todo.iter().zip(&solved) {
+            by_layer.insert(k, s);
+            // A schedule the wall-clock safety net stopped depends on the machine: solved
+            // again, not reused.
+            if !hit_time_limit {
+                self.memo.insert(keys[k].clone(), s);
+                new.push((keys[k].as_slice(), s));
+            }
+        }
+        if let Some(shared) = self.shared
+            && !new.is_empty()
+        {
+            shared.put(&new);
+        }
+        let mut out = Vec::with_capacity(graphs.len());
+        let (mut not_proven, gap) = (0, self.input.schedule.relative_gap);
+        for ((g, inst), known) in graphs.iter().zip(&instances).zip(known) {
+            let s = match known {
+                Ok(s) => s,
+                Err(k) => by_layer[&k],
+            };
+            not_proven += u64::from(!s.optimal && s.gap > gap);
+            out.push(self.scheduled(g, inst, s));
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.schedules_solved += graphs.len() as u64;
+            st.schedules_reused += (graphs.len() - todo.len()) as u64;
+            st.schedules_not_proven_optimal += not_proven;
+        }
+        Ok(out)
+    }
+
+    /// What the search keeps of the schedule `solved` of `graph`'s instance `inst`.
+    fn scheduled(&self, graph: &OpGraph, inst: &Instance, solved: Solved) -> Scheduled {
+        let core_seconds = graph
+            .nodes
+            .iter()
+            .zip(&inst.tasks)
+            .filter(|(n, _)| n.is_attention_core())
+            .map(|(_, t)| t.parallel)
+            .sum();
+        let link_seconds = inst
+            .tasks
+            .iter()
+            .filter(|t| t.resource == schedule::Resource::Link)
+            .map(|t| t.parallel)
+            .sum();
+        Scheduled {
+            seconds: solved.makespan,
+            core_seconds,
+            link_seconds,
+            util: solved.util,
+            optimal: solved.optimal,
+            gap: solved.gap,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The harness every end-to-end test shares: the real `archplace` binary with its caches
+//! inside `target/`, temporary folders and specs, daemons and NATS servers as child
+//! processes, and a gate that lets the few tests that measure timing or load run alone.
+
+pub mod daemon;
+pub mod nats;
+
+pub use daemon::Daemon;
+pub use nats::Nats;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The binary, with its plugin cache and per-user plugin folder inside `target/`, so the
+/// tests neither depend on nor touch the user's.
+pub fn archplace() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_archplace"));
+    c.env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+        .env("XDG_DATA_HOME", root().join("target/test-data"))
+        .env_remove("ARCHPLACE_PLUGIN_DIRS");
+    c
+}
+
+/// `archplace ARGS`, run to its end.
+pub fn run(args: &[&str]) -> Output {
+    archplace().args(args).output().expect("archplace runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A component built by `scripts/build-plugins`.
+pub fn component(name: &str) -> PathBuf {
+    for p in [
+        root().join(format!("target/plugins/{name}/{name}.wasm")),
+        root().join(format!("target/plugin-fixtures/{name}.wasm")),
+    ] {
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("the `{name}` component is not built: run scripts/build-plugins (scripts/test does)");
+}
+
+/// The folder of the plugins `scripts/build-plugins` installs.
+pub fn plugin_dir() -> String {
+    root().join("target/plugins").display().to_string()
+}
+
+/// A spec whose exhaustive search (two candidates) takes a second or two, even in a debug
+/// build.
+pub const TINY: &str = include_str!("../fixtures/tiny.toml");
+
+/// The embedded default spec, as is.
+pub fn default_spec() -> String {
+    std::fs::read_to_string(root().join("spec/src/default.toml")).expect("the default spec")
+}
+
+/// 128 chips of an 8-layer model (126 fit): about 10 s on one thread of a debug build;
+/// every layer schedule bounded by a node limit, so each candidate's result is the same on
+/// every machine and in every run. `exhaustive = false` converges after two buckets.
+pub fn eight_layers(name: &str, exhaustive: bool) -> String {
+    let s = TINY
+        .replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""))
+        .replace("layers = 2", "layers = 8")
+        .replace("tensor_cores = [1, 2]", "tensor_cores = [1, 2, 4, 8]")
+        .replace("vector_cores = [1]", "vector_cores = [1, 2]")
+        .replace("width = [16]", "width = [16, 32, 64, 128]")
+        .replace("depth = [16]", "depth = [16, 32, 64, 128]")
+        .replace(
+            "schedule_time_limit_seconds = 0.05",
+            "schedule_time_limit_seconds = 60\nschedule_node_limit = 200",
+        );
+    if exhaustive {
+        s
+    } else {
+        s.replace(
+            "exhaustive = true",
+            "exhaustive = false\nconvergence_window = 2",
+        )
+    }
+}
+
+/// `text` written to `name` in a new temporary folder.
+pub fn temp_spec(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("the spec is written");
+    (dir, path)
+}
+
+/// A temporary folder with an empty `specs/` in it (a daemon's working folder).
+pub fn folder() -> tempfile::TempDir {
+    let tmp = tempfile::Builder::new()
+        .prefix("archplace-test-")
+        .tempdir()
+        .expect("a temporary folder");
+    std::fs::create_dir_all(tmp.path().join("specs")).expect("specs/");
+    tmp
+}
+
+/// The JSON file at `path`.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A result without what describes the run rather than the search: timings, work
+/// counters, candidates resumed.
+pub fn comparable(mut doc: serde_json::Value) -> serde_json::Value {
+    if let Some(o) = doc.as_object_mut() {
+        o.remove("timings");
+        o.remove("work");
+        if let Some(s) = o.get_mut("search").and_then(|s| s.as_object_mut()) {
+            s.remove("resumed_candidates");
+        }
+    }
+    doc
+}
+
+/// A free TCP port on the loopback interface.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits up to `limit` until `cond` holds, or fails the test saying what it waited for and
+/// `context()` (a daemon's log).
+pub fn wait_until(
+    limit: Duration,
+    what: &str,
+    mut cond: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < limit,
+            "timed out waiting for {what}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The gate between the tests that share the machine and the few that measure timing or
+/// load the machine on purpose, which run alone: every test takes one or the other first
+/// (the test harness runs tests on every core).
+static GATE: RwLock<()> = RwLock::new(());
+
+/// A share of the machine, for the test's whole run.
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    GATE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The whole machine: no other test's process runs while it is held.
+pub fn alone() -> RwLockWriteGuard<'static, ()> {
+    GATE.write().unwrap_or_else(|e| e.into_inner())
+}
