@@ -592,16 +592,12 @@ fn best_for_chain(
             let plan = match found.iter().find(|(q, f, _)| *q == p && *f == fits) {
                 Some((_, _, plan)) => plan.clone(),
                 None => {
-                    let plan = best_in_level(
-                        chain,
-                        &largest,
-                        &st,
-                        &programs[p],
-                        &first_row,
-                        &fits,
-                        lo,
-                        hi,
-                    );
+                    let first_stage = FirstRow {
+                        ranges: &first_row,
+                        fits: &fits,
+                    };
+                    let program = &programs[p];
+                    let plan = best_in_level(chain, &largest, &st, program, first_stage, lo..=hi);
                     found.push((p, fits, plan.clone()));
                     plan
                 }
@@ -618,20 +614,29 @@ fn best_for_chain(
     Ok(best)
 }
 
-/// The best plan with a data-parallel degree in `lo..=hi`, from the program `p` of one
-/// memory size; `first_row` is the fitting row of suffix 0 and `fits` the stages each of
-/// its ranges fits with in that size.
-#[allow(clippy::too_many_arguments)]
+/// The first stage's choices in one memory size: the fitting row of suffix 0 (`ranges`)
+/// and the stages each of its ranges fits with in that size (`fits`).
+#[derive(Clone, Copy)]
+struct FirstRow<'a> {
+    ranges: &'a [Range],
+    fits: &'a [u64],
+}
+
+/// The best plan with a data-parallel degree in `degrees`, from the program `p` of one
+/// memory size, whose first stage is one of `first_stage`'s ranges.
 fn best_in_level(
     chain: &Chain,
     settings: &Settings,
     st: &Stages<'_>,
     p: &Program<'_, '_>,
-    first_row: &[Range],
-    fits: &[u64],
-    lo: u64,
-    hi: u64,
+    first_stage: FirstRow<'_>,
+    degrees: std::ops::RangeInclusive<u64>,
 ) -> Option<Plan> {
+    let (lo, hi) = (*degrees.start(), *degrees.end());
+    let FirstRow {
+        ranges: first_row,
+        fits,
+    } = first_stage;
     let n = st.n;
     let uniform = if chain.layers.iter().all(|l| l.tensor_parallel) {
         st.width
