@@ -51,18 +51,10 @@ impl Daemon {
             &["--settle-seconds", "0.3"]
         };
         let log = std::fs::File::create(dir.join("daemon.log")).expect("the daemon's log");
-        let child = cmd
+        let child = in_folder(&mut cmd, dir)
             .args(["daemon", "--listen", "127.0.0.1:0"])
             .args(settle)
             .args(extra)
-            .current_dir(dir)
-            .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-            .env(
-                "ARCHPLACE_PLUGIN_DIRS",
-                std::env::join_paths([root().join("target/plugins"), dir.join("plugins")])
-                    .expect("plugin folders"),
-            )
-            .env("RUST_LOG", "info,highs=error")
             .envs(env.iter().map(|(k, v)| (*k, *v)))
             .stdout(Stdio::null())
             .stderr(log)
@@ -91,7 +83,8 @@ impl Daemon {
             .append(true)
             .open(dir.join("daemon.log"))
             .expect("the daemon's log");
-        let child = Command::new(env!("CARGO_BIN_EXE_archplace"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_archplace"));
+        let child = in_folder(&mut cmd, dir)
             .args([
                 "daemon",
                 "--config",
@@ -101,14 +94,6 @@ impl Daemon {
                 "--nats",
                 nats,
             ])
-            .current_dir(dir)
-            .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
-            .env(
-                "ARCHPLACE_PLUGIN_DIRS",
-                std::env::join_paths([root().join("target/plugins"), dir.join("plugins")])
-                    .expect("plugin folders"),
-            )
-            .env("RUST_LOG", "info,highs=error")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -301,4 +286,17 @@ pub fn sample(scrape: &str, series: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// `cmd` run in the daemon's folder `dir`, with the tests' plugin cache and plugin folders
+/// (the built plugins, then `dir/plugins`) and log level: what every test daemon shares.
+fn in_folder<'c>(cmd: &'c mut Command, dir: &Path) -> &'c mut Command {
+    cmd.current_dir(dir)
+        .env("ARCHPLACE_CACHE_DIR", root().join("target/test-cache"))
+        .env(
+            "ARCHPLACE_PLUGIN_DIRS",
+            std::env::join_paths([root().join("target/plugins"), dir.join("plugins")])
+                .expect("plugin folders"),
+        )
+        .env("RUST_LOG", "info,highs=error")
 }
