@@ -152,8 +152,8 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
 }
 
 /// The NATS server stopped and started again mid-search: the daemons reconnect, the
-/// file-backed streams keep the items and answers, and the result is the single-machine
-/// one.
+/// file-backed streams keep the items and answers, the coordinator reads the answers on
+/// from where it was, and the result is the single-machine one.
 #[test]
 fn the_pool_survives_a_nats_restart() {
     let _gate = crate::util::alone();
@@ -171,6 +171,13 @@ fn the_pool_survives_a_nats_restart() {
     nats.restart(Duration::from_secs(2));
     a.wait_file("restarted", "result.json", 300);
     assert_same(&reference, &a.result_dir("restarted").unwrap());
+    // The coordinator's reader of answers (an ordered consumer, which the server kept in
+    // memory only) was opened again at the reconnection, not after two missed heartbeats.
+    assert!(
+        a.log().contains("reading the search's answers again"),
+        "{}",
+        a.log()
+    );
 }
 
 /// A worker whose cost model faults answers its item with the reason, and the coordinator

@@ -80,6 +80,10 @@ pub struct Coordinator<'a> {
     evaluations: BTreeMap<usize, Evaluated>,
     failure: Option<String>,
     results: Option<Results>,
+    /// The client's connection count when `results` was opened (see [`Pool::connections`]).
+    results_connection: u64,
+    /// The stream sequence of the last answer read: a consumer opened again starts after it.
+    last_answer: u64,
     work: Stats,
     cancel: Arc<AtomicBool>,
     status: &'a Mutex<PoolStatus>,
@@ -203,6 +207,8 @@ impl<'a> Coordinator<'a> {
             evaluations: BTreeMap::new(),
             failure: None,
             results: None,
+            results_connection: 0,
+            last_answer: 0,
             work: Stats::default(),
             cancel,
             status,
@@ -334,12 +340,27 @@ impl<'a> Coordinator<'a> {
         });
     }
 
-    /// Opens (once) the ordered consumer of the search's answers, from the first.
+    /// Opens the ordered consumer of the search's answers, from the first; again after the
+    /// client reconnected, from the one after the last read. The server keeps an ordered
+    /// consumer in memory only, so a restart loses it, and the client would notice only
+    /// after two missed heartbeats (30 s) and then back off.
     fn results(&mut self) -> Result<&mut Results, SearchError> {
+        let connection = self.pool.connections();
+        if self.results.is_some() && connection != self.results_connection {
+            tracing::info!(search = %self.id, after = self.last_answer, "reconnected to NATS: reading the search's answers again");
+            self.results = None;
+        }
         if self.results.is_none() {
+            self.results_connection = connection;
             let subject = results_subject(&self.id);
             let stream = &self.pool.results;
             let stop = || super::set(&self.cancel);
+            let deliver_policy = match self.last_answer {
+                0 => consumer::DeliverPolicy::All,
+                last => consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: last + 1,
+                },
+            };
             let r = self
                 .pool
                 .retry("reading the search's answers", &stop, || {
@@ -348,7 +369,7 @@ impl<'a> Coordinator<'a> {
                         stream
                             .create_consumer(consumer::pull::OrderedConfig {
                                 filter_subject: subject,
-                                deliver_policy: consumer::DeliverPolicy::All,
+                                deliver_policy,
                                 ..Default::default()
                             })
                             .await
@@ -379,6 +400,9 @@ impl<'a> Coordinator<'a> {
             }
             Ok(Some(Ok(m))) => m,
         };
+        if let Ok(info) = message.info() {
+            self.last_answer = info.stream_sequence;
+        }
         let result: ItemResult = match serde_json::from_slice(&message.payload) {
             Ok(r) => r,
             Err(e) => {

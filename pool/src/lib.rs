@@ -50,7 +50,7 @@ use protocol::*;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +143,10 @@ pub struct Pool {
     /// Where the worker's engine events (layer schedules, placements) go: the daemon's
     /// metrics.
     pub work: Arc<dyn Observer + Send + Sync>,
+    /// How many times the client has (re)connected to the server: a consumer the server
+    /// kept only in memory (an ordered one) is gone after a restart, and its reader learns
+    /// of it here at once rather than after two missed heartbeats (30 s).
+    connections: Arc<AtomicU64>,
 }
 
 /// How long a worker's heartbeat stays in the workers bucket.
@@ -177,6 +181,8 @@ impl Pool {
         let deadline =
             Instant::now() + archplace_util::duration::interval(settings.connect_timeout_seconds);
         let m = metrics.clone();
+        let connections = Arc::new(AtomicU64::new(0));
+        let connected = connections.clone();
         let client = runtime.block_on(async {
             let mut o = async_nats::ConnectOptions::new()
                 .name(format!("archplace {name}"))
@@ -184,9 +190,11 @@ impl Pool {
                 .connection_timeout(Duration::from_secs(5))
                 .event_callback(move |event| {
                     let m = m.clone();
+                    let connected = connected.clone();
                     async move {
                         match event {
                             async_nats::Event::Connected => {
+                                connected.fetch_add(1, Ordering::Relaxed);
                                 m.connected.set(1);
                                 tracing::info!("connected to NATS");
                             }
@@ -257,7 +265,14 @@ impl Pool {
             name,
             metrics,
             work,
+            connections,
         })
+    }
+
+    /// How many times the client has (re)connected so far: a change means the server may
+    /// have restarted since.
+    pub(crate) fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on the pool's runtime and waits for it.
