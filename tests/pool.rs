@@ -11,6 +11,7 @@
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The single-machine result of `text` (`archplace run`), in `dir`.
@@ -31,6 +32,22 @@ fn single(dir: &Path, text: &str) -> PathBuf {
         .unwrap();
     assert!(ok.success());
     out
+}
+
+/// The spec of the exhaustive pooled searches (`pooled.toml`) and its single-machine
+/// result, computed once for every test that compares with it (the pool's tests run one at
+/// a time, and each run costs seconds of that time). In the target's scratch folder, which
+/// the next test run overwrites.
+fn exhaustive_reference() -> (String, PathBuf) {
+    static REFERENCE: OnceLock<PathBuf> = OnceLock::new();
+    let text = eight_layers("pooled", true);
+    let out = REFERENCE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pool-reference");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        single(&dir, &text)
+    });
+    (text, out.clone())
 }
 
 /// The pooled result in `pooled` is the single-machine one in `single`: `result.json` but
@@ -54,8 +71,7 @@ fn a_pool_of_three_with_a_worker_killed_gives_the_single_machine_result() {
     let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = eight_layers("pooled", true);
-    let reference = single(t, &text);
+    let (text, reference) = exhaustive_reference();
     let nats = Nats::start(t);
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "");
     let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
@@ -125,21 +141,20 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
     let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = eight_layers("resumed", true);
-    let reference = single(t, &text);
+    let (text, reference) = exhaustive_reference();
     let nats = Nats::start(t);
     let mut a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
     let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
     let c = Daemon::pooled(&t.join("c"), &nats.url(), "c", "");
-    a.drop_spec("resumed.toml", &text);
+    a.drop_spec("pooled.toml", &text);
     a.until(Duration::from_secs(120), "items answered", || {
-        a.answered("resumed") >= 6
+        a.answered("pooled") >= 6
     });
     a.kill_9();
     std::thread::sleep(Duration::from_secs(1));
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
-    let result = a.wait_file("resumed", "result.json", 300);
-    assert_same(&reference, &a.result_dir("resumed").unwrap());
+    let result = a.wait_file("pooled", "result.json", 300);
+    assert_same(&reference, &a.result_dir("pooled").unwrap());
     let total = result["work"]["pool"]["items_total"].as_f64().unwrap();
     let completed = b.metric("archplace_pool_items_completed_total")
         + c.metric("archplace_pool_items_completed_total");
@@ -159,18 +174,17 @@ fn the_pool_survives_a_nats_restart() {
     let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = eight_layers("restarted", true);
-    let reference = single(t, &text);
+    let (text, reference) = exhaustive_reference();
     let mut nats = Nats::start(t);
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "");
     let _b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
-    a.drop_spec("restarted.toml", &text);
+    a.drop_spec("pooled.toml", &text);
     a.until(Duration::from_secs(120), "items answered", || {
-        a.answered("restarted") >= 4
+        a.answered("pooled") >= 4
     });
     nats.restart(Duration::from_secs(2));
-    a.wait_file("restarted", "result.json", 300);
-    assert_same(&reference, &a.result_dir("restarted").unwrap());
+    a.wait_file("pooled", "result.json", 300);
+    assert_same(&reference, &a.result_dir("pooled").unwrap());
     // The coordinator's reader of answers (an ordered consumer, which the server kept in
     // memory only) was opened again at the reconnection, not after two missed heartbeats.
     assert!(
