@@ -16,6 +16,7 @@
 
 mod util;
 
+mod answer;
 mod cli;
 mod daemon;
 mod determinism;

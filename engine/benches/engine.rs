@@ -206,6 +206,7 @@ fn placement_hbm(c: &mut Criterion) {
             sync_per_parameter_byte: 2.0,
         }),
         resync: Resync::LargestStage,
+        runnable: Default::default(),
     };
     let sizes = [32.0, 64.0, 80.0].map(|g: f64| g * (1u64 << 30) as f64);
     let mut group = c.benchmark_group("placement/gpt3-t8-3hbm");
@@ -248,6 +249,7 @@ fn step(c: &mut Criterion) {
             precision: Precision::Bf16Mixed,
             optimizer: Optimizer::Adam,
             distributed_optimizer: false,
+            stage_layers: None,
         },
         accelerator: REFERENCE_CONFIG,
         hbm_bytes: 80 << 30,

@@ -15,6 +15,9 @@ pub struct Tier {
 /// nodes connected by the inter-node tier (one NIC per device).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Network {
+    /// Devices per node; `u64::MAX` for one tier (written `null` in JSON: no sentinel
+    /// numbers in what users read).
+    #[serde(with = "one_tier_as_null")]
     pub node_size: u64,
     pub intra_node: Tier,
     pub inter_node: Tier,
@@ -65,5 +68,22 @@ impl Network {
         let k = (self.node_size / stride.max(1)).clamp(1, n);
         let nodes = n.div_ceil(k);
         flat(self.intra_node, k, bytes) + flat(self.inter_node, nodes, bytes / k as f64)
+    }
+}
+
+/// `node_size` in JSON: `null` for one tier (`u64::MAX` inside).
+mod one_tier_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(node_size: &u64, s: S) -> Result<S::Ok, S::Error> {
+        if *node_size == u64::MAX {
+            s.serialize_none()
+        } else {
+            s.serialize_some(node_size)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.unwrap_or(u64::MAX))
     }
 }

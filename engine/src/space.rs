@@ -38,6 +38,9 @@ pub struct SpaceSpec {
     pub bucket_um2: f64,
     pub convergence_window: u32,
     pub exhaustive: bool,
+    /// Plans use every device (`t × p × d` = the cluster's devices); `false` lets some
+    /// stay idle.
+    pub use_all_devices: bool,
     /// Relative gap at which a layer schedule is accepted during the search.
     pub schedule_gap: f64,
     /// Branch-and-bound nodes of one layer-schedule MIP during the search: a work limit,
@@ -68,6 +71,7 @@ impl Default for SpaceSpec {
             bucket_um2: 10_000.0,
             convergence_window: 5,
             exhaustive: false,
+            use_all_devices: true,
             schedule_gap: 0.01,
             schedule_node_limit: crate::options::DEFAULT_NODE_LIMIT,
             schedule_time_limit_seconds: crate::options::DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,

@@ -43,7 +43,7 @@ use crate::network::Network;
 use crate::operators::estimate;
 use crate::operators::instance_with;
 use crate::options::ScheduleOptions;
-use crate::schedule::{self, Resource};
+use crate::schedule::{self, Instance, Resource};
 use crate::training::{Optimizer, Precision, Recomputation, StateBytes};
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, Direction, EstimateError, LatencyModel, Op, OpCost, OpKind,
@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 /// A fixed training plan.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepPlan {
     pub tensor_parallel: u64,
     pub pipeline_parallel: u64,
@@ -66,6 +66,24 @@ pub struct StepPlan {
     pub precision: Precision,
     pub optimizer: Optimizer,
     pub distributed_optimizer: bool,
+    /// Transformer blocks per pipeline stage, first to last (the embedding goes with the
+    /// first stage, the head with the last), as Megatron-LM's uneven pipelines give them;
+    /// `None`: an even split over `pipeline × interleaving` chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_layers: Option<Vec<u64>>,
+}
+
+impl StepPlan {
+    /// Blocks per pipeline stage (a device's chunks), for a model of `layers` blocks.
+    pub fn blocks_per_stage(&self, layers: u64) -> Vec<u64> {
+        match &self.stage_layers {
+            Some(list) => list.clone(),
+            None => {
+                let (p, v) = (self.pipeline_parallel.max(1), self.interleaving.max(1));
+                vec![layers / (p * v) * v; p as usize]
+            }
+        }
+    }
 }
 
 /// Everything a step estimate needs besides the latency model.
@@ -215,6 +233,15 @@ pub enum StepError {
         layers: u64,
         chunks: u64,
     },
+    #[error(
+        "stage_layers {stages:?} must give the blocks of each of the {pipeline} pipeline stage(s), summing to the model's {layers}, every stage but the first and the last holding at least one, with interleaving 1 (it is {interleaving})"
+    )]
+    StageLayers {
+        stages: Vec<u64>,
+        pipeline: u64,
+        layers: u64,
+        interleaving: u64,
+    },
     #[error("t = {t} × p = {p} × d = {d} is {needed} devices; the cluster has {devices}")]
     Devices {
         t: u64,
@@ -261,34 +288,94 @@ impl From<EstimateError> for StepError {
     }
 }
 
-/// A layer's times for one micro-batch on one device.
+/// A layer's times for one micro-batch on one device: what the step takes of its forward
+/// and backward schedules.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct LayerTiming {
-    forward: f64,
-    backward: f64,
+pub struct LayerTiming {
+    pub forward: f64,
+    pub backward: f64,
     /// The link operators' time inside `forward` and `backward`.
-    forward_communication: f64,
-    backward_communication: f64,
+    pub forward_communication: f64,
+    pub backward_communication: f64,
     /// Forward time of the attention core (selective recomputation runs it again).
-    attention_core: f64,
-    forward_joules: f64,
-    backward_joules: f64,
-    attention_core_joules: f64,
-    not_proven: u64,
-    max_gap: f64,
+    pub attention_core: f64,
+    pub forward_joules: f64,
+    pub backward_joules: f64,
+    pub attention_core_joules: f64,
+    /// Of the two schedules, those not proven optimal.
+    pub not_proven: u64,
+    pub max_gap: f64,
 }
 
-/// One layer graph on the chip.
-#[derive(Debug, Clone, Copy)]
-struct GraphTiming {
-    makespan: f64,
+impl LayerTiming {
+    /// The layer's timing from its forward and backward schedules.
+    pub fn of(forward: &GraphTiming, backward: &GraphTiming) -> LayerTiming {
+        LayerTiming {
+            forward: forward.makespan,
+            backward: backward.makespan,
+            forward_communication: forward.link,
+            backward_communication: backward.link,
+            attention_core: forward.attention_core,
+            forward_joules: forward.joules,
+            backward_joules: backward.joules,
+            attention_core_joules: forward.attention_core_joules,
+            not_proven: u64::from(!forward.optimal) + u64::from(!backward.optimal),
+            max_gap: forward.gap.max(backward.gap),
+        }
+    }
+}
+
+/// One layer graph's schedule on the chip, as a step uses it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GraphTiming {
+    pub makespan: f64,
     /// Link operators' time.
-    link: f64,
-    attention_core: f64,
-    joules: f64,
-    attention_core_joules: f64,
-    optimal: bool,
-    gap: f64,
+    pub link: f64,
+    pub attention_core: f64,
+    pub joules: f64,
+    pub attention_core_joules: f64,
+    pub optimal: bool,
+    pub gap: f64,
+}
+
+/// The timing of graph `g` whose scheduling instance on `c` is `inst` and whose schedule
+/// has `makespan` (`optimal`, `gap`): its link operators' time, its attention core's, and
+/// the joules of every operator run on all cores of its kind, `cost` answering for one
+/// operator. The search and [`estimate_step`] both time layers through this function, so
+/// a plan the search reports is priced as `archplace estimate` prices it.
+pub fn graph_timing(
+    g: &OpGraph,
+    inst: &Instance,
+    c: &AcceleratorConfig,
+    (makespan, optimal, gap): (f64, bool, f64),
+    mut cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+) -> Result<GraphTiming, EstimateError> {
+    let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
+    for (node, task) in g.nodes.iter().zip(&inst.tasks) {
+        let all = match node.core {
+            crate::model::Core::Vector => c.vector_core(c.vector_cores),
+            crate::model::Core::Link => c.vector_core(1),
+            _ => c.tensor_core(c.tensor_cores),
+        };
+        let j = cost(&all, &node.op)?.joules;
+        joules += j;
+        if task.resource == Resource::Link {
+            link += task.parallel;
+        }
+        if node.is_attention_core() {
+            core_seconds += task.parallel;
+            core_joules += j;
+        }
+    }
+    Ok(GraphTiming {
+        makespan,
+        link,
+        attention_core: core_seconds,
+        joules,
+        attention_core_joules: core_joules,
+        optimal,
+        gap,
+    })
 }
 
 /// Memoised latency-model answers, fetched in one batch per core configuration.
@@ -341,38 +428,14 @@ impl Costs<'_> {
     ) -> Result<GraphTiming, StepError> {
         let inst = instance_with(g, c, self.execution, |core, op| self.get(core, op))?;
         let s = schedule::solve(&inst, options).map_err(|e| StepError::Schedule(e.to_string()))?;
-        let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
-        for (node, task) in g.nodes.iter().zip(&inst.tasks) {
-            let all = match node.core {
-                crate::model::Core::Vector => c.vector_core(c.vector_cores),
-                crate::model::Core::Link => c.vector_core(1),
-                _ => c.tensor_core(c.tensor_cores),
-            };
-            let j = self.get(&all, &node.op)?.joules;
-            joules += j;
-            if task.resource == Resource::Link {
-                link += task.parallel;
-            }
-            if node.is_attention_core() {
-                core_seconds += task.parallel;
-                core_joules += j;
-            }
-        }
-        Ok(GraphTiming {
-            makespan: s.makespan,
-            link,
-            attention_core: core_seconds,
-            joules,
-            attention_core_joules: core_joules,
-            optimal: s.optimal,
-            gap: s.gap,
-        })
+        Ok(graph_timing(
+            g,
+            &inst,
+            c,
+            (s.makespan, s.optimal, s.gap),
+            |core, op| self.get(core, op),
+        )?)
     }
-}
-
-/// The blocks of each device (stage) for `p` stages of `v` chunks.
-fn blocks_per_stage(layers: u64, p: u64, v: u64) -> u64 {
-    layers / (p * v) * v
 }
 
 /// Checks the plan against the model and the cluster, before any work.
@@ -391,7 +454,18 @@ pub fn check(input: &StepInput) -> Result<(), StepError> {
     }
     let (p, v) = (pl.pipeline_parallel, pl.interleaving);
     let chunks = p.saturating_mul(v);
-    if p == 0 || v == 0 || chunks > m.layers || !m.layers.is_multiple_of(chunks) {
+    if let Some(list) = &pl.stage_layers {
+        let inner_empty = list.len() > 2 && list[1..list.len() - 1].contains(&0);
+        let sum = list.iter().try_fold(0u64, |a, &b| a.checked_add(b));
+        if p == 0 || v != 1 || list.len() as u64 != p || sum != Some(m.layers) || inner_empty {
+            return Err(StepError::StageLayers {
+                stages: list.clone(),
+                pipeline: p,
+                layers: m.layers,
+                interleaving: v,
+            });
+        }
+    } else if p == 0 || v == 0 || chunks > m.layers || !m.layers.is_multiple_of(chunks) {
         return Err(StepError::Pipeline {
             pipeline: p,
             interleaving: v,
@@ -428,28 +502,69 @@ pub fn check(input: &StepInput) -> Result<(), StepError> {
     Ok(())
 }
 
+/// The layer graphs of `input`'s model for its plan: one rank's embedding, block and
+/// head at its micro-batch, width, precision and sequence parallelism, the
+/// tensor-parallel collectives on the tier the group lives on.
+pub fn graph(input: &StepInput) -> ModelGraph {
+    let pl = &input.plan;
+    let t = pl.tensor_parallel;
+    build(
+        &input.model,
+        &BuildOptions {
+            micro_batch: pl.micro_batch,
+            tensor_parallel: t,
+            bytes_per_element: pl.precision.element_bytes(),
+            link_bytes_per_second: input.network.tier(t).bytes_per_second as u64,
+            sequence_parallel: pl.sequence_parallel,
+        },
+    )
+}
+
 /// Estimates one training step of `input` with `latency`.
 pub fn estimate_step(
     input: &StepInput,
     latency: &dyn LatencyModel,
 ) -> Result<StepReport, StepError> {
     check(input)?;
-    let pl = &input.plan;
-    let (t, d, b) = (pl.tensor_parallel, pl.data_parallel, pl.micro_batch);
-    let g = build(
-        &input.model,
-        &BuildOptions {
-            micro_batch: b,
-            tensor_parallel: t,
-            bytes_per_element: pl.precision.element_bytes(),
-            link_bytes_per_second: input.network.tier(t).bytes_per_second as u64,
-            sequence_parallel: pl.sequence_parallel,
-        },
-    );
+    let g = graph(input);
     // Memory first: a plan that does not fit is answered without any cost-model work.
-    let micro_batches = input.global_batch / (b * d);
+    let stages = fitting_stages(input, &g)?;
+    let timing = layer_timings(input, &g, latency)?;
+    let mut cost = |core: &CoreConfig, op: &Op| -> Result<OpCost, EstimateError> {
+        Ok(estimate(latency, core, std::slice::from_ref(op))?
+            .first()
+            .copied()
+            .unwrap_or(OpCost {
+                seconds: 0.0,
+                joules: 0.0,
+            }))
+    };
+    priced(input, &g, stages, &timing, &mut cost)
+}
+
+/// [`estimate_step`] of a plan whose layers are already timed: `g` is [`graph`]`(input)`,
+/// `timing` its embedding's, block's and head's [`LayerTiming`] on the chip, and `cost`
+/// answers for one operator (the optimizer step's). The search prices the plans it
+/// reports through this function, with its own memo of schedules and operator costs.
+pub fn estimate_timed_step(
+    input: &StepInput,
+    g: &ModelGraph,
+    timing: &[LayerTiming; 3],
+    cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+) -> Result<StepReport, StepError> {
+    check(input)?;
+    let stages = fitting_stages(input, g)?;
+    priced(input, g, stages, timing, cost)
+}
+
+/// Each stage's parameters and memory, or the error of the most loaded one when it does
+/// not fit.
+fn fitting_stages(input: &StepInput, g: &ModelGraph) -> Result<Vec<StageSummary>, StepError> {
+    let pl = &input.plan;
+    let d = pl.data_parallel;
+    let micro_batches = input.global_batch / (pl.micro_batch * d);
     let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
-    let mut stages = stage_memory(input, &g, &state, micro_batches);
+    let stages = stage_memory(input, g, &state, micro_batches);
     let worst = stages
         .iter()
         .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
@@ -462,13 +577,33 @@ pub fn estimate_step(
             hbm_bytes: input.hbm_bytes,
         });
     }
-    let timing = layer_timings(input, &g, latency)?;
-    let pipeline = pipeline_times(input, &timing, &mut stages);
+    Ok(stages)
+}
+
+/// The step of a checked plan that fits, from its layers' timing: pipeline, data-parallel
+/// synchronisation, optimizer step, FLOPs and energy.
+fn priced(
+    input: &StepInput,
+    g: &ModelGraph,
+    mut stages: Vec<StageSummary>,
+    timing: &[LayerTiming; 3],
+    cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+) -> Result<StepReport, StepError> {
+    let pl = &input.plan;
+    let (t, d, b) = (pl.tensor_parallel, pl.data_parallel, pl.micro_batch);
+    let micro_batches = input.global_batch / (b * d);
+    let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
+    let worst = stages
+        .iter()
+        .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
+        .map(|s| (s.stage, s.memory_bytes))
+        .unwrap_or_default();
+    let pipeline = pipeline_times(input, timing, &mut stages);
     // Data-parallel synchronisation of the slowest stage's gradients (every stage syncs
     // at once; the largest bounds the step).
     let params_max = stages.iter().map(|s| s.parameters).max().unwrap_or(0) as f64;
-    let dp = data_parallel_seconds(input, &g, &state, params_max);
-    let opt_cost = optimizer_step(input, latency, params_max)?;
+    let dp = data_parallel_seconds(input, g, &state, params_max);
+    let opt_cost = optimizer_step(input, cost, params_max)?;
     let m = micro_batches as f64;
     let time = TimeBreakdown {
         forward_seconds: m * pipeline.forward,
@@ -481,11 +616,11 @@ pub fn estimate_step(
         optimizer_step_seconds: opt_cost.seconds,
     };
     let step = time.total();
-    let (model_flops, hardware_flops) = step_flops(input, &g);
+    let (model_flops, hardware_flops) = step_flops(input, g);
     let devices = input.devices as f64;
     let model_rate = model_flops / step / devices;
     // Energy: every operator of every layer on every device, per micro-batch.
-    let [emb, blk, head] = timing;
+    let [emb, blk, head] = *timing;
     let per_replica_micro_batch = emb.forward_joules
         + emb.backward_joules
         + g.blocks as f64 * (blk.forward_joules + blk.backward_joules + pipeline.recompute.2)
@@ -531,10 +666,11 @@ fn stage_memory(
 ) -> Vec<StageSummary> {
     let pl = &input.plan;
     let (p, v) = (pl.pipeline_parallel, pl.interleaving);
-    let per_stage = blocks_per_stage(input.model.layers, p, v);
+    let blocks = pl.blocks_per_stage(input.model.layers);
     let mut stages = Vec::with_capacity(p as usize);
     for k in 0..p {
         let (first, last) = (k == 0, k + 1 == p);
+        let per_stage = blocks[k as usize];
         let mut params = per_stage * g.block.parameters;
         if first {
             params += g.embedding.parameters;
@@ -612,18 +748,7 @@ fn layer_timings(
     for (k, layer) in [&g.embedding, &g.block, &g.head].into_iter().enumerate() {
         let f = costs.time(&layer.forward, c, &input.schedule)?;
         let bw = costs.time(&layer.backward, c, &input.schedule)?;
-        timing[k] = LayerTiming {
-            forward: f.makespan,
-            backward: bw.makespan,
-            forward_communication: f.link,
-            backward_communication: bw.link,
-            attention_core: f.attention_core,
-            forward_joules: f.joules,
-            backward_joules: bw.joules,
-            attention_core_joules: f.attention_core_joules,
-            not_proven: u64::from(!f.optimal) + u64::from(!bw.optimal),
-            max_gap: f.gap.max(bw.gap),
-        };
+        timing[k] = LayerTiming::of(&f, &bw);
     }
     Ok(timing)
 }
@@ -676,10 +801,10 @@ fn pipeline_times(
     } else {
         0.0
     };
-    let per_stage = blocks_per_stage(input.model.layers, p, v);
+    let blocks = pl.blocks_per_stage(input.model.layers);
     // Per stage and micro-batch: (forward, backward, recompute, tp communication).
     let parts = |k: u64| -> (f64, f64, f64, f64) {
-        let n = per_stage as f64;
+        let n = blocks[k as usize] as f64;
         let mut f = n * (blk.forward - blk.forward_communication);
         let mut bw = n * (blk.backward - blk.backward_communication);
         let r = n * recompute.0;
@@ -745,7 +870,7 @@ fn data_parallel_seconds(
 /// bytes (it reads and writes `element_bytes` per element).
 fn optimizer_step(
     input: &StepInput,
-    latency: &dyn LatencyModel,
+    cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
     params_max: f64,
 ) -> Result<OpCost, StepError> {
     let pl = &input.plan;
@@ -769,17 +894,7 @@ fn optimizer_step(
         direction: Direction::Forward,
         fused: Vec::new(),
     };
-    Ok(estimate(
-        latency,
-        &c.vector_core(c.vector_cores),
-        std::slice::from_ref(&op),
-    )?
-    .first()
-    .copied()
-    .unwrap_or(OpCost {
-        seconds: 0.0,
-        joules: 0.0,
-    }))
+    Ok(cost(&c.vector_core(c.vector_cores), &op)?)
 }
 
 /// The step's matrix FLOPs: the model's, and the hardware's (with what recomputation runs

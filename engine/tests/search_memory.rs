@@ -109,6 +109,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
         },
         convergence_window: 5,
         exhaustive: true,
+        use_all_devices: true,
         // The solver's native memory is not on this heap (the estimate counts it apart);
         // the list schedule keeps the test fast.
         schedule: ScheduleOptions {

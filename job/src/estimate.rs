@@ -20,7 +20,7 @@ pub struct EstimateDoc<'a> {
     pub model: &'a str,
     pub parameters: u64,
     pub accelerator: AcceleratorConfig,
-    pub plan: step::StepPlan,
+    pub plan: &'a step::StepPlan,
     pub devices: u64,
     pub global_batch: u64,
     pub network: archplace_engine::network::Network,
@@ -71,7 +71,7 @@ pub fn document<'a>(
         model: &input.model.name,
         parameters: parameters(input),
         accelerator: input.accelerator,
-        plan: input.plan,
+        plan: &input.plan,
         devices: input.devices,
         global_batch: input.global_batch,
         network: input.network,
@@ -134,7 +134,16 @@ pub fn describe_plan(input: &StepInput) -> String {
                 p.interleaving
             )
         } else {
-            "1F1B".to_string()
+            match &p.stage_layers {
+                Some(list) => format!(
+                    "1F1B, blocks per stage {}",
+                    list.iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => "1F1B".to_string(),
+            }
         },
         p.recomputation.name(),
         if p.sequence_parallel { "on" } else { "off" },

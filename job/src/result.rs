@@ -4,7 +4,7 @@
 
 use archplace_cost_port::ModelSource;
 use archplace_engine::search::{Evaluated, ModelPlan, Outcome};
-use archplace_engine::step::{MemoryBreakdown, TimeBreakdown};
+use archplace_engine::step::{MemoryBreakdown, StepPlan, TimeBreakdown};
 use archplace_engine::training::{Precision, Recomputation};
 use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,9 @@ pub const RESULT_FORMAT_VERSION: u32 = 1;
 pub struct SpecRef {
     pub name: String,
     pub content_hash: String,
+    /// The cluster's devices (`[cluster] devices`).
+    #[serde(default)]
+    pub devices: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -61,6 +64,9 @@ pub struct NearTie {
     pub mean_throughput_samples_per_second: f64,
     /// Its throughput relative to the best's (≤ 1).
     pub relative_to_best: f64,
+    /// Each model's plan on it.
+    #[serde(default)]
+    pub plans: Vec<PlanLine>,
 }
 
 /// Relative distance to the best within which a chip is a near-tie.
@@ -168,6 +174,11 @@ pub struct PlanLine {
     pub pipeline_stages: usize,
     #[serde(default = "one")]
     pub pipeline_interleaving: u64,
+    /// Transformer blocks per pipeline stage, first to last.
+    #[serde(default)]
+    pub stage_layers: Vec<u64>,
+    #[serde(default)]
+    pub devices_used: u64,
     pub throughput_samples_per_second: f64,
     pub time_per_batch_seconds: f64,
     #[serde(default)]
@@ -176,6 +187,35 @@ pub struct PlanLine {
     pub memory_bytes: MemoryBreakdown,
     #[serde(default)]
     pub limiting: String,
+    /// The plan as `archplace estimate`'s `[plan]` takes it (see `ModelPlan::plan`).
+    #[serde(default)]
+    pub plan: Option<StepPlan>,
+}
+
+impl From<&ModelPlan> for PlanLine {
+    fn from(p: &ModelPlan) -> Self {
+        PlanLine {
+            model: p.model.clone(),
+            micro_batch: p.micro_batch,
+            activation_recomputation: p.activation_recomputation,
+            recomputation: p.recomputation,
+            precision: p.precision,
+            distributed_optimizer: p.distributed_optimizer,
+            sequence_parallel: p.sequence_parallel,
+            tensor_parallel: p.tensor_parallel,
+            data_parallel: p.data_parallel,
+            pipeline_stages: p.pipeline_stages,
+            pipeline_interleaving: p.pipeline_interleaving,
+            stage_layers: p.stage_layers.clone(),
+            devices_used: p.devices_used,
+            throughput_samples_per_second: p.throughput_samples_per_second,
+            time_per_batch_seconds: p.time_per_batch_seconds,
+            time: p.time,
+            memory_bytes: p.memory_bytes,
+            limiting: p.limiting.clone(),
+            plan: p.plan.clone(),
+        }
+    }
 }
 
 fn one() -> u64 {
@@ -190,28 +230,7 @@ impl From<&Evaluated> for ExploredLine {
             bucket: e.bucket,
             mean_throughput_samples_per_second: e.mean_throughput_samples_per_second,
             hbm_bytes: e.hbm_bytes,
-            plans: e
-                .plans
-                .iter()
-                .map(|p| PlanLine {
-                    model: p.model.clone(),
-                    micro_batch: p.micro_batch,
-                    activation_recomputation: p.activation_recomputation,
-                    recomputation: p.recomputation,
-                    precision: p.precision,
-                    distributed_optimizer: p.distributed_optimizer,
-                    sequence_parallel: p.sequence_parallel,
-                    tensor_parallel: p.tensor_parallel,
-                    data_parallel: p.data_parallel,
-                    pipeline_stages: p.pipeline_stages,
-                    pipeline_interleaving: p.pipeline_interleaving,
-                    throughput_samples_per_second: p.throughput_samples_per_second,
-                    time_per_batch_seconds: p.time_per_batch_seconds,
-                    time: p.time,
-                    memory_bytes: p.memory_bytes,
-                    limiting: p.limiting.clone(),
-                })
-                .collect(),
+            plans: e.plans.iter().map(PlanLine::from).collect(),
             failure: e.failure.clone(),
         }
     }
@@ -249,6 +268,7 @@ pub fn near_ties(outcome: &Outcome) -> Vec<NearTie> {
                 hbm_bytes: e.hbm_bytes.unwrap_or(0),
                 mean_throughput_samples_per_second: t,
                 relative_to_best: if top > 0.0 { t / top } else { 0.0 },
+                plans: e.plans.iter().map(PlanLine::from).collect(),
             }
         })
         .collect()

@@ -335,6 +335,7 @@ impl Prepared<'_> {
             spec: SpecRef {
                 name: spec.name.clone(),
                 content_hash: spec.content_hash.clone(),
+                devices: spec.cluster.devices,
             },
             cost_models: identity,
             cost_model_parameters: parameters_used(spec, &self.models),

@@ -55,6 +55,7 @@ impl Spec {
             cluster: self.cluster.clone(),
             convergence_window: self.space.convergence_window,
             exhaustive: self.space.exhaustive,
+            use_all_devices: self.space.use_all_devices,
             schedule: self.schedule_options(false),
         }
     }
@@ -68,7 +69,7 @@ impl Spec {
         };
         Ok(StepInput {
             model: model.config.clone(),
-            plan: e.plan,
+            plan: e.plan.clone(),
             accelerator: e.accelerator,
             hbm_bytes: e.hbm_bytes,
             devices: self.cluster.devices,

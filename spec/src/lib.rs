@@ -16,7 +16,7 @@ pub mod raw;
 mod resolved;
 mod schema;
 pub use input::{EstimateSpecError, Scheduling};
-pub use resolved::resolved;
+pub use resolved::{estimate_toml, plan_table, resolved};
 mod validate;
 
 use archplace_engine::model::ModelConfig;

@@ -139,6 +139,16 @@ pub struct RawPlan {
     /// Shard the optimizer state over the data-parallel group (default: the first of
     /// `[training]`'s list).
     pub distributed_optimizer: Option<bool>,
+    /// Transformer blocks of each pipeline stage, first to last, e.g. [9, 10, 10, 9]
+    /// (default: an even split). The embedding goes with the first stage, the head with
+    /// the last.
+    pub stage_layers: Option<Vec<u64>>,
+    /// Blocks of the first pipeline stage, the others split evenly (Megatron-LM's
+    /// `--decoder-first-pipeline-num-layers`).
+    pub first_stage_layers: Option<u64>,
+    /// Blocks of the last pipeline stage, the others split evenly (Megatron-LM's
+    /// `--decoder-last-pipeline-num-layers`).
+    pub last_stage_layers: Option<u64>,
 }
 
 /// Kind of head on top of the last block.
@@ -407,6 +417,10 @@ pub struct RawSearch {
     pub convergence_window: Option<u32>,
     /// Visit every candidate instead of stopping at convergence (default false).
     pub exhaustive: Option<bool>,
+    /// Propose only plans that use every device, `tensor × pipeline × data` = `[cluster]
+    /// devices` (default true); false lets a plan leave devices idle, and says how many it
+    /// uses.
+    pub use_all_devices: Option<bool>,
     /// Accept a layer schedule within this relative gap of its lower bound (default 0.01,
     /// as the reference; 0 proves every schedule optimal, which is slower).
     pub schedule_gap: Option<f64>,

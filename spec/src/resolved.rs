@@ -8,6 +8,7 @@ use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
 use archplace_engine::model::Head;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
+use archplace_engine::step::StepPlan;
 use archplace_engine::training::{Cluster, MemoryModel, Training};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::Serialize;
@@ -291,6 +292,7 @@ fn search(s: &SpaceSpec) -> Table {
         int(s.convergence_window.into()),
     );
     t.insert("exhaustive".into(), Value::Boolean(s.exhaustive));
+    t.insert("use_all_devices".into(), Value::Boolean(s.use_all_devices));
     t.insert("schedule_gap".into(), Value::Float(s.schedule_gap));
     t.insert("schedule_node_limit".into(), int(s.schedule_node_limit));
     t.insert(
@@ -329,7 +331,12 @@ fn estimate(e: &EstimateSpec) -> (Table, Table) {
     if let Some(f) = e.peak_flops_per_second {
         a.insert("peak_flops".into(), Value::String(format!("{f} FLOP/s")));
     }
-    let p = &e.plan;
+    (a, plan_table(&e.plan))
+}
+
+/// A plan as a `[plan]` table gives it: every choice written out, `stage_layers` when the
+/// split is not even.
+pub fn plan_table(p: &StepPlan) -> Table {
     let mut t = Table::new();
     t.insert("tensor_parallel".into(), int(p.tensor_parallel));
     t.insert("pipeline_parallel".into(), int(p.pipeline_parallel));
@@ -346,5 +353,22 @@ fn estimate(e: &EstimateSpec) -> (Table, Table) {
         "distributed_optimizer".into(),
         Value::Boolean(p.distributed_optimizer),
     );
-    (a, t)
+    if let Some(list) = &p.stage_layers {
+        t.insert(
+            "stage_layers".into(),
+            Value::Array(list.iter().map(|&b| int(b)).collect()),
+        );
+    }
+    t
+}
+
+/// A chip and a plan as the text of `[accelerator]` and `[plan]` tables, ready to paste
+/// into the spec for `archplace estimate` (which prices the plan as the search did).
+pub fn estimate_toml(accelerator: &AcceleratorConfig, hbm_bytes: u64, plan: &StepPlan) -> String {
+    let mut a = chip(accelerator);
+    a.insert("hbm".into(), bytes(hbm_bytes));
+    let mut doc = Table::new();
+    doc.insert("accelerator".into(), Value::Table(a));
+    doc.insert("plan".into(), Value::Table(plan_table(plan)));
+    toml::to_string(&doc).unwrap_or_default()
 }

@@ -584,6 +584,94 @@ fn an_estimate_plan_is_checked_against_the_model_and_cluster() {
     assert!(find(&d, "accelerator").message.contains("needs a [plan]"));
 }
 
+/// A cluster whose device count leaves a model no plan that uses every device (t × p × d
+/// = devices, the batch split evenly) is refused at `devices`, with the numbers, unless
+/// the spec lets devices idle.
+#[test]
+fn a_device_count_without_a_runnable_plan_is_refused() {
+    // 1,021 is prime: t = 1 and d = 1,021 (the 4,096 samples do not split over it) or
+    // p = 1,021 (more stages than the 98 layers).
+    let good = GOOD.replace("baseline = { pipeline = 32, data = 8, tensor = 4 }\n", "");
+    let prime = good.replace("devices = 1024", "devices = 1021");
+    let d = errors(&prime);
+    let e = find(&d, "cluster.devices");
+    assert!(
+        e.message
+            .contains("no plan of gpt3-175b uses all 1021 devices"),
+        "{e:?}"
+    );
+    assert!(e.message.contains("at most 98 pipeline stages"), "{e:?}");
+    let idle = prime.replace("[search]\n", "[search]\nuse_all_devices = false\n");
+    let s = parse(&idle, "t.toml").unwrap();
+    assert!(!s.space.use_all_devices);
+    // 960 devices have plans (t = 8, p = 15, d = 8); 1,000 have none (d must divide the
+    // 4,096 samples, a power of two, leaving at least 125 stages).
+    parse(&good.replace("devices = 1024", "devices = 960"), "t.toml").unwrap();
+    find(
+        &errors(&good.replace("devices = 1024", "devices = 1000")),
+        "cluster.devices",
+    );
+}
+
+/// Uneven pipelines as Megatron-LM gives them: every stage's blocks, or the first and last
+/// stage's with the others even; each mistake at its key, with the numbers.
+#[test]
+fn a_plan_takes_uneven_stages_as_megatron_gives_them() {
+    let with = |extra: &str| {
+        format!(
+            "{GOOD}{}",
+            PLAN.replace("pipeline_parallel = 16", "pipeline_parallel = 8")
+                .replace("data_parallel = 8", &format!("data_parallel = 16\n{extra}"))
+        )
+    };
+    let list = |src: &str| {
+        parse(src, "t.toml")
+            .unwrap()
+            .estimate
+            .unwrap()
+            .plan
+            .stage_layers
+    };
+    assert_eq!(list(&with("")), None);
+    assert_eq!(
+        list(&with("stage_layers = [11, 12, 12, 12, 12, 12, 12, 13]")),
+        Some(vec![11, 12, 12, 12, 12, 12, 12, 13])
+    );
+    assert_eq!(
+        list(&with("first_stage_layers = 6\nlast_stage_layers = 6")),
+        Some(vec![6, 14, 14, 14, 14, 14, 14, 6])
+    );
+    assert_eq!(
+        list(&with("last_stage_layers = 5")),
+        Some(vec![13, 13, 13, 13, 13, 13, 13, 5])
+    );
+    assert_eq!(
+        list(&with("first_stage_layers = 5")),
+        Some(vec![5, 13, 13, 13, 13, 13, 13, 13])
+    );
+    let d = errors(&with("first_stage_layers = 6"));
+    let e = find(&d, "plan.first_stage_layers");
+    assert!(
+        e.message.contains(
+            "the 96 blocks less the first/last stage's 6 do not split evenly over the other 7"
+        ),
+        "{e:?}"
+    );
+    let d = errors(&with("stage_layers = [12, 12]"));
+    let e = find(&d, "plan.stage_layers");
+    assert!(
+        e.message.contains("each of the 8 pipeline stage(s)"),
+        "{e:?}"
+    );
+    let d = errors(&with("stage_layers = [12, 12]\nfirst_stage_layers = 12"));
+    find(&d, "plan.first_stage_layers");
+    let d = errors(&with(
+        "stage_layers = [12, 12, 12, 12, 12, 12, 12, 12]\ninterleaving = 2",
+    ));
+    let e = find(&d, "plan.stage_layers");
+    assert!(e.message.contains("with interleaving 1 (it is 2)"), "{e:?}");
+}
+
 #[test]
 fn gpu_presets_fill_the_chip_and_the_cluster() {
     let src = format!(

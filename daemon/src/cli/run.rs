@@ -209,6 +209,131 @@ pub fn run(args: &RunArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> 
     })
 }
 
+/// Blocks per pipeline stage, first to last, runs of equal stages shortened: `3 (×8)`,
+/// `0, 1 (×6), 3 (×24), 2`.
+fn stage_split(blocks: &[u64]) -> String {
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for &b in blocks {
+        match runs.last_mut() {
+            Some((v, n)) if *v == b => *n += 1,
+            _ => runs.push((b, 1)),
+        }
+    }
+    runs.iter()
+        .map(|&(v, n)| {
+            if n == 1 {
+                v.to_string()
+            } else {
+                format!("{v} (×{n})")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One model's plan on the best chip: throughput, choices, devices and stages, where the
+/// time goes, memory, and the baseline.
+fn print_plan(
+    m: &archplace_engine::search::ModelPlan,
+    cluster_devices: u64,
+) -> std::io::Result<()> {
+    outln!(
+        "  {}: {} samples/s ({} tokens/s), {} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {}{}",
+        m.model,
+        significant(m.throughput_samples_per_second, 4),
+        significant(m.throughput_tokens_per_second, 4),
+        significant(m.time_per_batch_seconds, 3),
+        m.micro_batch,
+        m.recomputation.name(),
+        match m.precision {
+            Some(p) => format!(
+                ", {}{}{}",
+                p.name(),
+                if m.distributed_optimizer {
+                    ", distributed optimizer"
+                } else {
+                    ""
+                },
+                if m.sequence_parallel {
+                    ", sequence parallel"
+                } else {
+                    ""
+                }
+            ),
+            None => String::new(),
+        },
+        m.tensor_parallel,
+        m.data_parallel,
+        if m.pipeline_stages == 1 {
+            "1 pipeline stage".to_string()
+        } else {
+            format!("{} pipeline stages", m.pipeline_stages)
+        },
+        if m.pipeline_interleaving > 1 {
+            format!(", interleaved ({} chunks each)", m.pipeline_interleaving)
+        } else {
+            String::new()
+        }
+    )?;
+    outln!(
+        "    devices: t × p × d = {} × {} × {} = {}{}; blocks per stage: {}",
+        m.tensor_parallel,
+        m.pipeline_stages,
+        m.data_parallel,
+        thousands(m.devices_used),
+        if m.devices_used == cluster_devices {
+            " (all)".to_string()
+        } else {
+            format!(" of {}", thousands(cluster_devices))
+        },
+        stage_split(&m.stage_layers),
+    )?;
+    let t = &m.time;
+    let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;
+    outln!(
+        "    limited by {}: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%, point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}%, optimizer step {:.0}%",
+        m.limiting,
+        share(t.forward_seconds),
+        share(t.backward_seconds),
+        share(t.recomputation_seconds),
+        share(t.tensor_parallel_communication_seconds),
+        share(t.pipeline_point_to_point_seconds),
+        share(t.pipeline_bubble_seconds),
+        share(t.data_parallel_communication_seconds),
+        share(t.optimizer_step_seconds),
+    )?;
+    let mem = &m.memory_bytes;
+    let gib = |b: f64| b / (1u64 << 30) as f64;
+    outln!(
+        "    memory of the most loaded stage: {:.1} GiB (weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1})",
+        gib(mem.total),
+        gib(mem.weights),
+        gib(mem.gradients),
+        gib(mem.optimizer),
+        gib(mem.activations),
+    )?;
+    if let Some(b) = &m.baseline {
+        match b.throughput_samples_per_second {
+            Some(t) => outln!(
+                "    baseline p={} d={} t={}: {} samples/s ({:.2}× slower than the plan found)",
+                b.pipeline,
+                b.data,
+                b.tensor,
+                significant(t, 4),
+                m.throughput_samples_per_second / t
+            )?,
+            None => outln!(
+                "    baseline p={} d={} t={}: infeasible ({})",
+                b.pipeline,
+                b.data,
+                b.tensor,
+                b.infeasible.as_deref().unwrap_or("")
+            )?,
+        }
+    }
+    Ok(())
+}
+
 fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
     let s = &doc.search;
     outln!(
@@ -253,84 +378,21 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
         archplace_job::chip::long(&best.configuration, best.hbm_bytes)
     )?;
     for m in &best.models {
-        outln!(
-            "  {}: {} samples/s ({} tokens/s), {} s per batch; micro-batch {}, recomputation {}{}, t = {}, d = {}, {}{}",
-            m.model,
-            significant(m.throughput_samples_per_second, 4),
-            significant(m.throughput_tokens_per_second, 4),
-            significant(m.time_per_batch_seconds, 3),
-            m.micro_batch,
-            m.recomputation.name(),
-            match m.precision {
-                Some(p) => format!(
-                    ", {}{}{}",
-                    p.name(),
-                    if m.distributed_optimizer {
-                        ", distributed optimizer"
-                    } else {
-                        ""
-                    },
-                    if m.sequence_parallel {
-                        ", sequence parallel"
-                    } else {
-                        ""
-                    }
-                ),
-                None => String::new(),
-            },
-            m.tensor_parallel,
-            m.data_parallel,
-            if m.pipeline_stages == 1 {
-                "1 pipeline stage".to_string()
-            } else {
-                format!("{} pipeline stages", m.pipeline_stages)
-            },
-            if m.pipeline_interleaving > 1 {
-                format!(", interleaved ({} chunks each)", m.pipeline_interleaving)
-            } else {
-                String::new()
-            }
-        )?;
-        let t = &m.time;
-        let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;
-        outln!(
-            "    limited by {}: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%, point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}%",
-            m.limiting,
-            share(t.forward_seconds),
-            share(t.backward_seconds),
-            share(t.recomputation_seconds),
-            share(t.tensor_parallel_communication_seconds),
-            share(t.pipeline_point_to_point_seconds),
-            share(t.pipeline_bubble_seconds),
-            share(t.data_parallel_communication_seconds),
-        )?;
-        let mem = &m.memory_bytes;
-        let gib = |b: f64| b / (1u64 << 30) as f64;
-        outln!(
-            "    memory of the most loaded stage: {:.1} GiB (weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1})",
-            gib(mem.total),
-            gib(mem.weights),
-            gib(mem.gradients),
-            gib(mem.optimizer),
-            gib(mem.activations),
-        )?;
-        if let Some(b) = &m.baseline {
-            match b.throughput_samples_per_second {
-                Some(t) => outln!(
-                    "    baseline p={} d={} t={}: {} samples/s ({:.2}× slower than the plan found)",
-                    b.pipeline,
-                    b.data,
-                    b.tensor,
-                    significant(t, 4),
-                    m.throughput_samples_per_second / t
-                )?,
-                None => outln!(
-                    "    baseline p={} d={} t={}: infeasible ({})",
-                    b.pipeline,
-                    b.data,
-                    b.tensor,
-                    b.infeasible.as_deref().unwrap_or("")
-                )?,
+        print_plan(m, doc.spec.devices)?;
+    }
+    // The chip and each plan, as `archplace estimate` takes them.
+    for m in &best.models {
+        if let Some(plan) = &m.plan {
+            outln!(
+                "  {} for `archplace estimate --mip` (the same numbers), in a spec with this model, [training] and [cluster]:",
+                m.model
+            )?;
+            for line in
+                archplace_spec::estimate_toml(&best.configuration.chip, best.hbm_bytes, plan)
+                    .lines()
+                    .filter(|l| !l.is_empty())
+            {
+                outln!("    {line}")?;
             }
         }
     }
@@ -351,4 +413,17 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
         dir.display()
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stage_split;
+
+    #[test]
+    fn stage_splits_shorten_runs_of_equal_stages() {
+        assert_eq!(stage_split(&[3; 8]), "3 (×8)");
+        assert_eq!(stage_split(&[0, 1, 1, 3, 3, 3, 2]), "0, 1 (×2), 3 (×3), 2");
+        assert_eq!(stage_split(&[80]), "80");
+        assert_eq!(stage_split(&[]), "");
+    }
 }

@@ -96,6 +96,34 @@ pub struct Settings {
     /// How a stage's memory and its data-parallel gradient synchronisation are counted.
     pub memory: MemoryRule,
     pub resync: Resync,
+    /// Which plans a framework can run: what the program may return.
+    pub runnable: Runnable,
+}
+
+/// Constraints that make a plan one a framework (Megatron-LM) can run. The reference's
+/// program has neither: it may leave devices idle and give replicas unequal shares of
+/// the batch (`⌈m / d⌉` micro-batches each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Runnable {
+    /// Stages × their devices × replicas use every device.
+    pub all_devices: bool,
+    /// The micro-batches split evenly over the replicas.
+    pub even_batches: bool,
+}
+
+impl Runnable {
+    /// Whether `d` replicas may run under these constraints, `devices` devices in all and
+    /// `micro_batches` per global batch.
+    pub fn allows_degree(&self, d: u64, devices: u64, micro_batches: u64) -> bool {
+        d > 0
+            && (!self.all_devices || devices.is_multiple_of(d))
+            && (!self.even_batches || micro_batches.is_multiple_of(d))
+    }
+
+    /// Whether a plan using `used` devices of `devices` may run.
+    pub fn allows_devices(&self, used: u64, devices: u64) -> bool {
+        !self.all_devices || used == devices
+    }
 }
 
 /// How a stage's memory and its gradient synchronisation are counted.
@@ -649,7 +677,14 @@ fn best_in_level(
     // fastest: the pipeline's time is the same, the all-reduce's `(d − 1)/d` grows with d,
     // and fewer replicas leave more devices to the stages. ⌈m / d⌉ takes about 2√m values:
     // with 4,096 micro-batches over 1,024 devices, 124 degrees instead of 1,024.
+    // With a runnable plan's constraints every allowed degree is tried: the smallest of a
+    // group may not be allowed.
+    let run = settings.runnable;
+    let constrained = run != Runnable::default();
     let degrees = (lo..=hi).filter(|&d| {
+        if constrained {
+            return run.allows_degree(d, settings.devices, settings.micro_batches);
+        }
         d == lo || ceil_div(settings.micro_batches, d - 1) != ceil_div(settings.micro_batches, d)
     });
     for d in degrees {
@@ -667,7 +702,8 @@ fn best_in_level(
                 }
                 let first = r.load(s as u64, settings.recompute);
                 for q in 0..p.qn {
-                    if p.devices_of(s - 1, q, uniform) > cap - a {
+                    let rest = p.devices_of(s - 1, q, uniform);
+                    if rest > cap - a || !run.allows_devices((a + rest) * d, settings.devices) {
                         continue;
                     }
                     for (e, rest) in p.front(p.idx(j, s - 1, q)).iter().enumerate() {
@@ -784,8 +820,15 @@ pub fn best_interleaved(
             let ranges: Vec<Range> = bounds.iter().map(|&(i, j)| st.range(i, j)).collect();
             let width = ranges.iter().map(|r| r.devices).max().unwrap_or(1);
             for d in 1..=max_d {
-                if p.saturating_mul(width).saturating_mul(d) > settings.devices {
+                let used = p.saturating_mul(width).saturating_mul(d);
+                if used > settings.devices {
                     break;
+                }
+                let run = settings.runnable;
+                if !run.allows_degree(d, settings.devices, settings.micro_batches)
+                    || !run.allows_devices(used, settings.devices)
+                {
+                    continue;
                 }
                 let m = ceil_div(settings.micro_batches, d);
                 let mut stages = Vec::with_capacity(bounds.len());
@@ -1016,6 +1059,12 @@ pub fn best_plan_exact(
                 for d in lo..=hi {
                     if devices * d > settings.devices {
                         break;
+                    }
+                    let run = settings.runnable;
+                    if !run.allows_degree(d, settings.devices, settings.micro_batches)
+                        || !run.allows_devices(devices * d, settings.devices)
+                    {
+                        continue;
                     }
                     let plan = evaluate(settings, st.width, d, stages.clone());
                     if best

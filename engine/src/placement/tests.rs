@@ -129,6 +129,19 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
         } else {
             Resync::FirstStage
         },
+        // A third of the cases ask for plans a framework runs (every device, an even
+        // split of the batch), checked against the oracle under the same constraints.
+        runnable: match rng.below(6) {
+            0 => Runnable {
+                all_devices: true,
+                even_batches: true,
+            },
+            1 => Runnable {
+                all_devices: true,
+                even_batches: false,
+            },
+            _ => Runnable::default(),
+        },
     };
     // A third of the cases count memory as Megatron-LM does, half of those with the
     // distributed optimizer.
@@ -323,6 +336,7 @@ fn branching_graphs_are_refused() {
             optimizer_copies: 0.0,
         },
         resync: Resync::FirstStage,
+        runnable: Default::default(),
     };
     assert_eq!(
         best_plan(&[chain], &settings),
@@ -412,6 +426,7 @@ fn uniform(
             sync_per_parameter_byte: 0.0,
         }),
         resync: Resync::LargestStage,
+        runnable: Default::default(),
     };
     (vec![chain], settings)
 }
@@ -640,6 +655,7 @@ fn placement_memory_grows_linearly_with_layers() {
             optimizer_copies: 1.0,
         },
         resync: Resync::LargestStage,
+        runnable: Default::default(),
     };
     let mut peaks = Vec::new();
     for n in [1_000, 4_000] {
@@ -672,6 +688,7 @@ fn a_chain_beyond_the_step_limit_is_refused_with_numbers() {
             optimizer_copies: 1.0,
         },
         resync: Resync::FirstStage,
+        runnable: Default::default(),
     };
     let most = max_layers(8, false);
     assert!(ProgramSize::of(most, 8, false).fits());

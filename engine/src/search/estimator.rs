@@ -43,6 +43,22 @@ impl Estimator<'_> {
         Ok(c)
     }
 
+    /// An operator's cost that [`Estimator::instance`] already fetched (the step model's
+    /// joules of a scheduled layer), without counting it as a hit of the memo; asked of the
+    /// model through [`Estimator::cost`] when it is not there.
+    pub(super) fn known(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
+        let found = self
+            .cache
+            .read()
+            .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?
+            .get(&(*core, op.clone()))
+            .copied();
+        match found {
+            Some(c) => Ok(c),
+            None => self.cost(core, op),
+        }
+    }
+
     /// The layer's schedule instance on `c`. Operators not yet memoised are estimated
     /// first, in one batched call per core configuration: a plugin call costs far more
     /// than an operator in a batch.

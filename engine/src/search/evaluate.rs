@@ -9,12 +9,14 @@ use super::schedules::Timed;
 use crate::model::{LayerKind, ModelGraph, OpGraph};
 use crate::placement::{
     self, Chain, Edge, Fixed, Layer as ChainLayer, MegatronMemory, MemoryRule, Plan, Resync,
-    Settings,
+    Runnable, Settings, StagePlan,
 };
 use crate::space::Candidate;
-use crate::step::{MemoryBreakdown, TimeBreakdown};
+use crate::step::{
+    self, LayerTiming, MemoryBreakdown, StepError, StepInput, StepPlan, StepReport, TimeBreakdown,
+};
 use crate::training::{MemoryModel, Recomputation, StateBytes};
-use archplace_plugin_sdk::AcceleratorConfig;
+use archplace_plugin_sdk::{AcceleratorConfig, CoreConfig, EstimateError, Op, OpCost};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -23,10 +25,56 @@ use std::time::Instant;
 type Times = HashMap<(usize, GraphKey), [Timed; 3]>;
 
 /// A placement group's chains (one per width) and its best plan at each HBM size.
-type Placed = (Vec<Chain>, Vec<Option<Plan>>);
+type Placed = (Vec<Chain>, Vec<Option<Priced>>);
 
 /// The best HBM size's mean throughput, index and per model: (run index, plan, its chains).
-type Choice<'p> = (f64, usize, Vec<(usize, &'p Plan, &'p [Chain])>);
+type Choice<'p> = (f64, usize, Vec<(usize, &'p Priced, &'p [Chain])>);
+
+/// A plan of the placement program, priced. With the Megatron-LM memory model the price is
+/// the step model's (`archplace estimate`'s: the program's objective only proposes), and
+/// `step` is the plan as `[plan]` gives it with its step; with the reference's memory
+/// model it is the program's own time per batch, as the reference system prices it.
+#[derive(Debug, Clone)]
+pub(super) struct Priced {
+    plan: Plan,
+    step: Option<(StepPlan, StepReport)>,
+    seconds: f64,
+}
+
+impl Timed {
+    /// The layer's timing as the step model takes it.
+    fn layer_timing(&self) -> LayerTiming {
+        LayerTiming::of(&self.fwd.timing, &self.bwd.timing)
+    }
+}
+
+/// Where a plan is priced: the chip, the HBM size (index) and the devices it runs on.
+#[derive(Debug, Clone, Copy)]
+struct At<'c> {
+    chip: &'c AcceleratorConfig,
+    hbm: usize,
+    devices: u64,
+}
+
+/// Blocks per pipeline stage of a placement's stages over a chain `embedding, block ×
+/// blocks, head`: the chain positions `1..=blocks` each stage holds.
+fn stage_blocks(stages: &[StagePlan], blocks: u64) -> Vec<u64> {
+    stages
+        .iter()
+        .map(|s| {
+            let from = (s.start as u64).max(1);
+            let to = (s.end as u64).min(blocks + 1);
+            to.saturating_sub(from)
+        })
+        .collect()
+}
+
+/// `Some(list)` unless the list is Megatron-LM's even split (then `None`).
+fn uneven(list: Vec<u64>, blocks: u64) -> Option<Vec<u64>> {
+    let p = list.len() as u64;
+    let even = p > 0 && blocks.is_multiple_of(p) && list.iter().all(|&b| b == blocks / p);
+    (!even).then_some(list)
+}
 
 impl Ctx<'_> {
     /// The chain of `g`. With the Megatron memory model each layer keeps what
@@ -119,6 +167,12 @@ impl Ctx<'_> {
             recompute,
             memory,
             resync: Resync::LargestStage,
+            // Only plans a framework runs: an even split of the batch over the replicas,
+            // and every device unless the spec says otherwise.
+            runnable: Runnable {
+                all_devices: self.input.use_all_devices,
+                even_batches: true,
+            },
         }
     }
 
@@ -147,12 +201,12 @@ impl Ctx<'_> {
         let t0 = Instant::now();
         let placed: Vec<Placed> = groups
             .par_iter()
-            .map(|run| self.place(run, &times))
+            .map(|run| self.place(run, &times, &cand.config))
             .collect();
         // Every (HBM size, group) as a run of its own, HBM size first (the order in which
         // ties go to the first).
         let mut runs: Vec<Run> = Vec::new();
-        let mut plans: Vec<Option<(&Plan, &[Chain])>> = Vec::new();
+        let mut plans: Vec<Option<(&Priced, &[Chain])>> = Vec::new();
         for h in 0..self.input.cluster.hbm_bytes.len() {
             for (run, (chains, each)) in groups.iter().zip(&placed) {
                 runs.push(Run { hbm: h, ..*run });
@@ -169,7 +223,7 @@ impl Ctx<'_> {
         };
         let reports = chosen
             .into_iter()
-            .map(|(k, plan, chains)| self.report(&runs[k], plan, chains, &times))
+            .map(|(k, priced, chains)| self.report(&runs[k], priced, chains, &times, &cand.config))
             .collect();
         Ok(Evaluated {
             index,
@@ -242,10 +296,11 @@ impl Ctx<'_> {
         groups
     }
 
-    /// One group placed: its chains (one per width) and its best plan at each HBM size —
-    /// over widths, ties to the narrowest; 1F1B by the placement program, interleaved 1F1B
-    /// (equal chunks) by its own evaluation.
-    fn place(&self, run: &Run, times: &Times) -> Placed {
+    /// One group placed: its chains (one per width) and its best plan at each HBM size.
+    /// The placement program proposes, per width, its best 1F1B plan (free stage
+    /// boundaries) and its best interleaved ones (equal chunks); each proposal is priced
+    /// (see [`Priced`]) and the fastest kept — ties to the narrowest width, then 1F1B.
+    fn place(&self, run: &Run, times: &Times, c: &AcceleratorConfig) -> Placed {
         let tr = &self.input.training;
         let memory_bytes: Vec<f64> = self
             .input
@@ -267,24 +322,14 @@ impl Ctx<'_> {
             .collect();
         // Each width has its own settings (what recomputation rematerialises depends on it).
         let t = Instant::now();
-        let mut plans: Vec<Option<Plan>> = vec![None; memory_bytes.len()];
-        let mut keep = |h: usize, p: Plan| {
-            if plans[h]
-                .as_ref()
-                .is_none_or(|b| p.time_per_batch < b.time_per_batch)
-            {
-                plans[h] = Some(p);
-            }
-        };
+        let mut proposed: Vec<Vec<Plan>> = vec![Vec::new(); memory_bytes.len()];
         for (key, chain) in keys.iter().zip(&chains) {
             let graph = &self.graphs[m][key];
             let settings = self.settings(run, graph);
             let one = std::slice::from_ref(chain);
             if let Ok(each) = placement::best_plans(one, &settings, &memory_bytes) {
                 for (h, p) in each.into_iter().enumerate() {
-                    if let Some(p) = p {
-                        keep(h, p);
-                    }
+                    proposed[h].extend(p);
                 }
             }
             for &v in tr.pipeline_interleaving.iter().filter(|&&v| v > 1) {
@@ -296,13 +341,144 @@ impl Ctx<'_> {
                     if let Ok(Some(p)) =
                         placement::best_interleaved(one, &at, v, graph.blocks as usize)
                     {
-                        keep(h, p);
+                        proposed[h].push(p);
                     }
                 }
             }
         }
         self.observer.placement(t.elapsed().as_secs_f64());
+        let plans = proposed
+            .into_iter()
+            .enumerate()
+            .map(|(h, plans)| {
+                plans
+                    .into_iter()
+                    .filter_map(|p| self.price(run, p, h, c, times))
+                    .fold(None, |best: Option<Priced>, p| match best {
+                        Some(b) if b.seconds <= p.seconds => Some(b),
+                        _ => Some(p),
+                    })
+            })
+            .collect();
         (chains, plans)
+    }
+
+    /// The step plan of a placement of `run`: the program's stages, widths and replicas
+    /// with the run's choices, as `[plan]` would give them.
+    fn step_plan(&self, run: &Run, plan: &Plan) -> StepPlan {
+        let tr = &self.input.training;
+        let t = plan.tensor_parallel;
+        let blocks = self.input.models[run.model].config.layers;
+        let stage_layers = if plan.interleaving > 1 {
+            None
+        } else {
+            uneven(stage_blocks(&plan.stages, blocks), blocks)
+        };
+        StepPlan {
+            tensor_parallel: t,
+            pipeline_parallel: plan.stages.len() as u64,
+            data_parallel: plan.data_parallel,
+            micro_batch: run.micro_batch,
+            interleaving: plan.interleaving.max(1),
+            recomputation: run.recompute,
+            sequence_parallel: run.sequence_parallel && t > 1,
+            precision: tr.precision(run.precision),
+            optimizer: tr.optimizer,
+            distributed_optimizer: run.distributed,
+            stage_layers,
+        }
+    }
+
+    /// The devices a plan runs on: every device of the cluster, or with
+    /// `use_all_devices = false` the ones it uses.
+    fn devices_for(&self, plan: &StepPlan) -> u64 {
+        if self.input.use_all_devices {
+            return self.input.cluster.devices;
+        }
+        plan.tensor_parallel
+            .saturating_mul(plan.pipeline_parallel)
+            .saturating_mul(plan.data_parallel)
+    }
+
+    /// The step of `plan` (of `run`, priced `at`) by the step model, from the candidate's
+    /// layer schedules.
+    fn step(
+        &self,
+        run: &Run,
+        plan: StepPlan,
+        at: At<'_>,
+        times: &Times,
+    ) -> Result<(StepPlan, StepReport), StepError> {
+        let tr = &self.input.training;
+        let t = plan.tensor_parallel;
+        let key = (
+            run.micro_batch,
+            t,
+            tr.element_bytes(run.precision),
+            run.sequence_parallel && t > 1,
+        );
+        let (Some(g), Some(timed)) = (
+            self.graphs[run.model].get(&key),
+            times.get(&(run.model, key)),
+        ) else {
+            return Err(StepError::Schedule(format!(
+                "tensor-parallel width {t} is not among the layer graphs"
+            )));
+        };
+        let timing = [
+            timed[0].layer_timing(),
+            timed[1].layer_timing(),
+            timed[2].layer_timing(),
+        ];
+        let input = StepInput {
+            model: self.input.models[run.model].config.clone(),
+            plan,
+            accelerator: *at.chip,
+            hbm_bytes: self.input.cluster.hbm_bytes[at.hbm],
+            devices: at.devices,
+            global_batch: tr.global_batch,
+            network: self.input.cluster.network,
+            peak_flops_per_second: None,
+            schedule: self.input.schedule,
+            execution: tr.execution,
+        };
+        let mut cost = |core: &CoreConfig, op: &Op| -> Result<OpCost, EstimateError> {
+            self.estimator.cost(core, op)
+        };
+        let report = step::estimate_timed_step(&input, g, &timing, &mut cost)?;
+        Ok((input.plan, report))
+    }
+
+    /// `plan` priced (see [`Priced`]); `None` when the step model refuses it (it needs
+    /// more memory by the step model's count than by the program's bound).
+    fn price(
+        &self,
+        run: &Run,
+        plan: Plan,
+        h: usize,
+        c: &AcceleratorConfig,
+        times: &Times,
+    ) -> Option<Priced> {
+        if self.input.training.memory_model == MemoryModel::Reference {
+            let seconds = plan.time_per_batch;
+            return Some(Priced {
+                plan,
+                step: None,
+                seconds,
+            });
+        }
+        let step_plan = self.step_plan(run, &plan);
+        let at = At {
+            chip: c,
+            hbm: h,
+            devices: self.devices_for(&step_plan),
+        };
+        let (step_plan, report) = self.step(run, step_plan, at, times).ok()?;
+        Some(Priced {
+            seconds: report.step_seconds,
+            plan,
+            step: Some((step_plan, report)),
+        })
     }
 
     /// Per HBM size, each model's best plan and their mean throughput; the HBM size with
@@ -310,7 +486,7 @@ impl Ctx<'_> {
     fn choose<'p>(
         &self,
         runs: &[Run],
-        plans: &[Option<(&'p Plan, &'p [Chain])>],
+        plans: &[Option<(&'p Priced, &'p [Chain])>],
     ) -> Result<Choice<'p>, String> {
         let global_batch = self.input.training.global_batch as f64;
         let mut best: Option<Choice> = None;
@@ -325,14 +501,10 @@ impl Ctx<'_> {
                     .enumerate()
                     .filter(|(_, (run, _))| run.hbm == h && run.model == m)
                     .filter_map(|(k, (_, p))| p.map(|(plan, chains)| (k, plan, chains)))
-                    .min_by(|a, b| {
-                        a.1.time_per_batch
-                            .total_cmp(&b.1.time_per_batch)
-                            .then(a.0.cmp(&b.0))
-                    });
+                    .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds).then(a.0.cmp(&b.0)));
                 match pick {
                     Some(p) => {
-                        sum += global_batch / p.1.time_per_batch;
+                        sum += global_batch / p.1.seconds;
                         chosen.push(p);
                     }
                     None => {
@@ -358,7 +530,15 @@ impl Ctx<'_> {
         best.ok_or(why_not)
     }
 
-    fn report(&self, run: &Run, plan: &Plan, chains: &[Chain], times: &Times) -> ModelPlan {
+    fn report(
+        &self,
+        run: &Run,
+        priced: &Priced,
+        chains: &[Chain],
+        times: &Times,
+        c: &AcceleratorConfig,
+    ) -> ModelPlan {
+        let plan = &priced.plan;
         let (m, b) = (run.model, run.micro_batch);
         let model = &self.input.models[m];
         let t = plan.tensor_parallel;
@@ -370,17 +550,23 @@ impl Ctx<'_> {
             run.sequence_parallel && t > 1,
         );
         let g = &self.graphs[m][&key];
-        let throughput = tr.global_batch as f64 / plan.time_per_batch;
+        let throughput = tr.global_batch as f64 / priced.seconds;
+        let step = priced.step.as_ref().map(|(_, report)| report);
         let stages = plan
             .stages
             .iter()
-            .map(|s| StageReport {
-                first_layer: layer_name(s.start, g.blocks),
-                last_layer: layer_name(s.end - 1, g.blocks),
-                layers: s.end - s.start,
-                devices: s.devices,
-                load_seconds: s.load,
-                memory_bytes: s.memory_bytes,
+            .enumerate()
+            .map(|(k, s)| {
+                // The step model's stage when it priced the plan (the same stages).
+                let by_step = step.and_then(|r| r.stages.get(k));
+                StageReport {
+                    first_layer: layer_name(s.start, g.blocks),
+                    last_layer: layer_name(s.end - 1, g.blocks),
+                    layers: s.end - s.start,
+                    devices: s.devices,
+                    load_seconds: by_step.map_or(s.load, |x| x.seconds_per_micro_batch),
+                    memory_bytes: by_step.map_or(s.memory_bytes, |x| x.memory_bytes.total),
+                }
             })
             .collect();
         let tm = &times[&(m, key)];
@@ -406,39 +592,14 @@ impl Ctx<'_> {
             backward_gap: tm[k].bwd.gap,
         })
         .collect();
-        let baseline = model.baseline.map(|bl| {
-            // Settings of the baseline's width (if the model has it; otherwise the fixed
-            // evaluation reports the missing width).
-            let width_graph = self.graphs[m]
-                .get(&(b, bl.tensor, key.2, run.sequence_parallel && bl.tensor > 1))
-                .unwrap_or(g);
-            let settings = self.settings(run, width_graph);
-            let fixed = Fixed {
-                pipeline: bl.pipeline,
-                tensor: bl.tensor,
-                data: bl.data,
-                transformer_layers: model.config.layers,
-            };
-            match placement::evaluate_fixed(chains, &settings, &fixed) {
-                Ok(p) => BaselineReport {
-                    pipeline: bl.pipeline,
-                    data: bl.data,
-                    tensor: bl.tensor,
-                    throughput_samples_per_second: Some(tr.global_batch as f64 / p.time_per_batch),
-                    time_per_batch_seconds: Some(p.time_per_batch),
-                    infeasible: None,
-                },
-                Err(e) => BaselineReport {
-                    pipeline: bl.pipeline,
-                    data: bl.data,
-                    tensor: bl.tensor,
-                    throughput_samples_per_second: None,
-                    time_per_batch_seconds: None,
-                    infeasible: Some(e.to_string()),
-                },
-            }
-        });
-        let (time, memory_bytes) = self.breakdown(run, plan, g, &times[&(m, key)]);
+        let baseline = model
+            .baseline
+            .map(|bl| self.baseline(run, &bl, chains, c, times));
+        let (time, memory_bytes) = match step {
+            Some(r) => (r.time, r.memory_bytes),
+            None => self.breakdown(run, plan, g, &times[&(m, key)]),
+        };
+        let step_plan = priced.step.as_ref().map(|(p, _)| p.clone());
         ModelPlan {
             model: model.config.name.clone(),
             micro_batch: b,
@@ -454,8 +615,10 @@ impl Ctx<'_> {
             data_parallel: plan.data_parallel,
             pipeline_stages: plan.stages.len(),
             pipeline_interleaving: plan.interleaving,
-            time_per_batch_seconds: plan.time_per_batch,
-            gradient_all_reduce_seconds: plan.resync_time,
+            stage_layers: stage_blocks(&plan.stages, g.blocks),
+            devices_used: t * plan.data_parallel * plan.stages.len() as u64,
+            time_per_batch_seconds: priced.seconds,
+            gradient_all_reduce_seconds: time.data_parallel_communication_seconds,
             throughput_samples_per_second: throughput,
             throughput_tokens_per_second: throughput * model.config.seq_len as f64,
             stages,
@@ -464,7 +627,101 @@ impl Ctx<'_> {
             memory_bytes,
             layers,
             baseline,
+            plan: step_plan,
         }
+    }
+
+    /// The baseline strategy on the same chip, HBM size and choices as `run`: with the
+    /// Megatron-LM memory model priced by the step model (its `p` stages of `⌈L/p⌉` blocks,
+    /// the last holding the rest; its own `t·p·d` devices), with the reference's by the
+    /// placement program's fixed evaluation, as the reference system does.
+    fn baseline(
+        &self,
+        run: &Run,
+        bl: &crate::training::Baseline,
+        chains: &[Chain],
+        c: &AcceleratorConfig,
+        times: &Times,
+    ) -> BaselineReport {
+        let tr = &self.input.training;
+        let report = |seconds: Result<f64, String>| BaselineReport {
+            pipeline: bl.pipeline,
+            data: bl.data,
+            tensor: bl.tensor,
+            throughput_samples_per_second: seconds
+                .as_ref()
+                .ok()
+                .map(|s| tr.global_batch as f64 / s),
+            time_per_batch_seconds: seconds.as_ref().ok().copied(),
+            infeasible: seconds.err(),
+        };
+        let model = &self.input.models[run.model];
+        if tr.memory_model == MemoryModel::Megatron {
+            let blocks = model.config.layers;
+            let (p, t) = (bl.pipeline.max(1), bl.tensor);
+            let per = blocks.div_ceil(p);
+            let list: Vec<u64> = (0..p)
+                .map(|k| {
+                    if k + 1 == p {
+                        blocks.saturating_sub(per * (p - 1))
+                    } else {
+                        per
+                    }
+                })
+                .collect();
+            let plan = StepPlan {
+                tensor_parallel: t,
+                pipeline_parallel: bl.pipeline,
+                data_parallel: bl.data,
+                micro_batch: run.micro_batch,
+                interleaving: 1,
+                recomputation: run.recompute,
+                sequence_parallel: run.sequence_parallel && t > 1,
+                precision: tr.precision(run.precision),
+                optimizer: tr.optimizer,
+                distributed_optimizer: run.distributed,
+                stage_layers: uneven(list, blocks),
+            };
+            let needed = t.saturating_mul(bl.pipeline).saturating_mul(bl.data);
+            if needed > self.input.cluster.devices {
+                return report(Err(format!(
+                    "t = {t} × p = {} × d = {} is {needed} devices; the cluster has {}",
+                    bl.pipeline, bl.data, self.input.cluster.devices
+                )));
+            }
+            let at = At {
+                chip: c,
+                hbm: run.hbm,
+                devices: needed,
+            };
+            return report(
+                self.step(run, plan, at, times)
+                    .map(|(_, r)| r.step_seconds)
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        // Settings of the baseline's width.
+        let element_bytes = tr.element_bytes(run.precision);
+        let sp = run.sequence_parallel && bl.tensor > 1;
+        let Some(width_graph) =
+            self.graphs[run.model].get(&(run.micro_batch, bl.tensor, element_bytes, sp))
+        else {
+            return report(Err(
+                placement::FixedError::NoSuchWidth(bl.tensor).to_string()
+            ));
+        };
+        let settings = self.settings(run, width_graph);
+        let fixed = Fixed {
+            pipeline: bl.pipeline,
+            tensor: bl.tensor,
+            data: bl.data,
+            transformer_layers: model.config.layers,
+        };
+        report(
+            placement::evaluate_fixed(chains, &settings, &fixed)
+                .map(|p| p.time_per_batch)
+                .map_err(|e| e.to_string()),
+        )
     }
 
     /// The time and memory breakdowns of a placed plan: the slowest stage's load split into

@@ -21,6 +21,9 @@ pub struct SearchInput {
     pub cluster: Cluster,
     pub convergence_window: u32,
     pub exhaustive: bool,
+    /// Plans use every device of the cluster (`[search] use_all_devices`); otherwise some
+    /// may stay idle, and a plan says how many it uses.
+    pub use_all_devices: bool,
     /// How layer schedules are solved (MIP time limit, accepted gap).
     pub schedule: ScheduleOptions,
 }

@@ -4,7 +4,7 @@
 
 use super::observe::Stats;
 use crate::model::LayerKind;
-use crate::step::{MemoryBreakdown, TimeBreakdown};
+use crate::step::{MemoryBreakdown, StepPlan, TimeBreakdown};
 use crate::training::{Precision, Recomputation};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::{Deserialize, Serialize};
@@ -68,13 +68,21 @@ pub struct ModelPlan {
     /// then list each device's layers as one range; they run as that many equal chunks).
     #[serde(default = "one")]
     pub pipeline_interleaving: u64,
+    /// Transformer blocks per pipeline stage, first to last (the embedding with the first
+    /// stage, the head with the last).
+    #[serde(default)]
+    pub stage_layers: Vec<u64>,
+    /// Devices the plan uses: `tensor_parallel × pipeline_stages × data_parallel` (all of
+    /// the cluster's unless `[search] use_all_devices = false`).
+    #[serde(default)]
+    pub devices_used: u64,
     pub time_per_batch_seconds: f64,
     pub gradient_all_reduce_seconds: f64,
     pub throughput_samples_per_second: f64,
     pub throughput_tokens_per_second: f64,
     pub stages: Vec<StageReport>,
     /// Where the time per batch goes on the slowest stage (the parts add up to
-    /// `time_per_batch_seconds`; the search has no optimizer-step term).
+    /// `time_per_batch_seconds`).
     #[serde(default)]
     pub time: TimeBreakdown,
     /// Memory per device of the most loaded stage.
@@ -86,6 +94,11 @@ pub struct ModelPlan {
     pub layers: Vec<LayerReport>,
     /// The baseline strategy on the same chip, HBM, micro-batch and recomputation.
     pub baseline: Option<BaselineReport>,
+    /// The plan as `archplace estimate`'s `[plan]` takes it, which prices it the same
+    /// (the Megatron-LM memory model; `None` with the reference's, whose plans the
+    /// placement program prices as the reference system does).
+    #[serde(default)]
+    pub plan: Option<StepPlan>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

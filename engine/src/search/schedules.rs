@@ -5,6 +5,7 @@ use super::context::{Ctx, JobError};
 use super::observe::ScheduleEvent;
 use crate::model::OpGraph;
 use crate::schedule::{self, Instance, Method};
+use crate::step::{self, GraphTiming};
 use archplace_plugin_sdk::AcceleratorConfig;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -31,6 +32,8 @@ pub(super) struct Scheduled {
     pub(super) util: (f64, f64),
     pub(super) optimal: bool,
     pub(super) gap: f64,
+    /// The schedule as the step model takes it (the same numbers, and the joules).
+    pub(super) timing: GraphTiming,
 }
 
 /// A layer schedule's solution, as far as the search uses it: what a memo of schedules
@@ -240,7 +243,7 @@ impl Ctx<'_> {
                 Err(k) => by_layer[&k],
             };
             not_proven += u64::from(!s.optimal && s.gap > gap);
-            out.push(self.scheduled(g, inst, s));
+            out.push(self.scheduled(g, inst, c, s)?);
         }
         if let Ok(mut st) = self.stats.lock() {
             st.schedules_solved += graphs.len() as u64;
@@ -250,28 +253,31 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    /// What the search keeps of the schedule `solved` of `graph`'s instance `inst`.
-    fn scheduled(&self, graph: &OpGraph, inst: &Instance, solved: Solved) -> Scheduled {
-        let core_seconds = graph
-            .nodes
-            .iter()
-            .zip(&inst.tasks)
-            .filter(|(n, _)| n.is_attention_core())
-            .map(|(_, t)| t.parallel)
-            .sum();
-        let link_seconds = inst
-            .tasks
-            .iter()
-            .filter(|t| t.resource == schedule::Resource::Link)
-            .map(|t| t.parallel)
-            .sum();
-        Scheduled {
+    /// What the search keeps of the schedule `solved` of `graph`'s instance `inst` on `c`:
+    /// timed by the step model's own function, so that a plan the search reports is
+    /// priced as `archplace estimate` prices it.
+    fn scheduled(
+        &self,
+        graph: &OpGraph,
+        inst: &Instance,
+        c: &AcceleratorConfig,
+        solved: Solved,
+    ) -> Result<Scheduled, JobError> {
+        let timing = step::graph_timing(
+            graph,
+            inst,
+            c,
+            (solved.makespan, solved.optimal, solved.gap),
+            |core, op| self.estimator.known(core, op),
+        )?;
+        Ok(Scheduled {
             seconds: solved.makespan,
-            core_seconds,
-            link_seconds,
+            core_seconds: timing.attention_core,
+            link_seconds: timing.link,
             util: solved.util,
             optimal: solved.optimal,
             gap: solved.gap,
-        }
+            timing,
+        })
     }
 }

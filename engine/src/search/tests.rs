@@ -61,6 +61,7 @@ fn tiny() -> (SearchInput, Space) {
         },
         convergence_window: 5,
         exhaustive: true,
+        use_all_devices: true,
         // The same deterministic scheduler on both sides; the MIP has its own tests.
         schedule: ScheduleOptions {
             heuristic_only: true,
@@ -202,6 +203,12 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 optimizer_copies: 1.0,
                             },
                             resync: Resync::LargestStage,
+                            // The plans the search proposes: every device, an even
+                            // split of the batch.
+                            runnable: placement::Runnable {
+                                all_devices: input.use_all_devices,
+                                even_batches: true,
+                            },
                         };
                         if let Some(p) = placement::best_plan_exact(&chains, &settings).unwrap() {
                             let thr = input.training.global_batch as f64 / p.time_per_batch;

@@ -16,16 +16,17 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         precision: Precision::Bf16Mixed,
         optimizer: Optimizer::Adam,
         distributed_optimizer: false,
+        stage_layers: None,
     }
 }
 
 fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
     StepInput {
         model: preset("gpt3-175b").unwrap(),
+        devices: plan.tensor_parallel * plan.pipeline_parallel * plan.data_parallel,
         plan,
         accelerator: REFERENCE_CONFIG,
         hbm_bytes: hbm_gib << 30,
-        devices: plan.tensor_parallel * plan.pipeline_parallel * plan.data_parallel,
         global_batch: 1536,
         network: Network {
             node_size: 8,
@@ -287,4 +288,76 @@ fn ring_collectives_go_hierarchical_across_nodes() {
             2.0 * 63.0 / 64.0 * bytes / 4e9
         ) < 1e-12
     );
+}
+
+/// A stage list that is the even split prices exactly as the even split; an uneven one
+/// moves blocks, their time and their memory between stages, and the step is the slowest
+/// stage's: taking two blocks off the first stage (which holds the embedding) and giving
+/// them to the second makes the second the slowest.
+#[test]
+fn a_stage_list_moves_blocks_between_stages() {
+    let model = ReferenceModel::default();
+    let even = estimate_step(&gpt3(plan(8, 8, 4), 1 << 20), &model).unwrap();
+    let mut listed = plan(8, 8, 4);
+    listed.stage_layers = Some(vec![12; 8]);
+    let same = estimate_step(&gpt3(listed, 1 << 20), &model).unwrap();
+    assert_eq!(even, same);
+
+    let mut moved = plan(8, 8, 4);
+    moved.stage_layers = Some(vec![10, 14, 12, 12, 12, 12, 12, 12]);
+    let r = estimate_step(&gpt3(moved, 1 << 20), &model).unwrap();
+    let blocks: Vec<u64> = r.stages.iter().map(|s| s.blocks).collect();
+    assert_eq!(blocks, [10, 14, 12, 12, 12, 12, 12, 12]);
+    assert!(r.stages[1].seconds_per_micro_batch > even.stages[1].seconds_per_micro_batch);
+    assert!(r.stages[0].seconds_per_micro_batch < even.stages[0].seconds_per_micro_batch);
+    assert!(r.stages[1].memory_bytes.total > even.stages[1].memory_bytes.total);
+    let slowest = r
+        .stages
+        .iter()
+        .map(|s| s.seconds_per_micro_batch)
+        .fold(0.0, f64::max);
+    assert_eq!(slowest, r.stages[1].seconds_per_micro_batch);
+    // The step: m micro-batches of the slowest stage plus the bubble of (p − 1) of them.
+    let m = r.micro_batches_per_replica as f64;
+    let pipeline =
+        r.time.total() - r.time.data_parallel_communication_seconds - r.time.optimizer_step_seconds;
+    assert!(rel(pipeline, (m + 7.0) * slowest) < 1e-12, "{pipeline}");
+    assert!(r.step_seconds > even.step_seconds);
+}
+
+/// A stage list must give each stage's blocks (one per stage, summing to the model's,
+/// none empty but the first and the last) and cannot be interleaved.
+#[test]
+fn a_stage_list_that_does_not_fit_the_plan_is_refused_with_the_numbers() {
+    let cases: [(Vec<u64>, u64); 5] = [
+        (vec![12; 7], 1),
+        (vec![13; 8], 1),
+        (vec![12, 12, 0, 24, 12, 12, 12, 12], 1),
+        (vec![12; 8], 2),
+        (vec![], 1),
+    ];
+    for (list, v) in cases {
+        let mut pl = plan(8, 8, 4);
+        pl.stage_layers = Some(list.clone());
+        pl.interleaving = v;
+        let e = check(&gpt3(pl, 80)).unwrap_err();
+        assert_eq!(
+            e,
+            StepError::StageLayers {
+                stages: list,
+                pipeline: 8,
+                layers: 96,
+                interleaving: v,
+            }
+        );
+        assert!(e.to_string().contains("summing to the model's 96"), "{e}");
+    }
+    // The first and the last stage may hold only the embedding or the head.
+    let mut pl = plan(8, 3, 4);
+    pl.stage_layers = Some(vec![0, 96, 0]);
+    let input = StepInput {
+        devices: 96,
+        ..gpt3(pl, 1 << 20)
+    };
+    assert_eq!(check(&input), Ok(()));
 }

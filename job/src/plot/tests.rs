@@ -126,6 +126,8 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         data_parallel: 4,
         pipeline_stages: stages.len(),
         pipeline_interleaving: 1,
+        stage_layers: vec![12, 12],
+        devices_used: 8 * 2 * 4,
         time_per_batch_seconds: 1.5,
         gradient_all_reduce_seconds: 0.25,
         throughput_samples_per_second: 2730.0,
@@ -149,6 +151,7 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         limiting: "backward".into(),
         layers: Vec::new(),
         baseline: None,
+        plan: None,
     }
 }
 

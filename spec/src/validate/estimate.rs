@@ -56,11 +56,19 @@ pub(super) fn estimate(
         vector_width: chip.vector_width,
         buffer_bytes: buffer.unwrap_or(0),
     };
-    let plan = plan_of(p, training);
+    let mut plan = plan_of(p, training);
+    match models
+        .first()
+        .map(|m| stage_layers(ctx, &pp, p, m.config.layers))
+    {
+        Some(Some(list)) => plan.stage_layers = list,
+        Some(None) => ok = false,
+        None => {}
+    }
     if let Some(first) = models.first() {
         let template = StepInput {
             model: first.config.clone(),
-            plan,
+            plan: plan.clone(),
             accelerator,
             hbm_bytes: hbm.unwrap_or(0),
             devices: cluster.devices,
@@ -273,7 +281,83 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .distributed_optimizer
             .or_else(|| training.distributed_optimizer.first().copied())
             .unwrap_or(false),
+        stage_layers: None,
     }
+}
+
+/// The blocks per pipeline stage `[plan]` gives for a model of `layers` blocks: its
+/// `stage_layers` list, or the list `first_stage_layers`/`last_stage_layers` make with the
+/// other stages split evenly (as Megatron-LM splits them); `Some(None)` for an even split,
+/// `None` when reported. The list is checked against the model by the step model's check.
+fn stage_layers(
+    ctx: &mut Ctx<'_>,
+    pp: &FieldPath,
+    p: &RawPlan,
+    layers: u64,
+) -> Option<Option<Vec<u64>>> {
+    let ends = (p.first_stage_layers, p.last_stage_layers);
+    if let Some(list) = &p.stage_layers {
+        if ends != (None, None) {
+            let key = if ends.0.is_some() {
+                "first_stage_layers"
+            } else {
+                "last_stage_layers"
+            };
+            ctx.error(
+                &pp.key(key),
+                "give `stage_layers` or `first_stage_layers`/`last_stage_layers`, not both",
+                Some("`stage_layers` lists every stage; remove the other keys".into()),
+            );
+            return None;
+        }
+        return Some(Some(list.clone()));
+    }
+    if ends == (None, None) {
+        return Some(None);
+    }
+    let stages = p.pipeline_parallel;
+    if stages == 0 {
+        // Reported with the counts.
+        return Some(None);
+    }
+    let (first, last) = ends;
+    let fixed = u64::from(first.is_some()) + u64::from(last.is_some());
+    let given = first.unwrap_or(0).saturating_add(last.unwrap_or(0));
+    let middle = stages.saturating_sub(fixed);
+    let rest = layers.checked_sub(given);
+    let key = if first.is_some() {
+        "first_stage_layers"
+    } else {
+        "last_stage_layers"
+    };
+    let even = match rest {
+        Some(r) if stages > fixed || (stages == fixed && r == 0) => {
+            if middle == 0 {
+                Some(0)
+            } else {
+                r.is_multiple_of(middle).then(|| r / middle)
+            }
+        }
+        _ => None,
+    };
+    let Some(each) = even else {
+        ctx.error(
+            &pp.key(key),
+            format!(
+                "the {layers} blocks less the first/last stage's {given} do not split evenly over the other {middle} of the {stages} pipeline stage(s)"
+            ),
+            Some("or list every stage's blocks with `stage_layers = [...]`".into()),
+        );
+        return None;
+    };
+    let mut list = vec![each; stages as usize];
+    if let (Some(f), Some(slot)) = (first, list.first_mut()) {
+        *slot = f;
+    }
+    if let (Some(l), Some(slot)) = (last, list.last_mut()) {
+        *slot = l;
+    }
+    Some(Some(list))
 }
 
 /// The plan against every model (estimate itself takes one), whatever else is wrong; each
@@ -293,6 +377,7 @@ fn plan_fits(ctx: &mut Ctx<'_>, pp: &FieldPath, input: &StepInput, models: &[Mod
                 StepError::Devices { .. } => "data_parallel",
                 StepError::Batch { .. } => "micro_batch",
                 StepError::Interleaving { .. } => "interleaving",
+                StepError::StageLayers { .. } => "stage_layers",
                 _ => "",
             };
             let at = if key.is_empty() {

@@ -13,6 +13,7 @@ mod cost_model;
 mod estimate;
 mod models;
 mod rules;
+mod runnable;
 mod space;
 mod training;
 
@@ -21,6 +22,7 @@ use cost_model::cost_model;
 pub(crate) use cost_model::cost_model_errors;
 use estimate::estimate;
 use models::models;
+use runnable::runnable;
 use space::space;
 use training::training;
 
@@ -92,6 +94,9 @@ pub(super) fn validate(
     } else {
         None
     };
+    if let (Some(m), Some(t), Some(c), Some(s)) = (&models, &training, &cluster, &space) {
+        runnable(ctx, m, t, c, s);
+    }
     if !failed.is_empty() {
         return None;
     }
