@@ -1012,3 +1012,62 @@ fn estimate_op_prices_one_operator() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("softmax"), "{}", stderr(&o));
 }
+
+/// `archplace explain DIR` says why the winner wins from the folder's files alone: what
+/// limits it, the chips it beat with what limits them and what differs, and its
+/// neighbours along each axis — the same explanation the run put in `result.json` and its
+/// summary.
+#[test]
+fn explain_says_why_the_winner_wins() {
+    let _gate = crate::util::shared();
+    let (dir, path) = temp_spec("explain.toml", &eight_layers("explain", true));
+    let out = dir.path().join("out");
+    let o = run(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = stdout(&o);
+    let o = run(&["explain", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in [
+        "why: tiny is limited by",
+        "differs in: ",
+        "sensitivity (neighbours of the winner",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+        assert!(summary.contains(needle), "{needle}: {summary}");
+    }
+    assert!(
+        text.contains("next best (") || text.contains("near-tie ("),
+        "{text}"
+    );
+    let o = run(&["explain", out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let result = read_json(&out.join("result.json"));
+    assert_eq!(e, result["explanation"]);
+    let rivals = e["rivals"].as_array().unwrap();
+    assert!(!rivals.is_empty());
+    for r in rivals {
+        let rel = r["relative_to_best"].as_f64().unwrap();
+        assert!(rel > 0.0 && rel <= 1.0, "{r}");
+    }
+    // Every axis the space varies has the winner's neighbours (the search was exhaustive).
+    let axes: Vec<&str> = e["sensitivities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["axis"].as_str().unwrap())
+        .collect();
+    for axis in ["tensor_cores", "vector_cores", "width", "depth"] {
+        assert!(axes.contains(&axis), "{axis}: {axes:?}");
+    }
+    // A folder without results is an error with the path.
+    let o = run(&["explain", dir.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("result.json"), "{}", stderr(&o));
+}

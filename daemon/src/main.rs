@@ -68,6 +68,9 @@ enum Command {
     /// time and where it goes, memory per device, throughput, FLOP rates, energy. `estimate
     /// op`: one operator on that chip. Exit 3 when the plan cannot run.
     Estimate(cli::estimate::EstimateArgs),
+    /// Why the winner of a finished search wins: the chips it beat and what limits each,
+    /// what they differ in, and the winner's neighbours along each axis.
+    Explain(cli::explain::ExplainArgs),
     /// Solve a device-placement problem in the reference system's JSON format and write
     /// its output fields (to OUT, atomically, or to stdout).
     Placement(cli::placement::PlacementArgs),
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Command::Model(args) => cli::model::run(args),
         Command::Space(args) => cli::space::run(args, plugins),
         Command::Estimate(args) => cli::estimate::run(args, plugins),
+        Command::Explain(args) => cli::explain::run(args),
         Command::Placement(args) => cli::placement::run(args),
         Command::Schedule(args) => cli::schedule::run(args),
     };

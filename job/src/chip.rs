@@ -23,12 +23,15 @@ pub fn short(c: &AcceleratorConfig) -> String {
 /// 64 vector cores of 256 lanes, 32 MiB buffer, 265.78 mm²; HBM 32 GiB`.
 pub fn long(c: &Configuration, hbm_bytes: u64) -> String {
     let k = &c.chip;
+    let s = |n: u32| if n == 1 { "" } else { "s" };
     format!(
-        "{} tensor cores of {}×{}, {} vector cores of {} lanes, {} buffer, {:.2} mm²; HBM {}",
+        "{} tensor core{} of {}×{}, {} vector core{} of {} lanes, {} buffer, {:.2} mm²; HBM {}",
         k.tensor_cores,
+        s(k.tensor_cores),
         k.width,
         k.depth,
         k.vector_cores,
+        s(k.vector_cores),
         k.vector_width,
         format_bytes(k.buffer_bytes),
         c.area_mm2,
@@ -60,5 +63,11 @@ mod tests {
             )
         );
         assert!(long(&conf, 32 << 30).ends_with(", 265.78 mm²; HBM 32 GiB"));
+        let mut one = conf.clone();
+        one.chip.tensor_cores = 1;
+        one.chip.vector_cores = 1;
+        let text = long(&one, 32 << 30);
+        assert!(text.starts_with("1 tensor core of "), "{text}");
+        assert!(text.contains(", 1 vector core of "), "{text}");
     }
 }

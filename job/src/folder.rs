@@ -28,6 +28,53 @@ pub const RESULT: &str = "result.json";
 /// of kilobytes); anything larger is not one archplace wrote.
 const MAX_RESULT_BYTES: u64 = 64 << 20;
 
+/// The file of every evaluated candidate, a line each.
+pub const EXPLORED: &str = "explored.jsonl";
+
+/// The largest `explored.jsonl` read back: about 1.5 kB a candidate, so room for the
+/// largest spaces a search may enumerate.
+const MAX_EXPLORED_BYTES: u64 = 8 << 30;
+
+/// Why a result folder could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: archplace_util::files::ReadError,
+    },
+    #[error("{path}, line {line}: not a result archplace wrote: {source}")]
+    Format {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
+}
+
+/// The `result.json` and `explored.jsonl` of a finished search's folder.
+pub fn read_results(dir: &Path) -> Result<(ResultDoc, Vec<ExploredLine>), ReadError> {
+    let read = |name: &str, cap: u64| {
+        let path = dir.join(name);
+        archplace_util::files::read_regular(&path, cap)
+            .map_err(|source| ReadError::Io { path, source })
+    };
+    let format = |name: &str, line: usize, source| ReadError::Format {
+        path: dir.join(name),
+        line,
+        source,
+    };
+    let doc: ResultDoc = serde_json::from_slice(&read(RESULT, MAX_RESULT_BYTES)?)
+        .map_err(|e| format(RESULT, e.line(), e))?;
+    let bytes = read(EXPLORED, MAX_EXPLORED_BYTES)?;
+    let explored = bytes
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(k, l)| serde_json::from_slice(l).map_err(|e| format(EXPLORED, k + 1, e)))
+        .collect::<Result<Vec<ExploredLine>, _>>()?;
+    Ok((doc, explored))
+}
+
 /// The default result folder of a spec: `<root>/<name>/<first 16 hex digits of its hash>`.
 pub fn result_dir(root: &Path, spec: &Spec) -> PathBuf {
     root.join(&spec.name)
@@ -84,7 +131,7 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     };
     std::fs::create_dir_all(dir).map_err(err(dir))?;
     // Streamed: a line per candidate, never the whole file in memory.
-    let path = dir.join("explored.jsonl");
+    let path = dir.join(EXPLORED);
     atomic::write_with(&path, |w| {
         for e in &finished.outcome.explored {
             serde_json::to_writer(&mut *w, &ExploredLine::from(e))

@@ -13,6 +13,7 @@
 
 pub mod chip;
 pub mod estimate;
+pub mod explain;
 pub mod folder;
 pub mod journal;
 pub mod memory;

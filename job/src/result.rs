@@ -30,7 +30,7 @@ pub struct CostModels {
     pub latency_source: ModelSource,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Configuration {
     /// The chip's axes, as the SDK's record (flattened: `tensor_cores`, `width`, ...).
     #[serde(flatten)]
@@ -140,6 +140,9 @@ pub struct ResultDoc {
     #[serde(default)]
     pub near_ties: Vec<NearTie>,
     pub search: SearchSummary,
+    /// Why the winner wins (`null` when no chip trained every model).
+    #[serde(default)]
+    pub explanation: Option<crate::explain::Explanation>,
     pub timings: Timings,
     pub work: Work,
 }

@@ -9,8 +9,8 @@
 use crate::journal::{self, Journal};
 use crate::memory;
 use crate::result::{
-    Best, Configuration, CostModels as Identity, PoolStatus, RESULT_FORMAT_VERSION, ResultDoc,
-    SearchSummary, SpecRef, Timings, Work, near_ties,
+    Best, Configuration, CostModels as Identity, ExploredLine, PoolStatus, RESULT_FORMAT_VERSION,
+    ResultDoc, SearchSummary, SpecRef, Timings, Work, near_ties,
 };
 use archplace_cost_port::{CostModelSource, CostModels};
 use archplace_engine::search::{
@@ -329,7 +329,7 @@ impl Prepared<'_> {
         } = facts;
         let spec = self.spec;
         let s: &Stats = &outcome.stats;
-        ResultDoc {
+        let mut doc = ResultDoc {
             format_version: RESULT_FORMAT_VERSION,
             archplace_version: env!("CARGO_PKG_VERSION").to_string(),
             spec: SpecRef {
@@ -377,7 +377,11 @@ impl Prepared<'_> {
                 placements_solved: s.placements_solved,
                 pool,
             },
-        }
+            explanation: None,
+        };
+        let lines: Vec<ExploredLine> = outcome.explored.iter().map(ExploredLine::from).collect();
+        doc.explanation = crate::explain::explain(&doc, &lines);
+        doc
     }
 }
 

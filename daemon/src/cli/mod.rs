@@ -30,6 +30,7 @@ macro_rules! err {
 
 pub mod daemon;
 pub mod estimate;
+pub mod explain;
 pub mod model;
 pub mod placement;
 pub mod plugin;

@@ -396,12 +396,22 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
             }
         }
     }
-    for tie in &doc.near_ties {
-        outln!(
-            "near-tie ({:.2}% slower): {}",
-            100.0 * (1.0 - tie.relative_to_best),
-            archplace_job::chip::long(&tie.configuration, tie.hbm_bytes)
-        )?;
+    // Why the winner wins: the chips it beat (near-ties first) and what each differs in.
+    match &doc.explanation {
+        Some(e) => {
+            for line in archplace_job::explain::render(e).lines() {
+                outln!("{line}")?;
+            }
+        }
+        None => {
+            for tie in &doc.near_ties {
+                outln!(
+                    "near-tie ({:.2}% slower): {}",
+                    100.0 * (1.0 - tie.relative_to_best),
+                    archplace_job::chip::long(&tie.configuration, tie.hbm_bytes)
+                )?;
+            }
+        }
     }
     let w = &doc.work;
     outln!(

@@ -1,0 +1,384 @@
+//! Why the winner wins, from what a search wrote: the winner against the next best chips
+//! and the largest chip that trained every model, the resource that limits each, what each
+//! near-tie differs in, and the winner's one-axis sensitivities (its neighbours along each
+//! axis of the space that the search evaluated). Read from `result.json` and
+//! `explored.jsonl` alone, so `archplace explain DIR` says the same of an old result as the
+//! run's summary said when it ended.
+
+use crate::chip;
+use crate::result::{Configuration, ExploredLine, PlanLine, ResultDoc};
+use archplace_plugin_sdk::units::format_bytes;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Chips other than the winner compared with it, by role.
+const NEXT_BEST: usize = 3;
+/// The layers' share of a step: their operators on the chip, at its compute rate or its
+/// HBM bandwidth as the latency model prices each (the plugin interface does not say which
+/// bound an operator hit).
+const CHIP: &str = "the chip's compute and HBM traffic";
+/// A stage this full of HBM (by the step model's count) is limited by its capacity.
+const HBM_FULL: f64 = 0.9;
+
+/// The explanation of a search's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// What limits the winner, per model.
+    pub best: Vec<Limit>,
+    /// The next best chips and the largest chip that trained every model, each with what
+    /// limits it and what it differs in from the winner.
+    pub rivals: Vec<Rival>,
+    /// The winner's neighbours along each axis of the space, as far as they were evaluated.
+    pub sensitivities: Vec<Sensitivity>,
+}
+
+/// What limits one model's plan on a chip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limit {
+    pub model: String,
+    /// The largest share of the step: the chip (the layers' operators: compute and HBM
+    /// bandwidth, as the latency model prices them), `tensor-parallel network`,
+    /// `pipeline network`, `data-parallel network`, `pipeline bubble` or `optimizer step`.
+    pub resource: String,
+    /// Its share of the step time.
+    pub share: f64,
+    /// The most loaded stage's memory over the HBM size.
+    pub hbm_fraction: f64,
+    /// Whether HBM capacity binds (at least 90% full): a smaller HBM, or a plan that keeps
+    /// more, does not fit.
+    pub hbm_bound: bool,
+}
+
+/// A chip the winner beat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rival {
+    /// `near-tie` (within 1% of the winner), `next best` or `largest`.
+    pub role: String,
+    pub configuration: Configuration,
+    pub hbm_bytes: u64,
+    pub relative_to_best: f64,
+    pub limits: Vec<Limit>,
+    /// What differs from the winner: chip axes, plan choices, and the time parts that
+    /// moved most.
+    pub differences: Vec<String>,
+}
+
+/// The winner's neighbours along one axis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sensitivity {
+    pub axis: String,
+    /// The winner's value.
+    pub value: u64,
+    /// The nearest smaller and larger values the search evaluated, with the throughput
+    /// relative to the winner (`None`: the chip trains no model at any HBM size).
+    pub neighbours: Vec<(u64, Option<f64>)>,
+}
+
+/// The axes of a chip, with their values.
+fn axes(c: &Configuration) -> [(&'static str, u64); 6] {
+    let k = &c.chip;
+    [
+        ("tensor_cores", k.tensor_cores.into()),
+        ("vector_cores", k.vector_cores.into()),
+        ("width", k.width.into()),
+        ("depth", k.depth.into()),
+        ("vector_width", k.vector_width.into()),
+        ("buffer_bytes", k.buffer_bytes),
+    ]
+}
+
+/// The explanation of `doc`'s answer from the candidates of `explored`; `None` when no chip
+/// trained every model.
+pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation> {
+    let best = doc.best.as_ref()?;
+    let top = best.mean_throughput_samples_per_second;
+    let is_best =
+        |e: &ExploredLine| e.configuration.chip == best.configuration.chip && e.hbm_bytes.is_some();
+    let best_plans: Vec<PlanLine> = best.models.iter().map(PlanLine::from).collect();
+    let mut fitting: Vec<&ExploredLine> = explored
+        .iter()
+        .filter(|e| e.mean_throughput_samples_per_second.is_some() && !is_best(e))
+        .collect();
+    // Best first; equal throughput: the smaller chip, then visit order.
+    fitting.sort_by(|a, b| {
+        throughput(b)
+            .total_cmp(&throughput(a))
+            .then(
+                a.configuration
+                    .area_mm2
+                    .total_cmp(&b.configuration.area_mm2),
+            )
+            .then(a.index.cmp(&b.index))
+    });
+    let rival = |role: &str, e: &ExploredLine| Rival {
+        role: role.into(),
+        configuration: e.configuration.clone(),
+        hbm_bytes: e.hbm_bytes.unwrap_or(0),
+        relative_to_best: if top > 0.0 { throughput(e) / top } else { 0.0 },
+        limits: e
+            .plans
+            .iter()
+            .map(|p| limit(p, e.hbm_bytes.unwrap_or(0)))
+            .collect(),
+        differences: differences(
+            (&best.configuration, best.hbm_bytes, &best_plans),
+            (&e.configuration, e.hbm_bytes.unwrap_or(0), &e.plans),
+        ),
+    };
+    let mut rivals: Vec<Rival> = fitting
+        .iter()
+        .take(NEXT_BEST)
+        .map(|e| {
+            let tie = throughput(e) >= top * (1.0 - crate::result::NEAR_TIE);
+            rival(if tie { "near-tie" } else { "next best" }, e)
+        })
+        .collect();
+    let largest = fitting.iter().max_by(|a, b| {
+        a.configuration
+            .area_mm2
+            .total_cmp(&b.configuration.area_mm2)
+            .then(b.index.cmp(&a.index))
+    });
+    if let Some(l) = largest
+        && l.configuration.area_mm2 > best.configuration.area_mm2
+    {
+        rivals.push(rival("largest", l));
+    }
+    Some(Explanation {
+        best: best_plans
+            .iter()
+            .map(|p| limit(p, best.hbm_bytes))
+            .collect(),
+        rivals,
+        sensitivities: sensitivities(&best.configuration, top, explored),
+    })
+}
+
+fn throughput(e: &ExploredLine) -> f64 {
+    e.mean_throughput_samples_per_second.unwrap_or(0.0)
+}
+
+/// What limits `p` on a chip with `hbm_bytes` of HBM.
+pub fn limit(p: &PlanLine, hbm_bytes: u64) -> Limit {
+    let t = &p.time;
+    let parts = [
+        (
+            CHIP,
+            t.forward_seconds + t.backward_seconds + t.recomputation_seconds,
+        ),
+        (
+            "tensor-parallel network",
+            t.tensor_parallel_communication_seconds,
+        ),
+        ("pipeline network", t.pipeline_point_to_point_seconds),
+        (
+            "data-parallel network",
+            t.data_parallel_communication_seconds,
+        ),
+        ("pipeline bubble", t.pipeline_bubble_seconds),
+        ("optimizer step", t.optimizer_step_seconds),
+    ];
+    let (resource, seconds) = parts
+        .into_iter()
+        .fold((CHIP, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+    let total = p.time_per_batch_seconds.max(f64::MIN_POSITIVE);
+    let hbm_fraction = if hbm_bytes > 0 {
+        p.memory_bytes.total / hbm_bytes as f64
+    } else {
+        0.0
+    };
+    Limit {
+        model: p.model.clone(),
+        resource: resource.into(),
+        share: seconds / total,
+        hbm_fraction,
+        hbm_bound: hbm_fraction >= HBM_FULL,
+    }
+}
+
+/// What differs between the winner `a` and `b`: chip axes, HBM, each model's plan
+/// choices, and the two time parts that moved most.
+fn differences(
+    a: (&Configuration, u64, &[PlanLine]),
+    b: (&Configuration, u64, &[PlanLine]),
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for ((name, x), (_, y)) in axes(a.0).into_iter().zip(axes(b.0)) {
+        if x != y {
+            out.push(if name == "buffer_bytes" {
+                format!("buffer {} → {}", format_bytes(x), format_bytes(y))
+            } else {
+                format!("{name} {x} → {y}")
+            });
+        }
+    }
+    if a.1 != b.1 {
+        out.push(format!("HBM {} → {}", format_bytes(a.1), format_bytes(b.1)));
+    }
+    for (p, q) in a.2.iter().zip(b.2) {
+        let choices = |p: &PlanLine| {
+            [
+                ("t", p.tensor_parallel.to_string()),
+                ("p", p.pipeline_stages.to_string()),
+                ("d", p.data_parallel.to_string()),
+                ("micro-batch", p.micro_batch.to_string()),
+                ("recomputation", p.recomputation.name().to_string()),
+                ("interleaving", p.pipeline_interleaving.to_string()),
+                (
+                    "precision",
+                    p.precision.map_or("-".into(), |x| x.name().to_string()),
+                ),
+                ("distributed optimizer", p.distributed_optimizer.to_string()),
+                ("sequence parallel", p.sequence_parallel.to_string()),
+            ]
+        };
+        let changed: Vec<String> = choices(p)
+            .into_iter()
+            .zip(choices(q))
+            .filter(|(x, y)| x.1 != y.1)
+            .map(|(x, y)| format!("{} {} → {}", x.0, x.1, y.1))
+            .collect();
+        if !changed.is_empty() {
+            out.push(format!("{}: {}", p.model, changed.join(", ")));
+        }
+        let mut moved: Vec<(&str, f64)> = p
+            .time
+            .parts()
+            .into_iter()
+            .zip(q.time.parts())
+            .map(|((name, x), (_, y))| (name, y - x))
+            .filter(|(_, d)| *d != 0.0)
+            .collect();
+        moved.sort_by(|x, y| y.1.abs().total_cmp(&x.1.abs()));
+        let moved: Vec<String> = moved
+            .iter()
+            .take(2)
+            .map(|(name, d)| format!("{name} {}", signed_seconds(*d)))
+            .collect();
+        if !moved.is_empty() {
+            out.push(format!("{} per batch: {}", p.model, moved.join(", ")));
+        }
+    }
+    out
+}
+
+fn signed_seconds(s: f64) -> String {
+    let sign = if s < 0.0 { "−" } else { "+" };
+    let a = s.abs();
+    if a >= 1.0 {
+        format!("{sign}{a:.3} s")
+    } else if a >= 1e-3 {
+        format!("{sign}{:.1} ms", a * 1e3)
+    } else {
+        format!("{sign}{:.1} µs", a * 1e6)
+    }
+}
+
+/// Per axis, the nearest smaller and larger value among the evaluated chips equal to the
+/// winner on every other axis (along `width`, a vector width tied to it moves with it).
+fn sensitivities(best: &Configuration, top: f64, explored: &[ExploredLine]) -> Vec<Sensitivity> {
+    let mine = axes(best);
+    let mut out = Vec::new();
+    for (k, &(axis, value)) in mine.iter().enumerate() {
+        let along: Vec<(u64, Option<f64>)> = explored
+            .iter()
+            .filter_map(|e| {
+                let theirs = axes(&e.configuration);
+                // A space without its own vector widths ties them to the width: moving
+                // along `width` moves both.
+                let tied = |a: &[(&str, u64); 6]| a[4].1 == a[2].1;
+                let follows = |j: usize| axis == "width" && j == 4 && tied(&mine) && tied(&theirs);
+                let same_elsewhere =
+                    (0..mine.len()).all(|j| j == k || follows(j) || mine[j].1 == theirs[j].1);
+                (same_elsewhere && theirs[k].1 != value).then(|| {
+                    let relative = e
+                        .mean_throughput_samples_per_second
+                        .map(|t| if top > 0.0 { t / top } else { 0.0 });
+                    (theirs[k].1, relative)
+                })
+            })
+            .collect();
+        let below = along.iter().filter(|n| n.0 < value).max_by_key(|n| n.0);
+        let above = along.iter().filter(|n| n.0 > value).min_by_key(|n| n.0);
+        let neighbours: Vec<(u64, Option<f64>)> = below.into_iter().chain(above).copied().collect();
+        if !neighbours.is_empty() {
+            out.push(Sensitivity {
+                axis: axis.into(),
+                value,
+                neighbours,
+            });
+        }
+    }
+    out
+}
+
+/// The explanation in words, for the run's summary and `archplace explain`.
+pub fn render(e: &Explanation) -> String {
+    let mut o = String::new();
+    for l in &e.best {
+        let _ = writeln!(o, "why: {} is limited by {}", l.model, words(l));
+    }
+    for r in &e.rivals {
+        let _ = writeln!(
+            o,
+            "{} ({:.2}% slower): {}",
+            r.role,
+            100.0 * (1.0 - r.relative_to_best),
+            chip::long(&r.configuration, r.hbm_bytes)
+        );
+        for l in &r.limits {
+            let _ = writeln!(o, "    {} limited by {}", l.model, words(l));
+        }
+        if !r.differences.is_empty() {
+            let _ = writeln!(o, "    differs in: {}", r.differences.join("; "));
+        }
+    }
+    if !e.sensitivities.is_empty() {
+        let parts: Vec<String> = e
+            .sensitivities
+            .iter()
+            .map(|s| {
+                let show = |v: u64| {
+                    if s.axis == "buffer_bytes" {
+                        format_bytes(v)
+                    } else {
+                        v.to_string()
+                    }
+                };
+                let around: Vec<String> = s
+                    .neighbours
+                    .iter()
+                    .map(|(v, r)| match r {
+                        Some(r) => format!("{} {:+.1}%", show(*v), 100.0 * (r - 1.0)),
+                        None => format!("{} does not fit", show(*v)),
+                    })
+                    .collect();
+                let name = if s.axis == "buffer_bytes" {
+                    "buffer"
+                } else {
+                    &s.axis
+                };
+                format!("{name} {}: {}", show(s.value), around.join(", "))
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "sensitivity (neighbours of the winner, throughput against it): {}",
+            parts.join("; ")
+        );
+    }
+    o
+}
+
+fn words(l: &Limit) -> String {
+    let mut s = format!("{} ({:.0}% of the step)", l.resource, 100.0 * l.share);
+    if l.hbm_bound {
+        let _ = write!(s, " and HBM capacity ({:.0}% full)", 100.0 * l.hbm_fraction);
+    } else {
+        let _ = write!(s, "; HBM {:.0}% full", 100.0 * l.hbm_fraction);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;
