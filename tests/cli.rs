@@ -704,9 +704,15 @@ fn plugins_are_installed_listed_and_used_by_a_spec() {
         names.contains(&"my-cost-model") && names.contains(&"reference"),
         "{names:?}"
     );
-    // The same component again: fine, and the pin stays.
+    // The same component again: fine, and the pin stays; a folder the commands do not
+    // search by default is named with what to give them.
     let o = run(&["plugin", "install", "--dir", d, template.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("give `--plugin-dir {d}` to later commands")),
+        "{}",
+        stderr(&o)
+    );
     let manifest =
         std::fs::read_to_string(plugins.join("my-cost-model-0.1.0/plugin.toml")).unwrap();
     assert!(manifest.contains("blake3 = "), "pin kept: {manifest}");
@@ -714,6 +720,35 @@ fn plugins_are_installed_listed_and_used_by_a_spec() {
     let installed = plugins.join("my-cost-model-0.1.0/my-cost-model.wasm");
     let before = std::fs::read(&installed).unwrap();
     std::fs::write(&installed, std::fs::read(component("gpu-like")).unwrap()).unwrap();
+    // `plugin list` marks the pinned plugin whose file changed.
+    let o = run(&["plugin", "list", "--plugin-dir", d]);
+    let changed = stdout(&o)
+        .lines()
+        .find(|l| l.starts_with("my-cost-model"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        changed.contains("pinned component changed"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&["plugin", "list", "--plugin-dir", d, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pins: Vec<(String, serde_json::Value)> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["manifest"]["name"].as_str().unwrap().to_string(),
+                e["pin_matches"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        pins.contains(&("my-cost-model".into(), serde_json::json!(false))),
+        "{pins:?}"
+    );
     let o = run(&["plugin", "install", "--dir", d, template.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(

@@ -903,3 +903,29 @@ fn every_clippy_toml_carries_the_workspace_rules() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The README's paragraph on alerts names exactly the alerts `config/prometheus/alerts.yml`
+/// defines (each in italics, `*ArchplaceName*`).
+#[test]
+fn the_readmes_alert_list_is_the_alert_rules() {
+    let rules: BTreeSet<String> = read(Path::new("config/prometheus/alerts.yml"))
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert:"))
+        .map(|name| name.trim().to_string())
+        .collect();
+    let readme = read(Path::new("README.md"));
+    let paragraph = readme
+        .split("\n\n")
+        .find(|p| p.starts_with("**Prometheus and alerts.**"))
+        .expect("the README's paragraph on alerts");
+    let named: BTreeSet<String> = paragraph
+        .split('*')
+        .filter(|w| w.starts_with("Archplace") && w.chars().all(char::is_alphanumeric))
+        .map(str::to_string)
+        .collect();
+    assert!(rules.len() >= 10, "{rules:?}");
+    assert_eq!(
+        named, rules,
+        "alerts the README names (left) against alerts.yml (right)"
+    );
+}

@@ -190,11 +190,50 @@ fn check(a: &CheckArgs, args: &PluginArgs) -> Result<Exit> {
 }
 
 /// `archplace plugin list`.
+/// Whether an installed plugin's file is the component its manifest pins: `None` without
+/// a pin, `Some(false)` when the file differs or cannot be read (the host refuses it).
+fn pin_matches(e: &catalog::Entry) -> Option<bool> {
+    let pin = e.manifest.blake3.as_deref()?;
+    let bytes = archplace_util::files::read_regular(
+        &e.wasm_path,
+        archplace_plugin_host::MAX_COMPONENT_BYTES,
+    );
+    Some(bytes.is_ok_and(|b| blake3::hash(&b).to_hex().as_str() == pin))
+}
+
+/// One line of `plugin list --json`: the catalog's entry and whether its pin holds.
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    #[serde(flatten)]
+    entry: &'a catalog::Entry,
+    /// `null` without a pin; `false`: the file is not the pinned component.
+    pin_matches: Option<bool>,
+}
+
+/// `plugin list --json`: the catalog with each entry's pin checked.
+#[derive(serde::Serialize)]
+struct Listing<'a> {
+    dirs: &'a [PathBuf],
+    entries: Vec<Listed<'a>>,
+    problems: &'a [catalog::BadManifest],
+}
+
 fn list(a: &ListArgs, args: &PluginArgs) -> Result<Exit> {
     let host = args.host()?;
     let cat = host.catalog();
     if a.json {
-        print_json(&cat)?;
+        print_json(&Listing {
+            dirs: &cat.dirs,
+            entries: cat
+                .entries
+                .iter()
+                .map(|entry| Listed {
+                    entry,
+                    pin_matches: pin_matches(entry),
+                })
+                .collect(),
+            problems: &cat.problems,
+        })?;
         return Ok(Exit::Success);
     }
     outln!(
@@ -210,11 +249,16 @@ fn list(a: &ListArgs, args: &PluginArgs) -> Result<Exit> {
     }
     for e in &cat.entries {
         outln!(
-            "{:<24} {:<10} interface {:<5} {}",
+            "{:<24} {:<10} interface {:<5} {}{}",
             e.manifest.name,
             e.manifest.version,
             e.manifest.interface,
-            e.wasm_path.display()
+            e.wasm_path.display(),
+            match pin_matches(e) {
+                Some(false) =>
+                    "  (pinned component changed: the file is not the one its manifest's blake3 names; specs naming it fail — reinstall it)",
+                _ => "",
+            }
         )?;
     }
     for p in &cat.problems {
@@ -249,7 +293,22 @@ fn install_checked(a: &InstallArgs, args: &PluginArgs) -> Result<Exit> {
         report.info.version,
         installed.display()
     )?;
+    if !searched_by_default(&root) {
+        errln!(
+            "note: {} is not a folder archplace searches by default: give `--plugin-dir {}` to later commands (or list it in ARCHPLACE_PLUGIN_DIRS, or in the daemon config's `plugin_dirs`)",
+            root.display(),
+            root.display()
+        );
+    }
     Ok(Exit::Success)
+}
+
+/// Whether `dir` is one of the folders searched without `--plugin-dir` (compared as
+/// canonical paths, so `./plugins` and its absolute path are the same folder).
+fn searched_by_default(dir: &Path) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = canonical(dir);
+    catalog::default_dirs().iter().any(|d| canonical(d) == dir)
 }
 
 /// Copies the component and writes its manifest into `root/<name>-<version>/`. A different
