@@ -1034,7 +1034,20 @@ fn estimate_op_prices_one_operator() {
         "2048",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("joules"));
+    // In words and units, no Rust structures.
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("softmax of 100,663,296 elements in rows of 2,048 on 108 vector cores of 64 lanes, 40 MiB buffer"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ntime    ") && text.contains("\nenergy  "),
+        "{text}"
+    );
+    assert!(
+        !text.contains('{') && !text.contains("CoreConfig"),
+        "{text}"
+    );
     let o = run(&[
         "estimate",
         "op",
@@ -1105,4 +1118,45 @@ fn explain_says_why_the_winner_wins() {
     let o = run(&["explain", dir.path().to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("result.json"), "{}", stderr(&o));
+}
+
+/// `archplace model --ops` lists a block's operators in words with FLOPs and bytes, and the
+/// tensors kept for the backward pass, which add up to the block's stash.
+#[test]
+fn model_lists_a_blocks_operators_and_what_it_keeps() {
+    let _gate = crate::util::shared();
+    let spec = root().join("config/specs/custom-tiny.toml");
+    let spec = spec.to_str().unwrap();
+    let o = run(&["model", spec, "--ops"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("GEMM 1024×768×512 (0.8 GFLOP)"), "{text}");
+    assert!(text.contains("silu of 1,441,792 elements"), "{text}");
+    assert!(
+        text.contains("kept for the backward pass: 33.50 MiB per micro-batch"),
+        "{text}"
+    );
+    let o = run(&["model", spec, "--ops", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plain = run(&["model", spec, "--json"]);
+    let p: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    for (ops, report) in v.as_array().unwrap().iter().zip(p.as_array().unwrap()) {
+        let kept: u64 = ops["kept_for_backward"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(kept, report["layers"][1]["stash_bytes"].as_u64().unwrap());
+        let flops: f64 = ops["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["flops"].as_f64().unwrap())
+            .sum();
+        let want = report["layers"][1]["forward_matmul_flops"]
+            .as_f64()
+            .unwrap();
+        assert!((flops - want).abs() <= 1e-9 * want, "{flops} {want}");
+    }
 }

@@ -316,6 +316,117 @@ pub fn estimate_op(
     })
 }
 
+/// An operator in words: `GEMM 4096×4096×4096 (137.4 GFLOP)`, `softmax of 1,000,000
+/// elements in rows of 1,000`, `all-reduce of 48.0 MiB over 8 devices at 300 GB/s`, with
+/// what is fused into it and `backward` for a backward kernel.
+pub fn op_words(op: &Op) -> String {
+    let mut s = match &op.kind {
+        OpKind::Gemm(g) => {
+            let batch = if g.batch > 1 {
+                format!("{} × ", thousands(g.batch))
+            } else {
+                String::new()
+            };
+            format!(
+                "GEMM {batch}{}×{}×{} ({:.1} GFLOP)",
+                g.m,
+                g.n,
+                g.k,
+                g.flops() / 1e9
+            )
+        }
+        OpKind::Vector {
+            kind,
+            elements,
+            row,
+        } => {
+            let rows = if *row > 1 {
+                format!(" in rows of {}", thousands(*row))
+            } else {
+                String::new()
+            };
+            format!("{} of {} elements{rows}", kind.name(), thousands(*elements))
+        }
+        OpKind::AllReduce {
+            bytes,
+            group,
+            link_bytes_per_second,
+        } => format!(
+            "all-reduce of {} over {group} devices at {:.1} GB/s",
+            format_bytes(*bytes),
+            *link_bytes_per_second as f64 / 1e9
+        ),
+    };
+    if !op.fused.is_empty() {
+        let fused: Vec<String> = op
+            .fused
+            .iter()
+            .map(|f| format!("{} of {} elements", f.kind.name(), thousands(f.elements)))
+            .collect();
+        s += &format!(", fused with {}", fused.join(", "));
+    }
+    if op.direction == Direction::Backward {
+        s += ", backward";
+    }
+    s
+}
+
+/// Cores in words: `108 tensor cores of 32×32 MACs` or `108 vector cores of 64 lanes`,
+/// with the buffer they share.
+pub fn core_words(c: &CoreConfig) -> String {
+    let plural = if c.cores == 1 { "" } else { "s" };
+    let what = match c.kind {
+        archplace_plugin_sdk::CoreKind::Tensor => {
+            format!("tensor core{plural} of {}×{} MACs", c.width, c.depth)
+        }
+        archplace_plugin_sdk::CoreKind::Vector => {
+            format!("vector core{plural} of {} lanes", c.width)
+        }
+    };
+    format!(
+        "{} {what}, {} buffer",
+        c.cores,
+        format_bytes(c.buffer_bytes)
+    )
+}
+
+/// `archplace estimate op`'s answer in words and units.
+pub fn render_op(e: &OpEstimate, latency_model: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} on {} ({latency_model})",
+        op_words(&e.op),
+        core_words(&e.core)
+    );
+    let _ = writeln!(o, "time    {}", seconds(e.seconds));
+    let energy = if e.joules >= 1.0 {
+        joules(e.joules)
+    } else if e.joules >= 1e-3 {
+        format!("{:.3} mJ", e.joules * 1e3)
+    } else {
+        format!("{:.3} µJ", e.joules * 1e6)
+    };
+    let _ = writeln!(o, "energy  {energy}");
+    match (e.cycles, e.clock_hz) {
+        (Some(c), Some(hz)) => {
+            let _ = writeln!(
+                o,
+                "cycles  {} at {:.3} GHz",
+                thousands(c.round() as u64),
+                hz / 1e9
+            );
+        }
+        _ => {
+            let _ = writeln!(o, "cycles  (the latency model has no `clock` parameter)");
+        }
+    }
+    if let Some(f) = e.flops_per_second {
+        let _ = writeln!(o, "rate    {}", rate(f));
+    }
+    o
+}
+
 /// Why a GEMM shape was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GemmShapeError {

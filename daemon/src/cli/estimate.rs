@@ -186,22 +186,8 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
     if args.json {
         print_json(&e)?;
     } else {
-        outln!(
-            "{:?} on {:?} ({} {})",
-            e.op.kind,
-            e.core,
-            info.name,
-            info.version
-        )?;
-        outln!("seconds {:.6e}", e.seconds)?;
-        outln!("joules  {:.6e}", e.joules)?;
-        match (e.cycles, e.clock_hz) {
-            (Some(c), Some(hz)) => outln!("cycles  {c:.0} at {:.3} GHz", hz / 1e9)?,
-            _ => outln!("cycles  (the latency model has no `clock` parameter)")?,
-        }
-        if let Some(f) = e.flops_per_second {
-            outln!("rate    {:.1} TFLOP/s", f / 1e12)?;
-        }
+        let model = format!("{} {}", info.name, info.version);
+        outln!("{}", estimate::render_op(&e, &model).trim_end())?;
     }
     Ok(Exit::Success)
 }

@@ -158,6 +158,114 @@ pub struct ModelArgs {
     /// Machine-readable output: one JSON object per model and width.
     #[arg(long)]
     pub json: bool,
+    /// List a block's operators (forward, in order): what each computes in words, its
+    /// core, FLOPs and the bytes it reads and writes; then the tensors the forward pass
+    /// keeps for the backward pass, with what reads them.
+    #[arg(long)]
+    pub ops: bool,
+}
+
+/// One operator of a block's forward graph, for `--ops`.
+#[derive(Serialize)]
+struct OpRow {
+    name: String,
+    core: String,
+    op: String,
+    flops: f64,
+    /// Operands read and results written, at the spec's element size.
+    bytes: u64,
+}
+
+/// A block's operators and kept tensors at one width, for `--ops`.
+#[derive(Serialize)]
+struct BlockOps<'a> {
+    model: &'a str,
+    micro_batch: u64,
+    tensor_parallel: u64,
+    operators: Vec<OpRow>,
+    kept_for_backward: &'a [archplace_engine::model::KeptTensor],
+    kept_bytes: u64,
+}
+
+/// Bytes an operator reads and writes with `element_bytes` per element: a GEMM's two
+/// operands and its result; a vector operation's input and output; an all-reduce's buffer.
+fn op_bytes(op: &archplace_plugin_sdk::Op, element_bytes: u64) -> u64 {
+    use archplace_plugin_sdk::OpKind;
+    match &op.kind {
+        OpKind::Gemm(g) => g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) * element_bytes,
+        OpKind::Vector { elements, .. } => 2 * elements * element_bytes,
+        OpKind::AllReduce { bytes, .. } => *bytes,
+    }
+}
+
+fn block_ops<'a>(g: &'a ModelGraph, element_bytes: u64) -> BlockOps<'a> {
+    let operators = g
+        .block
+        .forward
+        .nodes
+        .iter()
+        .map(|n| OpRow {
+            name: n.name.clone(),
+            core: format!("{:?}", n.core).to_lowercase(),
+            op: archplace_job::estimate::op_words(&n.op),
+            flops: n.matmul_flops(),
+            bytes: op_bytes(&n.op, element_bytes),
+        })
+        .collect();
+    BlockOps {
+        model: &g.model,
+        micro_batch: g.micro_batch,
+        tensor_parallel: g.tensor_parallel,
+        operators,
+        kept_for_backward: &g.block.kept,
+        kept_bytes: g.block.stash_bytes,
+    }
+}
+
+fn print_ops(b: &BlockOps<'_>) -> std::io::Result<()> {
+    outln!(
+        "{} — one block's forward operators, micro-batch {}, tensor-parallel width {} (per rank)",
+        b.model,
+        b.micro_batch,
+        b.tensor_parallel
+    )?;
+    outln!(
+        "  {:<22} {:<7} {:>10} {:>11}  operation",
+        "operator",
+        "core",
+        "GFLOP",
+        "bytes"
+    )?;
+    for o in &b.operators {
+        outln!(
+            "  {:<22} {:<7} {:>10.3} {:>11}  {}",
+            o.name,
+            o.core,
+            o.flops / 1e9,
+            format_bytes(o.bytes),
+            o.op
+        )?;
+    }
+    outln!(
+        "  kept for the backward pass: {} per micro-batch",
+        format_bytes(b.kept_bytes)
+    )?;
+    for k in b.kept_for_backward {
+        outln!(
+            "    {:>11}  {} of {}{}, read by {}",
+            format_bytes(k.bytes),
+            k.part,
+            k.producer,
+            if k.attention_core {
+                " (attention core: recomputed under selective recomputation)"
+            } else {
+                ""
+            },
+            k.needed_by.join(", ")
+        )?;
+    }
+    outln!()?;
+    Ok(())
 }
 
 pub fn run(args: &ModelArgs) -> Result<Exit> {
@@ -174,7 +282,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             .min()
             .unwrap_or(1),
     };
-    let mut reports = Vec::new();
+    let mut graphs = Vec::new();
     for m in &spec.models {
         for t in m.config.tensor_parallel_widths() {
             let opts = BuildOptions {
@@ -184,9 +292,22 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
                 link_bytes_per_second: spec.cluster.link_bytes_per_second as u64,
                 sequence_parallel: false,
             };
-            reports.push(report(&build(&m.config, &opts)));
+            graphs.push(build(&m.config, &opts));
         }
     }
+    if args.ops {
+        let e = spec.training.bytes_per_element;
+        let blocks: Vec<BlockOps<'_>> = graphs.iter().map(|g| block_ops(g, e)).collect();
+        if json {
+            print_json(&blocks)?;
+        } else {
+            for b in &blocks {
+                print_ops(b)?;
+            }
+        }
+        return Ok(Exit::Success);
+    }
+    let reports: Vec<ModelReport> = graphs.iter().map(report).collect();
     if json {
         print_json(&reports)?;
     } else {

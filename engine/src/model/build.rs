@@ -3,7 +3,7 @@
 //! tensor-parallel width (Megatron-style sharding) and micro-batch size.
 
 use super::config::{Activation, Head, ModelConfig, Norm, NormPosition, Positions};
-use super::graph::{FwdKind, Input, LayerBuilder, OpGraph, Operand, Saved};
+use super::graph::{FwdKind, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
 use crate::training::Recomputation;
 use archplace_plugin_sdk::{Gemm, VectorKind};
 use serde::Serialize;
@@ -59,6 +59,9 @@ pub struct Layer {
     pub output_bytes: u64,
     /// Whether the layer is split over the tensor-parallel group.
     pub tensor_parallel: bool,
+    /// The distinct tensors its forward pass keeps for the backward pass (they add up to
+    /// `stash_bytes`).
+    pub kept: Vec<KeptTensor>,
     pub forward: OpGraph,
     pub backward: OpGraph,
 }
@@ -346,6 +349,7 @@ impl<'a> Ctx<'a> {
             input_bytes: self.rep(self.tokens() * self.h) * self.bpe,
             output_bytes,
             tensor_parallel: self.t > 1,
+            kept: lb.kept_tensors(),
             forward: lb.forward(),
             backward: lb.backward(),
         }

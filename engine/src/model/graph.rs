@@ -136,6 +136,20 @@ pub struct Saved {
     pub attention_core: bool,
 }
 
+/// A tensor kept from the forward pass for the backward pass, per micro-batch on one rank.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KeptTensor {
+    /// The operator whose output it is (or the layer's input).
+    pub producer: String,
+    /// Which of its tensors (`out`, `mask`, …).
+    pub part: &'static str,
+    pub bytes: u64,
+    /// Recomputed instead of kept under selective recomputation.
+    pub attention_core: bool,
+    /// The operators whose backward pass reads it.
+    pub needed_by: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FwdOp {
     pub name: String,
@@ -194,6 +208,38 @@ impl LayerBuilder {
     /// recomputation keeps.
     pub fn selective_stash_bytes(&self) -> u64 {
         self.stash_bytes_where(|s| !s.attention_core)
+    }
+
+    /// The distinct tensors the forward pass keeps for the backward pass, in the order
+    /// the operators save them: what produced each, which operators' backward needs it.
+    pub fn kept_tensors(&self) -> Vec<KeptTensor> {
+        let mut out: Vec<(Input, KeptTensor)> = Vec::new();
+        for op in &self.ops {
+            for s in &op.saves {
+                if let Some((_, k)) = out
+                    .iter_mut()
+                    .find(|(p, k)| *p == s.producer && k.part == s.part)
+                {
+                    k.needed_by.push(op.name.clone());
+                    continue;
+                }
+                let producer = match s.producer {
+                    Input::Op(i) => self.ops.get(i).map_or("?", |o| o.name.as_str()),
+                    Input::External => "the layer's input",
+                };
+                out.push((
+                    s.producer,
+                    KeptTensor {
+                        producer: producer.to_string(),
+                        part: s.part,
+                        bytes: s.bytes,
+                        attention_core: s.attention_core,
+                        needed_by: vec![op.name.clone()],
+                    },
+                ));
+            }
+        }
+        out.into_iter().map(|(_, k)| k).collect()
     }
 
     fn stash_bytes_where(&self, keep: impl Fn(&Saved) -> bool) -> u64 {

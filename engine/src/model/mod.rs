@@ -8,7 +8,7 @@ pub mod graph;
 
 pub use build::{BuildOptions, Layer, LayerKind, ModelGraph, build};
 pub use config::{Activation, Head, ModelConfig, Norm, NormPosition, PRESETS, Positions, preset};
-pub use graph::{Core, OpGraph, OpNode};
+pub use graph::{Core, KeptTensor, OpGraph, OpNode};
 
 #[cfg(test)]
 // The published-figure comparisons print their deviations (shown with --nocapture).
@@ -36,6 +36,31 @@ mod tests {
     }
 
     /// Published parameter counts, within 0.5%.
+    /// The kept tensors listed per layer are the stash, exactly: all of them add up to
+    /// `stash_bytes`, those outside the attention core to `selective_stash_bytes`, and each
+    /// names an operator of the forward graph whose backward pass reads it.
+    #[test]
+    fn kept_tensors_add_up_to_the_stash() {
+        for name in ["gpt3-175b", "llama2-70b", "bert-large"] {
+            for (b, t) in [(1, 1), (2, 8)] {
+                let g = build(&preset(name).unwrap(), &opts(b, t));
+                for l in g.layers() {
+                    let all: u64 = l.kept.iter().map(|k| k.bytes).sum();
+                    let selective: u64 = l
+                        .kept
+                        .iter()
+                        .filter(|k| !k.attention_core)
+                        .map(|k| k.bytes)
+                        .sum();
+                    assert_eq!(all, l.stash_bytes, "{name} {:?}", l.kind);
+                    assert_eq!(selective, l.selective_stash_bytes, "{name} {:?}", l.kind);
+                    assert!(l.kept.iter().all(|k| !k.needed_by.is_empty()));
+                }
+                assert!(g.block.kept.len() > 5, "{name}");
+            }
+        }
+    }
+
     #[test]
     fn parameters_match_published_counts() {
         let published = [
