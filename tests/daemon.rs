@@ -39,7 +39,7 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     );
     d.until(Duration::from_secs(120), "both specs", || {
         let j = jobs(dir);
-        state_is(&j, "e2e-tiny", "done") && state_is(&j, "bad", "failed")
+        state_is(&j, "e2e-tiny", "done") && state_is(&j, "bad", "invalid")
     });
     let out = &result_dirs(dir, "e2e-tiny")[0];
     let result: serde_json::Value =
@@ -75,7 +75,8 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
             let m = http_get(&url, "/metrics");
             m.contains("200 OK")
                 && m.contains("archplace_specs{state=\"done\"} 1")
-                && m.contains("archplace_specs{state=\"failed\"} 1")
+                && m.contains("archplace_specs{state=\"invalid\"} 1")
+                && m.contains("archplace_specs{state=\"failed\"} 0")
         },
     );
     // The invalid spec never started: counted as invalid, not as a failed search (which
@@ -353,7 +354,7 @@ fn a_spec_above_the_memory_budget_is_refused_with_the_numbers() {
     drop_spec(dir, "tiny.toml", TINY);
     d.until(Duration::from_secs(120), "both specs", || {
         let j = jobs(dir);
-        state_is(&j, "huge", "failed") && state_is(&j, "e2e-tiny", "done")
+        state_is(&j, "huge", "invalid") && state_is(&j, "e2e-tiny", "done")
     });
     let err: serde_json::Value = serde_json::from_slice(
         &std::fs::read(result_dirs(dir, "huge")[0].join("error.json")).unwrap(),
@@ -462,13 +463,13 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
     // A slow search runs meanwhile.
     drop_spec(dir, "slow.toml", &default_spec());
     d.wait_state("default-bert-large", "running", 60);
-    // A spec naming a plugin that is not installed yet fails with a located error.
+    // A spec naming a plugin that is not installed yet is invalid, with a located error.
     let uses = |name: &str| {
         TINY.replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""))
             + "\n[cost_model]\nlatency = \"my-cost-model\"\n"
     };
     drop_spec(dir, "early.toml", &uses("early"));
-    d.wait_state("early", "failed", 60);
+    d.wait_state("early", "invalid", 60);
     // Install it and reload.
     let inst = dir.join("plugins/my-cost-model");
     std::fs::create_dir_all(&inst).unwrap();

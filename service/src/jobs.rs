@@ -14,6 +14,9 @@ pub enum JobState {
     Running,
     Done,
     Failed,
+    /// The spec is invalid (its located errors are in `error.json`): never searched, not
+    /// retried; apart from `Failed`, which is a search that started and could not finish.
+    Invalid,
     Cancelled,
 }
 
@@ -24,13 +27,14 @@ impl JobState {
             JobState::Running => "running",
             JobState::Done => "done",
             JobState::Failed => "failed",
+            JobState::Invalid => "invalid",
             JobState::Cancelled => "cancelled",
         }
     }
 
     /// Whether the content has been dealt with for good (not searched again).
     pub fn is_final(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed)
+        matches!(self, JobState::Done | JobState::Failed | JobState::Invalid)
     }
 }
 

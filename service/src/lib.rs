@@ -334,6 +334,7 @@ fn update_metrics(s: &Shared, m: &Metrics) {
         JobState::Running,
         JobState::Done,
         JobState::Failed,
+        JobState::Invalid,
         JobState::Cancelled,
     ];
     let counts: Vec<(JobState, usize)> = states

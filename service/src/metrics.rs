@@ -29,7 +29,16 @@ use std::sync::Arc;
 pub const WASMTIME_VERSION: &str = "48.0.8";
 
 /// Job states, as exported in `archplace_specs{state}`.
-pub const STATES: [&str; 5] = ["queued", "running", "done", "failed", "cancelled"];
+/// `invalid`: a spec with errors (never searched); `failed`: a search that started and
+/// could not finish.
+pub const STATES: [&str; 6] = [
+    "queued",
+    "running",
+    "done",
+    "failed",
+    "invalid",
+    "cancelled",
+];
 /// How a search ends, as exported in `archplace_searches_finished_total{outcome}`.
 /// `invalid`: the spec never started (its errors are in `error.json`); `failed`: a search
 /// that started and could not finish; `interrupted`: stopped by the daemon's shutdown,

@@ -44,7 +44,6 @@ pub fn run(s: &Shared) {
             state.progress.remove(&job.hash);
             state.running.remove(&job.hash).and_then(|run| run.reason)
         };
-        let invalid = matches!(outcome, Outcome::Invalid(_));
         let (state, message) = match outcome {
             Outcome::Done(best, summary) => {
                 if let Some((throughput, area_um2)) = best {
@@ -52,7 +51,8 @@ pub fn run(s: &Shared) {
                 }
                 (JobState::Done, Some(summary))
             }
-            Outcome::Failed(m) | Outcome::Invalid(m) => (JobState::Failed, Some(m)),
+            Outcome::Failed(m) => (JobState::Failed, Some(m)),
+            Outcome::Invalid(m) => (JobState::Invalid, Some(m)),
             Outcome::RetryLater(m) => {
                 let retry_seconds = s.live().retry_seconds;
                 let after = archplace_util::duration::interval(retry_seconds);
@@ -71,7 +71,6 @@ pub fn run(s: &Shared) {
         // Back to queued means interrupted by the shutdown.
         let outcome = match state {
             JobState::Queued => "interrupted",
-            _ if invalid => "invalid",
             other => other.name(),
         };
         let seconds = started.elapsed().as_secs_f64();
