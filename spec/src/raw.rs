@@ -57,11 +57,50 @@ pub const TOP_LEVEL_KEYS: [&str; 10] = [
 ];
 
 /// One value, or a list of values to try.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(untagged, expecting = "a value or a list of values")]
+#[derive(Debug, Clone, JsonSchema)]
+#[serde(untagged)]
 pub enum OneOrMany<T> {
     One(T),
     Many(Vec<T>),
+}
+
+/// Read by the value's own type, so that a wrong value gets that type's message (`unknown
+/// variant `fp8`, expected one of `bf16-mixed`, …`) instead of an untagged enum's "a value
+/// or a list of values".
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IntoDeserializer, SeqAccess, Visitor};
+        struct OneOrList<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for OneOrList<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a value or a list of values")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut all = Vec::new();
+                while let Some(x) = seq.next_element()? {
+                    all.push(x);
+                }
+                Ok(OneOrMany::Many(all))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+        }
+        d.deserialize_any(OneOrList(std::marker::PhantomData))
+    }
 }
 
 impl<T: Clone> OneOrMany<T> {

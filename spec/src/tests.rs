@@ -584,6 +584,40 @@ fn an_estimate_plan_is_checked_against_the_model_and_cluster() {
     assert!(find(&d, "accelerator").message.contains("needs a [plan]"));
 }
 
+/// One mistake, one error: an unknown `[accelerator]` preset does not also report every key
+/// it would have filled (nor a vector width of 0), a missing width not also a missing vector
+/// width; a value of the wrong kind in a one-or-many field gets that value's own message,
+/// with the values it may take.
+#[test]
+fn one_mistake_is_one_error() {
+    let with_chip = |chip: &str| format!("{GOOD}{}", PLAN.replace("tensor_cores = 108\n", chip));
+    let src = with_chip("preset = \"a100-sxm-80gbx\"\ntensor_cores = 108\n").replace(
+        "vector_cores = 108\nwidth = 32\ndepth = 32\nbuffer = \"40 MiB\"\nhbm = \"80 GiB\"\n",
+        "",
+    );
+    let d = errors(&src);
+    let fields: Vec<&str> = d.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["accelerator.preset"], "{d:#?}");
+    assert!(
+        d[0].help.as_deref().unwrap_or("").contains("a100-sxm-80gb"),
+        "{d:#?}"
+    );
+    let d = errors(&format!("{GOOD}{}", PLAN.replace("width = 32\n", "")));
+    let fields: Vec<&str> = d.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["accelerator.width"], "{d:#?}");
+    let d = errors(&GOOD.replace(
+        "optimizer = \"adam\"",
+        "optimizer = \"adam\"\nprecision = \"fp8\"",
+    ));
+    let e = find(&d, "training.precision");
+    assert!(
+        e.message.contains("`fp8`")
+            && e.message.contains("bf16-mixed")
+            && e.message.contains("fp32"),
+        "{e:?}"
+    );
+}
+
 /// A cluster whose device count leaves a model no plan that uses every device (t × p × d
 /// = devices, the batch split evenly) is refused at `devices`, with the numbers, unless
 /// the spec lets devices idle.

@@ -131,6 +131,8 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
             g
         }
     };
+    // An unknown preset is one mistake: the keys it would have filled are not missing too.
+    let unknown_preset = a.preset.is_some() && preset.is_none();
     // Each axis: given, or the preset's; without either, reported as missing.
     let mut axis =
         |ctx: &mut Ctx<'_>, key: &str, given: Option<u32>, preset: Option<u32>, max| match given
@@ -141,11 +143,13 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
                 v
             }
             None => {
-                ctx.error(
-                    &ap.key(key),
-                    format!("missing `{key}`"),
-                    Some(format!("give it, or a GPU `preset` ({})", gpus::names())),
-                );
+                if !unknown_preset {
+                    ctx.error(
+                        &ap.key(key),
+                        format!("missing `{key}`"),
+                        Some(format!("give it, or a GPU `preset` ({})", gpus::names())),
+                    );
+                }
                 ok = false;
                 0
             }
@@ -166,13 +170,14 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
     );
     let width = axis(ctx, "width", a.width, preset.map(|g| g.mac_width), 1 << 12);
     let depth = axis(ctx, "depth", a.depth, preset.map(|g| g.mac_depth), 1 << 12);
-    let vector_width = axis(
-        ctx,
-        "vector_width",
-        a.vector_width,
-        preset.map(|g| g.fp32_lanes_per_sm).or(Some(width)),
-        1 << 12,
-    );
+    // Without a width there is no vector width to default to (and nothing more to say).
+    let tied = (width > 0).then_some(width);
+    let lanes = preset.map(|g| g.fp32_lanes_per_sm).or(tied);
+    let vector_width = if a.vector_width.is_none() && lanes.is_none() {
+        0 // `width` is reported missing already.
+    } else {
+        axis(ctx, "vector_width", a.vector_width, lanes, 1 << 12)
+    };
     let size = |ctx: &mut Ctx<'_>, key: &str, given: &Option<String>, preset: Option<u64>| match (
         given, preset,
     ) {
@@ -186,14 +191,16 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
         ),
         (None, Some(v)) => Some(v),
         (None, None) => {
-            ctx.error(
-                &ap.key(key),
-                format!("missing `{key}`"),
-                Some(format!(
-                    "give it, e.g. \"80 GiB\", or a GPU `preset` ({})",
-                    gpus::names()
-                )),
-            );
+            if !unknown_preset {
+                ctx.error(
+                    &ap.key(key),
+                    format!("missing `{key}`"),
+                    Some(format!(
+                        "give it, e.g. \"80 GiB\", or a GPU `preset` ({})",
+                        gpus::names()
+                    )),
+                );
+            }
             None
         }
     };
