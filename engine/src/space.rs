@@ -22,6 +22,46 @@ pub enum AreaBudget {
     ReferenceConfig(AcceleratorConfig),
 }
 
+/// An axis of the space, by which `pareto.svg` may colour its points.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ChipAxis {
+    TensorCores,
+    VectorCores,
+    Width,
+    Depth,
+    VectorWidth,
+    Buffer,
+}
+
+impl ChipAxis {
+    /// The axis's value on a chip.
+    pub fn of(self, c: &AcceleratorConfig) -> u64 {
+        match self {
+            ChipAxis::TensorCores => c.tensor_cores.into(),
+            ChipAxis::VectorCores => c.vector_cores.into(),
+            ChipAxis::Width => c.width.into(),
+            ChipAxis::Depth => c.depth.into(),
+            ChipAxis::VectorWidth => c.vector_width.into(),
+            ChipAxis::Buffer => c.buffer_bytes,
+        }
+    }
+
+    /// The axis as the spec names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChipAxis::TensorCores => "tensor_cores",
+            ChipAxis::VectorCores => "vector_cores",
+            ChipAxis::Width => "width",
+            ChipAxis::Depth => "depth",
+            ChipAxis::VectorWidth => "vector_width",
+            ChipAxis::Buffer => "buffer",
+        }
+    }
+}
+
 /// The axes and rules of the space, validated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SpaceSpec {
@@ -41,6 +81,8 @@ pub struct SpaceSpec {
     /// Plans use every device (`t × p × d` = the cluster's devices); `false` lets some
     /// stay idle.
     pub use_all_devices: bool,
+    /// The axis `pareto.svg` colours its points by (`None`: one colour).
+    pub plot_colour_by: Option<ChipAxis>,
     /// Relative gap at which a layer schedule is accepted during the search.
     pub schedule_gap: f64,
     /// Branch-and-bound nodes of one layer-schedule MIP during the search: a work limit,
@@ -72,6 +114,7 @@ impl Default for SpaceSpec {
             convergence_window: 5,
             exhaustive: false,
             use_all_devices: true,
+            plot_colour_by: None,
             schedule_gap: 0.01,
             schedule_node_limit: crate::options::DEFAULT_NODE_LIMIT,
             schedule_time_limit_seconds: crate::options::DEFAULT_SCHEDULE_TIME_LIMIT_SECONDS,

@@ -94,6 +94,7 @@ pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], PlotErr
             .and_then(|b| o.explored.iter().position(|e| e.index == b.index)),
         reference: Some(finished.reference),
         budget_um2: finished.space.budget_um2,
+        colour_by: finished.spec.space.plot_colour_by,
     })?;
     let placement = match &finished.doc.best {
         Some(b) => plot::placement_svg(

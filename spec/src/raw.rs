@@ -460,6 +460,9 @@ pub struct RawSearch {
     /// devices` (default true); false lets a plan leave devices idle, and says how many it
     /// uses.
     pub use_all_devices: Option<bool>,
+    /// Colour the points of `pareto.svg` by this axis of the space: "tensor_cores",
+    /// "vector_cores", "width", "depth", "vector_width" or "buffer" (default: one colour).
+    pub plot_colour_by: Option<archplace_engine::space::ChipAxis>,
     /// Accept a layer schedule within this relative gap of its lower bound (default 0.01,
     /// as the reference; 0 proves every schedule optimal, which is slower).
     pub schedule_gap: Option<f64>,

@@ -293,6 +293,9 @@ fn search(s: &SpaceSpec) -> Table {
     );
     t.insert("exhaustive".into(), Value::Boolean(s.exhaustive));
     t.insert("use_all_devices".into(), Value::Boolean(s.use_all_devices));
+    if let Some(axis) = s.plot_colour_by {
+        t.insert("plot_colour_by".into(), Value::String(axis.name().into()));
+    }
     t.insert("schedule_gap".into(), Value::Float(s.schedule_gap));
     t.insert("schedule_node_limit".into(), int(s.schedule_node_limit));
     t.insert(

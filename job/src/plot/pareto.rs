@@ -3,6 +3,7 @@
 use super::{PlotError, padded};
 use crate::chip::short as describe;
 use archplace_engine::search::Evaluated;
+use archplace_engine::space::ChipAxis;
 use archplace_plugin_sdk::AcceleratorConfig;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -17,6 +18,8 @@ pub struct ParetoInput<'a> {
     /// the budget is given as that configuration).
     pub reference: Option<(AcceleratorConfig, Option<f64>)>,
     pub budget_um2: f64,
+    /// The axis whose value colours the points (`None`: one colour).
+    pub colour_by: Option<ChipAxis>,
 }
 
 /// The candidates on the Pareto frontier (no other candidate is both smaller and
@@ -49,6 +52,9 @@ fn err(e: &dyn std::fmt::Display) -> PlotError {
 /// the reference configuration (its area and throughput when known) and the axes.
 struct Figure<'a> {
     points: Vec<(f64, f64)>,
+    /// Each point's value on the colouring axis (0 without one).
+    values: Vec<u64>,
+    colour_by: Option<ChipAxis>,
     failed: usize,
     front: Vec<(f64, f64)>,
     reference: Option<(&'a AcceleratorConfig, Option<f64>, Option<f64>)>,
@@ -63,6 +69,12 @@ impl<'a> Figure<'a> {
             .explored
             .iter()
             .filter_map(|e| Some((e.area_um2 / 1e6, e.mean_throughput_samples_per_second?)))
+            .collect();
+        let values: Vec<u64> = input
+            .explored
+            .iter()
+            .filter(|e| e.mean_throughput_samples_per_second.is_some())
+            .map(|e| input.colour_by.map_or(0, |a| a.of(&e.config)))
             .collect();
         let failed = input.explored.len() - points.len();
         let front = frontier(&points);
@@ -92,6 +104,8 @@ impl<'a> Figure<'a> {
             // Room above the highest point for the legend.
             y_range: 0.0..y_hi * 1.5,
             points,
+            values,
+            colour_by: input.colour_by,
             failed,
             front,
             reference,
@@ -149,31 +163,95 @@ pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
     Ok(svg)
 }
 
+/// Colours of the values of the colouring axis, smallest first (a sequential palette,
+/// light to dark, so an ordered axis reads as an order).
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(253, 190, 60),
+    RGBColor(240, 130, 40),
+    RGBColor(220, 80, 60),
+    RGBColor(190, 40, 90),
+    RGBColor(140, 30, 120),
+    RGBColor(90, 30, 140),
+    RGBColor(50, 40, 130),
+    RGBColor(20, 30, 80),
+];
+
 /// The evaluated candidates: one dot per cell of about the dots' size, so a million
-/// candidates draw no more dots than the picture has room for (the legend counts them all).
+/// candidates draw no more dots than the picture has room for (the legend counts them all);
+/// with a colouring axis, one series per value, thinned the same way within each.
 fn draw_candidates(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
     let (x_range, y_range) = (&fig.x_range, &fig.y_range);
-    let grey = RGBColor(90, 110, 160);
-    let mut cells = std::collections::HashSet::new();
     let (xw, yw) = (x_range.end - x_range.start, y_range.end - y_range.start);
-    let shown = fig.points.iter().filter(|p| {
-        let cx = ((p.0 - x_range.start) / xw * DOT_CELLS_X).floor() as i64;
-        let cy = ((p.1 - y_range.start) / yw * DOT_CELLS_Y).floor() as i64;
-        cells.insert((cx, cy))
-    });
-    chart
-        .draw_series(shown.map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())))
-        .map_err(|e| err(&e))?
-        .label(format!(
-            "evaluated candidates ({}{})",
-            fig.points.len(),
-            if fig.failed > 0 {
-                format!("; {} that fit no plan are not shown", fig.failed)
-            } else {
-                String::new()
-            }
-        ))
-        .legend(move |(x, y)| Circle::new((x + 10, y), 4, grey.filled()));
+    let cell = |p: &(f64, f64)| {
+        (
+            ((p.0 - x_range.start) / xw * DOT_CELLS_X).floor() as i64,
+            ((p.1 - y_range.start) / yw * DOT_CELLS_Y).floor() as i64,
+        )
+    };
+    let failed = if fig.failed > 0 {
+        format!("; {} that fit no plan are not shown", fig.failed)
+    } else {
+        String::new()
+    };
+    let Some(axis) = fig.colour_by else {
+        let grey = RGBColor(90, 110, 160);
+        let mut cells = std::collections::HashSet::new();
+        let shown = fig.points.iter().filter(|p| cells.insert(cell(p)));
+        chart
+            .draw_series(shown.map(|&p| Circle::new(p, 3, grey.mix(0.45).filled())))
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "evaluated candidates ({}{failed})",
+                fig.points.len()
+            ))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, grey.filled()));
+        return Ok(());
+    };
+    let mut values: Vec<u64> = fig.values.clone();
+    values.sort_unstable();
+    values.dedup();
+    for (k, &v) in values.iter().enumerate() {
+        // The palette spread over the values, the darkest for the largest.
+        let at = if values.len() > 1 {
+            k * (PALETTE.len() - 1) / (values.len() - 1)
+        } else {
+            PALETTE.len() / 2
+        };
+        let colour = PALETTE[at];
+        let mine: Vec<(f64, f64)> = fig
+            .points
+            .iter()
+            .zip(&fig.values)
+            .filter(|(_, x)| **x == v)
+            .map(|(p, _)| *p)
+            .collect();
+        let mut cells = std::collections::HashSet::new();
+        let shown: Vec<(f64, f64)> = mine
+            .iter()
+            .copied()
+            .filter(|p| cells.insert(cell(p)))
+            .collect();
+        let value = if axis == ChipAxis::Buffer {
+            archplace_plugin_sdk::units::format_bytes(v)
+        } else {
+            v.to_string()
+        };
+        let last = k + 1 == values.len();
+        chart
+            .draw_series(
+                shown
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour.mix(0.6).filled())),
+            )
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "{} {value} ({} candidates{})",
+                axis.name(),
+                mine.len(),
+                if last { failed.as_str() } else { "" }
+            ))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, colour.filled()));
+    }
     Ok(())
 }
 

@@ -68,6 +68,7 @@ fn pareto_svg_is_valid_and_labels_axes_best_reference_and_frontier() {
         best: Some(1),
         reference: Some((REFERENCE_CONFIG, Some(278.8e6))),
         budget_um2: 278.8e6,
+        colour_by: None,
     })
     .unwrap();
     let texts = svg_texts(&svg).join("\n");
@@ -95,6 +96,7 @@ fn pareto_svg_draws_a_search_where_nothing_fits_or_the_reference_is_unknown() {
         best: None,
         reference: Some((REFERENCE_CONFIG, None)),
         budget_um2: 300e6,
+        colour_by: None,
     })
     .unwrap();
     let texts = svg_texts(&svg).join("\n");
@@ -216,6 +218,7 @@ fn pareto_svg_of_a_huge_search_stays_small() {
         best: Some(0),
         reference: None,
         budget_um2: 300e6,
+        colour_by: None,
     })
     .unwrap();
     let dots = svg.matches("<circle").count();
@@ -227,4 +230,39 @@ fn pareto_svg_of_a_huge_search_stays_small() {
             .contains("evaluated candidates (1000000"),
         "the legend counts every candidate"
     );
+}
+
+/// Coloured by an axis, each value is a series of its own with its count in the legend,
+/// in one colour each; the buffer's values are sizes.
+#[test]
+fn pareto_svg_colours_points_by_an_axis() {
+    let explored = vec![
+        candidate(0, REFERENCE_CONFIG, 278.8, Some(10.0)),
+        candidate(1, chip(4), 200.0, Some(12.0)),
+        candidate(2, chip(4), 210.0, Some(11.0)),
+        candidate(3, chip(2), 150.0, Some(8.0)),
+        candidate(4, chip(1), 120.0, None),
+    ];
+    let svg = |axis| {
+        pareto_svg(&ParetoInput {
+            title: "coloured",
+            explored: &explored,
+            best: Some(1),
+            reference: None,
+            budget_um2: 300e6,
+            colour_by: Some(axis),
+        })
+        .unwrap()
+    };
+    let texts = svg_texts(&svg(archplace_engine::space::ChipAxis::TensorCores)).join("\n");
+    for want in [
+        "tensor_cores 2 (1 candidates)",
+        "tensor_cores 4 (2 candidates)",
+        "tensor_cores 8 (1 candidates; 1 that fit no plan are not shown)",
+    ] {
+        assert!(texts.contains(want), "missing {want:?} in\n{texts}");
+    }
+    assert!(!texts.contains("evaluated candidates"), "{texts}");
+    let texts = svg_texts(&svg(archplace_engine::space::ChipAxis::Buffer)).join("\n");
+    assert!(texts.contains("buffer 128 MiB (4 candidates"), "{texts}");
 }

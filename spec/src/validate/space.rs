@@ -156,6 +156,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         convergence_window,
         exhaustive: s.exhaustive.unwrap_or(false),
         use_all_devices: s.use_all_devices.unwrap_or(d.use_all_devices),
+        plot_colour_by: s.plot_colour_by,
         schedule_gap,
         schedule_node_limit,
         schedule_time_limit_seconds,
