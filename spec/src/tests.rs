@@ -578,6 +578,18 @@ fn an_estimate_plan_is_checked_against_the_model_and_cluster() {
     );
     let src = format!("{GOOD}{}", PLAN.replace("312 TFLOP/s", "312 TFLOPS"));
     find(&errors(&src), "accelerator.peak_flops");
+    // `archplace estimate` takes one model: a second is an error at `[plan]`.
+    let two = GOOD.replace(
+        "[training]",
+        "[[models]]\nname = \"gpt3-twin\"\npreset = \"gpt3-175b\"\n\n[training]",
+    );
+    let d = errors(&format!("{two}{PLAN}"));
+    assert!(
+        find(&d, "plan")
+            .message
+            .contains("one model; the spec has 2 [[models]]"),
+        "{d:#?}"
+    );
     // One table without the other.
     let only = PLAN.split("[plan]").next().unwrap();
     let d = errors(&format!("{GOOD}{only}"));

@@ -80,6 +80,19 @@ pub(super) fn estimate(
         };
         ok &= plan_fits(ctx, &pp, &template, models);
     }
+    // `[accelerator]` and `[plan]` are `archplace estimate`'s, which takes one model: said
+    // here, located, rather than by `estimate` after `validate` said the spec is fine.
+    if models.len() > 1 {
+        ctx.error(
+            &pp,
+            format!(
+                "a [plan] is estimated for one model; the spec has {} [[models]]",
+                models.len()
+            ),
+            Some("keep one [[models]] table in an estimate spec, or remove [accelerator] and [plan] to search".into()),
+        );
+        ok = false;
+    }
     let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (buffer, hbm, peak) else {
         return None;
     };
