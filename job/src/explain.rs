@@ -7,6 +7,8 @@
 
 use crate::chip;
 use crate::result::{Configuration, ExploredLine, PlanLine, ResultDoc};
+use archplace_engine::search::Evaluated;
+use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::format_bytes;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -84,6 +86,57 @@ fn axes(c: &Configuration) -> [(&'static str, u64); 6] {
         ("depth", k.depth.into()),
         ("vector_width", k.vector_width.into()),
         ("buffer_bytes", k.buffer_bytes),
+    ]
+}
+
+/// Of a search's candidates, those an explanation can use: the fittest few, the largest
+/// that fit, and every chip that differs from the winner `best` in at most two axes (its
+/// neighbours along one axis, a tied vector width included). `explain` of these alone is
+/// `explain` of them all; a search converts only these to lines, not every candidate (its
+/// memory bound counts one summary per candidate, not a second copy).
+pub fn needed(best: &AcceleratorConfig, explored: &[Evaluated]) -> Vec<usize> {
+    let mut fitting: Vec<usize> = (0..explored.len())
+        .filter(|&k| explored[k].mean_throughput_samples_per_second.is_some())
+        .collect();
+    let t = |k: usize| {
+        explored[k]
+            .mean_throughput_samples_per_second
+            .unwrap_or(0.0)
+    };
+    fitting.sort_by(|&a, &b| {
+        t(b).total_cmp(&t(a))
+            .then(explored[a].area_um2.total_cmp(&explored[b].area_um2))
+            .then(explored[a].index.cmp(&explored[b].index))
+    });
+    let mut keep: Vec<usize> = fitting.iter().take(NEXT_BEST + 1).copied().collect();
+    if let Some(&largest) = fitting.iter().max_by(|&&a, &&b| {
+        explored[a]
+            .area_um2
+            .total_cmp(&explored[b].area_um2)
+            .then(explored[b].index.cmp(&explored[a].index))
+    }) {
+        keep.push(largest);
+    }
+    let mine = axes_of(best);
+    for (k, e) in explored.iter().enumerate() {
+        let theirs = axes_of(&e.config);
+        if mine.iter().zip(&theirs).filter(|(a, b)| a != b).count() <= 2 {
+            keep.push(k);
+        }
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    keep
+}
+
+fn axes_of(c: &AcceleratorConfig) -> [u64; 6] {
+    [
+        c.tensor_cores.into(),
+        c.vector_cores.into(),
+        c.width.into(),
+        c.depth.into(),
+        c.vector_width.into(),
+        c.buffer_bytes,
     ]
 }
 

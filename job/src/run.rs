@@ -379,8 +379,13 @@ impl Prepared<'_> {
             },
             explanation: None,
         };
-        let lines: Vec<ExploredLine> = outcome.explored.iter().map(ExploredLine::from).collect();
-        doc.explanation = crate::explain::explain(&doc, &lines);
+        if let Some(best) = &outcome.best {
+            let lines: Vec<ExploredLine> = crate::explain::needed(&best.config, &outcome.explored)
+                .into_iter()
+                .map(|k| ExploredLine::from(&outcome.explored[k]))
+                .collect();
+            doc.explanation = crate::explain::explain(&doc, &lines);
+        }
         doc
     }
 }

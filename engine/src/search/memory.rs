@@ -203,11 +203,14 @@ fn explored_bytes(input: &SearchInput, p: u64, longest: u64) -> u64 {
         .map(|m| m.config.name.len() as u64)
         .max()
         .unwrap_or(0);
-    let plan_summary = size::<ModelPlan>() + names + LIMITING_BYTES;
+    let stages = longest.min(input.cluster.devices.max(1));
+    // A summary keeps each plan's blocks per stage, twice (the record's `stage_layers` and
+    // its `[plan]`'s when the split is uneven).
+    let plan_summary =
+        size::<ModelPlan>() + names + LIMITING_BYTES + 2 * stages.saturating_mul(size::<u64>());
     let record = (3 * size::<Evaluated>())
         .saturating_add((models * plan_summary).max(FAILURE_BYTES + names))
         .saturating_add(size::<usize>());
-    let stages = longest.min(input.cluster.devices.max(1));
     let best = models.saturating_mul(
         stages.saturating_mul(size::<StageReport>() + 2 * LAYER_LABEL_BYTES)
             + 3 * size::<super::LayerReport>(),
