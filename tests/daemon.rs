@@ -483,6 +483,30 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
         "name = \"my-cost-model\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
     )
     .unwrap();
+    // A bad config first: the reload fails, keeps the settings, and logs every reason in
+    // its one event.
+    std::fs::write(
+        dir.join("archplace.toml"),
+        "settle_seconds = 0.3\nmax_queue = \"lots\"\n",
+    )
+    .unwrap();
+    d.signal("-HUP");
+    d.until(Duration::from_secs(30), "the failed reload", || {
+        d.log().contains("config reload failed")
+    });
+    let failed = d
+        .log()
+        .lines()
+        .find(|l| l.contains("config reload failed"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        failed.contains("errors=")
+            && failed.contains("archplace.toml:2:13")
+            && failed.contains("\"lots\""),
+        "{}",
+        d.log()
+    );
     std::fs::write(
         dir.join("archplace.toml"),
         "settle_seconds = 0.3\nmax_queue = 50\nstate_dir = \"elsewhere\"\n",

@@ -114,7 +114,7 @@ impl Shared {
             Ok(c) => c.split(),
             Err(e) => {
                 self.metrics.config_reloaded(false);
-                tracing::error!("config reload failed, keeping the current settings: {e}");
+                tracing::error!(errors = %e, "config reload failed, keeping the current settings");
                 return;
             }
         };

@@ -75,11 +75,16 @@ pub struct DaemonArgs {
 
 fn config_of(args: &DaemonArgs, plugins: &super::plugin::PluginArgs) -> Result<DaemonConfig> {
     let mut c = match &args.config {
+        // Every error in the one message: at start `main` prints it, at a reload the
+        // service logs it as a field of its event (also in JSON logs), not as loose lines.
         Some(p) => DaemonConfig::load(p).map_err(|errs| {
-            for e in &errs {
-                errln!("error: {e}");
-            }
-            anyhow::anyhow!("{} error(s) in {}", errs.len(), p.display())
+            let all: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            anyhow::anyhow!(
+                "{} error(s) in {}: {}",
+                errs.len(),
+                p.display(),
+                all.join("; ")
+            )
         })?,
         None => DaemonConfig::default(),
     };
