@@ -557,9 +557,15 @@ pub fn estimate_timed_step(
     priced(input, g, stages, timing, cost)
 }
 
-/// Each stage's parameters and memory, or the error of the most loaded one when it does
-/// not fit.
-fn fitting_stages(input: &StepInput, g: &ModelGraph) -> Result<Vec<StageSummary>, StepError> {
+/// The most loaded stage and its memory per device.
+type Worst = (u64, MemoryBreakdown);
+
+/// Each stage's parameters and memory with the most loaded one, or that stage's error when
+/// it does not fit.
+fn fitting_stages(
+    input: &StepInput,
+    g: &ModelGraph,
+) -> Result<(Vec<StageSummary>, Worst), StepError> {
     let pl = &input.plan;
     let d = pl.data_parallel;
     let micro_batches = input.global_batch / (pl.micro_batch * d);
@@ -577,7 +583,7 @@ fn fitting_stages(input: &StepInput, g: &ModelGraph) -> Result<Vec<StageSummary>
             hbm_bytes: input.hbm_bytes,
         });
     }
-    Ok(stages)
+    Ok((stages, worst))
 }
 
 /// The step of a checked plan that fits, from its layers' timing: pipeline, data-parallel
@@ -585,7 +591,7 @@ fn fitting_stages(input: &StepInput, g: &ModelGraph) -> Result<Vec<StageSummary>
 fn priced(
     input: &StepInput,
     g: &ModelGraph,
-    mut stages: Vec<StageSummary>,
+    (mut stages, worst): (Vec<StageSummary>, Worst),
     timing: &[LayerTiming; 3],
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<StepReport, StepError> {
@@ -593,11 +599,6 @@ fn priced(
     let (t, d, b) = (pl.tensor_parallel, pl.data_parallel, pl.micro_batch);
     let micro_batches = input.global_batch / (b * d);
     let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
-    let worst = stages
-        .iter()
-        .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
-        .map(|s| (s.stage, s.memory_bytes))
-        .unwrap_or_default();
     let pipeline = pipeline_times(input, timing, &mut stages);
     // Data-parallel synchronisation of the slowest stage's gradients (every stage syncs
     // at once; the largest bounds the step).

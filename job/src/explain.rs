@@ -77,8 +77,7 @@ pub struct Sensitivity {
 }
 
 /// The axes of a chip, with their values.
-fn axes(c: &Configuration) -> [(&'static str, u64); 6] {
-    let k = &c.chip;
+fn axes(k: &AcceleratorConfig) -> [(&'static str, u64); 6] {
     [
         ("tensor_cores", k.tensor_cores.into()),
         ("vector_cores", k.vector_cores.into()),
@@ -117,9 +116,9 @@ pub fn needed(best: &AcceleratorConfig, explored: &[Evaluated]) -> Vec<usize> {
     }) {
         keep.push(largest);
     }
-    let mine = axes_of(best);
+    let mine = axes(best);
     for (k, e) in explored.iter().enumerate() {
-        let theirs = axes_of(&e.config);
+        let theirs = axes(&e.config);
         if mine.iter().zip(&theirs).filter(|(a, b)| a != b).count() <= 2 {
             keep.push(k);
         }
@@ -127,17 +126,6 @@ pub fn needed(best: &AcceleratorConfig, explored: &[Evaluated]) -> Vec<usize> {
     keep.sort_unstable();
     keep.dedup();
     keep
-}
-
-fn axes_of(c: &AcceleratorConfig) -> [u64; 6] {
-    [
-        c.tensor_cores.into(),
-        c.vector_cores.into(),
-        c.width.into(),
-        c.depth.into(),
-        c.vector_width.into(),
-        c.buffer_bytes,
-    ]
 }
 
 /// The explanation of `doc`'s answer from the candidates of `explored`; `None` when no chip
@@ -256,7 +244,7 @@ fn differences(
     b: (&Configuration, u64, &[PlanLine]),
 ) -> Vec<String> {
     let mut out = Vec::new();
-    for ((name, x), (_, y)) in axes(a.0).into_iter().zip(axes(b.0)) {
+    for ((name, x), (_, y)) in axes(&a.0.chip).into_iter().zip(axes(&b.0.chip)) {
         if x != y {
             out.push(if name == "buffer_bytes" {
                 format!("buffer {} → {}", format_bytes(x), format_bytes(y))
@@ -330,13 +318,13 @@ fn signed_seconds(s: f64) -> String {
 /// Per axis, the nearest smaller and larger value among the evaluated chips equal to the
 /// winner on every other axis (along `width`, a vector width tied to it moves with it).
 fn sensitivities(best: &Configuration, top: f64, explored: &[ExploredLine]) -> Vec<Sensitivity> {
-    let mine = axes(best);
+    let mine = axes(&best.chip);
     let mut out = Vec::new();
     for (k, &(axis, value)) in mine.iter().enumerate() {
         let along: Vec<(u64, Option<f64>)> = explored
             .iter()
             .filter_map(|e| {
-                let theirs = axes(&e.configuration);
+                let theirs = axes(&e.configuration.chip);
                 // A space without its own vector widths ties them to the width: moving
                 // along `width` moves both.
                 let tied = |a: &[(&str, u64); 6]| a[4].1 == a[2].1;
