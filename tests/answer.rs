@@ -197,3 +197,42 @@ examples! {
     opt_1_3b: "opt-1.3b",
     opt_350m: "opt-350m",
 }
+
+/// With `tensor_parallel_overlap = true` the saving shows as less tensor-parallel
+/// communication (the time computation does not hide), not as a shorter backward pass:
+/// forward and backward are the cores' busy time whether collectives overlap or not.
+#[test]
+fn overlap_shows_as_less_communication_not_less_backward() {
+    let _gate = crate::util::shared();
+    let text = std::fs::read_to_string(root().join("config/specs/estimate-a100.toml")).unwrap();
+    let concurrent = text.replace(
+        "operator_execution = \"sequential\"",
+        "operator_execution = \"concurrent\"",
+    );
+    assert_ne!(concurrent, text, "the example sets operator_execution");
+    let estimate = |text: &str| -> Value {
+        let (_dir, path) = temp_spec("overlap.toml", text);
+        let o = run(&["estimate", path.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let alone = estimate(&concurrent);
+    let overlapped = estimate(&concurrent.replace(
+        "operator_execution = \"concurrent\"",
+        "operator_execution = \"concurrent\"\ntensor_parallel_overlap = true",
+    ));
+    let t = |v: &Value, k: &str| v["time"][k].as_f64().unwrap();
+    let tp = "tensor_parallel_communication_seconds";
+    assert!(
+        t(&overlapped, tp) < 0.9 * t(&alone, tp),
+        "{overlapped}\n{alone}"
+    );
+    for part in ["forward_seconds", "backward_seconds"] {
+        let (o, a) = (t(&overlapped, part), t(&alone, part));
+        assert!(
+            (o - a).abs() <= 1e-6 * a,
+            "{part}: {o} overlapped, {a} alone"
+        );
+    }
+    assert!(overlapped["step_seconds"].as_f64() < alone["step_seconds"].as_f64());
+}

@@ -1160,3 +1160,27 @@ fn model_lists_a_blocks_operators_and_what_it_keeps() {
         assert!((flops - want).abs() <= 1e-9 * want, "{flops} {want}");
     }
 }
+
+/// `archplace validate --json` on the spec with a mistake of every kind: one run reports
+/// each planted mistake at its line (the plugin host's own words for the unknown cost model
+/// and the bad parameter), and nothing else.
+#[test]
+fn validate_reports_every_planted_spec_mistake_in_one_run() {
+    let _gate = crate::util::shared();
+    let spec = root().join("tests/fixtures/spec/many-mistakes.toml");
+    assert_reports_planted_mistakes(&[], &spec);
+}
+
+/// The same for a daemon config with a mistake of every kind: values that cannot be read
+/// (unknown keys with a did-you-mean, wrong types) and the rules between the values that
+/// could, with snippets, in one run.
+#[test]
+fn validate_reports_every_planted_config_mistake_in_one_run() {
+    let _gate = crate::util::shared();
+    let config = root().join("tests/fixtures/config/many-mistakes.toml");
+    assert_reports_planted_mistakes(&["--config"], &config);
+    let o = run(&["validate", "--config", config.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(err.contains("^^^^^^^^^^"), "snippets: {err}");
+    assert!(err.contains("17 error(s)"), "{err}");
+}

@@ -111,6 +111,8 @@ pub struct TimeBreakdown {
     pub forward_seconds: f64,
     pub backward_seconds: f64,
     pub recomputation_seconds: f64,
+    /// The tensor-parallel collectives' time that computation does not hide (all of it
+    /// unless `tensor_parallel_overlap`); forward and backward are the cores' busy time.
     pub tensor_parallel_communication_seconds: f64,
     pub pipeline_point_to_point_seconds: f64,
     pub pipeline_bubble_seconds: f64,
@@ -338,18 +340,36 @@ pub struct GraphTiming {
     pub gap: f64,
 }
 
+/// What the step takes of a layer's schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScheduleOutcome {
+    pub makespan: f64,
+    pub optimal: bool,
+    pub gap: f64,
+    /// With tensor-parallel collectives that may overlap computation, the time they leave
+    /// exposed ([`crate::schedule::Schedule::exposed_link_seconds`]); `None` when they run
+    /// alone, all of their time exposed (their sum, exactly).
+    pub exposed_link: Option<f64>,
+}
+
 /// The timing of graph `g` whose scheduling instance on `c` is `inst` and whose schedule
-/// has `makespan` (`optimal`, `gap`): its link operators' time, its attention core's, and
-/// the joules of every operator run on all cores of its kind, `cost` answering for one
-/// operator. The search and [`estimate_step`] both time layers through this function, so
-/// a plan the search reports is priced as `archplace estimate` prices it.
+/// came out as `outcome`: its exposed link time, its attention core's, and the joules of
+/// every operator run on all cores of its kind, `cost` answering for one operator. The
+/// search and [`estimate_step`] both time layers through this function, so a plan the
+/// search reports is priced as `archplace estimate` prices it.
 pub fn graph_timing(
     g: &OpGraph,
     inst: &Instance,
     c: &AcceleratorConfig,
-    (makespan, optimal, gap): (f64, bool, f64),
+    outcome: ScheduleOutcome,
     mut cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<GraphTiming, EstimateError> {
+    let ScheduleOutcome {
+        makespan,
+        optimal,
+        gap,
+        exposed_link,
+    } = outcome;
     let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
         let all = match node.core {
@@ -369,7 +389,7 @@ pub fn graph_timing(
     }
     Ok(GraphTiming {
         makespan,
-        link,
+        link: exposed_link.unwrap_or(link),
         attention_core: core_seconds,
         joules,
         attention_core_joules: core_joules,
@@ -428,22 +448,39 @@ impl Costs<'_> {
     ) -> Result<GraphTiming, StepError> {
         let inst = instance_with(g, c, self.execution, |core, op| self.get(core, op))?;
         let s = schedule::solve(&inst, options).map_err(|e| StepError::Schedule(e.to_string()))?;
-        Ok(graph_timing(
-            g,
-            &inst,
-            c,
-            (s.makespan, s.optimal, s.gap),
-            |core, op| self.get(core, op),
-        )?)
+        let outcome = ScheduleOutcome {
+            makespan: s.makespan,
+            optimal: s.optimal,
+            gap: s.gap,
+            exposed_link: self
+                .execution
+                .tensor_parallel_overlap
+                .then(|| s.exposed_link_seconds(&inst)),
+        };
+        Ok(graph_timing(g, &inst, c, outcome, |core, op| {
+            self.get(core, op)
+        })?)
     }
 }
 
-/// Checks the plan against the model and the cluster, before any work.
+/// Checks the plan against the model and the cluster, before any work: the first of
+/// [`problems`].
 pub fn check(input: &StepInput) -> Result<(), StepError> {
+    match problems(input).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Every problem of the plan against the model and the cluster, each checked whatever the
+/// others (but the interleaving, which needs a whole number of micro-batches): a spec
+/// reports them all in one run.
+pub fn problems(input: &StepInput) -> Vec<StepError> {
     let (m, pl) = (&input.model, &input.plan);
+    let mut found = Vec::new();
     let t = pl.tensor_parallel;
     if t == 0 || !m.supports_tensor_parallel(t) || t > m.max_tensor_parallel.max(1) {
-        return Err(StepError::TensorParallel {
+        found.push(StepError::TensorParallel {
             t,
             heads: m.heads,
             kv_heads: m.kv_heads,
@@ -458,7 +495,7 @@ pub fn check(input: &StepInput) -> Result<(), StepError> {
         let inner_empty = list.len() > 2 && list[1..list.len() - 1].contains(&0);
         let sum = list.iter().try_fold(0u64, |a, &b| a.checked_add(b));
         if p == 0 || v != 1 || list.len() as u64 != p || sum != Some(m.layers) || inner_empty {
-            return Err(StepError::StageLayers {
+            found.push(StepError::StageLayers {
                 stages: list.clone(),
                 pipeline: p,
                 layers: m.layers,
@@ -466,7 +503,7 @@ pub fn check(input: &StepInput) -> Result<(), StepError> {
             });
         }
     } else if p == 0 || v == 0 || chunks > m.layers || !m.layers.is_multiple_of(chunks) {
-        return Err(StepError::Pipeline {
+        found.push(StepError::Pipeline {
             pipeline: p,
             interleaving: v,
             layers: m.layers,
@@ -476,7 +513,7 @@ pub fn check(input: &StepInput) -> Result<(), StepError> {
     let d = pl.data_parallel;
     let needed = t.saturating_mul(p).saturating_mul(d);
     if d == 0 || needed != input.devices {
-        return Err(StepError::Devices {
+        found.push(StepError::Devices {
             t,
             p,
             d,
@@ -485,21 +522,22 @@ pub fn check(input: &StepInput) -> Result<(), StepError> {
         });
     }
     let per_step = pl.micro_batch.saturating_mul(d);
-    if pl.micro_batch == 0 || !input.global_batch.is_multiple_of(per_step) {
-        return Err(StepError::Batch {
+    if per_step == 0 || !input.global_batch.is_multiple_of(per_step) {
+        found.push(StepError::Batch {
             global_batch: input.global_batch,
             micro_batch: pl.micro_batch,
             d,
         });
+        return found;
     }
     let micro_batches = input.global_batch / per_step;
     if v > 1 && (p < 2 || !micro_batches.is_multiple_of(p)) {
-        return Err(StepError::Interleaving {
+        found.push(StepError::Interleaving {
             micro_batches,
             pipeline: p,
         });
     }
-    Ok(())
+    found
 }
 
 /// The layer graphs of `input`'s model for its plan: one rank's embedding, block and

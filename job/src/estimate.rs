@@ -195,6 +195,12 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
             100.0 * s / r.step_seconds
         );
     }
+    if input.execution.tensor_parallel_overlap {
+        let _ = writeln!(
+            o,
+            "  (tensor-parallel communication: the time computation does not hide; forward and backward are the cores' busy time)"
+        );
+    }
     let _ = writeln!(o, "  limiting: {}", r.limiting);
     let m = &r.memory_bytes;
     let _ = writeln!(

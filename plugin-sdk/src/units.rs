@@ -40,17 +40,20 @@ fn split(input: &str, what: &str, example: &str) -> Result<(f64, String), UnitEr
     let num = num.replace('_', "");
     if num.is_empty() {
         return Err(err(format!(
-            "`{input}` is not a {what}: expected a number and a unit, e.g. \"{example}\""
+            "`{input}` is not {} {what}: expected a number and a unit, e.g. \"{example}\"",
+            article(what)
         )));
     }
     let value: f64 = num.parse().map_err(|_| {
         err(format!(
-            "`{input}` is not a {what}: `{num}` is not a number (e.g. \"{example}\")"
+            "`{input}` is not {} {what}: `{num}` is not a number (e.g. \"{example}\")",
+            article(what)
         ))
     })?;
     if !value.is_finite() || value < 0.0 {
         return Err(err(format!(
-            "`{input}` is not a {what}: the number must be finite and not negative"
+            "`{input}` is not {} {what}: the number must be finite and not negative",
+            article(what)
         )));
     }
     let unit = unit.trim().to_string();
@@ -60,6 +63,15 @@ fn split(input: &str, what: &str, example: &str) -> Result<(f64, String), UnitEr
         )));
     }
     Ok((value, unit))
+}
+
+/// "a" or "an" before `word` (by its first letter, which is right for our unit names).
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
 }
 
 fn prefix(p: &str) -> Option<f64> {

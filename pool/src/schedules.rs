@@ -26,8 +26,10 @@ pub struct PoolSchedules {
     pub misses: AtomicU64,
 }
 
-/// Bytes of a stored solution: makespan, the two utilisations, the gap, proven optimal.
-const VALUE_BYTES: usize = 33;
+/// Bytes of a stored solution: makespan, the two utilisations, the gap, the exposed
+/// communication, proven optimal. (A value of another length — an older daemon's — reads
+/// as unknown, and the schedule is solved again.)
+const VALUE_BYTES: usize = 41;
 
 impl PoolSchedules {
     pub fn new(pool: Arc<Pool>, options: &ScheduleOptions) -> PoolSchedules {
@@ -52,7 +54,7 @@ impl PoolSchedules {
 
 fn encode(s: &Solved) -> Vec<u8> {
     let mut v = Vec::with_capacity(VALUE_BYTES);
-    for x in [s.makespan, s.util.0, s.util.1, s.gap] {
+    for x in [s.makespan, s.util.0, s.util.1, s.gap, s.exposed_link] {
         v.extend_from_slice(&x.to_bits().to_le_bytes());
     }
     v.push(u8::from(s.optimal));
@@ -72,7 +74,8 @@ fn decode(b: &[u8]) -> Option<Solved> {
         makespan: f(0)?,
         util: (f(1)?, f(2)?),
         gap: f(3)?,
-        optimal: b[32] == 1,
+        exposed_link: f(4)?,
+        optimal: b[40] == 1,
     })
 }
 
@@ -131,6 +134,7 @@ mod tests {
             util: (0.1 + 0.2, f64::MIN_POSITIVE),
             optimal: true,
             gap: 0.0,
+            exposed_link: 2.5e-4,
         };
         assert_eq!(decode(&encode(&s)), Some(s));
         let t = Solved {

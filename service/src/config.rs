@@ -192,55 +192,34 @@ impl Default for DaemonConfig {
     }
 }
 
-/// A located problem in a config file.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}")]
-pub struct ConfigError {
-    pub file: String,
-    pub line: usize,
-    pub column: usize,
-    pub message: String,
-}
+/// A located problem in a config file: a spec's diagnostic (file, line, column, the key,
+/// what is wrong, what would be valid), rendered with its snippet.
+pub type ConfigError = archplace_spec::Diagnostic;
 
 impl DaemonConfig {
     /// Parses a config file's text; `file` names it in errors and anchors relative paths.
+    /// Every problem comes in one run, as a spec's do: each value that cannot be read
+    /// (located, unknown keys with a did-you-mean), and the rules between the values
+    /// that could (a value that could not is left at its default, which they accept).
     pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, Vec<ConfigError>> {
         let shown = file.display().to_string();
-        let mut c: DaemonConfig = toml::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .span()
-                .map(|s| archplace_plugin_sdk::text::line_column(text, s.start))
-                .unwrap_or((0, 0));
-            vec![ConfigError {
-                file: shown.clone(),
-                line,
-                column,
-                message: e.message().to_string(),
-            }]
-        })?;
+        let (read, mut errors) = archplace_spec::read_toml::<DaemonConfig>(text, &shown);
+        let Some(mut c) = read else {
+            return Err(errors);
+        };
+        errors.extend(rule_errors(&c, text, &shown));
+        if !errors.is_empty() {
+            errors.sort_by_key(|d| (d.line, d.column));
+            return Err(errors);
+        }
         let base = file.parent().unwrap_or(Path::new("."));
         c.anchor(base);
-        let errors = c.check();
-        if errors.is_empty() {
-            Ok(c)
-        } else {
-            Err(errors
-                .into_iter()
-                .map(|(key, message)| {
-                    let (line, column) = key_position(text, &key);
-                    ConfigError {
-                        file: shown.clone(),
-                        line,
-                        column,
-                        message: format!("{key}: {message}"),
-                    }
-                })
-                .collect())
-        }
+        Ok(c)
     }
 
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<DaemonConfig, Vec<ConfigError>> {
+        let shown = path.display().to_string();
         let text = archplace_spec::read_input(path)
             .and_then(|b| {
                 String::from_utf8(b).map_err(|_| {
@@ -248,12 +227,13 @@ impl DaemonConfig {
                 })
             })
             .map_err(|e| {
-                vec![ConfigError {
-                    file: path.display().to_string(),
-                    line: 0,
-                    column: 0,
-                    message: format!("cannot read the config: {e}"),
-                }]
+                vec![ConfigError::new(
+                    &shown,
+                    "",
+                    None,
+                    String::new(),
+                    format!("cannot read the config: {e}"),
+                )]
             })?;
         Self::parse(&text, path)
     }
@@ -361,15 +341,14 @@ impl StartSettings {
     }
 }
 
-/// Line and column of `key` (dotted) in `text`: the spans of the parsed document, as for
-/// specs ([`archplace_spec::diagnostic::locate`]); the closest enclosing table when absent.
-fn key_position(text: &str, key: &str) -> (usize, usize) {
-    let (doc, _) = toml::de::DeTable::parse_recoverable(text);
-    let path = key
-        .split('.')
-        .fold(archplace_spec::FieldPath::root(), |p, k| p.key(k));
-    let span = archplace_spec::diagnostic::locate(doc.get_ref(), doc.span(), &path);
-    archplace_spec::diagnostic::line_column(text, span.start)
+/// The problems [`DaemonConfig::check`] finds, located at their keys in `text`.
+fn rule_errors(c: &DaemonConfig, text: &str, file: &str) -> Vec<ConfigError> {
+    c.check()
+        .into_iter()
+        .map(|(key, message)| {
+            archplace_spec::diagnostic_at_key(text, file, &key, format!("{key}: {message}"), None)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -444,7 +423,14 @@ mod tests {
         assert!(e[0].message.contains("not an address"), "{e:?}");
         let e = DaemonConfig::parse("spec_dri = \"s\"\n", Path::new("d.toml")).unwrap_err();
         assert_eq!((e[0].line, e[0].column), (1, 1));
-        assert!(e[0].message.contains("unknown field `spec_dri`"), "{e:?}");
+        assert!(e[0].message.contains("unknown key `spec_dri`"), "{e:?}");
+        assert!(
+            e[0].help
+                .as_deref()
+                .unwrap_or("")
+                .contains("did you mean `spec_dir`"),
+            "{e:?}"
+        );
         let e = DaemonConfig::parse(
             "[plugins.x]\nfuel_per_call = \"lots\"\n",
             Path::new("d.toml"),

@@ -257,7 +257,7 @@ fn search(
     cancel: &Arc<AtomicBool>,
     labels: &mut SpecLabels,
 ) -> Outcome {
-    let spec = match parse(q, &job.result_dir) {
+    let spec = match parse(q, &job.result_dir, &s.host, cancel) {
         Ok(spec) => spec,
         Err(outcome) => return outcome,
     };
@@ -338,8 +338,14 @@ fn search(
     ended(&dir, q, &status, result)
 }
 
-/// The queued spec's text, validated; an invalid one's errors written to `dir/error.json`.
-fn parse(q: &Queued, dir: &Path) -> Result<archplace_spec::Spec, Outcome> {
+/// The queued spec's text, validated; an invalid one's errors (with those of the plugins it
+/// names) written to `dir/error.json`.
+fn parse(
+    q: &Queued,
+    dir: &Path,
+    host: &archplace_plugin_host::Host,
+    cancel: &Arc<AtomicBool>,
+) -> Result<archplace_spec::Spec, Outcome> {
     let shown = q.path.display().to_string();
     let Ok(text) = String::from_utf8(q.bytes.clone()) else {
         let d = archplace_spec::Diagnostic::new(
@@ -351,7 +357,8 @@ fn parse(q: &Queued, dir: &Path) -> Result<archplace_spec::Spec, Outcome> {
         );
         return Err(invalid(q, vec![d], dir));
     };
-    archplace_spec::parse(&text, &shown).map_err(|diags| invalid(q, diags, dir))
+    archplace_spec::parse_with_plugins(&text, &shown, host, cancel.clone())
+        .map_err(|diags| invalid(q, diags, dir))
 }
 
 /// The invalid spec `q`'s located errors, written to `dir/error.json`.

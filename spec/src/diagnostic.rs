@@ -31,6 +31,10 @@ impl FieldPath {
         p.0.push(Seg::Index(i));
         p
     }
+    /// Whether `self` is `other` or one of the fields inside it.
+    pub fn within(&self, other: &FieldPath) -> bool {
+        self.0.starts_with(&other.0)
+    }
 }
 
 impl fmt::Display for FieldPath {
@@ -62,6 +66,22 @@ pub struct Diagnostic {
     pub help: Option<String>,
     #[serde(skip)]
     pub span: Option<Range<usize>>,
+}
+
+/// One line: `FILE:LINE:COLUMN: MESSAGE (HELP)` — for a log field or an error chain, where
+/// [`Diagnostic::render`]'s snippet does not fit.
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )?;
+        if let Some(h) = &self.help {
+            write!(f, " ({h})")?;
+        }
+        Ok(())
+    }
 }
 
 impl Diagnostic {

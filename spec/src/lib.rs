@@ -142,30 +142,14 @@ impl LoadError {
 /// Reads and validates the spec at `path`.
 pub fn load(path: &Path) -> Result<Spec, LoadError> {
     let shown = path.display().to_string();
-    let bytes = read_input(path).map_err(|source| LoadError::Io {
-        path: shown.clone(),
-        source,
-    })?;
-    let text = match String::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let offset = e.utf8_error().valid_up_to();
-            let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-            let d = Diagnostic::new(
-                &shown,
-                &text,
-                Some(offset..offset + 1),
-                String::new(),
-                "the file is not valid UTF-8".into(),
-            );
-            return Err(LoadError::Invalid {
-                path: shown,
-                text,
-                diagnostics: vec![d],
-            });
+    let (text, spec) = match load_text(path)? {
+        (text, Ok(())) => {
+            let spec = parse(&text, &shown);
+            (text, spec)
         }
+        (text, Err(d)) => (text, Err(vec![d])),
     };
-    parse(&text, &shown).map_err(|diagnostics| LoadError::Invalid {
+    spec.map_err(|diagnostics| LoadError::Invalid {
         path: shown,
         text,
         diagnostics,
@@ -179,6 +163,83 @@ pub fn default_spec() -> Result<Spec, Vec<Diagnostic>> {
 
 /// Validates `source`; `file` is only used in diagnostics.
 pub fn parse(source: &str, file: &str) -> Result<Spec, Vec<Diagnostic>> {
+    parse_keeping_cost_model(source, file).0
+}
+
+/// Validates `source` and, when it has problems but its `[cost_model]` is fine, resolves
+/// the cost models it names through `models` as well (loading plugins, checking their
+/// parameters), so that a spec's plugin problems come in the same run as its other ones.
+/// A valid spec's cost models are left to the caller to resolve (as [`resolve_cost_models`]).
+pub fn parse_with_plugins(
+    source: &str,
+    file: &str,
+    models: &dyn archplace_cost_port::CostModelSource,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Spec, Vec<Diagnostic>> {
+    match parse_keeping_cost_model(source, file) {
+        (Ok(spec), _) => Ok(spec),
+        (Err(mut diagnostics), Some(cost_model)) => {
+            if let Err(more) = resolve_in(&cost_model, source, file, models, cancel) {
+                diagnostics.extend(more);
+                diagnostics.sort_by_key(|d| (d.line, d.column));
+            }
+            Err(diagnostics)
+        }
+        (Err(diagnostics), None) => Err(diagnostics),
+    }
+}
+
+/// [`load`] with [`parse_with_plugins`]'s plugin checks.
+pub fn load_with_plugins(
+    path: &Path,
+    models: &dyn archplace_cost_port::CostModelSource,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<Spec, LoadError> {
+    let shown = path.display().to_string();
+    let (text, spec) = match load_text(path)? {
+        (text, Ok(())) => {
+            let spec = parse_with_plugins(&text, &shown, models, cancel);
+            (text, spec)
+        }
+        (text, Err(d)) => (text, Err(vec![d])),
+    };
+    spec.map_err(|diagnostics| LoadError::Invalid {
+        path: shown,
+        text,
+        diagnostics,
+    })
+}
+
+/// The text of the file at `path`, and whether it is UTF-8 (if not, the text is its lossy
+/// reading and the diagnostic locates the first bad byte).
+fn load_text(path: &Path) -> Result<(String, Result<(), Diagnostic>), LoadError> {
+    let shown = path.display().to_string();
+    let bytes = read_input(path).map_err(|source| LoadError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(t) => (t, Ok(())),
+        Err(e) => {
+            let offset = e.utf8_error().valid_up_to();
+            let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            let d = Diagnostic::new(
+                &shown,
+                &text,
+                Some(offset..offset + 1),
+                String::new(),
+                "the file is not valid UTF-8".into(),
+            );
+            (text, Err(d))
+        }
+    })
+}
+
+/// The spec of `source`, or its problems; and its cost models when `[cost_model]` is fine.
+fn parse_keeping_cost_model(
+    source: &str,
+    file: &str,
+) -> (Result<Spec, Vec<Diagnostic>>, Option<CostModelSpec>) {
     let (doc, syntax) = DeTable::parse_recoverable(source);
     let mut ctx = Ctx {
         file,
@@ -187,6 +248,9 @@ pub fn parse(source: &str, file: &str) -> Result<Spec, Vec<Diagnostic>> {
         root: doc.span(),
         diagnostics: Vec::new(),
         failed_models: Vec::new(),
+        unreadable: Vec::new(),
+        wrong: Vec::new(),
+        removed: Vec::new(),
     };
     if !syntax.is_empty() {
         for e in syntax {
@@ -197,18 +261,19 @@ pub fn parse(source: &str, file: &str) -> Result<Spec, Vec<Diagnostic>> {
                 None,
             );
         }
-        return Err(ctx.diagnostics);
+        return (Err(ctx.diagnostics), None);
     }
     let (raw, failed) = ctx.sections();
-    let spec = validate::validate(&raw, &failed, &mut ctx, source);
-    match spec {
+    let (spec, cost_model) = validate::validate(&raw, &failed, &mut ctx, source);
+    let spec = match spec {
         Some(spec) if ctx.diagnostics.is_empty() => Ok(spec),
         _ => {
             // In file order, as a reader fixes them.
             ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
             Err(ctx.diagnostics)
         }
-    }
+    };
+    (spec, cost_model)
 }
 
 impl Spec {
@@ -281,24 +346,96 @@ pub fn resolve_cost_models(
     models: &dyn archplace_cost_port::CostModelSource,
     cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<archplace_cost_port::CostModels, Vec<Diagnostic>> {
-    models.resolve(&spec.cost_model, cancel).map_err(|errors| {
-        let source = spec.source_text.as_str();
+    resolve_in(
+        &spec.cost_model,
+        &spec.source_text,
+        &spec.source_file,
+        models,
+        cancel,
+    )
+}
+
+/// Resolves `cost_model` (read from `source`, shown as `file`) through `models`, its
+/// problems located in `source`.
+fn resolve_in(
+    cost_model: &CostModelSpec,
+    source: &str,
+    file: &str,
+    models: &dyn archplace_cost_port::CostModelSource,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<archplace_cost_port::CostModels, Vec<Diagnostic>> {
+    models.resolve(cost_model, cancel).map_err(|errors| {
         let (doc, _) = DeTable::parse_recoverable(source);
         let mut ctx = Ctx {
-            file: &spec.source_file,
+            file,
             source,
             doc: doc.get_ref(),
             root: doc.span(),
             diagnostics: Vec::new(),
             failed_models: Vec::new(),
+            unreadable: Vec::new(),
+            wrong: Vec::new(),
+            removed: Vec::new(),
         };
-        validate::cost_model_errors(&errors, &spec.cost_model, &mut ctx);
+        validate::cost_model_errors(&errors, cost_model, &mut ctx);
         ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
         ctx.diagnostics
     })
 }
 
 pub use schema::json_schema;
+
+/// Reads the TOML document `source` (shown as `file`) as a `T` the way a spec is read:
+/// every problem in one run, each located with its snippet, unknown keys with a
+/// did-you-mean, type errors in words. Also when there are problems, the value as far as it
+/// could be read (each value that could not left out: `T`'s defaults must stand in), so
+/// that the caller's rules still check the rest; `None` when nothing usable was read. The
+/// daemon's config is read with it.
+pub fn read_toml<T: DeserializeOwned>(source: &str, file: &str) -> (Option<T>, Vec<Diagnostic>) {
+    let (doc, syntax) = DeTable::parse_recoverable(source);
+    let mut ctx = Ctx {
+        file,
+        source,
+        doc: doc.get_ref(),
+        root: doc.span(),
+        diagnostics: Vec::new(),
+        failed_models: Vec::new(),
+        unreadable: Vec::new(),
+        wrong: Vec::new(),
+        removed: Vec::new(),
+    };
+    for e in syntax {
+        ctx.push(
+            e.span(),
+            FieldPath::root(),
+            format!("invalid TOML: {}", e.message().trim()),
+            None,
+        );
+    }
+    if !ctx.diagnostics.is_empty() {
+        return (None, ctx.diagnostics);
+    }
+    let whole = Spanned::new(doc.span(), DeValue::Table(doc.get_ref().clone()));
+    let read = ctx.deserialize::<T>(&whole, &FieldPath::root());
+    ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
+    (read, ctx.diagnostics)
+}
+
+/// A problem with the value of `key` (dotted, e.g. `pool.nats`) in the TOML document
+/// `source` (shown as `file`), located at the value (at the closest enclosing table when
+/// the key is not written).
+pub fn diagnostic_at_key(
+    source: &str,
+    file: &str,
+    key: &str,
+    message: String,
+    help: Option<String>,
+) -> Diagnostic {
+    let (doc, _) = DeTable::parse_recoverable(source);
+    let path = key.split('.').fold(FieldPath::root(), |p, k| p.key(k));
+    let span = locate(doc.get_ref(), doc.span(), &path);
+    Diagnostic::new(file, source, Some(span), key.to_string(), message).with_help(help)
+}
 
 /// Collects diagnostics while a spec is read.
 pub(crate) struct Ctx<'a> {
@@ -311,6 +448,18 @@ pub(crate) struct Ctx<'a> {
     /// stand in `RawSpec::models` as defaults, which the model rules skip, so that the other
     /// models are still checked at their own indices).
     failed_models: Vec<usize>,
+    /// Values that could not be read (a wrong type, an unknown variant or key): taken out
+    /// of the document so the rest still reads, their fields (and everything inside)
+    /// unknown. A rule never reports at one of them (the reading error stands), and rules
+    /// relating fields skip the unknown ones: one mistake, one error.
+    unreadable: Vec<FieldPath>,
+    /// Fields a rule reported (as the file numbers them): known but wrong, so the rules
+    /// that relate them to other fields skip them rather than report the same cause again.
+    wrong: Vec<FieldPath>,
+    /// Elements taken out of arrays, by the array's path as written (original indices,
+    /// sorted): the rules see the arrays without them and number their elements afresh,
+    /// and [`Ctx::error`] numbers them back as the file does.
+    removed: Vec<(FieldPath, Vec<usize>)>,
 }
 
 impl Ctx<'_> {
@@ -321,6 +470,44 @@ impl Ctx<'_> {
 
     pub(crate) fn file(&self) -> &str {
         self.file
+    }
+
+    /// Whether the value at `field` is usable by a rule relating it to others: it (and all
+    /// inside it) could be read, and no rule has reported it (or anything inside it) wrong.
+    /// `field` is numbered as the rules see the arrays (see [`Ctx::removed`]).
+    pub(crate) fn fine(&self, field: &FieldPath) -> bool {
+        let field = self.as_written(field);
+        !self
+            .unreadable
+            .iter()
+            .any(|u| field.within(u) || u.within(&field))
+            && !self.wrong.iter().any(|w| w.within(&field))
+    }
+
+    /// Whether every one of `fields` is [`Ctx::fine`].
+    pub(crate) fn all_fine(&self, fields: &[FieldPath]) -> bool {
+        fields.iter().all(|f| self.fine(f))
+    }
+
+    /// `field` as the file numbers it: array indices counted with the elements that were
+    /// taken out for not reading.
+    fn as_written(&self, field: &FieldPath) -> FieldPath {
+        let mut out = FieldPath::root();
+        for seg in &field.0 {
+            let seg = match seg {
+                Seg::Index(i) => {
+                    let gone = self
+                        .removed
+                        .iter()
+                        .find(|(p, _)| *p == out)
+                        .map_or(&[][..], |(_, g)| g.as_slice());
+                    Seg::Index(original_index(*i, gone))
+                }
+                Seg::Key(k) => Seg::Key(k.clone()),
+            };
+            out.0.push(seg);
+        }
+        out
     }
 
     /// Whether the spec has a value at `field`.
@@ -343,21 +530,45 @@ impl Ctx<'_> {
         }
     }
 
-    /// Reports a problem with the value at `field`.
+    /// Reports a problem a rule found with the value at `field` (numbered as the rules see
+    /// the arrays), unless the value could not be read at all: that is already reported.
     pub(crate) fn error(
         &mut self,
         field: &FieldPath,
         message: impl Into<String>,
         help: Option<String>,
     ) {
-        self.push(None, field.clone(), message.into(), help);
+        self.report(field, message.into(), help, true);
+    }
+
+    /// Reports that the value at `field` disagrees with another field's (`hidden` with
+    /// `heads`): each value is still known, so the other rules that relate it still apply.
+    pub(crate) fn mismatch(
+        &mut self,
+        field: &FieldPath,
+        message: impl Into<String>,
+        help: Option<String>,
+    ) {
+        self.report(field, message.into(), help, false);
+    }
+
+    fn report(&mut self, field: &FieldPath, message: String, help: Option<String>, wrong: bool) {
+        let field = self.as_written(field);
+        if self.unreadable.iter().any(|u| field.within(u)) {
+            return;
+        }
+        if wrong && !self.wrong.contains(&field) {
+            self.wrong.push(field.clone());
+        }
+        self.push(None, field, message, help);
     }
 
     /// Deserializes `value` (at `path`), reporting *every* problem in it, not only serde's
-    /// first: after each error the offending key or element is taken out and the rest
-    /// deserialized again (a field left out takes its default), until it deserializes or
-    /// the error cannot be taken out (a missing field, a wrong type of the whole value).
-    /// `None` if anything was wrong.
+    /// first: after each error the offending key or element is taken out (and marked
+    /// unreadable) and the rest deserialized again (a field left out takes its default),
+    /// until it deserializes — what is returned, so that the rules still check what could
+    /// be read — or the error cannot be taken out (a missing field, a wrong type of the
+    /// whole value): `None`.
     fn deserialize<T: DeserializeOwned>(
         &mut self,
         value: &Spanned<DeValue<'_>>,
@@ -370,14 +581,16 @@ impl Ctx<'_> {
         // Unknown keys taken out, by their table's path: a "missing field" that one of them
         // misspells is the same mistake, not a second one.
         let mut unknown_keys: Vec<(Vec<Seg>, String)> = Vec::new();
-        let mut failed = false;
+        let mut read = None;
         for _ in 0..MAX_ERRORS_PER_VALUE {
             let de = ValueDeserializer::from(value.clone());
             let e = match serde_path_to_error::deserialize::<_, T>(de) {
-                Ok(v) => return (!failed).then_some(v),
+                Ok(v) => {
+                    read = Some(v);
+                    break;
+                }
                 Err(e) => e,
             };
-            failed = true;
             // The path inside `value` as it is now, and as the file numbers it.
             let mut now: Vec<Seg> = Vec::new();
             let mut field = path.clone();
@@ -408,6 +621,7 @@ impl Ctx<'_> {
                     .iter()
                     .any(|(at, k)| *at == now && did_you_mean(k, [missing]).is_some())
             {
+                self.unreadable.push(field);
                 break;
             }
             // An untagged value (an area budget, an axis) that is a table: serde says only
@@ -417,6 +631,7 @@ impl Ctx<'_> {
                 && sub.get_ref().as_table().is_some()
                 && self.explain_table(&message, sub, &field)
             {
+                self.unreadable.push(field.clone());
                 if !take_out(value.get_mut(), &now) {
                     break;
                 }
@@ -431,6 +646,7 @@ impl Ctx<'_> {
                 }
             };
             self.push(span, field.clone(), message, help);
+            self.unreadable.push(field.clone());
             // Take the offending part out and try again.
             let mut target = now.clone();
             let mut target_field = field.clone();
@@ -445,6 +661,7 @@ impl Ctx<'_> {
             if !take_out(value.get_mut(), &target) {
                 break;
             }
+            self.unreadable.push(target_field.clone());
             if let (Some(Seg::Index(_)), Some(Seg::Index(o))) =
                 (target.last(), target_field.0.last())
             {
@@ -458,7 +675,8 @@ impl Ctx<'_> {
                 }
             }
         }
-        None
+        self.removed.extend(removed);
+        read
     }
 
     /// Reports what is wrong with `table` (at `field`) as the table an untagged value of

@@ -163,10 +163,16 @@ pub struct RawFixedAccelerator {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawPlan {
-    pub tensor_parallel: u64,
-    pub pipeline_parallel: u64,
-    pub data_parallel: u64,
-    pub micro_batch: u64,
+    // Required (the validator reports each one missing, so the rest of the table is still
+    // checked in the same run).
+    #[schemars(required, with = "u64")]
+    pub tensor_parallel: Option<u64>,
+    #[schemars(required, with = "u64")]
+    pub pipeline_parallel: Option<u64>,
+    #[schemars(required, with = "u64")]
+    pub data_parallel: Option<u64>,
+    #[schemars(required, with = "u64")]
+    pub micro_batch: Option<u64>,
     /// Virtual pipeline stages per device (default 1: plain 1F1B).
     pub interleaving: Option<u64>,
     /// "none", "selective" or "full" (default: the first of `[training]`'s list).

@@ -171,3 +171,54 @@ pub fn shared() -> RwLockReadGuard<'static, ()> {
 pub fn alone() -> RwLockWriteGuard<'static, ()> {
     GATE.write().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Each `# ERR FIELD | TEXT` mark on a line of `text` that is not a comment line, as
+/// (line, field, text): the mistakes planted in a fixture, where they must be reported.
+pub fn planted_mistakes(text: &str) -> Vec<(usize, String, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with('#') {
+            continue;
+        }
+        for mark in line.split("# ERR ").skip(1) {
+            let (field, says) = mark.split_once(" | ").expect("`# ERR FIELD | TEXT`");
+            out.push((i + 1, field.trim().to_string(), says.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// Checks `validate --json ARGS FILE`'s diagnostics against the mistakes planted in FILE
+/// (see [`planted_mistakes`]): each found at its line and field, saying its text, and
+/// nothing else reported — in one run.
+pub fn assert_reports_planted_mistakes(args: &[&str], file: &Path) {
+    let text = std::fs::read_to_string(file).unwrap();
+    let planted = planted_mistakes(&text);
+    assert!(planted.len() >= 10, "{} planted", planted.len());
+    let mut all: Vec<&str> = vec!["validate", "--json"];
+    all.extend_from_slice(args);
+    all.push(file.to_str().unwrap());
+    let o = run(&all);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let found: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut left: Vec<&serde_json::Value> = found.as_array().unwrap().iter().collect();
+    let mut missing = Vec::new();
+    for (line, field, says) in &planted {
+        let hit = left.iter().position(|d| {
+            let words = format!("{} {}", d["message"], d["help"]);
+            d["line"].as_u64() == Some(*line as u64)
+                && d["field"].as_str() == Some(field.as_str())
+                && words.contains(says.as_str())
+        });
+        match hit {
+            Some(k) => {
+                left.remove(k);
+            }
+            None => missing.push(format!("line {line}: {field} `{says}`")),
+        }
+    }
+    assert!(
+        missing.is_empty() && left.is_empty(),
+        "not reported: {missing:#?}\nreported but not planted: {left:#?}"
+    );
+}

@@ -201,16 +201,14 @@ pub fn validate_config(path: &Path, json: bool) -> Result<Exit> {
         }
         Err(errs) => {
             if json {
-                let v: Vec<_> = errs
-                    .iter()
-                    .map(|e| {
-                        serde_json::json!({"file": e.file, "line": e.line, "column": e.column, "message": e.message})
-                    })
-                    .collect();
-                print_json(&v)?;
+                print_json(&errs)?;
             } else {
+                // With their snippets, as a spec's errors are shown.
+                let text = archplace_spec::read_input(path)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
                 for e in &errs {
-                    errln!("error: {e}");
+                    err!("{}", e.render(&text));
                 }
                 errln!("{} error(s)", errs.len());
             }

@@ -87,7 +87,7 @@ fn run_step(
     scheduling: archplace_spec::Scheduling,
     plugins: &super::plugin::PluginArgs,
 ) -> Result<Exit> {
-    let spec = load_spec(Some(path))?;
+    let spec = load_spec(Some(path), Some(plugins))?;
     let input = spec.step_input(scheduling)?;
     let host = plugins.host()?;
     let models = super::cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))?;
@@ -121,7 +121,7 @@ fn run_step(
 }
 
 fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
-    let spec = load_spec(Some(&args.spec))?;
+    let spec = load_spec(Some(&args.spec), Some(plugins))?;
     let accelerator = spec
         .estimate
         .as_ref()

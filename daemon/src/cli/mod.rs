@@ -184,13 +184,21 @@ pub fn colour() -> bool {
 }
 
 /// Loads the spec at `path`, or the embedded default. Invalid specs print their located
-/// errors on stderr.
-pub fn load_spec(path: Option<&Path>) -> Result<Spec> {
+/// errors on stderr — with `plugins`, also those of the plugins an invalid spec names (as
+/// [`spec::load_with_plugins`]), so that every mistake comes in one run.
+pub fn load_spec(path: Option<&Path>, plugins: Option<&plugin::PluginArgs>) -> Result<Spec> {
     match path {
-        Some(p) => spec::load(p).map_err(|e| {
-            err!("{}", e.render());
-            anyhow::anyhow!("{e}")
-        }),
+        Some(p) => {
+            let host = plugins.map(plugin::PluginArgs::host).transpose()?;
+            let loaded = match &host {
+                Some(h) => spec::load_with_plugins(p, h, Default::default()),
+                None => spec::load(p),
+            };
+            loaded.map_err(|e| {
+                err!("{}", e.render());
+                anyhow::anyhow!("{e}")
+            })
+        }
         None => {
             tracing::info!("using the embedded default spec");
             spec::default_spec().map_err(|diags| {

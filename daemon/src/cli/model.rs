@@ -270,7 +270,7 @@ fn print_ops(b: &BlockOps<'_>) -> std::io::Result<()> {
 
 pub fn run(args: &ModelArgs) -> Result<Exit> {
     let (micro_batch, json) = (args.micro_batch, args.json);
-    let spec = load_spec(args.spec.as_deref())?;
+    let spec = load_spec(args.spec.as_deref(), None)?;
     let b = match micro_batch {
         Some(0) => bail!("--micro-batch must be at least 1"),
         Some(b) => b,

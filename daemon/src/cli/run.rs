@@ -99,7 +99,7 @@ pub fn run(args: &RunArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> 
         bail!("--threads must be at least 1");
     }
     let given = args.spec.is_some();
-    let spec = load_spec(args.spec.as_deref())?;
+    let spec = load_spec(args.spec.as_deref(), Some(plugins))?;
     if given {
         for note in spec.defaulted_sections() {
             errln!("note: {note}");

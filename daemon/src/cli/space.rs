@@ -106,7 +106,7 @@ pub fn run(args: &SpaceArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit
         _ => Format::Text,
     };
     let limit = args.limit;
-    let spec = load_spec(args.spec.as_deref())?;
+    let spec = load_spec(args.spec.as_deref(), Some(plugins))?;
     let host = plugins.host()?;
     let models = super::cost_models(&spec, &host, Default::default())?;
     let start = Instant::now();

@@ -94,7 +94,7 @@ pub fn run(args: &ValidateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
         }
     }
     for f in files {
-        match spec::load(f) {
+        match spec::load_with_plugins(f, &host, Default::default()) {
             Ok(s) => {
                 if let Some(memory) = check_models(&s, &mut text, &mut all)
                     && !json

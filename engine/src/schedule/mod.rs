@@ -159,6 +159,53 @@ impl Schedule {
         }
         (tc / self.makespan, vc / self.makespan)
     }
+
+    /// The time the network links are busy while no core is: the communication the
+    /// schedule leaves exposed (all of it when collectives run alone; what computation
+    /// does not hide when they may overlap it).
+    pub fn exposed_link_seconds(&self, inst: &Instance) -> f64 {
+        let intervals = |link: bool| -> Vec<(f64, f64)> {
+            let mut v: Vec<(f64, f64)> = inst
+                .tasks
+                .iter()
+                .zip(&self.placements)
+                .filter(|(t, p)| {
+                    p.finish > p.start
+                        && match t.resource {
+                            Resource::Link => link,
+                            Resource::None => false,
+                            _ => !link,
+                        }
+                })
+                .map(|(_, p)| (p.start, p.finish))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            v
+        };
+        let compute = merged(intervals(false));
+        merged(intervals(true))
+            .into_iter()
+            .map(|(a, b)| {
+                let covered: f64 = compute
+                    .iter()
+                    .map(|&(c, d)| (b.min(d) - a.max(c)).max(0.0))
+                    .sum();
+                (b - a - covered).max(0.0)
+            })
+            .sum()
+    }
+}
+
+/// `sorted` (by start) intervals merged where they overlap or touch.
+fn merged(sorted: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(sorted.len());
+    for (a, b) in sorted {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -382,3 +382,66 @@ fn latencies_that_overflow_in_sum_are_refused() {
         Err(ScheduleError::Overflow)
     ));
 }
+
+/// The exposed communication is the links' busy time that no core's work covers: a
+/// collective entirely under computation costs nothing, one alone all of its time, one half
+/// covered half; zero-length and `None` tasks count for neither.
+#[test]
+fn exposed_link_time_is_what_computation_does_not_cover() {
+    let task = |resource| Task {
+        resource,
+        single: 1.0,
+        parallel: 1.0,
+    };
+    let inst = Instance {
+        tensor_cores: 1,
+        vector_cores: 1,
+        tasks: vec![
+            task(Resource::Tensor),
+            task(Resource::Link),
+            task(Resource::Vector),
+            task(Resource::Link),
+            task(Resource::Link),
+            task(Resource::None),
+        ],
+        edges: vec![],
+    };
+    let at = |start: f64, finish: f64| Placement {
+        mode: Mode::Parallel,
+        start,
+        finish,
+        tensor_core: None,
+        vector_core: None,
+    };
+    let schedule = |placements: Vec<Placement>| Schedule {
+        makespan: 10.0,
+        lower_bound: 0.0,
+        optimal: true,
+        gap: 0.0,
+        method: Method::Bounds,
+        hit_time_limit: false,
+        hit_node_limit: false,
+        solve_seconds: 0.0,
+        placements,
+    };
+    // Tensor 0–4, vector 3–6; links 1–2 (hidden), 5–8 (1 s covered), 8–10 (alone).
+    let s = schedule(vec![
+        at(0.0, 4.0),
+        at(1.0, 2.0),
+        at(3.0, 6.0),
+        at(5.0, 8.0),
+        at(8.0, 10.0),
+        at(6.0, 9.0),
+    ]);
+    assert_eq!(s.exposed_link_seconds(&inst), 4.0);
+    // Two links at once count once; nothing computing, all of their union.
+    let s = schedule(vec![
+        at(0.0, 0.0),
+        at(1.0, 3.0),
+        at(0.0, 0.0),
+        at(2.0, 4.0),
+        at(4.0, 4.0),
+        at(0.0, 10.0),
+    ]);
+    assert_eq!(s.exposed_link_seconds(&inst), 3.0);
+}

@@ -45,6 +45,9 @@ pub struct Solved {
     pub util: (f64, f64),
     pub optimal: bool,
     pub gap: f64,
+    /// The communication the schedule leaves exposed
+    /// ([`schedule::Schedule::exposed_link_seconds`]).
+    pub exposed_link: f64,
 }
 
 /// Layer schedules solved elsewhere for the same search (a pool's other workers), asked
@@ -157,6 +160,7 @@ impl Ctx<'_> {
             util: s.utilisation(inst),
             optimal: s.optimal,
             gap: s.gap,
+            exposed_link: s.exposed_link_seconds(inst),
         };
         Ok((solved, s.hit_time_limit))
     }
@@ -267,7 +271,17 @@ impl Ctx<'_> {
             graph,
             inst,
             c,
-            (solved.makespan, solved.optimal, solved.gap),
+            step::ScheduleOutcome {
+                makespan: solved.makespan,
+                optimal: solved.optimal,
+                gap: solved.gap,
+                exposed_link: self
+                    .input
+                    .training
+                    .execution
+                    .tensor_parallel_overlap
+                    .then_some(solved.exposed_link),
+            },
             |core, op| self.estimator.known(core, op),
         )?;
         Ok(Scheduled {

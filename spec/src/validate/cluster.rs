@@ -1,18 +1,19 @@
 //! `[cluster]`: devices, the network (one tier, or nodes with two), HBM sizes to try.
 
 use super::rules::{count_in, duplicates, positive};
-use crate::raw::RawSpec;
+use crate::raw::{RawCluster, RawSpec};
 use crate::{Ctx, FieldPath};
 use archplace_engine::network::{Network, Tier};
 use archplace_engine::training::Cluster;
 use archplace_plugin_sdk::gpus;
 use archplace_plugin_sdk::units::{format_bytes, parse_bandwidth, parse_bytes, parse_seconds};
-pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
+/// `[cluster]` as read: each value given or its default (what is wrong reported, and left
+/// for the rules relating it to skip, see [`Ctx::fine`]).
+pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
     let c = &raw.cluster;
     let path = FieldPath::root().key("cluster");
-    let mut ok = true;
     let devices = c.devices.unwrap_or(1024);
-    ok &= count_in(
+    count_in(
         ctx,
         &path.key("devices"),
         devices,
@@ -21,9 +22,6 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         " devices",
     );
     let network = network(raw, ctx, devices);
-    if (c.node_size.is_some() || c.preset.is_some()) && network.is_none() {
-        ok = false;
-    }
     let link = c.link_bandwidth.as_deref().unwrap_or("4 GiB/s");
     let link_bytes_per_second = positive(
         ctx,
@@ -33,27 +31,24 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         "the link bandwidth must be above 0 B/s",
         Some("e.g. \"50 GB/s\""),
     )
-    .unwrap_or_else(|| {
-        ok = false;
-        0.0
-    });
+    .unwrap_or(0.0);
     let preset = c.preset.as_deref().and_then(gpus::gpu);
     let hbm_text: Vec<String> = c.hbm.clone().unwrap_or_else(|| match preset {
         Some(g) => vec![format_bytes(g.hbm_bytes)],
         None => vec!["32 GiB".into(), "64 GiB".into(), "80 GiB".into()],
     });
     let hbm_path = path.key("hbm");
-    if hbm_text.is_empty() {
+    // An empty list, unless its elements were taken out for not reading (reported there).
+    if hbm_text.is_empty() && ctx.fine(&hbm_path) {
         ctx.error(
             &hbm_path,
             "no HBM size to try",
             Some("list at least one, e.g. [\"80 GiB\"]".into()),
         );
-        ok = false;
     }
     let mut hbm_bytes = Vec::new();
     for (i, h) in hbm_text.iter().enumerate() {
-        match positive(
+        if let Some(b) = positive(
             ctx,
             &hbm_path.index(i),
             h,
@@ -61,8 +56,7 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
             "an HBM of 0 bytes cannot hold a model",
             None,
         ) {
-            Some(b) => hbm_bytes.push(b),
-            None => ok = false,
+            hbm_bytes.push(b);
         }
     }
     duplicates(ctx, &hbm_path, &hbm_bytes);
@@ -71,12 +65,12 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Cluster> {
         Some(n) => (n.inter_node.bytes_per_second, n),
         None => (link_bytes_per_second, Network::flat(link_bytes_per_second)),
     };
-    ok.then_some(Cluster {
+    Cluster {
         devices,
         link_bytes_per_second,
         hbm_bytes,
         network,
-    })
+    }
 }
 
 /// The two-tier network of `node_size` and the `intra_node_*`/`inter_node_*` keys, if
@@ -114,20 +108,15 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         },
     };
     let Some(node_size) = c.node_size.or(preset.map(|g| g.node_size)) else {
-        for (key, value) in tier_keys {
-            if value.is_some() {
-                ctx.error(
-                    &path.key(key),
-                    format!("`{key}` needs `node_size`: without it the network has one tier"),
-                    Some("add `node_size` (devices per node), or use `link_bandwidth`".into()),
-                );
-            }
-        }
+        one_tier(ctx, &path, c, &tier_keys);
         return None;
     };
     let mut ok = true;
-    if node_size == 0 || node_size > devices || !devices.is_multiple_of(node_size) {
-        ctx.error(
+    let devices_known = ctx.fine(&path.key("devices"));
+    if node_size == 0
+        || (devices_known && (node_size > devices || !devices.is_multiple_of(node_size)))
+    {
+        ctx.mismatch(
             &path.key("node_size"),
             format!("{node_size} devices per node do not make whole nodes of {devices} devices"),
             Some("use a divisor of `devices`, e.g. 8".into()),
@@ -135,7 +124,7 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         ok = false;
     }
     if c.link_bandwidth.is_some() {
-        ctx.error(
+        ctx.mismatch(
             &path.key("link_bandwidth"),
             "with `node_size` (or a preset) the network has two tiers: `link_bandwidth` would be ignored",
             Some("remove it; give `intra_node_bandwidth` and `inter_node_bandwidth`".into()),
@@ -207,6 +196,57 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         }),
         _ => None,
     }
+}
+
+/// Without `node_size` the network has one tier: each two-tier key given is reported, and
+/// its value still read, so that a wrong unit is not left for a later run.
+fn one_tier(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    c: &RawCluster,
+    tier_keys: &[(&str, &Option<String>)],
+) {
+    for (key, value) in tier_keys {
+        if value.is_some() {
+            ctx.mismatch(
+                &path.key(key),
+                format!("`{key}` needs `node_size`: without it the network has one tier"),
+                Some("add `node_size` (devices per node), or use `link_bandwidth`".into()),
+            );
+        }
+    }
+    bandwidth(
+        ctx,
+        path,
+        "intra_node_bandwidth",
+        &c.intra_node_bandwidth,
+        Some(0.0),
+        "",
+    );
+    bandwidth(
+        ctx,
+        path,
+        "inter_node_bandwidth",
+        &c.inter_node_bandwidth,
+        Some(0.0),
+        "",
+    );
+    latency(ctx, path, "intra_node_latency", &c.intra_node_latency, 0.0);
+    latency(ctx, path, "inter_node_latency", &c.inter_node_latency, 0.0);
+    efficiency(
+        ctx,
+        path,
+        "intra_node_efficiency",
+        c.intra_node_efficiency,
+        1.0,
+    );
+    efficiency(
+        ctx,
+        path,
+        "inter_node_efficiency",
+        c.inter_node_efficiency,
+        1.0,
+    );
 }
 
 /// A tier's bandwidth `key` (under `path`): given, or the preset's; missing otherwise.

@@ -2,6 +2,7 @@
 //! The plan is checked against the model and the cluster here, with the numbers, so that
 //! the engine's own check never fails on a valid spec.
 
+use super::models::Entry;
 use super::rules::{count_in, positive};
 use crate::raw::{RawFixedAccelerator, RawPlan, RawSpec};
 use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
@@ -11,108 +12,122 @@ use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
 use archplace_plugin_sdk::{AcceleratorConfig, gpus};
 
 /// The estimate's chip and plan, if the spec has them; `None` (with errors reported) when
-/// they are invalid, `Some(None)` when the spec has neither.
+/// they are invalid, `Some(None)` when the spec has neither. Every rule of `[accelerator]`
+/// and `[plan]` is checked, each over the fields it relates that are fine.
 pub(super) fn estimate(
     raw: &RawSpec,
     ctx: &mut Ctx<'_>,
-    models: Option<&[ModelSpec]>,
-    training: Option<&Training>,
-    cluster: Option<&Cluster>,
+    models: &[Entry],
+    training: &Training,
+    cluster: &Cluster,
 ) -> Option<Option<EstimateSpec>> {
     let root = FieldPath::root();
+    let (ap, pp) = (root.key("accelerator"), root.key("plan"));
+    // A table written but not readable is reported where it was read, not as missing.
     let (a, p) = match (&raw.accelerator, &raw.plan) {
         (None, None) => return Some(None),
         (Some(a), Some(p)) => (a, p),
-        (Some(_), None) => {
-            ctx.error(
-                &root.key("accelerator"),
-                "an [accelerator] table needs a [plan] table to estimate",
-                Some("add [plan] with tensor_parallel, pipeline_parallel, data_parallel and micro_batch".into()),
-            );
+        (Some(a), None) => {
+            if !ctx.has_field(&pp) {
+                ctx.error(
+                    &ap,
+                    "an [accelerator] table needs a [plan] table to estimate",
+                    Some("add [plan] with tensor_parallel, pipeline_parallel, data_parallel and micro_batch".into()),
+                );
+            }
+            accelerator(ctx, &ap, a);
             return None;
         }
-        (None, Some(_)) => {
-            ctx.error(
-                &root.key("plan"),
-                "a [plan] table needs an [accelerator] table to estimate",
-                Some("add [accelerator] with tensor_cores, vector_cores, width, depth, buffer and hbm".into()),
-            );
+        (None, Some(p)) => {
+            if !ctx.has_field(&ap) {
+                ctx.error(
+                    &pp,
+                    "a [plan] table needs an [accelerator] table to estimate",
+                    Some("add [accelerator] with tensor_cores, vector_cores, width, depth, buffer and hbm".into()),
+                );
+            }
+            plan_counts(ctx, &pp, p);
             return None;
         }
     };
-    let ap = root.key("accelerator");
     let chip = accelerator(ctx, &ap, a);
-    let pp = root.key("plan");
-    let mut ok = chip.ok & plan_counts(ctx, &pp, p);
-    let (Some(models), Some(training), Some(cluster)) = (models, training, cluster) else {
-        return None;
-    };
-    let (buffer, hbm, peak) = (chip.buffer, chip.hbm, chip.peak);
+    plan_counts(ctx, &pp, p);
+    // `[accelerator]` and `[plan]` are `archplace estimate`'s, which takes one model: said
+    // here, located, rather than by `estimate` after `validate` said the spec is fine.
+    if raw.models.len() > 1 {
+        ctx.mismatch(
+            &pp,
+            format!(
+                "a [plan] is estimated for one model; the spec has {} [[models]]",
+                raw.models.len()
+            ),
+            Some("keep one [[models]] table in an estimate spec, or remove [accelerator] and [plan] to search".into()),
+        );
+    }
+    let mut plan = plan_of(p, training);
+    // The plan against each model that is fine (estimate itself takes one).
+    let fine: Vec<&Entry> = models
+        .iter()
+        .filter(|e| ctx.fine(&root.key("models").index(e.index)))
+        .collect();
+    if let Some(first) = fine.first()
+        && let Some(list) = stage_layers(ctx, &pp, p, first.spec.config.layers)
+    {
+        plan.stage_layers = list;
+    }
     let accelerator = AcceleratorConfig {
         tensor_cores: chip.tensor_cores,
         vector_cores: chip.vector_cores,
         width: chip.width,
         depth: chip.depth,
         vector_width: chip.vector_width,
-        buffer_bytes: buffer.unwrap_or(0),
+        buffer_bytes: chip.buffer.unwrap_or(0),
     };
-    let mut plan = plan_of(p, training);
-    match models
-        .first()
-        .map(|m| stage_layers(ctx, &pp, p, m.config.layers))
-    {
-        Some(Some(list)) => plan.stage_layers = list,
-        Some(None) => ok = false,
-        None => {}
-    }
-    if let Some(first) = models.first() {
-        let template = StepInput {
-            model: first.config.clone(),
-            plan: plan.clone(),
-            accelerator,
-            hbm_bytes: hbm.unwrap_or(0),
-            devices: cluster.devices,
-            global_batch: training.global_batch,
-            network: cluster.network,
-            peak_flops_per_second: None,
-            schedule: Default::default(),
-            execution: training.execution,
-        };
-        ok &= plan_fits(ctx, &pp, &template, models);
-    }
-    // `[accelerator]` and `[plan]` are `archplace estimate`'s, which takes one model: said
-    // here, located, rather than by `estimate` after `validate` said the spec is fine.
-    if models.len() > 1 {
-        ctx.error(
-            &pp,
-            format!(
-                "a [plan] is estimated for one model; the spec has {} [[models]]",
-                models.len()
-            ),
-            Some("keep one [[models]] table in an estimate spec, or remove [accelerator] and [plan] to search".into()),
-        );
-        ok = false;
-    }
-    let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (buffer, hbm, peak) else {
-        return None;
-    };
-    if !ok {
-        return None;
-    }
-    let accelerator = AcceleratorConfig {
-        buffer_bytes,
-        ..accelerator
-    };
-    ok.then_some(Some(EstimateSpec {
+    let template = StepInput {
+        model: archplace_engine::model::ModelConfig::custom_base(),
+        plan,
         accelerator,
+        hbm_bytes: chip.hbm.unwrap_or(0),
+        devices: cluster.devices,
+        global_batch: training.global_batch,
+        network: cluster.network,
+        peak_flops_per_second: None,
+        schedule: Default::default(),
+        execution: training.execution,
+    };
+    let given = [
+        p.tensor_parallel,
+        p.pipeline_parallel,
+        p.data_parallel,
+        p.micro_batch,
+    ];
+    if given.iter().all(Option::is_some) {
+        // The rules between the plan, the cluster and the batch, once; those with the
+        // model, for each model that is fine.
+        if let Some(e) = models.first() {
+            plan_fits(ctx, &pp, &template, &e.spec, false);
+        }
+        for e in &fine {
+            plan_fits(ctx, &pp, &template, &e.spec, true);
+        }
+    }
+    let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (chip.buffer, chip.hbm, chip.peak)
+    else {
+        return None;
+    };
+    Some(Some(EstimateSpec {
+        accelerator: AcceleratorConfig {
+            buffer_bytes,
+            ..accelerator
+        },
         hbm_bytes,
         peak_flops_per_second: peak,
-        plan,
+        plan: template.plan,
     }))
 }
 
-/// `[accelerator]` as read: each value given, or its GPU preset's; `ok` unless something
-/// was reported.
+/// `[accelerator]` as read: each value given, or its GPU preset's (0 or `None` where
+/// neither, reported).
 struct Chip {
     tensor_cores: u32,
     vector_cores: u32,
@@ -122,13 +137,11 @@ struct Chip {
     buffer: Option<u64>,
     hbm: Option<u64>,
     peak: Option<Option<f64>>,
-    ok: bool,
 }
 
 /// The chip of `[accelerator]` (at `ap`): a GPU preset's values where the table leaves
 /// them out.
 fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Chip {
-    let mut ok = true;
     let preset = match &a.preset {
         None => None,
         Some(name) => {
@@ -139,7 +152,6 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
                     format!("no GPU preset `{name}`"),
                     Some(format!("presets: {}", gpus::names())),
                 );
-                ok = false;
             }
             g
         }
@@ -147,12 +159,12 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
     // An unknown preset is one mistake: the keys it would have filled are not missing too.
     let unknown_preset = a.preset.is_some() && preset.is_none();
     // Each axis: given, or the preset's; without either, reported as missing.
-    let mut axis =
+    let axis =
         |ctx: &mut Ctx<'_>, key: &str, given: Option<u32>, preset: Option<u32>, max| match given
             .or(preset)
         {
             Some(v) => {
-                ok &= count_in(ctx, &ap.key(key), v.into(), max, &format!("{key} {v}"), "");
+                count_in(ctx, &ap.key(key), v.into(), max, &format!("{key} {v}"), "");
                 v
             }
             None => {
@@ -163,7 +175,6 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
                         Some(format!("give it, or a GPU `preset` ({})", gpus::names())),
                     );
                 }
-                ok = false;
                 0
             }
         };
@@ -240,39 +251,39 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
         buffer,
         hbm,
         peak,
-        ok,
     }
 }
 
-/// `[plan]`'s counts (at `pp`), each in range; whether all are.
-fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) -> bool {
-    let mut ok = true;
+/// `[plan]`'s counts (at `pp`): the four a plan needs given, each in range.
+fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
     for (key, value) in [
         ("tensor_parallel", p.tensor_parallel),
         ("pipeline_parallel", p.pipeline_parallel),
         ("data_parallel", p.data_parallel),
         ("micro_batch", p.micro_batch),
-        ("interleaving", p.interleaving.unwrap_or(1)),
+        ("interleaving", Some(p.interleaving.unwrap_or(1))),
     ] {
-        ok &= count_in(
-            ctx,
-            &pp.key(key),
-            value,
-            1 << 20,
-            &format!("{key} {value}"),
-            "",
-        );
+        match value {
+            Some(v) => {
+                count_in(ctx, &pp.key(key), v, 1 << 20, &format!("{key} {v}"), "");
+            }
+            None if ctx.has_field(&pp.key(key)) => {} // Reported where it was read.
+            None => ctx.mismatch(
+                pp,
+                format!("missing `{key}`"),
+                Some("a [plan] gives tensor_parallel, pipeline_parallel, data_parallel and micro_batch".into()),
+            ),
+        }
     }
-    ok
 }
 
 /// The plan of `[plan]`: a choice it leaves out is the first value `[training]` lists.
 fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
     StepPlan {
-        tensor_parallel: p.tensor_parallel,
-        pipeline_parallel: p.pipeline_parallel,
-        data_parallel: p.data_parallel,
-        micro_batch: p.micro_batch,
+        tensor_parallel: p.tensor_parallel.unwrap_or(1),
+        pipeline_parallel: p.pipeline_parallel.unwrap_or(1),
+        data_parallel: p.data_parallel.unwrap_or(1),
+        micro_batch: p.micro_batch.unwrap_or(1),
         // Left out, a choice is the first value [training] lists.
         interleaving: p
             .interleaving
@@ -323,7 +334,7 @@ fn stage_layers(
             } else {
                 "last_stage_layers"
             };
-            ctx.error(
+            ctx.mismatch(
                 &pp.key(key),
                 "give `stage_layers` or `first_stage_layers`/`last_stage_layers`, not both",
                 Some("`stage_layers` lists every stage; remove the other keys".into()),
@@ -335,8 +346,8 @@ fn stage_layers(
     if ends == (None, None) {
         return Some(None);
     }
-    let stages = p.pipeline_parallel;
-    if stages == 0 {
+    let stages = p.pipeline_parallel.unwrap_or(0);
+    if stages == 0 || !ctx.fine(&pp.key("pipeline_parallel")) {
         // Reported with the counts.
         return Some(None);
     }
@@ -361,7 +372,7 @@ fn stage_layers(
         _ => None,
     };
     let Some(each) = even else {
-        ctx.error(
+        ctx.mismatch(
             &pp.key(key),
             format!(
                 "the {layers} blocks less the first/last stage's {given} do not split evenly over the other {middle} of the {stages} pipeline stage(s)"
@@ -380,34 +391,78 @@ fn stage_layers(
     Some(Some(list))
 }
 
-/// The plan against every model (estimate itself takes one), whatever else is wrong; each
-/// problem at the `[plan]` key it is about. Whether it fits them all. `input` is the step
-/// input but for its model.
-fn plan_fits(ctx: &mut Ctx<'_>, pp: &FieldPath, input: &StepInput, models: &[ModelSpec]) -> bool {
-    let mut ok = true;
-    for m in models {
-        let input = StepInput {
-            model: m.config.clone(),
-            ..input.clone()
+/// The plan against model `m`, whatever else is wrong: each problem at the `[plan]` key it
+/// is about, unless a field it relates is wrong or unreadable (that is reported already);
+/// the problems with the model (`with_model`, named by it) or those without it.
+/// `input` is the step input but for its model.
+fn plan_fits(
+    ctx: &mut Ctx<'_>,
+    pp: &FieldPath,
+    input: &StepInput,
+    m: &ModelSpec,
+    with_model: bool,
+) {
+    let input = StepInput {
+        model: m.config.clone(),
+        ..input.clone()
+    };
+    let training = FieldPath::root().key("training");
+    let devices = FieldPath::root().key("cluster").key("devices");
+    for e in step::problems(&input) {
+        let (key, related): (&str, Vec<FieldPath>) = match e {
+            StepError::TensorParallel { .. } => ("tensor_parallel", vec![]),
+            StepError::Pipeline { .. } => ("pipeline_parallel", vec![pp.key("interleaving")]),
+            StepError::StageLayers { .. } => (
+                "stage_layers",
+                vec![
+                    pp.key("pipeline_parallel"),
+                    pp.key("interleaving"),
+                    pp.key("first_stage_layers"),
+                    pp.key("last_stage_layers"),
+                ],
+            ),
+            StepError::Devices { .. } => (
+                "data_parallel",
+                vec![
+                    pp.key("tensor_parallel"),
+                    pp.key("pipeline_parallel"),
+                    devices.clone(),
+                ],
+            ),
+            StepError::Batch { .. } => (
+                "micro_batch",
+                vec![pp.key("data_parallel"), training.key("global_batch")],
+            ),
+            StepError::Interleaving { .. } => (
+                "interleaving",
+                vec![
+                    pp.key("pipeline_parallel"),
+                    pp.key("micro_batch"),
+                    pp.key("data_parallel"),
+                    training.key("global_batch"),
+                ],
+            ),
+            _ => ("", vec![]),
         };
-        if let Err(e) = step::check(&input) {
-            let key = match e {
-                StepError::TensorParallel { .. } => "tensor_parallel",
-                StepError::Pipeline { .. } => "pipeline_parallel",
-                StepError::Devices { .. } => "data_parallel",
-                StepError::Batch { .. } => "micro_batch",
-                StepError::Interleaving { .. } => "interleaving",
-                StepError::StageLayers { .. } => "stage_layers",
-                _ => "",
-            };
-            let at = if key.is_empty() {
-                pp.clone()
-            } else {
-                pp.key(key)
-            };
-            ctx.error(&at, format!("{}: {e}", m.config.name), None);
-            ok = false;
+        let at = if key.is_empty() {
+            pp.clone()
+        } else {
+            pp.key(key)
+        };
+        let of_model = matches!(
+            e,
+            StepError::TensorParallel { .. }
+                | StepError::Pipeline { .. }
+                | StepError::StageLayers { .. }
+        );
+        if of_model != with_model || !ctx.fine(&at) || !ctx.all_fine(&related) {
+            continue;
         }
+        let message = if of_model {
+            format!("{}: {e}", m.config.name)
+        } else {
+            e.to_string()
+        };
+        ctx.mismatch(&at, message, None);
     }
-    ok
 }

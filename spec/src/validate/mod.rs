@@ -1,7 +1,7 @@
 //! The rules of a spec beyond its types: units, ranges, and relations between fields.
 
 use super::raw::RawSpec;
-use super::{Ctx, FieldPath, Spec};
+use super::{CostModelSpec, Ctx, FieldPath, Spec};
 
 /// Largest value of an element count we accept: products of shapes stay exact in f64.
 pub(super) const MAX_ELEMENTS: u128 = 1 << 53;
@@ -26,14 +26,15 @@ use runnable::runnable;
 use space::space;
 use training::training;
 
-/// Checks every section that deserialized; `failed` names those that did not (their
-/// problems are already reported), whose rules and cross-checks are skipped.
+/// Checks every section; `failed` names those that could not be read at all (their
+/// problems are already reported). The spec, when nothing at all was reported (the caller
+/// checks that no diagnostic was).
 pub(super) fn validate(
     raw: &RawSpec,
     failed: &[&str],
     ctx: &mut Ctx<'_>,
     source: &str,
-) -> Option<Spec> {
+) -> (Option<Spec>, Option<CostModelSpec>) {
     let root = FieldPath::root();
     let ok = |k: &str| !failed.contains(&k);
     if ok("schema_version") && raw.schema_version != 1 {
@@ -58,59 +59,42 @@ pub(super) fn validate(
             Some("use 1 to 100 letters, digits, `-`, `_` or `.`, not starting with `.` (it names the results folder)".into()),
         );
     }
-    let training = if ok("training") {
-        training(raw, ctx)
-    } else {
-        None
-    };
-    let cluster = if ok("cluster") {
-        cluster(raw, ctx)
-    } else {
-        None
-    };
-    let models = if ok("models") {
-        models(raw, ctx, training.as_ref(), cluster.as_ref())
-    } else {
-        None
-    };
-    let space = if ok("search") {
-        space(&raw.search, ctx)
-    } else {
-        None
-    };
-    let cost_model = if ok("cost_model") {
-        cost_model(&raw.cost_model, ctx)
-    } else {
-        None
-    };
-    let estimate = if ok("accelerator") && ok("plan") {
-        estimate(
-            raw,
-            ctx,
-            models.as_deref(),
-            training.as_ref(),
-            cluster.as_ref(),
-        )
-    } else {
-        None
-    };
-    if let (Some(m), Some(t), Some(c), Some(s)) = (&models, &training, &cluster, &space) {
-        runnable(ctx, m, t, c, s);
+    // Every section is checked, also one that could not be read (it stands as its default,
+    // its fields unknown: the rules that would relate them skip them, see `Ctx::fine`).
+    let training = training(raw, ctx);
+    let cluster = cluster(raw, ctx);
+    let models = models(raw, ctx, &training, &cluster);
+    let space = space(&raw.search, ctx);
+    let cost_model = cost_model(&raw.cost_model, ctx);
+    let estimate = estimate(raw, ctx, &models, &training, &cluster);
+    let use_all_devices = raw.search.use_all_devices.unwrap_or(true);
+    if use_all_devices && ctx.fine(&root.key("search").key("use_all_devices")) {
+        runnable(ctx, &models, &training, &cluster);
     }
-    if !failed.is_empty() {
-        return None;
+    // The cost models named, when `[cost_model]` is fine: resolved even when something
+    // else is wrong, so that their problems come in the same run.
+    let cost_model = cost_model.filter(|_| ctx.fine(&root.key("cost_model")));
+    if !failed.is_empty() || models.len() != raw.models.len() {
+        return (None, cost_model);
     }
-    Some(Spec {
+    let (Some(space), Some(cost_model_spec), Some(estimate)) =
+        (space, cost_model.clone(), estimate)
+    else {
+        return (None, cost_model);
+    };
+    let models = models.into_iter().map(|e| e.spec).collect();
+    let spec = Spec {
         name: raw.name.clone(),
         description: raw.description.clone(),
         content_hash: blake3::hash(source.as_bytes()).to_hex().to_string(),
         source_file: ctx.file().to_string(),
         source_text: source.to_string(),
-        models: models?,
-        training: training?,
-        cluster: cluster?,
-        space: space?,
-        cost_model: cost_model?,
-        estimate: estimate?,
-    })
+        models,
+        training,
+        cluster,
+        space,
+        cost_model: cost_model_spec,
+        estimate,
+    };
+    (Some(spec), cost_model)
 }

@@ -7,12 +7,21 @@ use crate::{Ctx, FieldPath, ModelSpec};
 use archplace_engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::training::{Baseline, Cluster, Training};
+/// A `[[models]]` entry as read: its index in the file and its configuration.
+pub(super) struct Entry {
+    pub(super) index: usize,
+    pub(super) spec: ModelSpec,
+}
+
+/// The `[[models]]` entries whose shape could be read (a preset, or the hyper-parameters
+/// given), each checked; what is wrong is reported, see [`Ctx::fine`] for which entries
+/// the rules relating them to other sections may use.
 pub(super) fn models(
     raw: &RawSpec,
     ctx: &mut Ctx<'_>,
-    training: Option<&Training>,
-    cluster: Option<&Cluster>,
-) -> Option<Vec<ModelSpec>> {
+    training: &Training,
+    cluster: &Cluster,
+) -> Vec<Entry> {
     let path = FieldPath::root().key("models");
     if raw.models.is_empty() {
         ctx.error(
@@ -20,47 +29,44 @@ pub(super) fn models(
             "no model to train",
             Some("add a `[[models]]` table, e.g. `preset = \"gpt3-175b\"`".into()),
         );
-        return None;
+        return Vec::new();
     }
-    let mut out = Vec::new();
-    // Each checked model's index in the file.
-    let mut at = Vec::new();
-    let mut ok = true;
+    let mut out: Vec<Entry> = Vec::new();
     for (i, m) in raw.models.iter().enumerate() {
         if ctx.model_failed(i) {
-            ok = false;
             continue;
         }
-        match model(m, &path.index(i), ctx, training, cluster) {
-            Some(spec) => {
-                out.push(spec);
-                at.push(i);
-            }
-            None => ok = false,
+        if let Some(spec) = model(m, &path.index(i), ctx, training, cluster) {
+            out.push(Entry { index: i, spec });
         }
     }
-    let names: Vec<&str> = out.iter().map(|m| m.config.name.as_str()).collect();
-    for (k, n) in names.iter().enumerate() {
-        if names[..k].contains(n) {
-            ctx.error(
-                &path.index(at[k]).key("name"),
+    // Names as read: a name (or preset) that could not be read names nothing.
+    for (k, e) in out.iter().enumerate() {
+        let at = path.index(e.index);
+        if !ctx.all_fine(&[at.key("name"), at.key("preset")]) {
+            continue;
+        }
+        let n = &e.spec.config.name;
+        if out[..k].iter().any(|o| o.spec.config.name == *n) {
+            ctx.mismatch(
+                &at.key("name"),
                 format!("two models are called `{n}`"),
                 Some("give each model its own `name`".into()),
             );
-            ok = false;
         }
     }
-    ok.then_some(out)
+    out
 }
 
 /// One `[[models]]` entry: its preset (or explicit shape), the overrides merged in, then
-/// each group of rules; the fit to `[training]` and `[cluster]` when those are valid.
+/// each group of rules, each over the fields it relates that are fine; `None` when its
+/// shape is unknown (an unknown preset, or hyper-parameters missing).
 fn model(
     m: &RawModel,
     path: &FieldPath,
     ctx: &mut Ctx<'_>,
-    training: Option<&Training>,
-    cluster: Option<&Cluster>,
+    training: &Training,
+    cluster: &Cluster,
 ) -> Option<ModelSpec> {
     if let Some(name) = &m.name
         && (name.trim().is_empty()
@@ -72,29 +78,29 @@ fn model(
             format!("{name:?} cannot name a model"),
             Some("use 1 to 100 printable characters (it labels the model in results, plots and metrics)".into()),
         );
-        return None;
     }
     let base = check_base(m, path, ctx)?;
     let cfg = merged(m, base);
-    if !check_counts(&cfg, path, ctx) {
-        return None;
-    }
-    let mut ok = check_shapes(&cfg, m, path, ctx);
-    if let Some(tr) = training {
-        ok &= check_size(&cfg, tr, path, ctx);
-    }
-    if let Some(c) = cluster {
-        ok &= check_placement(&cfg, c, m, path, ctx);
-    }
-    let baseline = match &m.baseline {
-        Some(bl) => {
-            let b = check_baseline(bl, &cfg, cluster, &path.key("baseline"), ctx);
-            ok &= b.is_some();
-            b
-        }
-        None => None,
-    };
-    ok.then_some(ModelSpec {
+    check_counts(&cfg, path, ctx);
+    check_shapes(&cfg, m, path, ctx);
+    check_size(&cfg, training, path, ctx);
+    check_placement(&cfg, cluster, m, path, ctx);
+    // The baseline is checked against the model's shape, when that is fine.
+    let shape = [
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "ffn",
+        "max_tensor_parallel",
+        "preset",
+    ];
+    let baseline = m
+        .baseline
+        .as_ref()
+        .filter(|_| shape.iter().all(|k| ctx.fine(&path.key(k))))
+        .and_then(|bl| check_baseline(bl, &cfg, cluster, &path.key("baseline"), ctx));
+    Some(ModelSpec {
         config: cfg,
         baseline,
     })
@@ -103,6 +109,10 @@ fn model(
 /// The preset named, or (without one) a check that the shape is given; the base to merge
 /// the entry's own values into.
 fn check_base(m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> Option<ModelConfig> {
+    if !ctx.fine(&path.key("preset")) {
+        // Reported where it was read; the entry's shape is unknown.
+        return None;
+    }
     let base = match &m.preset {
         Some(p) => match preset(p) {
             Some(cfg) => Some(cfg),
@@ -121,17 +131,19 @@ fn check_base(m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> Option<Model
         },
         None => None,
     };
-    // Without a preset, the shape of the model must be given.
+    // Without a preset, the shape of the model must be given (a value given but not
+    // readable is given: reported where it was read).
     if base.is_none() {
+        let given = |k: &str, v: bool| v || !ctx.fine(&path.key(k));
         let missing: Vec<&str> = [
-            ("layers", m.layers.is_none()),
-            ("hidden", m.hidden.is_none()),
-            ("heads", m.heads.is_none()),
-            ("vocab", m.vocab.is_none()),
-            ("seq_len", m.seq_len.is_none()),
+            ("layers", given("layers", m.layers.is_some())),
+            ("hidden", given("hidden", m.hidden.is_some())),
+            ("heads", given("heads", m.heads.is_some())),
+            ("vocab", given("vocab", m.vocab.is_some())),
+            ("seq_len", given("seq_len", m.seq_len.is_some())),
         ]
         .iter()
-        .filter(|(_, missing)| *missing)
+        .filter(|(_, given)| !*given)
         .map(|(k, _)| *k)
         .collect();
         if !missing.is_empty() {
@@ -213,10 +225,9 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
 }
 
 /// Every count within what the engine represents exactly.
-fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
-    let mut ok = true;
-    let mut positive = |ctx: &mut Ctx<'_>, key: &str, v: u64, max: u64| {
-        ok &= count_in(ctx, &path.key(key), v, max, &format!("{key} = {v}"), "");
+fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) {
+    let positive = |ctx: &mut Ctx<'_>, key: &str, v: u64, max: u64| {
+        count_in(ctx, &path.key(key), v, max, &format!("{key} = {v}"), "");
     };
     positive(ctx, "layers", cfg.layers, 100_000);
     positive(ctx, "hidden", cfg.hidden, 1 << 20);
@@ -239,17 +250,18 @@ fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool 
             format!("a classifier over {classes} classes"),
             Some("use 2 or more classes".into()),
         );
-        ok = false;
     }
-    ok
 }
 
 /// Shapes that fit together: heads divide the hidden size, key/value heads the heads,
-/// learned positions cover the sequence, the widest tensor-parallel width divides the model.
-fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+/// learned positions cover the sequence, the widest tensor-parallel width divides the model;
+/// each rule over fields that are fine (a value derived from one that is not — `ffn` from
+/// `hidden` — is not fine either).
+fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) {
+    let fine = |ctx: &Ctx<'_>, keys: &[&str]| keys.iter().all(|k| ctx.fine(&path.key(k)));
     let mut ok = true;
-    if !cfg.hidden.is_multiple_of(cfg.heads) {
-        ctx.error(
+    if fine(ctx, &["hidden", "heads", "preset"]) && !cfg.hidden.is_multiple_of(cfg.heads) {
+        ctx.mismatch(
             &path.key(if m.heads.is_some() { "heads" } else { "hidden" }),
             format!(
                 "hidden size {} is not divisible by {} heads",
@@ -262,8 +274,8 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         );
         ok = false;
     }
-    if !cfg.heads.is_multiple_of(cfg.kv_heads) {
-        ctx.error(
+    if fine(ctx, &["heads", "kv_heads", "preset"]) && !cfg.heads.is_multiple_of(cfg.kv_heads) {
+        ctx.mismatch(
             &path.key("kv_heads"),
             format!(
                 "{} heads cannot be grouped over {} key/value heads",
@@ -276,8 +288,11 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         );
         ok = false;
     }
-    if cfg.positions == Positions::Learned && cfg.seq_len > cfg.max_positions {
-        ctx.error(
+    if fine(ctx, &["positions", "seq_len", "max_positions", "preset"])
+        && cfg.positions == Positions::Learned
+        && cfg.seq_len > cfg.max_positions
+    {
+        ctx.mismatch(
             &path.key(if m.seq_len.is_some() {
                 "seq_len"
             } else {
@@ -292,13 +307,21 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         ok = false;
     }
     let t = cfg.max_tensor_parallel;
-    if ok && !cfg.supports_tensor_parallel(t) {
+    let related = [
+        "hidden",
+        "heads",
+        "kv_heads",
+        "ffn",
+        "max_tensor_parallel",
+        "preset",
+    ];
+    if ok && fine(ctx, &related) && !cfg.supports_tensor_parallel(t) {
         let valid: Vec<String> = (0..13)
             .map(|l| 1u64 << l)
             .filter(|&w| cfg.supports_tensor_parallel(w))
             .map(|w| w.to_string())
             .collect();
-        ctx.error(
+        ctx.mismatch(
             &path.key("max_tensor_parallel"),
             format!(
                 "tensor-parallel width {t} does not divide the model (heads {}, key/value heads {}, hidden {}, ffn {}) or is not a power of two",
@@ -306,13 +329,16 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
             ),
             Some(format!("valid widths for this model: {}", valid.join(", "))),
         );
-        ok = false;
     }
-    ok
 }
 
 /// Tensors at the largest micro-batch size stay exact in f64 (under 2^53 elements).
-fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<'_>) -> bool {
+fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<'_>) {
+    let related = ["seq_len", "heads", "hidden", "ffn", "vocab", "preset"];
+    let batches = FieldPath::root().key("training").key("micro_batch_sizes");
+    if !related.iter().all(|k| ctx.fine(&path.key(k))) || !ctx.fine(&batches) {
+        return;
+    }
     let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
     let (s, n, h) = (cfg.seq_len as u128, cfg.heads as u128, cfg.hidden as u128);
     let widest = cfg.ffn.max(cfg.vocab).max(cfg.hidden) as u128;
@@ -320,14 +346,12 @@ fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<
         || largest * s * widest > MAX_ELEMENTS
         || largest * s * h > MAX_ELEMENTS
     {
-        ctx.error(
+        ctx.mismatch(
             path,
             "this model is too large to represent at the largest micro-batch size (tensors over 2^53 elements)",
             Some("use a shorter sequence or smaller micro-batches".into()),
         );
-        return false;
     }
-    true
 }
 
 /// The placement program for this model over the cluster stays within the engine's step
@@ -339,14 +363,18 @@ fn check_placement(
     m: &RawModel,
     path: &FieldPath,
     ctx: &mut Ctx<'_>,
-) -> bool {
+) {
+    let devices = FieldPath::root().key("cluster").key("devices");
+    if !ctx.all_fine(&[path.key("layers"), path.key("preset"), devices]) {
+        return;
+    }
     let layers = cfg.pipeline_layers() as usize;
     let size = ProgramSize::of(layers, cluster.devices, false);
     if size.fits() {
-        return true;
+        return;
     }
     let most = max_layers(cluster.devices, false).saturating_sub(2);
-    ctx.error(
+    ctx.mismatch(
         &path.key(if m.layers.is_some() || m.preset.is_none() {
             "layers"
         } else {
@@ -364,7 +392,6 @@ fn check_placement(
             cluster.devices
         )),
     );
-    false
 }
 
 /// The fixed baseline strategy: stages, degrees and a width the model is searched with,
@@ -372,7 +399,7 @@ fn check_placement(
 fn check_baseline(
     bl: &RawBaseline,
     cfg: &ModelConfig,
-    cluster: Option<&Cluster>,
+    cluster: &Cluster,
     bp: &FieldPath,
     ctx: &mut Ctx<'_>,
 ) -> Option<Baseline> {
@@ -407,22 +434,21 @@ fn check_baseline(
         );
         good = false;
     }
-    if let Some(c) = cluster {
-        let total = bl
-            .pipeline
-            .saturating_mul(bl.data)
-            .saturating_mul(bl.tensor);
-        if good && total > c.devices {
-            ctx.error(
-                bp,
-                format!(
-                    "the baseline needs {total} devices, the cluster has {}",
-                    c.devices
-                ),
-                Some("pipeline × data × tensor must not exceed cluster.devices".into()),
-            );
-            good = false;
-        }
+    let total = bl
+        .pipeline
+        .saturating_mul(bl.data)
+        .saturating_mul(bl.tensor);
+    let devices = FieldPath::root().key("cluster").key("devices");
+    if good && ctx.fine(&devices) && total > cluster.devices {
+        ctx.mismatch(
+            bp,
+            format!(
+                "the baseline needs {total} devices, the cluster has {}",
+                cluster.devices
+            ),
+            Some("pipeline × data × tensor must not exceed cluster.devices".into()),
+        );
+        good = false;
     }
     good.then_some(Baseline {
         pipeline: bl.pipeline,

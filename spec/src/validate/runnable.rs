@@ -4,26 +4,32 @@
 //! model — which the search would only report as "does not fit in any HBM size". Checked
 //! here, with the numbers, before any work.
 
+use super::models::Entry;
 use crate::{Ctx, FieldPath, ModelSpec};
-use archplace_engine::space::SpaceSpec;
 use archplace_engine::training::{Cluster, Training};
 
 /// Reports each model no plan of which uses every device (at any width, micro-batch,
-/// number of stages up to its layers, and replicas that split the batch evenly).
+/// number of stages up to its layers, and replicas that split the batch evenly): for the
+/// models that are fine, when the device count and the batch are.
 pub(super) fn runnable(
     ctx: &mut Ctx<'_>,
-    models: &[ModelSpec],
+    models: &[Entry],
     training: &Training,
     cluster: &Cluster,
-    space: &SpaceSpec,
 ) {
-    if !space.use_all_devices {
+    let t = FieldPath::root().key("training");
+    let devices = FieldPath::root().key("cluster").key("devices");
+    if !ctx.all_fine(&[devices, t.key("global_batch"), t.key("micro_batch_sizes")]) {
         return;
     }
     let n = cluster.devices;
-    for m in models {
+    for e in models {
+        let m = &e.spec;
+        if !ctx.fine(&FieldPath::root().key("models").index(e.index)) {
+            continue;
+        }
         if !has_plan(m, training, n) {
-            ctx.error(
+            ctx.mismatch(
                 &FieldPath::root().key("cluster").key("devices"),
                 format!(
                     "no plan of {} uses all {n} devices: t × p × d = {n} needs a width t in {:?} dividing it, at most {} pipeline stages, and d replicas dividing the {} micro-batches of every micro-batch size tried",

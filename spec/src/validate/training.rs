@@ -6,12 +6,13 @@ use crate::raw::{OneOrMany, RawRecomputation, RawSpec};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
-pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
+/// `[training]` as read: each value given or its default; what is wrong is reported (and
+/// left for the rules relating it to skip, see [`Ctx::fine`]).
+pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
     let t = &raw.training;
     let path = FieldPath::root().key("training");
-    let mut ok = true;
     let global_batch = t.global_batch.unwrap_or(4096);
-    ok &= count_in(
+    count_in(
         ctx,
         &path.key("global_batch"),
         global_batch,
@@ -19,17 +20,15 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         &format!("global batch {global_batch}"),
         " samples",
     );
-    let (micro_batch_sizes, mbs_ok) =
+    let micro_batch_sizes =
         micro_batch_sizes(ctx, &path, t.micro_batch_sizes.as_ref(), global_batch);
-    ok &= mbs_ok;
     let memory_model = t.memory_model.unwrap_or(MemoryModel::Megatron);
-    let (activation_recomputation, rec_ok) = recomputation(
+    let activation_recomputation = recomputation(
         ctx,
         &path,
         t.activation_recomputation.as_ref(),
         memory_model,
     );
-    ok &= rec_ok;
     let reference = memory_model == MemoryModel::Reference;
     let precision_path = path.key("precision");
     let precisions = choices(
@@ -39,29 +38,25 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         Precision::Bf16Mixed,
         "e.g. \"bf16-mixed\"",
     );
-    ok &= precisions.is_some();
     let precisions = precisions.unwrap_or_default();
     if reference && t.precision.is_some() {
-        ctx.error(
+        ctx.mismatch(
             &precision_path,
             "the reference memory model counts `bytes_per_element`, not a precision",
             Some("remove `precision`, or use memory_model = \"megatron\"".into()),
         );
-        ok = false;
     }
     // Two switches the reference memory model does not have.
-    let mut switch = |ctx: &mut Ctx<'_>, key: &str, given: Option<&OneOrMany<bool>>, what: &str| {
+    let switch = |ctx: &mut Ctx<'_>, key: &str, given: Option<&OneOrMany<bool>>, what: &str| {
         let at = path.key(key);
         let values = choices(ctx, &at, given, false, "use false, true or [false, true]");
-        ok &= values.is_some();
         let values = values.unwrap_or_default();
         if reference && values.contains(&true) {
-            ctx.error(
+            ctx.mismatch(
                 &at,
                 format!("the reference memory model has no {what}"),
                 Some("use memory_model = \"megatron\"".into()),
             );
-            ok = false;
         }
         values
     };
@@ -77,16 +72,15 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
         t.sequence_parallel.as_ref(),
         "sequence parallelism",
     );
-    let (pipeline_interleaving, inter_ok) =
+    let pipeline_interleaving =
         interleaving(ctx, &path, t.pipeline_interleaving.as_ref(), reference);
-    ok &= inter_ok;
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
-    ok &= element_bytes(ctx, &path, t.bytes_per_element, memory_model, &precisions);
+    element_bytes(ctx, &path, t.bytes_per_element, memory_model, &precisions);
     let optimizer = t.optimizer.unwrap_or(match memory_model {
         MemoryModel::Megatron => Optimizer::Adam,
         MemoryModel::Reference => Optimizer::Sgd,
     });
-    ok.then_some(Training {
+    Training {
         global_batch,
         micro_batch_sizes,
         activation_recomputation,
@@ -101,35 +95,40 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Option<Training> {
             operators: t.operator_execution.unwrap_or_default(),
             tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or(false),
         },
-    })
+    }
 }
 
-/// `micro_batch_sizes`: at least one, each dividing the global batch; whether they do.
+/// `micro_batch_sizes`: at least one, each dividing the global batch (when that is fine).
 fn micro_batch_sizes(
     ctx: &mut Ctx<'_>,
     path: &FieldPath,
     given: Option<&Vec<u64>>,
     global_batch: u64,
-) -> (Vec<u64>, bool) {
-    let mut ok = true;
+) -> Vec<u64> {
     let micro_batch_sizes = given.cloned().unwrap_or_else(|| vec![1]);
     let mbs_path = path.key("micro_batch_sizes");
-    if micro_batch_sizes.is_empty() {
+    if micro_batch_sizes.is_empty() && ctx.fine(&mbs_path) {
         ctx.error(
             &mbs_path,
             "no micro-batch size to try",
             Some("list at least one, e.g. [1, 2, 4]".into()),
         );
-        ok = false;
     }
+    let batch_known = ctx.fine(&path.key("global_batch"));
     for (i, &b) in micro_batch_sizes.iter().enumerate() {
-        if b == 0 || (global_batch > 0 && !global_batch.is_multiple_of(b)) {
+        if b == 0 {
+            ctx.error(
+                &mbs_path.index(i),
+                "a micro-batch of 0 samples",
+                Some("use 1 or more".into()),
+            );
+        } else if batch_known && !global_batch.is_multiple_of(b) {
             let divisors: Vec<String> = (1..=global_batch.min(1 << 16))
                 .filter(|d| global_batch.is_multiple_of(*d))
                 .take(12)
                 .map(|d| d.to_string())
                 .collect();
-            ctx.error(
+            ctx.mismatch(
                 &mbs_path.index(i),
                 format!("micro-batch size {b} does not divide the global batch {global_batch}"),
                 Some(format!(
@@ -137,11 +136,10 @@ fn micro_batch_sizes(
                     divisors.join(", ")
                 )),
             );
-            ok = false;
         }
     }
     duplicates(ctx, &mbs_path, &micro_batch_sizes);
-    (micro_batch_sizes, ok)
+    micro_batch_sizes
 }
 
 /// `activation_recomputation`: the choices to try (none and full by default); selective
@@ -151,35 +149,32 @@ fn recomputation(
     path: &FieldPath,
     given: Option<&Vec<RawRecomputation>>,
     memory_model: MemoryModel,
-) -> (Vec<Recomputation>, bool) {
-    let mut ok = true;
+) -> Vec<Recomputation> {
     let activation_recomputation: Vec<Recomputation> = match given {
         Some(list) => list.iter().map(|r| r.value()).collect(),
         None => vec![Recomputation::None, Recomputation::Full],
     };
     let rec_path = path.key("activation_recomputation");
-    if activation_recomputation.is_empty() {
+    if activation_recomputation.is_empty() && ctx.fine(&rec_path) {
         ctx.error(
             &rec_path,
             "no recomputation choice to try",
             Some("list at least one of \"none\", \"selective\", \"full\"".into()),
         );
-        ok = false;
     }
     duplicates(ctx, &rec_path, &activation_recomputation);
     if memory_model == MemoryModel::Reference {
         for (i, r) in activation_recomputation.iter().enumerate() {
             if *r == Recomputation::Selective {
-                ctx.error(
+                ctx.mismatch(
                     &rec_path.index(i),
                     "the reference memory model has no selective recomputation",
                     Some("use memory_model = \"megatron\", or \"none\"/\"full\"".into()),
                 );
-                ok = false;
             }
         }
     }
-    (activation_recomputation, ok)
+    activation_recomputation
 }
 
 /// `pipeline_interleaving`: model chunks per device to try, 1 to 64; more than 1 only with
@@ -189,8 +184,7 @@ fn interleaving(
     path: &FieldPath,
     given: Option<&OneOrMany<u64>>,
     reference: bool,
-) -> (Vec<u64>, bool) {
-    let mut ok = true;
+) -> Vec<u64> {
     let interleaving_path = path.key("pipeline_interleaving");
     let pipeline_interleaving = choices(
         ctx,
@@ -199,7 +193,6 @@ fn interleaving(
         1,
         "use 1, or a list such as [1, 2]",
     );
-    ok &= pipeline_interleaving.is_some();
     let pipeline_interleaving = pipeline_interleaving.unwrap_or_default();
     for (i, &v) in pipeline_interleaving.iter().enumerate() {
         let at = if matches!(given, Some(OneOrMany::Many(_))) {
@@ -213,29 +206,26 @@ fn interleaving(
                 format!("{v} model chunks per device is outside 1 … 64"),
                 Some("1 is plain 1F1B; 2 to 4 are usual for interleaving".into()),
             );
-            ok = false;
         } else if v > 1 && reference {
-            ctx.error(
+            ctx.mismatch(
                 &at,
                 "the reference memory model has no interleaved pipeline",
                 Some("use memory_model = \"megatron\"".into()),
             );
-            ok = false;
         }
     }
-    (pipeline_interleaving, ok)
+    pipeline_interleaving
 }
 
 /// `bytes_per_element`: 1, 2 or 4, and with the Megatron memory model the element size of
-/// every precision listed; whether it is.
+/// every precision listed (when those are fine).
 fn element_bytes(
     ctx: &mut Ctx<'_>,
     path: &FieldPath,
     given: Option<u64>,
     memory_model: MemoryModel,
     precisions: &[Precision],
-) -> bool {
-    let mut ok = true;
+) {
     let bytes_per_element = given.unwrap_or(2);
     let bpe_path = path.key("bytes_per_element");
     if ![1, 2, 4].contains(&bytes_per_element) {
@@ -244,15 +234,17 @@ fn element_bytes(
             format!("{bytes_per_element} bytes per element is not supported"),
             Some("use 1, 2 (fp16/bf16) or 4 (fp32)".into()),
         );
-        ok = false;
-    } else if memory_model == MemoryModel::Megatron && given.is_some() {
+    } else if memory_model == MemoryModel::Megatron
+        && given.is_some()
+        && ctx.all_fine(&[path.key("precision"), path.key("memory_model")])
+    {
         // The precision sets the element size; an explicit one must agree with every
         // precision listed.
         if let Some(p) = precisions
             .iter()
             .find(|p| p.element_bytes() != bytes_per_element)
         {
-            ctx.error(
+            ctx.mismatch(
                 &bpe_path,
                 format!(
                     "{bytes_per_element} bytes per element contradicts precision {} ({} bytes)",
@@ -261,10 +253,8 @@ fn element_bytes(
                 ),
                 Some("remove `bytes_per_element`: the precision sets it".into()),
             );
-            ok = false;
         }
     }
-    ok
 }
 
 /// The values of a key that takes one value or a list to try (`default` when absent): none
@@ -277,7 +267,7 @@ fn choices<T: Clone + PartialEq + std::fmt::Debug>(
     help: &str,
 ) -> Option<Vec<T>> {
     let values = given.map_or_else(|| vec![default], OneOrMany::to_vec);
-    if values.is_empty() {
+    if values.is_empty() && ctx.fine(path) {
         ctx.error(path, "no value to try", Some(help.to_string()));
         return None;
     }
