@@ -114,8 +114,7 @@ fn a_plugin_from_plugin_new_builds_outside_the_repository_and_is_used() {
         spec,
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
+    let result = read_json(&out.join("result.json"));
     assert!(
         result["cost_models"].to_string().contains("acme-npu"),
         "{}",
@@ -259,6 +258,18 @@ fn validate_survives_missing_and_binary_files() {
     let out = stderr(&o);
     assert!(out.contains("cannot read the file"), "{out}");
     assert!(out.contains("not valid UTF-8"), "{out}");
+    // Located at the first bad byte, with a snippet, in text and JSON alike.
+    std::fs::write(&path, b"schema_version = 1\nname = \"caf\xe9\"\n").unwrap();
+    let o = run(&["validate", &path.display().to_string()]);
+    let out = stderr(&o);
+    assert!(out.contains("bin.toml:2:12"), "{out}");
+    assert!(out.contains("^"), "a caret under the byte: {out}");
+    let o = run(&["validate", "--json", &path.display().to_string()]);
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (d[0]["line"].as_u64(), d[0]["column"].as_u64()),
+        (Some(2), Some(12))
+    );
 }
 
 /// `validate` on the zero device (which never ends and claims
@@ -446,8 +457,7 @@ fn run_writes_result_files_and_a_summary() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary = stdout(&o);
     assert!(summary.contains("best chip:"), "{summary}");
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let result = read_json(&out.join("result.json"));
     assert_eq!(result["spec"]["name"], "e2e-tiny");
     assert_eq!(result["spec"]["content_hash"].as_str().unwrap().len(), 64);
     assert_eq!(result["cost_models"]["latency"]["name"], "reference");
@@ -540,8 +550,7 @@ fn run_of_the_default_spec_draws_pareto_and_placement_svgs() {
     let out = dir.path().join("out");
     let o = run(&["run", "--out", &out.display().to_string(), "--threads", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let result = read_json(&out.join("result.json"));
     let best = &result["best"];
     let evaluated = result["search"]["candidates_evaluated"].as_u64().unwrap();
 
@@ -616,8 +625,7 @@ fn run_reports_when_nothing_fits() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(stdout(&o).contains("no candidate can train"));
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let result = read_json(&out.join("result.json"));
     assert!(result["best"].is_null());
 }
 
@@ -789,8 +797,7 @@ fn plugins_are_installed_listed_and_used_by_a_spec() {
         reference_dir.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let result = read_json(&out.join("result.json"));
     assert_eq!(result["cost_models"]["latency"]["name"], "my-cost-model");
     assert_eq!(result["cost_models"]["area"]["name"], "reference");
     assert_eq!(

@@ -37,10 +37,30 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
         "bad.toml",
         "schema_version = 1\nname = \"bad\"\n[training]\nmicro_batch_sizes = [3]\n",
     );
-    d.until(Duration::from_secs(120), "both specs", || {
+    // Latin-1, not UTF-8: located at its first bad byte, as `validate` locates it.
+    let latin1 = dir.join("specs/.latin1.toml.part");
+    std::fs::write(&latin1, b"schema_version = 1\nname = \"caf\xe9\"\n").unwrap();
+    std::fs::rename(&latin1, dir.join("specs/latin1.toml")).unwrap();
+    d.until(Duration::from_secs(120), "the three specs", || {
         let j = jobs(dir);
-        state_is(&j, "e2e-tiny", "done") && state_is(&j, "bad", "invalid")
+        state_is(&j, "e2e-tiny", "done")
+            && state_is(&j, "bad", "invalid")
+            && state_is(&j, "latin1", "invalid")
     });
+    let err: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(result_dirs(dir, "latin1")[0].join("error.json")).unwrap(),
+    )
+    .unwrap();
+    let e = &err["errors"][0];
+    assert_eq!(
+        (e["line"].as_u64(), e["column"].as_u64()),
+        (Some(2), Some(12)),
+        "{err}"
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("not valid UTF-8"),
+        "{err}"
+    );
     let out = &result_dirs(dir, "e2e-tiny")[0];
     let result: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
@@ -70,12 +90,12 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     // (Metrics are refreshed every second.)
     d.until(
         Duration::from_secs(10),
-        "the metrics to count both jobs",
+        "the metrics to count the three jobs",
         || {
             let m = http_get(&url, "/metrics");
             m.contains("200 OK")
                 && m.contains("archplace_specs{state=\"done\"} 1")
-                && m.contains("archplace_specs{state=\"invalid\"} 1")
+                && m.contains("archplace_specs{state=\"invalid\"} 2")
                 && m.contains("archplace_specs{state=\"failed\"} 0")
         },
     );
@@ -83,7 +103,7 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     // pages), and the log's "search ended" line says what the good one found.
     let m = http_get(&url, "/metrics");
     assert!(
-        m.contains(r#"archplace_searches_finished_total{outcome="invalid"} 1"#)
+        m.contains(r#"archplace_searches_finished_total{outcome="invalid"} 2"#)
             && m.contains(r#"archplace_searches_finished_total{outcome="failed"} 0"#),
         "{m}"
     );
@@ -367,6 +387,65 @@ fn a_spec_above_the_memory_budget_is_refused_with_the_numbers() {
     assert_eq!(e["field"], "search");
     assert_eq!(e["line"], 19);
     assert!(!result_dirs(dir, "huge")[0].join("result.json").exists());
+}
+
+/// Invalid specs are refused at once, whatever is searching (they once waited for a
+/// search slot), each with its `error.json`; a spec file above `max_spec_bytes` is not read
+/// but gets an `invalid` job too, with the reason, a log line and
+/// `archplace_specs_skipped_total{reason="too_large"}` (it was once ignored in silence).
+#[test]
+fn invalid_and_oversized_specs_are_answered_at_once_while_a_search_runs() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    std::fs::write(
+        dir.join("archplace.toml"),
+        "max_concurrent_searches = 1\nmax_spec_bytes = 4096\n",
+    )
+    .unwrap();
+    let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
+    drop_spec(dir, "long.toml", &default_spec());
+    d.wait_state("default-bert-large", "running", 60);
+    for i in 0..20 {
+        drop_spec(
+            dir,
+            &format!("bad-{i:02}.toml"),
+            &format!(
+                "schema_version = 1\nname = \"bad-{i:02}\"\n[training]\nmicro_batch_sizes = [3]\n"
+            ),
+        );
+    }
+    drop_spec(
+        dir,
+        "big.toml",
+        &format!("{TINY}\n{}", "# padding\n".repeat(500)),
+    );
+    d.until(Duration::from_secs(30), "every bad spec answered", || {
+        let j = jobs(dir);
+        (0..20).all(|i| state_is(&j, &format!("bad-{i:02}"), "invalid"))
+            && state_is(&j, "big", "invalid")
+    });
+    let j = jobs(dir);
+    assert!(
+        state_is(&j, "default-bert-large", "running"),
+        "the search goes on: {j:?}"
+    );
+    for i in [0, 19] {
+        let dirs = result_dirs(dir, &format!("bad-{i:02}"));
+        let err = std::fs::read_to_string(dirs[0].join("error.json")).unwrap();
+        assert!(err.contains("does not divide the global batch"), "{err}");
+    }
+    let err = std::fs::read_to_string(result_dirs(dir, "big")[0].join("error.json")).unwrap();
+    assert!(
+        err.contains("larger than 4096 bytes") && err.contains("max_spec_bytes"),
+        "{err}"
+    );
+    assert!(d.log().contains("not read as a spec"), "{}", d.log());
+    let addr = d.metrics_addr();
+    d.until(Duration::from_secs(10), "the skip counted", || {
+        http_get(&addr, "/metrics")
+            .contains(r#"archplace_specs_skipped_total{reason="too_large"} 1"#)
+    });
 }
 
 #[test]
@@ -1190,6 +1269,33 @@ fn renaming_a_spec_during_its_search_moves_its_labels_and_paths() {
     assert!(d.log().contains("the spec was renamed"), "{}", d.log());
 }
 
+/// A byte-identical copy of a spec beside it is a duplicate, not a rename: logged as such,
+/// searched once, and the job keeps the first file's name (both files stay).
+#[test]
+fn an_identical_copy_is_a_duplicate_not_a_rename() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    let d = Daemon::start(dir);
+    drop_spec(dir, "first.toml", &default_spec());
+    d.wait_state("default-bert-large", "running", 60);
+    drop_spec(dir, "copy.toml", &default_spec());
+    d.until(Duration::from_secs(30), "the duplicate in the log", || {
+        d.log()
+            .contains("the same content as another spec in the folder")
+    });
+    let log = d.log();
+    assert!(!log.contains("the spec was renamed"), "{log}");
+    assert!(
+        log.contains("copy.toml") && log.contains("duplicate_of"),
+        "{log}"
+    );
+    let j = jobs(dir);
+    let job = job_named(&j, "default-bert-large").unwrap();
+    assert_eq!(job["file"], "specs/first.toml", "{job}");
+    assert_eq!(j.len(), 1, "searched once: {j:?}");
+}
+
 /// JSON log lines are objects with each key once ("search ended" once repeated the
 /// `message` key, which log shippers reject or silently overwrite).
 #[test]
@@ -1262,34 +1368,111 @@ fn a_kill_between_the_results_and_the_job_record_does_not_search_again() {
     assert_eq!(job_named(&j, "e2e-tiny").unwrap()["attempts"], 1);
 }
 
-/// A spec during whose search the daemon keeps dying is given up after three starts with
-/// a message, instead of killing every restart under systemd's Restart=on-failure.
+/// A spec during whose search the daemon keeps dying before any candidate is evaluated
+/// (here: its latency plugin's first call never returns, and the daemon is killed each
+/// time) is given up after three starts, with a message, its `error.json` and a final
+/// `status.json` — instead of killing every restart under systemd's Restart=on-failure.
 #[test]
 fn a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts() {
     let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
-    drop_spec(dir, "slow.toml", &default_spec());
+    let inst = dir.join("plugins/loop");
+    std::fs::create_dir_all(&inst).unwrap();
+    std::fs::copy(
+        component("hostile-infinite-loop"),
+        inst.join("hostile-infinite-loop.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        inst.join("plugin.toml"),
+        "name = \"hostile-infinite-loop\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
+    )
+    .unwrap();
+    // Its calls may run (nearly) forever: the search makes no progress until killed.
+    std::fs::write(
+        dir.join("archplace.toml"),
+        "[plugins.hostile-infinite-loop]\nfuel_per_call = 1000000000000000\ndeadline_seconds = 600\n",
+    )
+    .unwrap();
+    let spec = TINY.replace("name = \"e2e-tiny\"", "name = \"dies\"")
+        + "\n[cost_model]\nlatency = \"hostile-infinite-loop\"\n";
+    drop_spec(dir, "dies.toml", &spec);
     for start in 1..=3 {
-        let mut d = Daemon::start(dir);
+        let mut d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
         d.until(Duration::from_secs(60), "the search to start", || {
-            job_named(&jobs(dir), "default-bert-large")
+            job_named(&jobs(dir), "dies")
                 .is_some_and(|j| j["state"] == "running" && j["attempts"] == start)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        d.signal("-KILL");
+        d.wait(Duration::from_secs(5));
+    }
+    let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
+    d.wait_state("dies", "failed", 60);
+    let j = jobs(dir);
+    let job = job_named(&j, "dies").unwrap();
+    assert_eq!(job["attempts"], 3);
+    assert_eq!(job["interrupted"], 3);
+    assert!(
+        job["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped 3 times in a row"),
+        "{job}"
+    );
+    assert!(d.log().contains("giving it up"), "{}", d.log());
+    // Its folder says so, as every failed job's does.
+    let out = &result_dirs(dir, "dies")[0];
+    let err = std::fs::read_to_string(out.join("error.json")).unwrap();
+    assert!(err.contains("not searched again"), "{err}");
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["state"], "failed", "{status}");
+}
+
+/// Ten kill -9 of the daemon during a healthy search, each after the search made progress
+/// (its journal gained candidates since it started), never give it up: each restart resumes it from its
+/// journal, and the crash-loop guard counts nothing (it once failed healthy searches after
+/// three kills).
+#[test]
+fn ten_kills_during_a_healthy_search_never_give_it_up() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    // The GPT-3 example, exhaustive: a search of many minutes.
+    let spec = std::fs::read_to_string(root().join("config/specs/gpt3-175b.toml"))
+        .unwrap()
+        .replace("[search]", "[search]\nexhaustive = true");
+    drop_spec(dir, "long.toml", &spec);
+    for round in 1..=10 {
+        let mut d = Daemon::start(dir);
+        d.until(Duration::from_secs(60), "the search to (re)start", || {
+            job_named(&jobs(dir), "gpt3-175b")
+                .is_some_and(|j| j["state"] == "running" && j["attempts"] == round)
+        });
+        let at_start = job_named(&jobs(dir), "gpt3-175b").unwrap()["journal_candidates"]
+            .as_u64()
+            .unwrap_or(0);
+        d.until(Duration::from_secs(120), "progress since the start", || {
+            result_dirs(dir, "gpt3-175b").first().is_some_and(|r| {
+                let lines = std::fs::read(r.join("journal.jsonl"))
+                    .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64);
+                lines.saturating_sub(1) > at_start
+            })
         });
         d.signal("-KILL");
         d.wait(Duration::from_secs(5));
     }
     let d = Daemon::start(dir);
-    d.wait_state("default-bert-large", "failed", 60);
+    d.until(Duration::from_secs(60), "the eleventh start", || {
+        job_named(&jobs(dir), "gpt3-175b").is_some_and(|j| j["attempts"] == 11)
+    });
     let j = jobs(dir);
-    let job = job_named(&j, "default-bert-large").unwrap();
-    assert_eq!(job["attempts"], 3);
-    assert_eq!(job["interrupted"], 3);
-    assert!(
-        job["message"].as_str().unwrap().contains("stopped 3 times"),
-        "{job}"
-    );
-    assert!(d.log().contains("giving it up"), "{}", d.log());
+    let job = job_named(&j, "gpt3-175b").unwrap();
+    assert_eq!(job["state"], "running", "{job}");
+    assert_eq!(job["interrupted"], 0, "{job}");
+    assert!(!d.log().contains("giving it up"), "{}", d.log());
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 use crate::chip;
 use crate::result::{Configuration, ExploredLine, PlanLine, ResultDoc};
+use archplace_engine::network::{Network, Tier};
 use archplace_engine::search::Evaluated;
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::format_bytes;
@@ -132,6 +133,7 @@ pub fn needed(best: &AcceleratorConfig, explored: &[Evaluated]) -> Vec<usize> {
 /// trained every model.
 pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation> {
     let best = doc.best.as_ref()?;
+    let network = doc.spec.network.as_ref();
     let top = best.mean_throughput_samples_per_second;
     let is_best =
         |e: &ExploredLine| e.configuration.chip == best.configuration.chip && e.hbm_bytes.is_some();
@@ -159,7 +161,7 @@ pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation
         limits: e
             .plans
             .iter()
-            .map(|p| limit(p, e.hbm_bytes.unwrap_or(0)))
+            .map(|p| limit(p, e.hbm_bytes.unwrap_or(0), network))
             .collect(),
         differences: differences(
             (&best.configuration, best.hbm_bytes, &best_plans),
@@ -188,7 +190,7 @@ pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation
     Some(Explanation {
         best: best_plans
             .iter()
-            .map(|p| limit(p, best.hbm_bytes))
+            .map(|p| limit(p, best.hbm_bytes, network))
             .collect(),
         rivals,
         sensitivities: sensitivities(&best.configuration, top, explored),
@@ -199,29 +201,44 @@ fn throughput(e: &ExploredLine) -> f64 {
     e.mean_throughput_samples_per_second.unwrap_or(0.0)
 }
 
-/// What limits `p` on a chip with `hbm_bytes` of HBM.
-pub fn limit(p: &PlanLine, hbm_bytes: u64) -> Limit {
+/// What limits `p` on a chip with `hbm_bytes` of HBM, on `network` (the tier each
+/// group's traffic crosses named when known).
+pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
     let t = &p.time;
+    // Ranks are ordered tensor-parallel first, then data-parallel, then pipeline: a group
+    // spans that many consecutive ranks.
+    let (tp, dp) = (p.tensor_parallel, p.data_parallel);
+    let all = tp
+        .saturating_mul(dp)
+        .saturating_mul(p.pipeline_stages as u64);
     let parts = [
         (
-            CHIP,
+            CHIP.to_string(),
             t.forward_seconds + t.backward_seconds + t.recomputation_seconds,
         ),
         (
-            "tensor-parallel network",
+            format!("tensor-parallel network{}", tier_words(network, tp)),
             t.tensor_parallel_communication_seconds,
         ),
-        ("pipeline network", t.pipeline_point_to_point_seconds),
         (
-            "data-parallel network",
+            format!("pipeline network{}", tier_words(network, all)),
+            t.pipeline_point_to_point_seconds,
+        ),
+        (
+            format!(
+                "data-parallel network{}",
+                tier_words(network, tp.saturating_mul(dp))
+            ),
             t.data_parallel_communication_seconds,
         ),
-        ("pipeline bubble", t.pipeline_bubble_seconds),
-        ("optimizer step", t.optimizer_step_seconds),
+        ("pipeline bubble".into(), t.pipeline_bubble_seconds),
+        ("optimizer step".into(), t.optimizer_step_seconds),
     ];
-    let (resource, seconds) = parts
-        .into_iter()
-        .fold((CHIP, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+    let (resource, seconds) =
+        parts.into_iter().fold(
+            (CHIP.to_string(), f64::MIN),
+            |a, b| if b.1 > a.1 { b } else { a },
+        );
     let total = p.time_per_batch_seconds.max(f64::MIN_POSITIVE);
     let hbm_fraction = if hbm_bytes > 0 {
         p.memory_bytes.total / hbm_bytes as f64
@@ -230,10 +247,41 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64) -> Limit {
     };
     Limit {
         model: p.model.clone(),
-        resource: resource.into(),
+        resource,
         share: seconds / total,
         hbm_fraction,
         hbm_bound: hbm_fraction >= HBM_FULL,
+    }
+}
+
+/// The tier a group of `span` consecutive ranks communicates on, in words with what a
+/// device achieves there: ` (inside a node, 270 GB/s)`; empty when the network is unknown.
+fn tier_words(network: Option<&Network>, span: u64) -> String {
+    let Some(n) = network else {
+        return String::new();
+    };
+    // Decimal, as links are rated (NVLink 300 GB/s, a 200 Gb/s NIC 25 GB/s).
+    let rate = |t: Tier| format!("{} GB/s", round3(t.bytes_per_second / 1e9));
+    if n.node_size == u64::MAX {
+        format!(" (one tier, {})", rate(n.intra_node))
+    } else if span <= n.node_size {
+        format!(" (inside a node, {})", rate(n.intra_node))
+    } else {
+        format!(" (between nodes, {})", rate(n.inter_node))
+    }
+}
+
+/// `x` to three significant digits, without trailing zeros (270, 25, 1.5, 0.125).
+fn round3(x: f64) -> String {
+    if x <= 0.0 || !x.is_finite() {
+        return "0".into();
+    }
+    let digits = (2 - x.log10().floor() as i32).max(0) as usize;
+    let s = format!("{x:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
     }
 }
 

@@ -112,6 +112,25 @@ impl Journal {
     }
 }
 
+/// The candidates the journal of `dir` holds: its whole lines after the header (0 without
+/// a journal). How the daemon tells a search that made progress before an interruption
+/// from one that did not.
+pub fn candidates(dir: &Path) -> u64 {
+    use std::io::Read;
+    let Ok(mut file) = File::open(dir.join(FILE)) else {
+        return 0;
+    };
+    // Whole lines end in a newline; a line the interruption tore does not count.
+    let (mut newlines, mut buf) = (0u64, vec![0u8; 1 << 16]);
+    while let Ok(n) = file.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        newlines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+    newlines.saturating_sub(1)
+}
+
 /// Removes the journal of `dir` (its search's results are complete).
 pub fn remove(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(FILE));
@@ -180,5 +199,24 @@ mod tests {
         assert!(done.is_empty());
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    /// The candidates a journal holds: whole lines after the header; a torn last line and a
+    /// missing journal count nothing.
+    #[test]
+    fn candidates_are_the_whole_lines_after_the_header() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(candidates(dir.path()), 0);
+        let (mut j, _) = Journal::open(dir.path(), &header("a")).unwrap();
+        assert_eq!(candidates(dir.path()), 0);
+        j.record(&evaluated(0)).unwrap();
+        j.record(&evaluated(1)).unwrap();
+        assert_eq!(candidates(dir.path()), 2);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(FILE))
+            .and_then(|mut f| f.write_all(b"{\"index\": 2, \"torn"))
+            .unwrap();
+        assert_eq!(candidates(dir.path()), 2);
     }
 }

@@ -20,6 +20,10 @@ pub struct SpecRef {
     /// The cluster's devices (`[cluster] devices`).
     #[serde(default)]
     pub devices: u64,
+    /// The cluster's network: its tiers (`node_size` null for one tier) with what a device
+    /// achieves on each. Absent in results of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<archplace_engine::network::Network>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

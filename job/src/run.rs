@@ -336,6 +336,7 @@ impl Prepared<'_> {
                 name: spec.name.clone(),
                 content_hash: spec.content_hash.clone(),
                 devices: spec.cluster.devices,
+                network: Some(spec.cluster.network),
             },
             cost_models: identity,
             cost_model_parameters: parameters_used(spec, &self.models),

@@ -34,6 +34,9 @@ pub struct DaemonConfig {
     pub search_memory_bytes: u64,
     /// Most specs waiting to be searched; beyond it new specs wait in the folder.
     pub max_queue: usize,
+    /// The largest spec file read (bytes; 1 MiB by default). A larger file is not read: it
+    /// gets a job in state `invalid` with the reason in its `error.json`.
+    pub max_spec_bytes: u64,
     /// How often the whole folder is rescanned.
     pub rescan_interval_seconds: f64,
     /// Poll the folder instead of watching it (for network filesystems, where change
@@ -82,6 +85,7 @@ pub struct LiveSettings {
     pub threads_per_search: usize,
     pub search_memory_bytes: u64,
     pub max_queue: usize,
+    pub max_spec_bytes: u64,
     pub rescan_interval_seconds: f64,
     pub poll_interval_seconds: f64,
     pub settle_seconds: f64,
@@ -104,6 +108,7 @@ impl DaemonConfig {
             threads_per_search,
             search_memory_bytes,
             max_queue,
+            max_spec_bytes,
             rescan_interval_seconds,
             poll,
             poll_interval_seconds,
@@ -132,6 +137,7 @@ impl DaemonConfig {
                 threads_per_search,
                 search_memory_bytes,
                 max_queue,
+                max_spec_bytes,
                 rescan_interval_seconds,
                 poll_interval_seconds,
                 settle_seconds,
@@ -161,6 +167,10 @@ pub fn changed_keys<T: Serialize>(old: &T, new: &T) -> Vec<String> {
 /// reports every MIP time-limit hit as a warning; the results and metrics count them.
 pub const DEFAULT_LOG_LEVEL: &str = "info,highs=error";
 
+/// The range of `max_spec_bytes`.
+pub const MIN_SPEC_BYTES: u64 = 1 << 10;
+pub const MAX_SPEC_BYTES_LIMIT: u64 = 16 << 20;
+
 /// The smallest memory budget of one search: one thread's layer-schedule solver.
 pub const MIN_SEARCH_MEMORY_BYTES: u64 = archplace_engine::search::memory::SOLVER_BYTES_PER_THREAD;
 
@@ -179,6 +189,7 @@ impl Default for DaemonConfig {
             threads_per_search: 0,
             search_memory_bytes: archplace_job::memory::DEFAULT_BUDGET_BYTES,
             max_queue: 10_000,
+            max_spec_bytes: archplace_spec::MAX_SPEC_BYTES,
             rescan_interval_seconds: 30.0,
             poll: false,
             poll_interval_seconds: 0.5,
@@ -273,6 +284,15 @@ impl DaemonConfig {
         }
         if self.max_queue == 0 {
             e.push(("max_queue", "must be at least 1".into()));
+        }
+        if !(MIN_SPEC_BYTES..=MAX_SPEC_BYTES_LIMIT).contains(&self.max_spec_bytes) {
+            e.push((
+                "max_spec_bytes",
+                format!(
+                    "is {}; must be from {MIN_SPEC_BYTES} (1 KiB) to {MAX_SPEC_BYTES_LIMIT} (16 MiB: a spec is a page of TOML, and each is held in memory while queued)",
+                    self.max_spec_bytes
+                ),
+            ));
         }
         if self.search_memory_bytes < MIN_SEARCH_MEMORY_BYTES {
             e.push((

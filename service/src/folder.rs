@@ -31,6 +31,16 @@ pub struct Scan {
     pub skipped: Vec<(PathBuf, &'static str)>,
 }
 
+/// The `reason` label of `archplace_specs_skipped_total` for an entry skipped `why`.
+pub fn skip_reason(why: &str) -> &'static str {
+    match why {
+        "its name is not valid UTF-8" => "name_not_utf8",
+        "a symbolic link to a file outside the spec folder" => "link_outside",
+        "a broken symbolic link" => "broken_link",
+        _ => "not_a_file",
+    }
+}
+
 /// The spec files in `dir` that are settled (unchanged for `settle`).
 ///
 /// A symbolic link is followed when it resolves to a regular file inside the folder — how a

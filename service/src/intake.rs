@@ -34,7 +34,8 @@ pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
         let mut state = s.state();
         for (path, why) in &skipped {
             if state.skipped.insert(path.clone()) {
-                tracing::warn!(file = %path.display(), "skipped: {why}");
+                tracing::warn!(file = %path.display(), reason = folder::skip_reason(why), "skipped: {why}");
+                s.metrics.spec_skipped(folder::skip_reason(why));
             }
         }
         // Forget what is fixed or gone, so that it is reported again if it comes back.
@@ -46,12 +47,22 @@ pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
         if files.get(path).is_some_and(|(old, _)| old == seen) {
             continue;
         }
-        let Ok(bytes) = archplace_spec::read_input(path) else {
-            continue;
+        let bytes = match archplace_util::files::read_regular(path, s.live().max_spec_bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                unreadable(s, files, path, seen, &e);
+                continue;
+            }
         };
         let hash = blake3::hash(&bytes).to_hex().to_string();
         let previous = files.get(path).map(|(_, h)| h.clone());
         if previous.as_deref() == Some(hash.as_str()) {
+            files.insert(path.clone(), (seen.clone(), hash));
+            continue;
+        }
+        // Checked at once, whatever is searching: an invalid spec's errors do not wait for
+        // a search slot.
+        if rejected(s, path, &hash, &bytes) {
             files.insert(path.clone(), (seen.clone(), hash));
             continue;
         }
@@ -81,6 +92,122 @@ pub fn scan(s: &Shared, files: &mut Files, first: bool) -> bool {
     !changing.is_empty()
 }
 
+/// A settled spec file that cannot be read (above `max_spec_bytes`, or an I/O error): a
+/// job in state `invalid` for this state of the file, with the reason in its `error.json`,
+/// a log line and `archplace_specs_skipped_total` — once, until the file changes.
+fn unreadable(
+    s: &Shared,
+    files: &mut Files,
+    path: &Path,
+    seen: &Seen,
+    e: &archplace_util::files::ReadError,
+) {
+    use archplace_util::files::ReadError;
+    let reason = match e {
+        ReadError::TooLarge { .. } => "too_large",
+        ReadError::NotRegular(_) => "not_a_file",
+        ReadError::Io(_) => "unreadable",
+    };
+    // No content to hash: the job is this state of this file.
+    let hash = blake3::hash(
+        format!(
+            "unreadable\0{}\0{}\0{:?}",
+            path.display(),
+            seen.len,
+            seen.modified
+        )
+        .as_bytes(),
+    )
+    .to_hex()
+    .to_string();
+    files.insert(path.to_path_buf(), (seen.clone(), hash.clone()));
+    tracing::warn!(file = %path.display(), reason, bytes = seen.len, "not read as a spec: it {e}");
+    s.metrics.spec_skipped(reason);
+    let help = match e {
+        ReadError::TooLarge { cap } => Some(format!(
+            "a spec is a page of TOML; the daemon reads at most {cap} bytes (`max_spec_bytes`)"
+        )),
+        _ => None,
+    };
+    let d = archplace_spec::Diagnostic::new(
+        &path.display().to_string(),
+        "",
+        None,
+        String::new(),
+        format!(
+            "the file is not read as a spec: it {e} ({} bytes)",
+            seen.len
+        ),
+    )
+    .with_help(help);
+    record_invalid(s, path, &hash, vec![d]);
+}
+
+/// Whether the spec `bytes` (content `hash`, read from `path`), new to the daemon, has
+/// problems a search need not wait for: then it is recorded `invalid` at once, with its
+/// located errors (those of the plugins it names too) in `error.json`.
+fn rejected(s: &Shared, path: &Path, hash: &str, bytes: &[u8]) -> bool {
+    if s.state().store.get(hash).is_some() {
+        return false; // Known content: `submit` says what becomes of it.
+    }
+    let shown = path.display().to_string();
+    let (text, utf8) = archplace_spec::decode(bytes.to_vec(), &shown);
+    let problems = match utf8 {
+        Err(d) => vec![d],
+        Ok(()) => {
+            match archplace_spec::parse_with_plugins(&text, &shown, &s.host, Default::default()) {
+                Ok(_) => return false,
+                Err(d) => d,
+            }
+        }
+    };
+    record_invalid(s, path, hash, problems);
+    true
+}
+
+/// Records the content `hash` of `path` as `invalid` with `problems`: `error.json` in its
+/// result folder (the problems also in the job's message, should the file not be
+/// writable), a log line, and the finished-searches counter's `invalid`.
+fn record_invalid(s: &Shared, path: &Path, hash: &str, problems: Vec<archplace_spec::Diagnostic>) {
+    let name = path
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .unwrap_or("spec")
+        .to_string();
+    let result_dir = s.start.results_dir.join(&name).join(&hash[..16]);
+    let n = problems.len();
+    let first = problems
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let mut message = format!("{n} error(s) in the spec; first: {first}");
+    if let Err(e) = archplace_job::folder::write_error(
+        &result_dir,
+        path,
+        serde_json::to_value(&problems).unwrap_or_default(),
+    ) {
+        message.push_str(&format!(" ({e})"));
+    }
+    tracing::info!(file = %path.display(), hash, state = "invalid", "spec refused: {message}");
+    let labels = SpecLabels {
+        spec: name.clone(),
+        file: file_name(path),
+    };
+    s.state().store.put(Job {
+        hash: hash.to_string(),
+        file: path.to_path_buf(),
+        name,
+        state: JobState::Invalid,
+        attempts: 0,
+        interrupted: 0,
+        journal_candidates: 0,
+        message: Some(message),
+        result_dir,
+        updated_unix_seconds: 0.0,
+    });
+    s.metrics.search_ended(&labels, "invalid", 0.0);
+}
+
 /// Jobs requeued after a restart whose spec is no longer in the folder are cancelled.
 fn cancel_orphans(s: &Shared, files: &Files) {
     let known: Vec<&String> = files.values().map(|(_, h)| h).collect();
@@ -104,6 +231,18 @@ fn cancel_orphans(s: &Shared, files: &Files) {
 /// Makes sure the content `hash` (read from `path`) is searched once. False when the
 /// queue is full.
 pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
+    // The same content under the job's own file, still there: `path` is a copy, not the
+    // file renamed (read outside the state's lock).
+    let recorded = s
+        .state()
+        .store
+        .get(hash)
+        .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
+        .map(|j| j.file.clone());
+    if let Some(first) = recorded.filter(|f| f != path && holds(f, hash)) {
+        tracing::info!(file = %path.display(), duplicate_of = %first.display(), hash, "the same content as another spec in the folder: searched once, under its name");
+        return true;
+    }
     let mut state = s.state();
     let mut existing = state.store.get(hash).cloned();
     if existing.is_none()
@@ -123,6 +262,7 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
             state: JobState::Done,
             attempts: 0,
             interrupted: 0,
+            journal_candidates: 0,
             message: Some("rebuilt from its results".into()),
             result_dir: dir,
             updated_unix_seconds: 0.0,
@@ -194,6 +334,7 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         state: JobState::Queued,
         attempts: existing.as_ref().map_or(0, |j| j.attempts),
         interrupted: existing.as_ref().map_or(0, |j| j.interrupted),
+        journal_candidates: existing.as_ref().map_or(0, |j| j.journal_candidates),
         message: None,
         result_dir,
         updated_unix_seconds: 0.0,
@@ -207,6 +348,11 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     });
     s.wake.notify_one();
     true
+}
+
+/// Whether the file at `path` holds the content `hash`.
+fn holds(path: &Path, hash: &str) -> bool {
+    archplace_spec::read_input(path).is_ok_and(|b| blake3::hash(&b).to_hex().as_str() == hash)
 }
 
 /// The content of a queued or running job now lives under another name (the spec was

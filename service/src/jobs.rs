@@ -49,9 +49,15 @@ pub struct Job {
     pub state: JobState,
     /// Times the search was started.
     pub attempts: u32,
-    /// Times the daemon stopped while the search ran (found `running` at a start).
+    /// Times in a row the daemon stopped while the search ran (found `running` at a start)
+    /// without the search having made progress since it started: what the crash-loop guard
+    /// counts.
     #[serde(default)]
     pub interrupted: u32,
+    /// The candidates the search's journal held when it last started: a restart that
+    /// finds more knows the interrupted search made progress.
+    #[serde(default)]
+    pub journal_candidates: u64,
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -153,6 +159,7 @@ mod tests {
             state,
             attempts: 0,
             interrupted: 0,
+            journal_candidates: 0,
             message: None,
             result_dir: "results/a/x".into(),
             updated_unix_seconds: 0.0,

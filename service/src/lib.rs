@@ -189,13 +189,18 @@ fn prepare_folders(start: &StartSettings) -> Result<JobStore, ServiceError> {
     Ok(store)
 }
 
-/// Times the daemon may stop during one search (crash, kill -9, power loss) before that
-/// search is given up: a spec that kills the daemon must not restart it forever.
+/// Times in a row the daemon may stop during one search (crash, kill -9, power loss)
+/// without the search making progress before it is given up: a spec that kills the daemon
+/// must not restart it forever, and a healthy search interrupted by unrelated kills must
+/// not be given up.
 pub const MAX_INTERRUPTED_STARTS: u32 = 3;
 
 /// After a restart: a job whose results were completely written is done (the daemon died
-/// between writing them and recording it); one that was running when the daemon died
-/// counts that, and is given up after [`MAX_INTERRUPTED_STARTS`]; the rest are queued again.
+/// between writing them and recording it); one that was running when the daemon died is
+/// queued again, and counts the interruption if its journal gained no candidate since the
+/// search started (no candidate evaluated: what a spec that kills the daemon looks like) —
+/// given up, with its `error.json` and a final `status.json`, after
+/// [`MAX_INTERRUPTED_STARTS`] such in a row; the rest are queued again.
 fn recover(store: &mut JobStore) {
     let interrupted: Vec<jobs::Job> = store
         .jobs
@@ -209,14 +214,23 @@ fn recover(store: &mut JobStore) {
             job.state = JobState::Done;
             job.message = Some("its results were written before the restart".into());
         } else if job.state == JobState::Running {
-            job.interrupted += 1;
+            let now = archplace_job::journal::candidates(&job.result_dir);
+            if now > job.journal_candidates {
+                // It made progress: an interruption from outside, not a spec that kills
+                // the daemon.
+                tracing::info!(hash = %job.hash, candidates = now, "interrupted after progress; resumed from its journal");
+                job.interrupted = 0;
+            } else {
+                job.interrupted += 1;
+            }
             if job.interrupted >= MAX_INTERRUPTED_STARTS {
                 tracing::error!(hash = %job.hash, file = %job.file.display(), times = job.interrupted, "the daemon stopped during this search every time; giving it up");
                 job.state = JobState::Failed;
                 job.message = Some(format!(
-                    "the daemon stopped {} times while searching this spec (a crash, kill or power loss); it is not searched again: change the spec to retry",
+                    "the daemon stopped {} times in a row while searching this spec, each time before a candidate was evaluated (a crash, kill or power loss); it is not searched again: change the spec to retry",
                     job.interrupted
                 ));
+                given_up(&job);
             } else {
                 job.state = JobState::Queued;
                 job.message = Some("requeued after a restart".into());
@@ -225,6 +239,42 @@ fn recover(store: &mut JobStore) {
             job.message = Some("requeued after a restart".into());
         }
         store.put(job);
+    }
+}
+
+/// The result folder of `job`, given up by the crash-loop guard: `error.json` with why, and
+/// `status.json` in its final state (a failed job's folder says so, as every failed one's).
+fn given_up(job: &jobs::Job) {
+    let message = job.message.clone().unwrap_or_default();
+    let d = archplace_spec::Diagnostic::new(
+        &job.file.display().to_string(),
+        "",
+        None,
+        String::new(),
+        message,
+    );
+    if let Err(e) = archplace_job::folder::write_error(
+        &job.result_dir,
+        &job.file,
+        serde_json::to_value([d]).unwrap_or_default(),
+    ) {
+        tracing::warn!(error = %e, "cannot write error.json");
+    }
+    let status = archplace_job::folder::Status {
+        state: JobState::Failed.name(),
+        spec: &job.name,
+        hash: &job.hash,
+        file: job.file.display().to_string(),
+        candidates_evaluated: None,
+        candidates_total: None,
+        area_bucket: None,
+        best_throughput_samples_per_second: None,
+        best_area_mm2: None,
+        pool: None,
+        elapsed_seconds: 0.0,
+    };
+    if let Err(e) = archplace_job::folder::write_status(&job.result_dir, &status) {
+        tracing::warn!(error = %e, "cannot write status.json");
     }
 }
 

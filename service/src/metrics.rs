@@ -39,6 +39,17 @@ pub const STATES: [&str; 6] = [
     "invalid",
     "cancelled",
 ];
+/// Why an entry of the spec folder is not read as a spec, as exported in
+/// `archplace_specs_skipped_total{reason}` (each series from the start, at 0).
+pub const SKIP_REASONS: [&str; 6] = [
+    "too_large",
+    "not_a_file",
+    "unreadable",
+    "link_outside",
+    "broken_link",
+    "name_not_utf8",
+];
+
 /// How a search ends, as exported in `archplace_searches_finished_total{outcome}`.
 /// `invalid`: the spec never started (its errors are in `error.json`); `failed`: a search
 /// that started and could not finish; `interrupted`: stopped by the daemon's shutdown,
@@ -105,6 +116,7 @@ pub struct Metrics {
 struct JobMetrics {
     specs: IntGaugeVec,
     specs_discovered: IntCounter,
+    specs_skipped: IntCounterVec,
     searches_finished: IntCounterVec,
     queue_depth: IntGauge,
     search_duration: HistogramVec,
@@ -178,6 +190,16 @@ impl JobMetrics {
                 IntCounter::new(
                     "archplace_specs_discovered_total",
                     "New spec contents found in the spec folder and queued",
+                )?
+            ),
+            specs_skipped: reg!(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "archplace_specs_skipped_total",
+                        "Entries of the spec folder not read as specs, by reason (too_large, not_a_file, unreadable, link_outside, broken_link, name_not_utf8)",
+                    ),
+                    &["reason"],
                 )?
             ),
             searches_finished: reg!(
@@ -510,6 +532,9 @@ impl Metrics {
             m.jobs.searches_finished.with_label_values(&[o]).inc_by(0);
             m.jobs.search_duration.with_label_values(&[o]);
         }
+        for r in SKIP_REASONS {
+            m.jobs.specs_skipped.with_label_values(&[r]).inc_by(0);
+        }
         for method in ["bounds", "mip"] {
             m.work
                 .layer_schedules
@@ -543,6 +568,11 @@ impl Metrics {
 
     pub fn spec_discovered(&self) {
         self.jobs.specs_discovered.inc();
+    }
+
+    /// An entry of the spec folder was not read as a spec, for `reason`.
+    pub fn spec_skipped(&self, reason: &str) {
+        self.jobs.specs_skipped.with_label_values(&[reason]).inc();
     }
 
     /// A search ended: its outcome and duration; its progress series are removed.

@@ -269,6 +269,9 @@ fn search(
         if let Some(mut j) = state.store.get(&job.hash).cloned() {
             j.name = spec.name.clone();
             j.result_dir = dir.clone();
+            // Where the search starts from: a restart that finds more candidates in the
+            // journal knows it made progress (the crash-loop guard counts only interruptions without).
+            j.journal_candidates = archplace_job::journal::candidates(&dir);
             state.store.put(j);
         }
     }
@@ -347,16 +350,10 @@ fn parse(
     cancel: &Arc<AtomicBool>,
 ) -> Result<archplace_spec::Spec, Outcome> {
     let shown = q.path.display().to_string();
-    let Ok(text) = String::from_utf8(q.bytes.clone()) else {
-        let d = archplace_spec::Diagnostic::new(
-            &shown,
-            "",
-            None,
-            String::new(),
-            "the file is not valid UTF-8".into(),
-        );
+    let (text, utf8) = archplace_spec::decode(q.bytes.clone(), &shown);
+    if let Err(d) = utf8 {
         return Err(invalid(q, vec![d], dir));
-    };
+    }
     archplace_spec::parse_with_plugins(&text, &shown, host, cancel.clone())
         .map_err(|diags| invalid(q, diags, dir))
 }

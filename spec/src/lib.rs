@@ -210,29 +210,43 @@ pub fn load_with_plugins(
     })
 }
 
-/// The text of the file at `path`, and whether it is UTF-8 (if not, the text is its lossy
-/// reading and the diagnostic locates the first bad byte).
+/// The text of the file at `path`, and whether it is UTF-8 (see [`decode`]).
 fn load_text(path: &Path) -> Result<(String, Result<(), Diagnostic>), LoadError> {
     let shown = path.display().to_string();
     let bytes = read_input(path).map_err(|source| LoadError::Io {
         path: shown.clone(),
         source,
     })?;
-    Ok(match String::from_utf8(bytes) {
+    Ok(decode(bytes, &shown))
+}
+
+/// A spec file's bytes as text, and whether they are UTF-8: if not, the text is their
+/// lossy reading and the diagnostic (for `file`) locates the first bad byte — its line and
+/// column, the snippet's caret under the replacement character that stands for it. The
+/// CLI and the daemon decode through this one function.
+pub fn decode(bytes: Vec<u8>, file: &str) -> (String, Result<(), Diagnostic>) {
+    match String::from_utf8(bytes) {
         Ok(t) => (t, Ok(())),
         Err(e) => {
             let offset = e.utf8_error().valid_up_to();
             let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            // The bytes before `offset` are the same in the lossy text; the bad byte (or
+            // sequence) becomes one U+FFFD there.
+            let end = offset + char::REPLACEMENT_CHARACTER.len_utf8();
             let d = Diagnostic::new(
-                &shown,
+                file,
                 &text,
-                Some(offset..offset + 1),
+                Some(offset..end.min(text.len())),
                 String::new(),
-                "the file is not valid UTF-8".into(),
-            );
+                format!(
+                    "the file is not valid UTF-8 (byte {offset}, 0x{:02x}, starts no character)",
+                    e.as_bytes().get(offset).copied().unwrap_or(0)
+                ),
+            )
+            .with_help(Some("save the spec as UTF-8".into()));
             (text, Err(d))
         }
-    })
+    }
 }
 
 /// The spec of `source`, or its problems; and its cost models when `[cost_model]` is fine.

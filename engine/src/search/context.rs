@@ -66,6 +66,19 @@ pub(super) struct Run {
     pub(super) sequence_parallel: bool,
 }
 
+impl Run {
+    /// The layer graphs' key of this run at tensor-parallel width `t`: micro-batch, width,
+    /// element bytes of its precision, sequence parallelism (only above width 1).
+    pub(super) fn graph_key(&self, t: u64, training: &Training) -> GraphKey {
+        (
+            self.micro_batch,
+            t,
+            training.element_bytes(self.precision),
+            self.sequence_parallel && t > 1,
+        )
+    }
+}
+
 impl Training {
     /// Sequence-parallelism choices worth a separate run.
     pub(super) fn sequence_parallel_choices(&self) -> Vec<bool> {

@@ -309,10 +309,10 @@ impl Ctx<'_> {
             .iter()
             .map(|&b| b as f64)
             .collect();
-        let (m, b, e) = (run.model, run.micro_batch, tr.element_bytes(run.precision));
+        let m = run.model;
         let mut keys: Vec<GraphKey> = self.graphs[m]
             .keys()
-            .filter(|k| k.0 == b && k.2 == e && k.3 == (run.sequence_parallel && k.1 > 1))
+            .filter(|k| **k == run.graph_key(k.1, tr))
             .copied()
             .collect();
         keys.sort_unstable();
@@ -411,12 +411,7 @@ impl Ctx<'_> {
     ) -> Result<(StepPlan, StepReport), StepError> {
         let tr = &self.input.training;
         let t = plan.tensor_parallel;
-        let key = (
-            run.micro_batch,
-            t,
-            tr.element_bytes(run.precision),
-            run.sequence_parallel && t > 1,
-        );
+        let key = run.graph_key(t, tr);
         let (Some(g), Some(timed)) = (
             self.graphs[run.model].get(&key),
             times.get(&(run.model, key)),
@@ -543,12 +538,7 @@ impl Ctx<'_> {
         let model = &self.input.models[m];
         let t = plan.tensor_parallel;
         let tr = &self.input.training;
-        let key = (
-            b,
-            t,
-            tr.element_bytes(run.precision),
-            run.sequence_parallel && t > 1,
-        );
+        let key = run.graph_key(t, tr);
         let g = &self.graphs[m][&key];
         let throughput = tr.global_batch as f64 / priced.seconds;
         let step = priced.step.as_ref().map(|(_, report)| report);
@@ -701,11 +691,7 @@ impl Ctx<'_> {
             );
         }
         // Settings of the baseline's width.
-        let element_bytes = tr.element_bytes(run.precision);
-        let sp = run.sequence_parallel && bl.tensor > 1;
-        let Some(width_graph) =
-            self.graphs[run.model].get(&(run.micro_batch, bl.tensor, element_bytes, sp))
-        else {
+        let Some(width_graph) = self.graphs[run.model].get(&run.graph_key(bl.tensor, tr)) else {
             return report(Err(
                 placement::FixedError::NoSuchWidth(bl.tensor).to_string()
             ));

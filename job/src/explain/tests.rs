@@ -58,14 +58,41 @@ fn line(index: usize, c: Configuration, p: Option<PlanLine>) -> ExploredLine {
 /// The largest share names the resource; HBM binds at 90% full.
 #[test]
 fn a_plan_is_limited_by_its_largest_share_and_by_a_full_hbm() {
-    let l = limit(&plan(0.1, 0.5, 8.0), 16 << 30);
+    let l = limit(&plan(0.1, 0.5, 8.0), 16 << 30, None);
     assert_eq!(l.resource, "data-parallel network");
     assert!((l.share - 0.5 / 0.8).abs() < 1e-12);
     assert!(!l.hbm_bound);
     assert!((l.hbm_fraction - 0.5).abs() < 1e-12);
-    let l = limit(&plan(0.3, 0.1, 15.0), 16 << 30);
+    let l = limit(&plan(0.3, 0.1, 15.0), 16 << 30, None);
     assert_eq!(l.resource, CHIP);
     assert!(l.hbm_bound);
+}
+
+/// A network resource names the tier its group's traffic crosses: the data-parallel group
+/// of t × d = 8 ranks stays inside a node of 8, the same group over nodes of 4 does not,
+/// and a one-tier network says so.
+#[test]
+fn a_network_limit_names_its_tier() {
+    let tier = |gb: f64| Tier {
+        bytes_per_second: gb * 1e9,
+        latency_seconds: 0.0,
+    };
+    let mut net = Network {
+        node_size: 8,
+        intra_node: tier(300.0),
+        inter_node: tier(25.0),
+    };
+    let p = plan(0.1, 0.5, 8.0);
+    let l = limit(&p, 16 << 30, Some(&net));
+    assert_eq!(
+        l.resource,
+        "data-parallel network (inside a node, 300 GB/s)"
+    );
+    net.node_size = 4;
+    let l = limit(&p, 16 << 30, Some(&net));
+    assert_eq!(l.resource, "data-parallel network (between nodes, 25 GB/s)");
+    let l = limit(&p, 16 << 30, Some(&Network::flat(50e9)));
+    assert_eq!(l.resource, "data-parallel network (one tier, 50 GB/s)");
 }
 
 /// Differences name the axes, the plan choices and the time parts that moved most.
@@ -112,7 +139,7 @@ fn sensitivities_are_the_nearest_neighbours_along_each_axis() {
     assert_eq!(buffer.neighbours, [(64 << 20, Some(1.0))]);
     assert!(s.iter().all(|s| s.axis != "width"));
     let text = render(&Explanation {
-        best: vec![limit(&plan(0.1, 0.05, 4.0), 16 << 30)],
+        best: vec![limit(&plan(0.1, 0.05, 4.0), 16 << 30, None)],
         rivals: Vec::new(),
         sensitivities: s,
     });
