@@ -46,7 +46,8 @@ pub fn probe_info(
     limits: &Limits,
     name: &str,
 ) -> Result<ModelInfo, Fault> {
-    let mut store = new_store(engine, limits, name, Arc::new(AtomicBool::new(false)));
+    let never = || Arc::new(AtomicBool::new(false));
+    let mut store = new_store(engine, limits, name, [never(), never()]);
     arm(&mut store, limits, 1);
     let model = match pre.instantiate(&mut store) {
         Ok(m) => m,

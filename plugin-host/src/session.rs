@@ -45,7 +45,11 @@ pub struct Session {
     cancel: Arc<AtomicBool>,
     pool: Mutex<Pool>,
     freed: Condvar,
+    /// Faults counted in this search: never more than `limits.max_faults`.
     faults: AtomicU32,
+    /// Set when `faults` reaches the limit: no call starts after it, and the calls in
+    /// flight are stopped (not counted).
+    halted: Arc<AtomicBool>,
     fault_log: Mutex<Vec<Fault>>,
     memo: Option<Arc<Memo>>,
     telemetry: Option<Arc<dyn super::Telemetry>>,
@@ -83,6 +87,7 @@ impl Session {
             }),
             freed: Condvar::new(),
             faults: AtomicU32::new(0),
+            halted: Arc::new(AtomicBool::new(false)),
             fault_log: Mutex::new(Vec::new()),
             memo,
             telemetry,
@@ -124,7 +129,8 @@ impl Session {
     /// A fresh, configured instance. `Err(Ok(_))`: the plugin rejects the parameters.
     fn instantiate(&self) -> Result<Slot, Result<Vec<ParameterError>, Fault>> {
         let name = &self.loaded.info.name;
-        let mut store = new_store(&self.loaded.engine, &self.limits, name, self.cancel.clone());
+        let stops = [self.cancel.clone(), self.halted.clone()];
+        let mut store = new_store(&self.loaded.engine, &self.limits, name, stops);
         arm(&mut store, &self.limits, self.parameters.len() + 1);
         let model = self
             .loaded
@@ -217,12 +223,16 @@ impl Session {
         f: impl Fn(&mut Store<State>, &CostModel) -> wasmtime::Result<R>,
         check: impl Fn(&R) -> Result<(), Fault>,
     ) -> Result<R, EstimateError> {
+        let max = self.limits.max_faults.max(1);
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(self.to_error(&Fault {
                     kind: FaultKind::Cancelled,
                     message: "stopped: the search was cancelled".into(),
                 }));
+            }
+            if self.halted.load(Ordering::Relaxed) {
+                return Err(self.limit_reached(what));
             }
             let fault = match self.take() {
                 Err(fault) => fault,
@@ -267,9 +277,25 @@ impl Session {
                 }
             };
             if fault.kind == FaultKind::Cancelled {
+                if self.halted.load(Ordering::Relaxed) {
+                    return Err(self.limit_reached(what));
+                }
                 return Err(self.to_error(&fault));
             }
-            let n = self.faults.fetch_add(1, Ordering::Relaxed) + 1;
+            // Counted only below the limit: a call in flight when another reached it
+            // faults past the limit, which holds as configured.
+            let Ok(before) = self
+                .faults
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n < max).then_some(n + 1)
+                })
+            else {
+                return Err(self.limit_reached(what));
+            };
+            let n = before + 1;
+            if n >= max {
+                self.halted.store(true, Ordering::SeqCst);
+            }
             if let Some(t) = &self.telemetry {
                 t.fault(&self.loaded.info.name, fault.kind);
             }
@@ -284,7 +310,7 @@ impl Session {
             if let Ok(mut log) = self.fault_log.lock() {
                 log.push(fault.clone());
             }
-            if n >= self.limits.max_faults.max(1) {
+            if n >= max {
                 return Err(self.to_error(&Fault {
                     kind: fault.kind,
                     message: format!(
@@ -296,6 +322,35 @@ impl Session {
                 }));
             }
         }
+    }
+
+    /// The error of a call not made (or stopped) because the search reached the plugin's
+    /// fault limit: the last fault counted, as the call that reached the limit reports it,
+    /// so that the search fails with the same reason whichever of its calls reports first.
+    fn limit_reached(&self, what: &str) -> EstimateError {
+        let max = self.limits.max_faults.max(1);
+        let last = self
+            .fault_log
+            .lock()
+            .ok()
+            .and_then(|log| log.last().cloned());
+        let fault = match last {
+            Some(f) => Fault {
+                kind: f.kind,
+                message: format!(
+                    "{} ({max} fault{} in this search, the limit)",
+                    f.message,
+                    if max == 1 { "" } else { "s" }
+                ),
+            },
+            None => Fault {
+                kind: FaultKind::Cancelled,
+                message: format!(
+                    "{what} not run: the fault limit of {max} in this search was reached"
+                ),
+            },
+        };
+        self.to_error(&fault)
     }
 
     fn to_error(&self, fault: &Fault) -> EstimateError {

@@ -39,7 +39,9 @@ pub struct State {
     limiter: Limiter,
     log: LogBucket,
     plugin: String,
-    cancel: Arc<AtomicBool>,
+    /// Stops a running call: the search was cancelled, or its session reached its fault
+    /// limit (the calls in flight are not counted as more faults).
+    stops: [Arc<AtomicBool>; 2],
     call_started: Instant,
     deadline: Duration,
 }
@@ -173,7 +175,7 @@ pub(crate) fn new_store(
     engine: &wasmtime::Engine,
     limits: &Limits,
     plugin: &str,
-    cancel: Arc<AtomicBool>,
+    stops: [Arc<AtomicBool>; 2],
 ) -> Store<State> {
     let stderr = MemoryOutputPipe::new(STDERR_BYTES);
     let state = State {
@@ -194,7 +196,7 @@ pub(crate) fn new_store(
         },
         log: LogBucket::new(),
         plugin: plugin.to_string(),
-        cancel,
+        stops,
         call_started: Instant::now(),
         deadline: limits.deadline(),
     };
@@ -202,7 +204,7 @@ pub(crate) fn new_store(
     store.limiter(|s| &mut s.limiter);
     store.epoch_deadline_callback(|ctx| {
         let s = ctx.data();
-        if s.cancel.load(Ordering::Relaxed) {
+        if s.stops.iter().any(|f| f.load(Ordering::Relaxed)) {
             return Err(wasmtime::Error::new(Interrupt::Cancelled));
         }
         if s.call_started.elapsed() > s.deadline {

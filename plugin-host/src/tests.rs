@@ -116,6 +116,56 @@ fn every_hostile_fixture_gets_its_own_error_and_the_host_survives() {
     assert!(good.area_uncached(&[config]).unwrap()[0].is_ok());
 }
 
+/// The fault limit holds exactly with concurrent calls: eight threads call a plugin that
+/// traps on every call, and the session counts (and logs) `max_faults` faults — 1 and 3 —
+/// not one per call in flight; every call fails, and none starts after the limit.
+#[test]
+fn the_fault_limit_holds_exactly_across_concurrent_calls() {
+    for max_faults in [1, 3] {
+        let limits = Limits {
+            max_faults,
+            ..Limits::default()
+        };
+        let host = host_with(limits, None);
+        let s = session(&host, "hostile-trap");
+        let core = AcceleratorConfig {
+            tensor_cores: 2,
+            vector_cores: 2,
+            width: 64,
+            depth: 64,
+            vector_width: 64,
+            buffer_bytes: 8 << 20,
+        }
+        .tensor_core(2);
+        let ops = random_ops(&mut Rng(1), 8);
+        let errors: Vec<String> = std::thread::scope(|scope| {
+            let calls: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| s.latency_uncached(&core, &ops)))
+                .collect();
+            calls
+                .into_iter()
+                .map(|c| c.join().unwrap().unwrap_err().to_string())
+                .collect()
+        });
+        assert_eq!(s.faults().len(), max_faults as usize, "{errors:#?}");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(&format!("{max_faults} fault"))),
+            "{errors:#?}"
+        );
+        // Every call reports the same reason: the fault that reached the limit.
+        for e in &errors {
+            assert!(e.contains("deliberate panic"), "{e}");
+            assert!(e.contains("in this search, the limit"), "{e}");
+        }
+        // Later calls are not made at all.
+        let e = s.latency_uncached(&core, &ops).unwrap_err().to_string();
+        assert!(e.contains("deliberate panic"), "{e}");
+        assert_eq!(s.faults().len(), max_faults as usize);
+    }
+}
+
 #[test]
 fn the_deadline_stops_a_loop_that_has_fuel_to_burn() {
     let limits = Limits {
