@@ -4,12 +4,16 @@
 //! On tokio and hyper, on a thread of its own, with the limits a listener open to
 //! misbehaving clients needs (one `accept` error — file descriptors exhausted by
 //! idle connections that were never timed out — ended the old listener for good):
-//! * at most [`MAX_CONNECTIONS`] at once; one more is answered `503` and closed;
+//! * at most [`MAX_CONNECTIONS`] at once; at the limit a new connection takes the place of
+//!   the one that has waited longest without a request answered (a slow or idle client:
+//!   slowloris sockets cannot starve scrapes), and is answered `503` and closed only if none
+//!   gives way within [`PREEMPT_WAIT`];
 //! * a request's head must arrive within [`HEADER_TIMEOUT`], and a connection lives at most
 //!   [`CONNECTION_TIMEOUT`] (so idle keep-alive and slowloris connections are closed);
 //! * an `accept` error is logged and the listener goes on after a short pause;
 //! * methods other than GET and HEAD are answered `405` with `Allow: GET, HEAD`.
 
+use super::lock::Lock;
 use super::metrics::Metrics;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -17,8 +21,8 @@ use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -28,6 +32,49 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause after an `accept` error (e.g. out of file descriptors) before accepting again.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// How long a connection at the limit waits for the one it displaces to close.
+pub const PREEMPT_WAIT: Duration = Duration::from_millis(500);
+
+/// A connection being served, as the accept loop sees it.
+struct Conn {
+    id: u64,
+    started: Instant,
+    /// Requests answered on it.
+    served: Arc<AtomicU64>,
+    /// Closes it (its task drops the connection and its slot).
+    close: Arc<tokio::sync::Notify>,
+}
+
+/// The connections being served.
+struct Conns(Lock<Vec<Conn>>);
+
+impl Conns {
+    fn add(&self, conn: Conn) {
+        self.0.lock().push(conn);
+    }
+
+    fn remove(&self, id: u64) {
+        self.0.lock().retain(|c| c.id != id);
+    }
+
+    /// Asks the connection to give way for a new one: the oldest of those that have not
+    /// had a request answered (a client that is slow to send one, or sends none), else the
+    /// oldest. Whether there was one.
+    fn displace_one(&self) -> bool {
+        let conns = self.0.lock();
+        let never = conns
+            .iter()
+            .filter(|c| c.served.load(Ordering::Relaxed) == 0)
+            .min_by_key(|c| c.started);
+        match never.or_else(|| conns.iter().min_by_key(|c| c.started)) {
+            Some(c) => {
+                c.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 /// What the endpoint answers from.
 struct Endpoint {
@@ -114,6 +161,8 @@ async fn accept_loop(
     stop: Arc<AtomicBool>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let conns = Arc::new(Conns(Lock::new("http connections", Vec::new())));
+    let mut next_id = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     while !stop.load(Ordering::Relaxed) {
         let accepted = tokio::select! {
@@ -128,14 +177,44 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(stream));
-            continue;
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            // At the limit: one connection gives way for this one, or it is refused.
+            Err(_) => {
+                let freed = if conns.displace_one() {
+                    tokio::time::timeout(PREEMPT_WAIT, slots.clone().acquire_owned())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                } else {
+                    None
+                };
+                match freed {
+                    Some(slot) => slot,
+                    None => {
+                        tokio::spawn(refuse(stream));
+                        continue;
+                    }
+                }
+            }
         };
-        let endpoint = endpoint.clone();
+        next_id += 1;
+        let (id, served, close) = (
+            next_id,
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        conns.add(Conn {
+            id,
+            started: Instant::now(),
+            served: served.clone(),
+            close: close.clone(),
+        });
+        let (endpoint, conns) = (endpoint.clone(), conns.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let resp = endpoint.answer(&req);
+                served.fetch_add(1, Ordering::Relaxed);
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
@@ -143,8 +222,13 @@ async fn accept_loop(
                 .header_read_timeout(HEADER_TIMEOUT)
                 .max_buf_size(64 * 1024)
                 .serve_connection(TokioIo::new(stream), service);
-            // A connection past its time is dropped (and with it its socket).
-            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+            // A connection past its time, or asked to give way, is dropped (and with it its
+            // socket).
+            tokio::select! {
+                _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => {}
+                () = close.notified() => {}
+            }
+            conns.remove(id);
             drop(slot);
         });
     }
