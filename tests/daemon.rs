@@ -1024,6 +1024,64 @@ fn the_endpoint_survives_idle_connections_that_exhaust_file_descriptors() {
     drop(idle);
 }
 
+/// A search whose results cannot be written (here the place of its `result.json` is taken
+/// by a folder; a full disk does the same) is failed "trying again", and the retry writes
+/// what the search found, without searching again (each retry once re-ran the whole
+/// search).
+#[test]
+fn results_that_cannot_be_written_are_written_later_without_searching_again() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    std::fs::write(dir.join("archplace.toml"), "retry_seconds = 1.0\n").unwrap();
+    let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
+    drop_spec(dir, "medium.toml", &medium_spec());
+    d.wait_state("e2e-medium", "running", 60);
+    let out = result_dirs(dir, "e2e-medium")[0].clone();
+    std::fs::create_dir_all(out.join("result.json/in-the-way")).unwrap();
+    d.until(Duration::from_secs(300), "the write to fail", || {
+        d.log().contains("cannot write the results")
+    });
+    std::fs::remove_dir_all(out.join("result.json")).unwrap();
+    d.wait_state("e2e-medium", "done", 60);
+    let log = d.log();
+    assert!(
+        log.contains("writing the results of the finished search again"),
+        "{log}"
+    );
+    assert_eq!(log.matches("search ended: best").count(), 1, "{log}");
+    let result = read_json(&out.join("result.json"));
+    assert!(result["best"].is_object(), "{result}");
+}
+
+/// An invalid spec whose `error.json` cannot be written (here its results folder's place
+/// is taken by a file; a full disk does the same) is still `invalid`, not `failed`, and its
+/// job keeps the first error and why the file is missing.
+#[test]
+fn an_invalid_spec_keeps_its_errors_when_error_json_cannot_be_written() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("results")).unwrap();
+    std::fs::write(dir.join("results/bad"), "in the way").unwrap();
+    let d = Daemon::start(dir);
+    drop_spec(
+        dir,
+        "bad.toml",
+        "schema_version = 1\nname = \"bad\"\n[training]\nmicro_batch_sizes = [3]\n",
+    );
+    d.wait_state("bad", "invalid", 30);
+    let j = jobs(dir);
+    let m = job_named(&j, "bad").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(m.contains("3 error(s) in the spec"), "{m}");
+    assert!(m.contains("bad.toml:1:1: missing `models`"), "located: {m}");
+    assert!(m.contains("cannot write"), "{m}");
+    assert!(!dir.join("results/bad").is_dir(), "no folder left behind");
+}
+
 /// Scrapes get through 80 slow clients above the 64-connection limit (each sends its
 /// request head a few bytes at a time and reconnects when closed): a new connection takes
 /// the place of the one waiting longest for a request, so ≥ 99% of 100 scrapes answer 200

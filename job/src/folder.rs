@@ -225,7 +225,12 @@ pub fn write_error(dir: &Path, file: &Path, errors: serde_json::Value) -> Result
     }
     bytes
         .and_then(|bytes| std::fs::create_dir_all(dir).and_then(|()| atomic::write(&path, &bytes)))
-        .map_err(|source| WriteError { path, source })
+        .map_err(|source| {
+            // Not left behind empty (a full disk): the folder goes again if nothing else is
+            // in it.
+            let _ = std::fs::remove_dir(dir);
+            WriteError { path, source }
+        })
 }
 
 /// A result-folder file that could not be written.

@@ -345,6 +345,7 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         hash: hash.to_string(),
         path: path.to_path_buf(),
         bytes,
+        finished: None,
     });
     s.wake.notify_one();
     true

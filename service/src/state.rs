@@ -19,6 +19,9 @@ pub struct Queued {
     pub hash: String,
     pub path: PathBuf,
     pub bytes: Vec<u8>,
+    /// A search that finished but whose results could not be written (a full disk): the
+    /// retry writes them, and does not search again.
+    pub finished: Option<Arc<archplace_job::Finished>>,
 }
 
 /// A running search's cancel flag, and why it was set (none: shutdown).

@@ -53,9 +53,11 @@ pub fn run(s: &Shared) {
             }
             Outcome::Failed(m) => (JobState::Failed, Some(m)),
             Outcome::Invalid(m) => (JobState::Invalid, Some(m)),
-            Outcome::RetryLater(m) => {
+            Outcome::RetryLater(m, finished) => {
                 let retry_seconds = s.live().retry_seconds;
                 let after = archplace_util::duration::interval(retry_seconds);
+                // The retry writes what was found; it does not search again.
+                let next = Queued { finished, ..next };
                 s.state().retries.push((Instant::now() + after, next));
                 (
                     JobState::Failed,
@@ -132,8 +134,9 @@ enum Outcome {
     /// The spec never started: it is invalid (located errors in `error.json`) — the
     /// submitter's to fix, not the operator's, so counted apart from failed searches.
     Invalid(String),
-    /// The search ran but its results could not be written: failed now, tried again later.
-    RetryLater(String),
+    /// The search ran but its results could not be written: failed now, written later
+    /// (the finished search kept for that).
+    RetryLater(String, Option<Arc<archplace_job::Finished>>),
     Cancelled,
 }
 
@@ -299,6 +302,10 @@ fn search(
         cache_hits_counted: AtomicU64::new(0),
         pooled: pooled.as_ref(),
     };
+    if let Some(finished) = &q.finished {
+        tracing::info!(dir = %dir.display(), "writing the results of the finished search again (not searching again)");
+        return written(&dir, status_of(&status), finished.clone());
+    }
     status.write("running", None);
     let threads = match rayon::ThreadPoolBuilder::new()
         .num_threads(s.live().threads_per_search)
@@ -358,21 +365,59 @@ fn parse(
         .map_err(|diags| invalid(q, diags, dir))
 }
 
-/// The invalid spec `q`'s located errors, written to `dir/error.json`.
+/// The invalid spec `q`'s located errors, written to `dir/error.json`. Invalid whether or
+/// not the file could be written (a full disk): the job's message keeps the first error
+/// and says why `error.json` is missing.
 fn invalid(q: &Queued, diags: Vec<archplace_spec::Diagnostic>, dir: &Path) -> Outcome {
     let n = diags.len();
-    let first = diags
-        .first()
-        .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
-        .unwrap_or_default();
-    match folder::write_error(
+    let first = diags.first().map(ToString::to_string).unwrap_or_default();
+    let mut message = format!("{n} error(s) in the spec; first: {first}");
+    if let Err(e) = folder::write_error(
         dir,
         &q.path,
         serde_json::to_value(&diags).unwrap_or_default(),
     ) {
-        Ok(()) => Outcome::Invalid(format!("{n} error(s) in the spec; first: {first}")),
-        Err(e) => Outcome::Failed(e.to_string()),
+        message.push_str(&format!(" ({e})"));
     }
+    Outcome::Invalid(message)
+}
+
+/// Writes the result files of `finished` into `dir` (`status` told when they are): done,
+/// or to be written again later (a full disk), the finished search kept for that.
+fn written(dir: &Path, status: impl Fn(&str), finished: Arc<archplace_job::Finished>) -> Outcome {
+    match folder::write(dir, &finished) {
+        Ok(()) => {
+            status("done");
+            let doc = &finished.doc;
+            let evaluated = thousands(doc.search.candidates_evaluated as u64);
+            let summary = match &doc.best {
+                Some(b) => format!(
+                    "best {} samples/s on {}; {evaluated} candidates",
+                    significant(b.mean_throughput_samples_per_second, 4),
+                    archplace_job::chip::long(&b.configuration, b.hbm_bytes),
+                ),
+                None => format!("no candidate fits; {evaluated} candidates"),
+            };
+            Outcome::Done(
+                doc.best.as_ref().map(|b| {
+                    (
+                        b.mean_throughput_samples_per_second,
+                        b.configuration.area_mm2 * 1e6,
+                    )
+                }),
+                summary,
+            )
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write the results");
+            Outcome::RetryLater(e.to_string(), Some(finished))
+        }
+    }
+}
+
+/// `status`'s end-state writer, as [`written`] takes it.
+fn status_of<'a>(status: &'a StatusWriter<'_>) -> impl Fn(&str) + 'a {
+    move |state| status.write(state, None)
 }
 
 /// How a search that was not cancelled ended: its result files written (or to be tried
@@ -384,34 +429,7 @@ fn ended(
     result: Result<archplace_job::Finished, RunError>,
 ) -> Outcome {
     match result {
-        Ok(finished) => match folder::write(dir, &finished) {
-            Ok(()) => {
-                status.write("done", None);
-                let doc = &finished.doc;
-                let evaluated = thousands(doc.search.candidates_evaluated as u64);
-                let summary = match &doc.best {
-                    Some(b) => format!(
-                        "best {} samples/s on {}; {evaluated} candidates",
-                        significant(b.mean_throughput_samples_per_second, 4),
-                        archplace_job::chip::long(&b.configuration, b.hbm_bytes),
-                    ),
-                    None => format!("no candidate fits; {evaluated} candidates"),
-                };
-                Outcome::Done(
-                    doc.best.as_ref().map(|b| {
-                        (
-                            b.mean_throughput_samples_per_second,
-                            b.configuration.area_mm2 * 1e6,
-                        )
-                    }),
-                    summary,
-                )
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot write the results");
-                Outcome::RetryLater(e.to_string())
-            }
-        },
+        Ok(finished) => written(dir, status_of(status), Arc::new(finished)),
         Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(q, diags, dir),
         Err(e) => {
             let message = e.to_string();
