@@ -300,6 +300,47 @@ fn slow_writes(mode: &[&str]) {
     assert_eq!(j.len(), 1, "only the whole file was ever read: {j:#?}");
 }
 
+/// `max_faults` holds as configured in the daemon: with 1 and with 3, a search whose
+/// plugin traps on every call (on two search threads) logs exactly that many faults and
+/// exports exactly that many in `archplace_plugin_faults_total` (8 were once counted for 3).
+#[test]
+fn the_daemon_counts_exactly_max_faults_faults() {
+    let _gate = crate::util::shared();
+    for max_faults in [1, 3] {
+        let tmp = folder();
+        let dir = tmp.path();
+        let inst = dir.join("plugins/trap");
+        std::fs::create_dir_all(&inst).unwrap();
+        std::fs::copy(component("hostile-trap"), inst.join("hostile-trap.wasm")).unwrap();
+        std::fs::write(
+            inst.join("plugin.toml"),
+            "name = \"hostile-trap\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("archplace.toml"),
+            format!("threads_per_search = 2\n[plugin_limits]\nmax_faults = {max_faults}\n"),
+        )
+        .unwrap();
+        let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
+        let addr = d.metrics_addr();
+        let spec = TINY.replace("name = \"e2e-tiny\"", "name = \"hostile\"")
+            + "\n[cost_model]\nlatency = \"hostile-trap\"\n";
+        drop_spec(dir, "hostile.toml", &spec);
+        d.wait_state("hostile", "failed", 60);
+        let series = format!(
+            "archplace_plugin_faults_total{{kind=\"trap\",plugin=\"hostile-trap\"}} {max_faults}"
+        );
+        d.until(Duration::from_secs(10), "the faults counted", || {
+            http_get(&addr, "/metrics").contains(&series)
+        });
+        let log = d.log();
+        let logged = log.matches("plugin fault during").count();
+        assert_eq!(logged, max_faults as usize, "{log}");
+        assert!(log.contains(&format!("of={max_faults}")), "{log}");
+    }
+}
+
 #[test]
 fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
     let _gate = crate::util::shared();

@@ -312,7 +312,14 @@ fn search(
         .build()
     {
         Ok(p) => p,
-        Err(e) => return Outcome::Failed(format!("cannot start search threads: {e}")),
+        Err(e) => {
+            return failed(
+                &dir,
+                q,
+                &status,
+                format!("cannot start search threads: {e}"),
+            );
+        }
     };
     let budget = s.live().search_memory_bytes;
     let result = threads.install(|| {
@@ -431,11 +438,16 @@ fn ended(
     match result {
         Ok(finished) => written(dir, status_of(status), Arc::new(finished)),
         Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(q, diags, dir),
-        Err(e) => {
-            let message = e.to_string();
-            let _ = folder::write_error(dir, &q.path, serde_json::json!([{ "message": message }]));
-            status.write("failed", None);
-            Outcome::Failed(message)
-        }
+        Err(e) => failed(dir, q, status, e.to_string()),
     }
+}
+
+/// A search that failed for `message`: its `error.json` and final `status.json` say so, as
+/// every failed job's folder does.
+fn failed(dir: &Path, q: &Queued, status: &StatusWriter<'_>, message: String) -> Outcome {
+    if let Err(e) = folder::write_error(dir, &q.path, serde_json::json!([{ "message": message }])) {
+        tracing::warn!(error = %e, "cannot write error.json");
+    }
+    status.write("failed", None);
+    Outcome::Failed(message)
 }
