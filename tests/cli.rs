@@ -844,19 +844,7 @@ fn a_hostile_plugin_fails_only_its_search_with_the_plugin_and_fault_named() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
     let d = plugins.to_str().unwrap();
-    // Install without checking (`plugin install` would refuse it): copy and write a manifest.
-    let inst = plugins.join("nan");
-    std::fs::create_dir_all(&inst).unwrap();
-    std::fs::copy(
-        component("hostile-nan-output"),
-        inst.join("hostile-nan-output.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        inst.join("plugin.toml"),
-        "name = \"hostile-nan-output\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
-    )
-    .unwrap();
+    install_unchecked(&plugins, "hostile-nan-output", "hostile-nan-output");
     let tiny = TINY;
     let (sdir, spec) = temp_spec(
         "tiny.toml",

@@ -309,14 +309,7 @@ fn the_daemon_counts_exactly_max_faults_faults() {
     for max_faults in [1, 3] {
         let tmp = folder();
         let dir = tmp.path();
-        let inst = dir.join("plugins/trap");
-        std::fs::create_dir_all(&inst).unwrap();
-        std::fs::copy(component("hostile-trap"), inst.join("hostile-trap.wasm")).unwrap();
-        std::fs::write(
-            inst.join("plugin.toml"),
-            "name = \"hostile-trap\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
-        )
-        .unwrap();
+        install_unchecked(&dir.join("plugins"), "hostile-trap", "hostile-trap");
         std::fs::write(
             dir.join("archplace.toml"),
             format!("threads_per_search = 2\n[plugin_limits]\nmax_faults = {max_faults}\n"),
@@ -346,18 +339,7 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
     let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
-    let inst = dir.join("plugins/trap");
-    std::fs::create_dir_all(&inst).unwrap();
-    std::fs::copy(
-        root().join("target/plugin-fixtures/hostile-trap.wasm"),
-        inst.join("hostile-trap.wasm"),
-    )
-    .expect("the hostile fixtures are built by scripts/build-plugins");
-    std::fs::write(
-        inst.join("plugin.toml"),
-        "name = \"hostile-trap\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
-    )
-    .unwrap();
+    install_unchecked(&dir.join("plugins"), "hostile-trap", "hostile-trap");
     let d = Daemon::start(dir);
     let hostile = TINY.replace("name = \"e2e-tiny\"", "name = \"hostile\"")
         + "\n[cost_model]\nlatency = \"hostile-trap\"\n";
@@ -591,18 +573,7 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
     drop_spec(dir, "early.toml", &uses("early"));
     d.wait_state("early", "invalid", 60);
     // Install it and reload.
-    let inst = dir.join("plugins/my-cost-model");
-    std::fs::create_dir_all(&inst).unwrap();
-    std::fs::copy(
-        root().join("target/plugin-fixtures/template.wasm"),
-        inst.join("my-cost-model.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        inst.join("plugin.toml"),
-        "name = \"my-cost-model\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
-    )
-    .unwrap();
+    install_unchecked(&dir.join("plugins"), "template", "my-cost-model");
     // A bad config first: the reload fails, keeps the settings, and logs every reason in
     // its one event.
     std::fs::write(
@@ -1540,18 +1511,11 @@ fn a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts() {
     let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
-    let inst = dir.join("plugins/loop");
-    std::fs::create_dir_all(&inst).unwrap();
-    std::fs::copy(
-        component("hostile-infinite-loop"),
-        inst.join("hostile-infinite-loop.wasm"),
-    )
-    .unwrap();
-    std::fs::write(
-        inst.join("plugin.toml"),
-        "name = \"hostile-infinite-loop\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
-    )
-    .unwrap();
+    install_unchecked(
+        &dir.join("plugins"),
+        "hostile-infinite-loop",
+        "hostile-infinite-loop",
+    );
     // Its calls may run (nearly) forever: the search makes no progress until killed.
     std::fs::write(
         dir.join("archplace.toml"),

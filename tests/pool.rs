@@ -202,18 +202,7 @@ fn a_worker_whose_plugin_faults_fails_the_search_with_the_reason() {
     let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let inst = t.join("a/plugins/trap");
-    std::fs::create_dir_all(&inst).unwrap();
-    std::fs::copy(
-        root().join("target/plugin-fixtures/hostile-trap.wasm"),
-        inst.join("hostile-trap.wasm"),
-    )
-    .expect("the hostile fixtures are built by scripts/build-plugins");
-    std::fs::write(
-        inst.join("plugin.toml"),
-        "name = \"hostile-trap\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n",
-    )
-    .unwrap();
+    install_unchecked(&t.join("a/plugins"), "hostile-trap", "hostile-trap");
     let nats = Nats::start(t);
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
     let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");

@@ -9,7 +9,7 @@
 
 use super::*;
 use archplace_plugin_sdk::testing::Rng;
-use archplace_plugin_sdk::{AcceleratorConfig, LatencyModel};
+use archplace_plugin_sdk::{AcceleratorConfig, CoreConfig, LatencyModel, Op};
 use std::path::PathBuf;
 
 use crate::testing::{component, random_ops, target};
@@ -39,8 +39,8 @@ fn reference_session(host: &Host) -> Arc<session::Session> {
 }
 
 /// Loads `fixture`, runs one latency call, returns the fault's kind and the error text.
-fn fault_of(host: &Host, fixture: &str) -> (Option<FaultKind>, String) {
-    let s = session(host, fixture);
+/// Two tensor cores of a small chip and eight random operators: what the fault tests ask.
+fn a_call() -> (CoreConfig, Vec<Op>) {
     let core = AcceleratorConfig {
         tensor_cores: 2,
         vector_cores: 2,
@@ -50,7 +50,12 @@ fn fault_of(host: &Host, fixture: &str) -> (Option<FaultKind>, String) {
         buffer_bytes: 8 << 20,
     }
     .tensor_core(2);
-    let ops = random_ops(&mut Rng(1), 8);
+    (core, random_ops(&mut Rng(1), 8))
+}
+
+fn fault_of(host: &Host, fixture: &str) -> (Option<FaultKind>, String) {
+    let s = session(host, fixture);
+    let (core, ops) = a_call();
     let err = s.latency_uncached(&core, &ops).unwrap_err().to_string();
     (s.faults().last().map(|f| f.kind), err)
 }
@@ -128,16 +133,7 @@ fn the_fault_limit_holds_exactly_across_concurrent_calls() {
         };
         let host = host_with(limits, None);
         let s = session(&host, "hostile-trap");
-        let core = AcceleratorConfig {
-            tensor_cores: 2,
-            vector_cores: 2,
-            width: 64,
-            depth: 64,
-            vector_width: 64,
-            buffer_bytes: 8 << 20,
-        }
-        .tensor_core(2);
-        let ops = random_ops(&mut Rng(1), 8);
+        let (core, ops) = a_call();
         let errors: Vec<String> = std::thread::scope(|scope| {
             let calls: Vec<_> = (0..8)
                 .map(|_| scope.spawn(|| s.latency_uncached(&core, &ops)))

@@ -165,16 +165,14 @@ fn rejected(s: &Shared, path: &Path, hash: &str, bytes: &[u8]) -> bool {
     true
 }
 
-/// Records the content `hash` of `path` as `invalid` with `problems`: `error.json` in its
-/// result folder (the problems also in the job's message, should the file not be
-/// writable), a log line, and the finished-searches counter's `invalid`.
-fn record_invalid(s: &Shared, path: &Path, hash: &str, problems: Vec<archplace_spec::Diagnostic>) {
-    let name = path
-        .file_stem()
-        .and_then(|n| n.to_str())
-        .unwrap_or("spec")
-        .to_string();
-    let result_dir = s.start.results_dir.join(&name).join(&hash[..16]);
+/// Writes the `problems` of the spec at `path` to `dir/error.json`; the job's message: how
+/// many, the first, and why `error.json` is missing if it could not be written (a full
+/// disk: the job stays `invalid` with its first error kept).
+pub(super) fn write_invalid(
+    dir: &Path,
+    path: &Path,
+    problems: &[archplace_spec::Diagnostic],
+) -> String {
     let n = problems.len();
     let first = problems
         .first()
@@ -182,12 +180,33 @@ fn record_invalid(s: &Shared, path: &Path, hash: &str, problems: Vec<archplace_s
         .unwrap_or_default();
     let mut message = format!("{n} error(s) in the spec; first: {first}");
     if let Err(e) = archplace_job::folder::write_error(
-        &result_dir,
+        dir,
         path,
-        serde_json::to_value(&problems).unwrap_or_default(),
+        serde_json::to_value(problems).unwrap_or_default(),
     ) {
         message.push_str(&format!(" ({e})"));
     }
+    message
+}
+
+/// A job's name and result folder before its spec is read: the file's stem, and
+/// `<results_dir>/<stem>/<first 16 hex digits of hash>`.
+fn provisional(s: &Shared, path: &Path, hash: &str) -> (String, PathBuf) {
+    let name = path
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .unwrap_or("spec")
+        .to_string();
+    let result_dir = s.start.results_dir.join(&name).join(&hash[..16]);
+    (name, result_dir)
+}
+
+/// Records the content `hash` of `path` as `invalid` with `problems`: `error.json` in its
+/// result folder (the problems also in the job's message, should the file not be
+/// writable), a log line, and the finished-searches counter's `invalid`.
+fn record_invalid(s: &Shared, path: &Path, hash: &str, problems: Vec<archplace_spec::Diagnostic>) {
+    let (name, result_dir) = provisional(s, path, hash);
+    let message = write_invalid(&result_dir, path, &problems);
     tracing::info!(file = %path.display(), hash, state = "invalid", "spec refused: {message}");
     let labels = SpecLabels {
         spec: name.clone(),
@@ -321,12 +340,7 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         tracing::warn!(file = %path.display(), "the queue is full ({}); the spec waits in the folder", state.live.max_queue);
         return false;
     }
-    let name = path
-        .file_stem()
-        .and_then(|n| n.to_str())
-        .unwrap_or("spec")
-        .to_string();
-    let result_dir = s.start.results_dir.join(&name).join(&hash[..16]);
+    let (name, result_dir) = provisional(s, path, hash);
     state.store.put(Job {
         hash: hash.to_string(),
         file: path.to_path_buf(),

@@ -376,17 +376,7 @@ fn parse(
 /// not the file could be written (a full disk): the job's message keeps the first error
 /// and says why `error.json` is missing.
 fn invalid(q: &Queued, diags: Vec<archplace_spec::Diagnostic>, dir: &Path) -> Outcome {
-    let n = diags.len();
-    let first = diags.first().map(ToString::to_string).unwrap_or_default();
-    let mut message = format!("{n} error(s) in the spec; first: {first}");
-    if let Err(e) = folder::write_error(
-        dir,
-        &q.path,
-        serde_json::to_value(&diags).unwrap_or_default(),
-    ) {
-        message.push_str(&format!(" ({e})"));
-    }
-    Outcome::Invalid(message)
+    Outcome::Invalid(super::intake::write_invalid(dir, &q.path, &diags))
 }
 
 /// Writes the result files of `finished` into `dir` (`status` told when they are): done,

@@ -255,26 +255,8 @@ fn parse_keeping_cost_model(
     file: &str,
 ) -> (Result<Spec, Vec<Diagnostic>>, Option<CostModelSpec>) {
     let (doc, syntax) = DeTable::parse_recoverable(source);
-    let mut ctx = Ctx {
-        file,
-        source,
-        doc: doc.get_ref(),
-        root: doc.span(),
-        diagnostics: Vec::new(),
-        failed_models: Vec::new(),
-        unreadable: Vec::new(),
-        wrong: Vec::new(),
-        removed: Vec::new(),
-    };
-    if !syntax.is_empty() {
-        for e in syntax {
-            ctx.push(
-                e.span(),
-                FieldPath::root(),
-                format!("invalid TOML: {}", e.message().trim()),
-                None,
-            );
-        }
+    let mut ctx = Ctx::new(file, source, &doc);
+    if ctx.syntax_errors(syntax) {
         return (Err(ctx.diagnostics), None);
     }
     let (raw, failed) = ctx.sections();
@@ -380,17 +362,7 @@ fn resolve_in(
 ) -> Result<archplace_cost_port::CostModels, Vec<Diagnostic>> {
     models.resolve(cost_model, cancel).map_err(|errors| {
         let (doc, _) = DeTable::parse_recoverable(source);
-        let mut ctx = Ctx {
-            file,
-            source,
-            doc: doc.get_ref(),
-            root: doc.span(),
-            diagnostics: Vec::new(),
-            failed_models: Vec::new(),
-            unreadable: Vec::new(),
-            wrong: Vec::new(),
-            removed: Vec::new(),
-        };
+        let mut ctx = Ctx::new(file, source, &doc);
         validate::cost_model_errors(&errors, cost_model, &mut ctx);
         ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
         ctx.diagnostics
@@ -407,26 +379,8 @@ pub use schema::json_schema;
 /// daemon's config is read with it.
 pub fn read_toml<T: DeserializeOwned>(source: &str, file: &str) -> (Option<T>, Vec<Diagnostic>) {
     let (doc, syntax) = DeTable::parse_recoverable(source);
-    let mut ctx = Ctx {
-        file,
-        source,
-        doc: doc.get_ref(),
-        root: doc.span(),
-        diagnostics: Vec::new(),
-        failed_models: Vec::new(),
-        unreadable: Vec::new(),
-        wrong: Vec::new(),
-        removed: Vec::new(),
-    };
-    for e in syntax {
-        ctx.push(
-            e.span(),
-            FieldPath::root(),
-            format!("invalid TOML: {}", e.message().trim()),
-            None,
-        );
-    }
-    if !ctx.diagnostics.is_empty() {
+    let mut ctx = Ctx::new(file, source, &doc);
+    if ctx.syntax_errors(syntax) {
         return (None, ctx.diagnostics);
     }
     let whole = Spanned::new(doc.span(), DeValue::Table(doc.get_ref().clone()));
@@ -476,7 +430,37 @@ pub(crate) struct Ctx<'a> {
     removed: Vec<(FieldPath, Vec<usize>)>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// A context for `source` (shown as `file`), parsed as `doc`.
+    fn new(file: &'a str, source: &'a str, doc: &'a Spanned<DeTable<'a>>) -> Self {
+        Ctx {
+            file,
+            source,
+            doc: doc.get_ref(),
+            root: doc.span(),
+            diagnostics: Vec::new(),
+            failed_models: Vec::new(),
+            unreadable: Vec::new(),
+            wrong: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+
+    /// Reports the document's TOML syntax errors; whether there were any (then nothing
+    /// else can be read).
+    fn syntax_errors(&mut self, errors: Vec<toml::de::Error>) -> bool {
+        let any = !errors.is_empty();
+        for e in errors {
+            self.push(
+                e.span(),
+                FieldPath::root(),
+                format!("invalid TOML: {}", e.message().trim()),
+                None,
+            );
+        }
+        any
+    }
+
     /// Whether `[[models]]` entry `i` did not deserialize.
     pub(crate) fn model_failed(&self, i: usize) -> bool {
         self.failed_models.contains(&i)

@@ -54,6 +54,21 @@ pub fn component(name: &str) -> PathBuf {
     panic!("the `{name}` component is not built: run scripts/build-plugins (scripts/test does)");
 }
 
+/// Installs the built component `component` into the plugin folder `plugins` as plugin
+/// `name` (version 0.1.0) without checking it — as `plugin install` would refuse a hostile
+/// fixture: its file and a manifest in `plugins/<name>/`.
+pub fn install_unchecked(plugins: &Path, component_name: &str, name: &str) {
+    let inst = plugins.join(name);
+    std::fs::create_dir_all(&inst).unwrap();
+    std::fs::copy(component(component_name), inst.join(format!("{name}.wasm")))
+        .expect("the fixtures are built by scripts/build-plugins");
+    std::fs::write(
+        inst.join("plugin.toml"),
+        format!("name = \"{name}\"\nversion = \"0.1.0\"\ninterface = \"1.0\"\n"),
+    )
+    .unwrap();
+}
+
 /// The folder of the plugins `scripts/build-plugins` installs.
 pub fn plugin_dir() -> String {
     root().join("target/plugins").display().to_string()

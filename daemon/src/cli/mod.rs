@@ -189,10 +189,14 @@ pub fn colour() -> bool {
 pub fn load_spec(path: Option<&Path>, plugins: Option<&plugin::PluginArgs>) -> Result<Spec> {
     match path {
         Some(p) => {
-            let host = plugins.map(plugin::PluginArgs::host).transpose()?;
-            let loaded = match &host {
-                Some(h) => spec::load_with_plugins(p, h, Default::default()),
-                None => spec::load(p),
+            // A good spec needs no plugin host here (the command starts its own); an
+            // invalid one is read again with the plugins it names, so that their problems
+            // are in the same report.
+            let loaded = match (spec::load(p), plugins) {
+                (Err(spec::LoadError::Invalid { .. }), Some(plugins)) => {
+                    spec::load_with_plugins(p, &plugins.host()?, Default::default())
+                }
+                (loaded, _) => loaded,
             };
             loaded.map_err(|e| {
                 err!("{}", e.render());

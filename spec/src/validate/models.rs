@@ -58,6 +58,22 @@ pub(super) fn models(
     out
 }
 
+/// The fields a tensor-parallel width must divide the model by (and the preset they may
+/// come from).
+const WIDTH_FIELDS: [&str; 6] = [
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "max_tensor_parallel",
+    "preset",
+];
+
+/// Whether each of the entry's (at `path`) fields `keys` is fine (see [`Ctx::fine`]).
+fn fine(ctx: &Ctx<'_>, path: &FieldPath, keys: &[&str]) -> bool {
+    keys.iter().all(|k| ctx.fine(&path.key(k)))
+}
+
 /// One `[[models]]` entry: its preset (or explicit shape), the overrides merged in, then
 /// each group of rules, each over the fields it relates that are fine; `None` when its
 /// shape is unknown (an unknown preset, or hyper-parameters missing).
@@ -86,19 +102,10 @@ fn model(
     check_size(&cfg, training, path, ctx);
     check_placement(&cfg, cluster, m, path, ctx);
     // The baseline is checked against the model's shape, when that is fine.
-    let shape = [
-        "layers",
-        "hidden",
-        "heads",
-        "kv_heads",
-        "ffn",
-        "max_tensor_parallel",
-        "preset",
-    ];
     let baseline = m
         .baseline
         .as_ref()
-        .filter(|_| shape.iter().all(|k| ctx.fine(&path.key(k))))
+        .filter(|_| fine(ctx, path, &["layers"]) && fine(ctx, path, &WIDTH_FIELDS))
         .and_then(|bl| check_baseline(bl, &cfg, cluster, &path.key("baseline"), ctx));
     Some(ModelSpec {
         config: cfg,
@@ -258,9 +265,8 @@ fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) {
 /// each rule over fields that are fine (a value derived from one that is not — `ffn` from
 /// `hidden` — is not fine either).
 fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) {
-    let fine = |ctx: &Ctx<'_>, keys: &[&str]| keys.iter().all(|k| ctx.fine(&path.key(k)));
     let mut ok = true;
-    if fine(ctx, &["hidden", "heads", "preset"]) && !cfg.hidden.is_multiple_of(cfg.heads) {
+    if fine(ctx, path, &["hidden", "heads", "preset"]) && !cfg.hidden.is_multiple_of(cfg.heads) {
         ctx.mismatch(
             &path.key(if m.heads.is_some() { "heads" } else { "hidden" }),
             format!(
@@ -274,7 +280,8 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         );
         ok = false;
     }
-    if fine(ctx, &["heads", "kv_heads", "preset"]) && !cfg.heads.is_multiple_of(cfg.kv_heads) {
+    if fine(ctx, path, &["heads", "kv_heads", "preset"]) && !cfg.heads.is_multiple_of(cfg.kv_heads)
+    {
         ctx.mismatch(
             &path.key("kv_heads"),
             format!(
@@ -288,8 +295,11 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         );
         ok = false;
     }
-    if fine(ctx, &["positions", "seq_len", "max_positions", "preset"])
-        && cfg.positions == Positions::Learned
+    if fine(
+        ctx,
+        path,
+        &["positions", "seq_len", "max_positions", "preset"],
+    ) && cfg.positions == Positions::Learned
         && cfg.seq_len > cfg.max_positions
     {
         ctx.mismatch(
@@ -307,15 +317,7 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         ok = false;
     }
     let t = cfg.max_tensor_parallel;
-    let related = [
-        "hidden",
-        "heads",
-        "kv_heads",
-        "ffn",
-        "max_tensor_parallel",
-        "preset",
-    ];
-    if ok && fine(ctx, &related) && !cfg.supports_tensor_parallel(t) {
+    if ok && fine(ctx, path, &WIDTH_FIELDS) && !cfg.supports_tensor_parallel(t) {
         let valid: Vec<String> = (0..13)
             .map(|l| 1u64 << l)
             .filter(|&w| cfg.supports_tensor_parallel(w))
@@ -334,9 +336,9 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
 
 /// Tensors at the largest micro-batch size stay exact in f64 (under 2^53 elements).
 fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<'_>) {
-    let related = ["seq_len", "heads", "hidden", "ffn", "vocab", "preset"];
     let batches = FieldPath::root().key("training").key("micro_batch_sizes");
-    if !related.iter().all(|k| ctx.fine(&path.key(k))) || !ctx.fine(&batches) {
+    let related = ["seq_len", "heads", "hidden", "ffn", "vocab", "preset"];
+    if !fine(ctx, path, &related) || !ctx.fine(&batches) {
         return;
     }
     let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
