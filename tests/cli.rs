@@ -638,11 +638,27 @@ fn plugin_check_passes_good_components_and_names_what_is_wrong_with_bad_ones() {
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         assert_eq!(r["fit"], true, "{r}");
-        assert_eq!(r["interface"], "archplace:cost-model@1.0.0");
+        assert_eq!(r["interface"], "archplace:cost-model@1.1.0");
         assert_eq!(r["deterministic_as_claimed"], true);
         assert_eq!(r["blake3"].as_str().unwrap().len(), 64);
         assert!(r["operators_estimated"].as_u64().unwrap() >= 900, "{r}");
+        assert!(
+            r["operators_with_memory_time"].as_u64().unwrap() >= 900,
+            "{r}"
+        );
+        assert_eq!(r["operators_without_memory_time"], 0, "{r}");
     }
+    // A plugin of interface 1.0 is fit, with a warning that it reports no memory times.
+    let c = component("interface-1-0");
+    let o = run(&["plugin", "check", c.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("archplace:cost-model@1.0.0"), "{out}");
+    assert!(out.contains("memory times   0 of 900"), "{out}");
+    assert!(
+        out.contains("900 of 900 operators have no memory time"),
+        "{out}"
+    );
     // Text output for people.
     let c = component("reference");
     let o = run(&["plugin", "check", c.to_str().unwrap()]);
@@ -660,6 +676,7 @@ fn plugin_check_passes_good_components_and_names_what_is_wrong_with_bad_ones() {
             "returned 17 results for 16 operators",
         ),
         ("hostile-enormous-output", "error message of 33554432 bytes"),
+        ("hostile-memory-over-latency", "returned a memory time of"),
         (
             "hostile-wrong-interface-version",
             "built for archplace:cost-model@2.0.0",
@@ -946,6 +963,16 @@ fn estimate_explains_a_step_and_its_memory() {
     assert!(((sum - step) / step).abs() < 1e-9, "{t:?} vs {step}");
     assert!(v["model_flops_utilisation"].as_f64().unwrap() > 0.0);
     assert!(v["energy_per_step_joules"].as_f64().unwrap() > 0.0);
+    // The HBM is busy for part of the chip's time (forward, backward, recomputation).
+    let chip: f64 = ["forward", "backward", "recomputation"]
+        .iter()
+        .map(|k| t[&format!("{k}_seconds")].as_f64().unwrap())
+        .sum();
+    let busy = v["hbm_busy_seconds"].as_f64().unwrap();
+    assert!(
+        busy > 0.0 && busy <= chip * (1.0 + 1e-12),
+        "{busy} of {chip}"
+    );
     // The same in text, for people.
     let o = run(&["--plugin-dir", &plugin_dir(), "estimate", &spec]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -956,9 +983,35 @@ fn estimate_explains_a_step_and_its_memory() {
         "optimizer state",
         "MFU",
         "limiting:",
+        "HBM busy",
+        "the chip is limited by its compute",
     ] {
         assert!(text.contains(needle), "{needle}: {text}");
     }
+    // A latency model of interface 1.0 reports no memory times: nothing is made up.
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    install_unchecked(&plugins, "interface-1-0", "interface-1-0");
+    let base = std::fs::read_to_string(&spec).unwrap();
+    let (_sdir, old) = temp_spec(
+        "old.toml",
+        &base.replace("latency = \"gpu-like\"", "latency = \"interface-1-0\""),
+    );
+    let o = run(&[
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+        "--plugin-dir",
+        &plugin_dir(),
+        "estimate",
+        old.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("the latency model does not report memory times"),
+        "{text}"
+    );
+    assert!(!text.contains("HBM busy"), "{text}");
 }
 
 #[test]
@@ -1099,6 +1152,19 @@ fn explain_says_why_the_winner_wins() {
         let rel = r["relative_to_best"].as_f64().unwrap();
         assert!(rel > 0.0 && rel <= 1.0, "{r}");
     }
+    // The reference model reports memory times: the chip's share is named by the busier of
+    // its compute and its HBM bandwidth, with the HBM's busy fraction.
+    for l in e["best"].as_array().unwrap() {
+        let f = l["hbm_busy_fraction"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&f), "{l}");
+        let r = l["resource"].as_str().unwrap();
+        assert!(!r.contains("compute and HBM"), "{l}");
+        if r.starts_with("the chip") {
+            let want = if f >= 0.5 { "HBM bandwidth" } else { "compute" };
+            assert!(r.ends_with(want), "{l}");
+        }
+    }
+    assert!(text.contains("of the chip's time"), "{text}");
     // Every axis the space varies has the winner's neighbours (the search was exhaustive).
     let axes: Vec<&str> = e["sensitivities"]
         .as_array()

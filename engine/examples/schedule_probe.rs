@@ -181,10 +181,12 @@ fn probe_one_instance(path: &str) {
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| Task {
-                resource: res(t["resource"].as_str().unwrap()),
-                single: t["single"].as_f64().unwrap(),
-                parallel: t["parallel"].as_f64().unwrap(),
+            .map(|t| {
+                Task::new(
+                    res(t["resource"].as_str().unwrap()),
+                    t["single"].as_f64().unwrap(),
+                    t["parallel"].as_f64().unwrap(),
+                )
             })
             .collect(),
         edges: v["edges"]

@@ -558,15 +558,15 @@ pub mod schedule {
         let tasks = input
             .ops
             .iter()
-            .map(|op| Task {
-                resource: match op.core {
+            .map(|op| {
+                let resource = match op.core {
                     Core::Tensor => Resource::Tensor,
                     Core::Vector => Resource::Vector,
                     Core::Fused => Resource::Fused,
                     Core::None => Resource::None,
-                },
-                single: op.latency,
-                parallel: op.parallel_latency,
+                };
+                // The reference's format has no memory times.
+                Task::new(resource, op.latency, op.parallel_latency)
             })
             .collect();
         Ok(Instance {

@@ -187,6 +187,12 @@ pub struct StageSummary {
 pub struct StepReport {
     pub step_seconds: f64,
     pub time: TimeBreakdown,
+    /// Of forward, backward and recomputation (the chip's time), how long the chip's
+    /// off-chip memory is busy moving the layers' bytes (the sum of their operators' memory
+    /// times); the rest is its cores'. `None` when the latency model does not report memory
+    /// times (interface 1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hbm_busy_seconds: Option<f64>,
     /// The most loaded stage's memory per device.
     pub memory_bytes: MemoryBreakdown,
     pub memory_stage: u64,
@@ -307,6 +313,13 @@ pub struct LayerTiming {
     /// Of the two schedules, those not proven optimal.
     pub not_proven: u64,
     pub max_gap: f64,
+    /// The time the chip's memory is busy moving each pass's bytes (the sum of its
+    /// operators' memory times, at most the pass's time); `None` when the latency model
+    /// does not say.
+    pub forward_memory: Option<f64>,
+    pub backward_memory: Option<f64>,
+    /// The attention core's share of `forward_memory` (0 when unknown).
+    pub attention_core_memory: f64,
 }
 
 impl LayerTiming {
@@ -323,6 +336,9 @@ impl LayerTiming {
             attention_core_joules: forward.attention_core_joules,
             not_proven: u64::from(!forward.optimal) + u64::from(!backward.optimal),
             max_gap: forward.gap.max(backward.gap),
+            forward_memory: forward.memory,
+            backward_memory: backward.memory,
+            attention_core_memory: forward.attention_core_memory,
         }
     }
 }
@@ -338,6 +354,10 @@ pub struct GraphTiming {
     pub attention_core_joules: f64,
     pub optimal: bool,
     pub gap: f64,
+    /// The sum of the core operators' memory times (the schedule's memory floor);
+    /// `None` when the latency model gives none of them.
+    pub memory: Option<f64>,
+    pub attention_core_memory: f64,
 }
 
 /// What the step takes of a layer's schedule.
@@ -371,20 +391,26 @@ pub fn graph_timing(
         exposed_link,
     } = outcome;
     let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
+    let (mut memory, mut core_memory, mut memory_known) = (0.0, 0.0, false);
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
         let all = match node.core {
             crate::model::Core::Vector => c.vector_core(c.vector_cores),
             crate::model::Core::Link => c.vector_core(1),
             _ => c.tensor_core(c.tensor_cores),
         };
-        let j = cost(&all, &node.op)?.joules;
+        let answer = cost(&all, &node.op)?;
+        let j = answer.joules;
         joules += j;
         if task.resource == Resource::Link {
             link += task.parallel;
+        } else if task.resource.is_core() {
+            memory_known |= answer.memory_seconds.is_some();
+            memory += task.memory;
         }
         if node.is_attention_core() {
             core_seconds += task.parallel;
             core_joules += j;
+            core_memory += task.memory;
         }
     }
     Ok(GraphTiming {
@@ -395,6 +421,8 @@ pub fn graph_timing(
         attention_core_joules: core_joules,
         optimal,
         gap,
+        memory: memory_known.then_some(memory.min(makespan)),
+        attention_core_memory: core_memory,
     })
 }
 
@@ -408,10 +436,7 @@ struct Costs<'a> {
 impl Costs<'_> {
     fn prefetch(&mut self, graphs: &[&OpGraph], c: &AcceleratorConfig) -> Result<(), StepError> {
         let mut missing: BTreeMap<CoreConfig, Vec<Op>> = BTreeMap::new();
-        let zero = OpCost {
-            seconds: 0.0,
-            joules: 0.0,
-        };
+        let zero = OpCost::new(0.0, 0.0);
         for g in graphs {
             let _ = instance_with(g, c, self.execution, |core, op| {
                 if !self.memo.contains_key(&(*core, op.clone())) {
@@ -572,10 +597,7 @@ pub fn estimate_step(
         Ok(estimate(latency, core, std::slice::from_ref(op))?
             .first()
             .copied()
-            .unwrap_or(OpCost {
-                seconds: 0.0,
-                joules: 0.0,
-            }))
+            .unwrap_or(OpCost::new(0.0, 0.0)))
     };
     priced(input, &g, stages, &timing, &mut cost)
 }
@@ -673,6 +695,7 @@ fn priced(
     Ok(StepReport {
         step_seconds: step,
         time,
+        hbm_busy_seconds: pipeline.memory.map(|busy| m * busy),
         memory_bytes: worst.1,
         memory_stage: worst.0,
         hbm_bytes: input.hbm_bytes,
@@ -803,6 +826,9 @@ struct PipelineTimes {
     bubble: f64,
     /// Recomputation of one block: (compute, communication, joules).
     recompute: (f64, f64, f64),
+    /// The slowest stage's memory-busy time per micro-batch (see
+    /// [`StepReport::hbm_busy_seconds`]).
+    memory: Option<f64>,
 }
 
 /// Each stage's time per micro-batch (set in `stages`): its layers' compute, tensor-parallel
@@ -857,6 +883,22 @@ fn pipeline_times(
         }
         (f, bw, r, comm)
     };
+    // Per stage and micro-batch: the time the memory is busy, when every layer says.
+    let memory = |k: u64| -> Option<f64> {
+        let n = blocks[k as usize] as f64;
+        let recomputed = match pl.recomputation {
+            Recomputation::None => Some(0.0),
+            Recomputation::Selective => Some(blk.attention_core_memory),
+            Recomputation::Full => blk.forward_memory,
+        };
+        let mut busy = n * (blk.forward_memory? + blk.backward_memory? + recomputed?);
+        for (on, l) in [(k == 0, emb), (k + 1 == p, head)] {
+            if on {
+                busy += l.forward_memory? + l.backward_memory?;
+            }
+        }
+        Some(busy)
+    };
     let mut slowest = (0, 0.0);
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
@@ -874,6 +916,7 @@ fn pipeline_times(
         point_to_point: p2p,
         bubble: (p - 1) as f64 / v as f64 * slowest.1,
         recompute,
+        memory: memory(slowest.0),
     }
 }
 

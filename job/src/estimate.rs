@@ -202,6 +202,28 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         );
     }
     let _ = writeln!(o, "  limiting: {}", r.limiting);
+    let t = &r.time;
+    let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
+    match r.hbm_busy_seconds {
+        Some(busy) if chip > 0.0 => {
+            let f = (busy / chip).clamp(0.0, 1.0);
+            let _ = writeln!(
+                o,
+                "  HBM busy {} of the chip's {} ({:.0}%): the chip is limited by its {}",
+                seconds(busy),
+                seconds(chip),
+                100.0 * f,
+                if f >= 0.5 { "HBM bandwidth" } else { "compute" }
+            );
+        }
+        Some(_) => {}
+        None => {
+            let _ = writeln!(
+                o,
+                "  (the latency model does not report memory times: compute and HBM bandwidth are not told apart)"
+            );
+        }
+    }
     let m = &r.memory_bytes;
     let _ = writeln!(
         o,
@@ -264,6 +286,9 @@ pub struct OpEstimate {
     pub core: CoreConfig,
     pub seconds: f64,
     pub joules: f64,
+    /// The time its off-chip memory traffic takes alone, when the latency model says
+    /// (interface 1.1).
+    pub memory_seconds: Option<f64>,
     /// `seconds × clock`, when the latency model has a clock.
     pub cycles: Option<f64>,
     pub clock_hz: Option<f64>,
@@ -316,6 +341,7 @@ pub fn estimate_op(
         core,
         seconds: cost.seconds,
         joules: cost.joules,
+        memory_seconds: cost.memory_seconds,
         cycles: clock_hz.map(|c| c * cost.seconds),
         clock_hz,
         flops_per_second: flops,
@@ -406,6 +432,30 @@ pub fn render_op(e: &OpEstimate, latency_model: &str) -> String {
         core_words(&e.core)
     );
     let _ = writeln!(o, "time    {}", seconds(e.seconds));
+    match e.memory_seconds {
+        Some(m) => {
+            // As for the chip: the memory limits an operator busy with it half its time or
+            // more (a model adds fixed costs, e.g. a kernel launch, to either bound).
+            let share = if e.seconds > 0.0 { m / e.seconds } else { 0.0 };
+            let bound = if share >= 0.5 {
+                "memory-bound"
+            } else {
+                "compute-bound"
+            };
+            let _ = writeln!(
+                o,
+                "memory  {} of off-chip traffic ({:.0}% of the time: {bound})",
+                seconds(m),
+                100.0 * share
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "memory  (the latency model does not report memory times)"
+            );
+        }
+    }
     let energy = if e.joules >= 1.0 {
         joules(e.joules)
     } else if e.joules >= 1e-3 {

@@ -16,10 +16,15 @@ use std::fmt::Write as _;
 
 /// Chips other than the winner compared with it, by role.
 const NEXT_BEST: usize = 3;
-/// The layers' share of a step: their operators on the chip, at its compute rate or its
-/// HBM bandwidth as the latency model prices each (the plugin interface does not say which
-/// bound an operator hit).
+/// The layers' share of a step when the latency model does not say how much of it is
+/// memory traffic (interface 1.0): their operators on the chip, at its compute rate or its
+/// HBM bandwidth as the model prices each.
 const CHIP: &str = "the chip's compute and HBM traffic";
+/// The layers' share of a step when the HBM is busy for at least half of it (the sum of
+/// the operators' memory times, interface 1.1): a faster memory shortens it most.
+const CHIP_HBM: &str = "the chip's HBM bandwidth";
+/// The layers' share of a step when the HBM is busy for less than half of it.
+const CHIP_COMPUTE: &str = "the chip's compute";
 /// A stage this full of HBM (by the step model's count) is limited by its capacity.
 const HBM_FULL: f64 = 0.9;
 
@@ -50,6 +55,12 @@ pub struct Limit {
     /// Whether HBM capacity binds (at least 90% full): a smaller HBM, or a plan that keeps
     /// more, does not fit.
     pub hbm_bound: bool,
+    /// Of the chip's time (forward, backward, recomputation), the fraction its HBM is busy
+    /// moving the layers' bytes; absent when the latency model does not report memory
+    /// times. At least one half names the chip's HBM bandwidth as what limits it, less
+    /// names its compute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hbm_busy_fraction: Option<f64>,
 }
 
 /// A chip the winner beat.
@@ -211,11 +222,18 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
     let all = tp
         .saturating_mul(dp)
         .saturating_mul(p.pipeline_stages as u64);
+    let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
+    let hbm_busy_fraction = p
+        .hbm_busy_seconds
+        .filter(|_| chip > 0.0)
+        .map(|busy| (busy / chip).clamp(0.0, 1.0));
+    let chip_name = match hbm_busy_fraction {
+        None => CHIP,
+        Some(f) if f >= 0.5 => CHIP_HBM,
+        Some(_) => CHIP_COMPUTE,
+    };
     let parts = [
-        (
-            CHIP.to_string(),
-            t.forward_seconds + t.backward_seconds + t.recomputation_seconds,
-        ),
+        (chip_name.to_string(), chip),
         (
             format!("tensor-parallel network{}", tier_words(network, tp)),
             t.tensor_parallel_communication_seconds,
@@ -234,11 +252,11 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
         ("pipeline bubble".into(), t.pipeline_bubble_seconds),
         ("optimizer step".into(), t.optimizer_step_seconds),
     ];
-    let (resource, seconds) =
-        parts.into_iter().fold(
-            (CHIP.to_string(), f64::MIN),
-            |a, b| if b.1 > a.1 { b } else { a },
-        );
+    let (resource, seconds) = parts
+        .into_iter()
+        .fold((chip_name.to_string(), f64::MIN), |a, b| {
+            if b.1 > a.1 { b } else { a }
+        });
     let total = p.time_per_batch_seconds.max(f64::MIN_POSITIVE);
     let hbm_fraction = if hbm_bytes > 0 {
         p.memory_bytes.total / hbm_bytes as f64
@@ -251,6 +269,7 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
         share: seconds / total,
         hbm_fraction,
         hbm_bound: hbm_fraction >= HBM_FULL,
+        hbm_busy_fraction,
     }
 }
 
@@ -461,6 +480,9 @@ pub fn render(e: &Explanation) -> String {
 
 fn words(l: &Limit) -> String {
     let mut s = format!("{} ({:.0}% of the step)", l.resource, 100.0 * l.share);
+    if let Some(f) = l.hbm_busy_fraction {
+        let _ = write!(s, "; HBM busy {:.0}% of the chip's time", 100.0 * f);
+    }
     if l.hbm_bound {
         let _ = write!(s, " and HBM capacity ({:.0}% full)", 100.0 * l.hbm_fraction);
     } else {

@@ -190,6 +190,9 @@ pub struct PlanLine {
     pub time_per_batch_seconds: f64,
     #[serde(default)]
     pub time: TimeBreakdown,
+    /// Of the chip's time, how long its HBM is busy (see `ModelPlan::hbm_busy_seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hbm_busy_seconds: Option<f64>,
     #[serde(default)]
     pub memory_bytes: MemoryBreakdown,
     #[serde(default)]
@@ -218,6 +221,7 @@ impl From<&ModelPlan> for PlanLine {
             throughput_samples_per_second: p.throughput_samples_per_second,
             time_per_batch_seconds: p.time_per_batch_seconds,
             time: p.time,
+            hbm_busy_seconds: p.hbm_busy_seconds,
             memory_bytes: p.memory_bytes,
             limiting: p.limiting.clone(),
             plan: p.plan.clone(),

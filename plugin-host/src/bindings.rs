@@ -11,6 +11,83 @@ wasmtime::component::bindgen!({
 
 pub use self::archplace::cost_model::host::Level;
 pub use self::archplace::cost_model::types as wit;
+pub use self::exports::archplace::cost_model::{model, traffic};
+use wasmtime::component::InstancePre;
+use wasmtime::{AsContextMut, Store};
+
+/// The name of the `traffic` interface (added in 1.1) in a component's exports.
+fn traffic_export() -> String {
+    format!(
+        "{}/traffic@{}.{}.0",
+        sdk::WIT_PACKAGE,
+        sdk::INTERFACE_VERSION.0,
+        sdk::INTERFACE_VERSION.1
+    )
+}
+
+/// A component ready to instantiate, with the exports of the interface version it was
+/// built for: `model` always, `traffic` from 1.1 on. (The world's generated `CostModelPre`
+/// would demand every export of the newest minor version, refusing older plugins.)
+pub struct PluginPre<T: 'static> {
+    pre: InstancePre<T>,
+    model: model::GuestIndices,
+    traffic: Option<traffic::GuestIndices>,
+}
+
+impl<T: 'static> Clone for PluginPre<T> {
+    fn clone(&self) -> Self {
+        PluginPre {
+            pre: self.pre.clone(),
+            model: self.model.clone(),
+            traffic: self.traffic.clone(),
+        }
+    }
+}
+
+impl<T: 'static> PluginPre<T> {
+    /// Finds the exports; `traffic` is looked for only when `with_traffic` (the plugin
+    /// says it implements 1.1 or later, which has it), and must then be there.
+    pub fn new(pre: InstancePre<T>, with_traffic: bool) -> wasmtime::Result<Self> {
+        let model = model::GuestIndices::new(&pre)?;
+        let traffic = if with_traffic {
+            if pre
+                .component()
+                .get_export_index(None, traffic_export())
+                .is_none()
+            {
+                return Err(wasmtime::format_err!(
+                    "it implements interface 1.1 or later but does not export `{}`",
+                    traffic_export()
+                ));
+            }
+            Some(traffic::GuestIndices::new(&pre)?)
+        } else {
+            None
+        };
+        Ok(PluginPre {
+            pre,
+            model,
+            traffic,
+        })
+    }
+
+    pub fn instantiate(&self, store: &mut Store<T>) -> wasmtime::Result<Plugin> {
+        let instance = self.pre.instantiate(store.as_context_mut())?;
+        let model = self.model.load(store.as_context_mut(), &instance)?;
+        let traffic = match &self.traffic {
+            Some(t) => Some(t.load(store.as_context_mut(), &instance)?),
+            None => None,
+        };
+        Ok(Plugin { model, traffic })
+    }
+}
+
+/// One instance's exports.
+pub struct Plugin {
+    pub model: model::Guest,
+    /// Interface 1.1's operator details; `None` for a plugin of interface 1.0.
+    pub traffic: Option<traffic::Guest>,
+}
 
 pub fn info_from_wit(i: wit::PluginInfo) -> sdk::ModelInfo {
     sdk::ModelInfo {

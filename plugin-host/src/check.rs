@@ -144,6 +144,12 @@ pub struct Report {
     pub latency_calls: usize,
     /// Operators those calls carried.
     pub operators_estimated: usize,
+    /// Of the GEMMs and vector operators answered, those with a memory time (interface
+    /// 1.1): without them archplace cannot hold overlapping operators to the chip's memory
+    /// bandwidth nor tell a compute-bound chip from a memory-bound one.
+    pub operators_with_memory_time: usize,
+    /// Of those, the ones without.
+    pub operators_without_memory_time: usize,
     /// A plugin that says it is deterministic answered the golden batch twice alike.
     pub deterministic_as_claimed: bool,
     /// Wall time per operator in a batch.
@@ -170,6 +176,9 @@ struct Answers {
     seconds: f64,
     fuel: u64,
     max_fuel_fraction: f64,
+    /// GEMMs and vector operators answered with and without a memory time (collectives,
+    /// which the links bound, are not counted).
+    memory_times: (usize, usize),
 }
 
 fn golden_run(
@@ -197,6 +206,7 @@ fn golden_run(
     let limits = *session.limits();
     let mut max_fraction: f64 = 0.0;
     let mut ops_estimated = 0;
+    let mut memory_times = (0, 0);
     let t = Instant::now();
     if info.provides.latency {
         'configs: for c in &configs {
@@ -213,6 +223,15 @@ fn golden_run(
                 let budget = limits.fuel_budget(ops.len());
                 max_fraction = max_fraction.max(used as f64 / budget as f64);
                 ops_estimated += ops.len();
+                if let Ok(costs) = &r {
+                    for (op, c) in ops.iter().zip(costs) {
+                        match (&op.kind, c.memory_seconds) {
+                            (OpKind::AllReduce { .. }, _) => {}
+                            (_, Some(_)) => memory_times.0 += 1,
+                            (_, None) => memory_times.1 += 1,
+                        }
+                    }
+                }
                 let fatal = matches!(&r, Err(e) if !matches!(e, EstimateError::OutOfDomain(_)));
                 costs.push(r);
                 if fatal {
@@ -231,6 +250,7 @@ fn golden_run(
         seconds,
         fuel: session.counters.fuel.load(Ordering::Relaxed),
         max_fuel_fraction: max_fraction,
+        memory_times,
     })
 }
 
@@ -248,6 +268,9 @@ fn digest(a: &Answers) -> String {
                 for c in v {
                     h.update(&c.seconds.to_bits().to_le_bytes());
                     h.update(&c.joules.to_bits().to_le_bytes());
+                    if let Some(m) = c.memory_seconds {
+                        h.update(&m.to_bits().to_le_bytes());
+                    }
                 }
             }
             Err(e) => {
@@ -319,6 +342,13 @@ pub fn check(host: &Host, path: &Path, parameters: &[Parameter]) -> Result<Repor
             100.0 * first.max_fuel_fraction
         ));
     }
+    let (with_memory, without_memory) = first.memory_times;
+    if without_memory > 0 && loaded.info.provides.latency {
+        warnings.push(format!(
+            "{without_memory} of {} operators have no memory time (interface 1.1's `memory_seconds`): overlapping operators are not held to the chip's memory bandwidth, and explanations cannot tell compute from memory bandwidth",
+            with_memory + without_memory
+        ));
+    }
     problems.dedup();
     let out_of_domain = first
         .areas
@@ -337,6 +367,8 @@ pub fn check(host: &Host, path: &Path, parameters: &[Parameter]) -> Result<Repor
         configurations_out_of_domain: out_of_domain,
         latency_calls: first.calls,
         operators_estimated: first.ops,
+        operators_with_memory_time: with_memory,
+        operators_without_memory_time: without_memory,
         deterministic_as_claimed: !loaded.info.deterministic || same,
         seconds_per_operator: first.seconds / first.ops.max(1) as f64,
         fuel_per_operator: first.fuel as f64 / first.ops.max(1) as f64,

@@ -1,7 +1,7 @@
 //! Checks on what a plugin says: its info (sizes, versions, consistency) and every answer
 //! (error sizes, finite non-negative costs). A failed check is a fault of the plugin.
 
-use crate::bindings::{self, CostModelPre, wit};
+use crate::bindings::{self, PluginPre, wit};
 use crate::store::{State, arm, classify, new_store};
 use crate::{Fault, FaultKind, Limits};
 use archplace_plugin_sdk::ModelInfo;
@@ -39,10 +39,26 @@ pub(crate) fn check_cost(what: &str, i: usize, seconds: f64, joules: f64) -> Res
     Ok(())
 }
 
+/// An operator's memory time (interface 1.1) must be a time the operator can take: finite,
+/// not negative, and not longer than the operator itself (a relative 1e-9 for rounding).
+pub(crate) fn check_memory(what: &str, i: usize, seconds: f64, memory: f64) -> Result<(), Fault> {
+    if !(memory.is_finite() && memory >= 0.0) {
+        return Err(bad_output(format!(
+            "returned a memory time of {memory} s for {what} {i}: it must be finite and not negative"
+        )));
+    }
+    if memory > seconds * (1.0 + 1e-9) {
+        return Err(bad_output(format!(
+            "returned a memory time of {memory} s for {what} {i}, longer than the {seconds} s it says the {what} takes"
+        )));
+    }
+    Ok(())
+}
+
 /// Asks a fresh instance for the plugin's `info`.
 pub fn probe_info(
     engine: &wasmtime::Engine,
-    pre: &CostModelPre<State>,
+    pre: &PluginPre<State>,
     limits: &Limits,
     name: &str,
 ) -> Result<ModelInfo, Fault> {
@@ -54,7 +70,7 @@ pub fn probe_info(
         Err(e) => return Err(classify(&e, store.data(), limits)),
     };
     arm(&mut store, limits, 1);
-    match model.archplace_cost_model_model().call_info(&mut store) {
+    match model.model.call_info(&mut store) {
         Ok(info) => Ok(bindings::info_from_wit(info)),
         Err(e) => Err(classify(&e, store.data(), limits)),
     }

@@ -41,7 +41,7 @@ use archplace_cost_port::{
 };
 use archplace_plugin_sdk::{ModelInfo, Parameter, ParameterError};
 use archplace_util::files;
-use bindings::CostModelPre;
+use bindings::PluginPre;
 use serde::{Deserialize, Serialize};
 pub use session::{AREA_BATCH, Session};
 use std::collections::{BTreeMap, HashMap};
@@ -338,7 +338,7 @@ pub struct Loaded {
     pub compile_seconds: f64,
     /// Whether it came from the compiled-component cache.
     pub from_cache: bool,
-    pub(crate) pre: CostModelPre<State>,
+    pub(crate) pre: PluginPre<State>,
     pub(crate) engine: Engine,
 }
 
@@ -557,10 +557,11 @@ impl Host {
                     path: path.to_path_buf(),
                     message: format!("{e:#}"),
                 })?;
-        let pre = CostModelPre::new(pre).map_err(|e| PluginError::Interface {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        })?;
+        let pre =
+            PluginPre::new(pre, interface.minor >= 1).map_err(|e| PluginError::Interface {
+                path: path.to_path_buf(),
+                message: format!("{e:#}"),
+            })?;
         let compile_seconds = t.elapsed().as_secs_f64();
         let shown = path.display().to_string();
         let info = inspect::probe_info(&self.engine, &pre, &self.options.limits, &shown).map_err(

@@ -2,8 +2,10 @@
 //! run under the limits, every answer checked, faults counted.
 
 use super::{Fault, FaultKind, Limits, Loaded, PluginError};
-use crate::bindings::{self, CostModel, wit};
-use crate::inspect::{MAX_PARAMETERS, MAX_TEXT_BYTES, bad_output, check_cost, check_error_size};
+use crate::bindings::{self, Plugin, wit};
+use crate::inspect::{
+    MAX_PARAMETERS, MAX_TEXT_BYTES, bad_output, check_cost, check_error_size, check_memory,
+};
 use crate::memo::Memo;
 use crate::store::{Slot, State, arm, classify, new_store};
 use archplace_plugin_sdk::{
@@ -138,10 +140,7 @@ impl Session {
             .instantiate(&mut store)
             .map_err(|e| Err(classify(&e, store.data(), &self.limits)))?;
         let params = bindings::parameters_to_wit(&self.parameters);
-        match model
-            .archplace_cost_model_model()
-            .call_configure(&mut store, &params)
-        {
+        match model.model.call_configure(&mut store, &params) {
             Ok(Ok(())) => Ok(Slot { store, model }),
             Ok(Err(errors)) => {
                 if errors.len() > MAX_PARAMETERS
@@ -220,7 +219,7 @@ impl Session {
         &self,
         what: &str,
         items: usize,
-        f: impl Fn(&mut Store<State>, &CostModel) -> wasmtime::Result<R>,
+        f: impl Fn(&mut Store<State>, &Plugin) -> wasmtime::Result<R>,
         check: impl Fn(&R) -> Result<(), Fault>,
     ) -> Result<R, EstimateError> {
         let max = self.limits.max_faults.max(1);
@@ -384,13 +383,25 @@ impl Session {
         let wcore = bindings::core_to_wit(core);
         let wops: Vec<wit::Op> = ops.iter().map(bindings::op_to_wit).collect();
         let n = ops.len();
+        // Interface 1.1's `latency-detail` where the plugin has it (one call gives the
+        // memory times too), else 1.0's `latency`.
         let r = self.call(
             "latency",
             n,
-            |store, model| {
-                model
-                    .archplace_cost_model_model()
-                    .call_latency(store, wcore, &wops)
+            |store, plugin| match &plugin.traffic {
+                Some(t) => t.call_latency_detail(store, wcore, &wops),
+                None => plugin.model.call_latency(store, wcore, &wops).map(|r| {
+                    r.map(|costs| {
+                        costs
+                            .into_iter()
+                            .map(|c| bindings::traffic::OpDetail {
+                                seconds: c.seconds,
+                                joules: c.joules,
+                                memory_seconds: None,
+                            })
+                            .collect()
+                    })
+                }),
             },
             |r| match r {
                 Ok(costs) => {
@@ -402,6 +413,9 @@ impl Session {
                     }
                     for (i, c) in costs.iter().enumerate() {
                         check_cost("operator", i, c.seconds, c.joules)?;
+                        if let Some(m) = c.memory_seconds {
+                            check_memory("operator", i, c.seconds, m)?;
+                        }
                     }
                     Ok(())
                 }
@@ -414,6 +428,7 @@ impl Session {
                 .map(|c| OpCost {
                     seconds: c.seconds,
                     joules: c.joules,
+                    memory_seconds: c.memory_seconds,
                 })
                 .collect()),
             Err(e) => Err(self.plugin_error(e)),
@@ -445,7 +460,7 @@ impl Session {
         let r = self.call(
             "area",
             n,
-            |store, model| model.archplace_cost_model_model().call_area(store, &wconfigs),
+            |store, plugin| plugin.model.call_area(store, &wconfigs),
             |r| match r {
                 Ok(areas) => {
                     if areas.len() != n {

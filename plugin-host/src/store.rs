@@ -2,7 +2,7 @@
 //! capped stderr and log), the memory limiter, the per-call fuel and deadline, and what a
 //! failed call was (fault classification).
 
-use crate::bindings::{self, CostModel, Level};
+use crate::bindings::{self, Level, Plugin};
 use crate::{Fault, FaultKind, Limits};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -168,7 +168,7 @@ impl LogBucket {
 
 pub(crate) struct Slot {
     pub(crate) store: Store<State>,
-    pub(crate) model: CostModel,
+    pub(crate) model: Plugin,
 }
 
 pub(crate) fn new_store(

@@ -63,7 +63,7 @@ fn fault_of(host: &Host, fixture: &str) -> (Option<FaultKind>, String) {
 #[test]
 fn every_hostile_fixture_gets_its_own_error_and_the_host_survives() {
     let host = host();
-    let cases: [(&str, FaultKind, &str); 7] = [
+    let cases: [(&str, FaultKind, &str); 8] = [
         ("hostile-infinite-loop", FaultKind::Fuel, "ran out of fuel"),
         (
             "hostile-memory-bomb",
@@ -90,6 +90,11 @@ fn every_hostile_fixture_gets_its_own_error_and_the_host_survives() {
             "hostile-enormous-output",
             FaultKind::BadOutput,
             "error message of 33554432 bytes",
+        ),
+        (
+            "hostile-memory-over-latency",
+            FaultKind::BadOutput,
+            "returned a memory time of 0.000002 s for operator 0, longer than the 0.000001 s",
         ),
     ];
     let good = reference_session(&host);
@@ -333,8 +338,8 @@ fn the_log_import_is_capped_in_rate_and_size() {
 fn a_plugin_built_for_a_later_minor_version_loads() {
     let host = host();
     let loaded = host.load_file(&component("future-minor")).unwrap();
-    assert_eq!(loaded.interface, semver::Version::new(1, 1, 0));
-    assert_eq!(loaded.info.interface_version, (1, 1));
+    assert_eq!(loaded.interface, semver::Version::new(1, 2, 0));
+    assert_eq!(loaded.info.interface_version, (1, 2));
     let s = host.open(&loaded, vec![], Default::default()).unwrap();
     let c = crate::check::golden_configs()[0];
     assert_eq!(s.area_uncached(&[c]).unwrap()[0], Ok(2e6));
@@ -344,7 +349,48 @@ fn a_plugin_built_for_a_later_minor_version_loads() {
     assert!(costs.iter().all(|c| c.seconds == 1e-6));
 }
 
-/// The 1.1 fixture's WIT is the SDK's with only the version and one added function, so the
+/// A plugin built for interface 1.0 (before `traffic`) loads in this host and answers; its
+/// operators' memory times are unknown. One of 1.1 (the reference) reports them: each
+/// GEMM's and vector operator's DRAM time, at most its time, the collective's none.
+#[test]
+fn a_plugin_of_interface_1_0_loads_and_one_of_1_1_reports_memory_times() {
+    let host = host();
+    let old = host.load_file(&component("interface-1-0")).unwrap();
+    assert_eq!(old.interface, semver::Version::new(1, 0, 0));
+    let s = host.open(&old, vec![], Default::default()).unwrap();
+    let (core, ops) = a_call();
+    let costs = s.latency_uncached(&core, &ops).unwrap();
+    assert!(
+        costs
+            .iter()
+            .all(|c| c.seconds == 1e-6 && c.memory_seconds.is_none())
+    );
+
+    let reference = reference_session(&host);
+    assert_eq!(reference.loaded().interface, semver::Version::new(1, 1, 0));
+    let c = crate::check::golden_configs()[0];
+    let native = archplace_reference_cost::ReferenceModel::default();
+    for core in [c.tensor_core(c.tensor_cores), c.vector_core(1)] {
+        let ops: Vec<Op> = match core.kind {
+            archplace_plugin_sdk::CoreKind::Tensor => crate::check::golden_tensor_ops(),
+            archplace_plugin_sdk::CoreKind::Vector => crate::check::golden_vector_ops(),
+        };
+        let got = reference.latency_uncached(&core, &ops).unwrap();
+        assert_eq!(got, native.latency(&core, &ops).unwrap());
+        for (op, cost) in ops.iter().zip(&got) {
+            let m = cost.memory_seconds;
+            match op.kind {
+                archplace_plugin_sdk::OpKind::AllReduce { .. } => assert_eq!(m, None),
+                _ => assert!(
+                    m.is_some_and(|m| m > 0.0 && m <= cost.seconds),
+                    "{op:?}: {cost:?}"
+                ),
+            }
+        }
+    }
+}
+
+/// The 1.2 fixture's WIT is the SDK's with only the version and one added function, so the
 /// test above really is about a minor version.
 #[test]
 fn the_future_minor_fixture_only_adds_to_the_interface() {
@@ -356,10 +402,10 @@ fn the_future_minor_fixture_only_adds_to_the_interface() {
         .collect::<Vec<_>>()
         .join("\n");
     let expected = sdk
-        .replace("@1.0.0;", "@1.1.0;")
+        .replace("@1.1.0;", "@1.2.0;")
         .replace(
             "result<list<op-cost>, estimate-error>;\n",
-            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.1 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
+            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.2 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
         );
     assert_eq!(body.trim_end(), expected.trim_end());
 }

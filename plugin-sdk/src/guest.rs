@@ -11,6 +11,11 @@ pub mod wit {
     pub use crate::bindings::archplace::cost_model::types::*;
 }
 
+/// The records of the `traffic` interface (added in 1.1).
+pub mod traffic {
+    pub use crate::bindings::exports::archplace::cost_model::traffic::*;
+}
+
 pub fn info_to_wit(i: &ModelInfo) -> wit::PluginInfo {
     wit::PluginInfo {
         name: i.name.clone(),
@@ -167,6 +172,21 @@ pub fn costs_to_wit(
             .map(|c| wit::OpCost {
                 seconds: c.seconds,
                 joules: c.joules,
+            })
+            .collect()
+    })
+    .map_err(error_to_wit)
+}
+
+pub fn details_to_wit(
+    r: Result<Vec<OpCost>, EstimateError>,
+) -> Result<Vec<traffic::OpDetail>, wit::EstimateError> {
+    r.map(|v| {
+        v.into_iter()
+            .map(|c| traffic::OpDetail {
+                seconds: c.seconds,
+                joules: c.joules,
+                memory_seconds: c.memory_seconds,
             })
             .collect()
     })

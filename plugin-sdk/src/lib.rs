@@ -9,7 +9,7 @@
 //! field name.
 //!
 //! The same records cross the WebAssembly boundary through the WIT interface in
-//! `wit/cost-model.wit` (`archplace:cost-model@1.0.0`): a vendor implements [`Plugin`] on a
+//! `wit/cost-model.wit` (`archplace:cost-model@1.1.0`): a vendor implements [`Plugin`] on a
 //! type and calls [`export_plugin!`], and `cargo build --target wasm32-wasip2` makes a
 //! component that archplace loads in its sandbox. See the crate's README for the whole
 //! vendor workflow.
@@ -48,7 +48,7 @@ pub const WIT: &str = include_str!("../wit/cost-model.wit");
 
 /// Version of the cost-model interface described by this crate (major, minor).
 /// Minor versions only add; a host supports every minor of its major.
-pub const INTERFACE_VERSION: (u16, u16) = (1, 0);
+pub const INTERFACE_VERSION: (u16, u16) = (1, 1);
 
 /// One candidate accelerator: a number of tensor cores (each a `width × depth` MAC array),
 /// a number of vector cores (each `vector_width` lanes) and one on-chip global buffer
@@ -255,6 +255,31 @@ pub struct Op {
 pub struct OpCost {
     pub seconds: f64,
     pub joules: f64,
+    /// Seconds the operator's off-chip memory (HBM, DRAM) traffic takes with the chip's
+    /// whole memory bandwidth to itself: at most `seconds`. `None` when the model does not
+    /// say (every model of interface 1.0). The chip's cores share that bandwidth, so a
+    /// layer takes at least the sum of its operators' memory times (interface 1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_seconds: Option<f64>,
+}
+
+impl OpCost {
+    /// A cost whose memory time is unknown.
+    pub fn new(seconds: f64, joules: f64) -> Self {
+        OpCost {
+            seconds,
+            joules,
+            memory_seconds: None,
+        }
+    }
+
+    /// This cost with its operator's off-chip memory time.
+    pub fn with_memory_seconds(self, memory_seconds: f64) -> Self {
+        OpCost {
+            memory_seconds: Some(memory_seconds),
+            ..self
+        }
+    }
 }
 
 /// Why a cost model could not give an answer.
@@ -370,7 +395,8 @@ pub trait Plugin: Sized + 'static {
         )))
     }
 
-    /// Seconds and joules of each operator on `core`, in order.
+    /// Seconds and joules of each operator on `core`, in order, each with the time its
+    /// off-chip memory traffic takes ([`OpCost::memory_seconds`]) when the model knows it.
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         let _ = (core, ops);
         Err(EstimateError::Unsupported(format!(
@@ -470,6 +496,24 @@ macro_rules! export_plugin {
                     let core = $crate::guest::core_from_wit(&core);
                     let ops = $crate::guest::ops_from_wit(&ops);
                     $crate::guest::costs_to_wit(with_model(|m| {
+                        <$ty as $crate::Plugin>::latency(m, &core, &ops)
+                    }))
+                }
+            }
+
+            impl $crate::bindings::exports::archplace::cost_model::traffic::Guest
+                for ArchplacePluginExport
+            {
+                fn latency_detail(
+                    core: $crate::guest::wit::CoreConfig,
+                    ops: ::std::vec::Vec<$crate::guest::wit::Op>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<$crate::guest::traffic::OpDetail>,
+                    $crate::guest::wit::EstimateError,
+                > {
+                    let core = $crate::guest::core_from_wit(&core);
+                    let ops = $crate::guest::ops_from_wit(&ops);
+                    $crate::guest::details_to_wit(with_model(|m| {
                         <$ty as $crate::Plugin>::latency(m, &core, &ops)
                     }))
                 }

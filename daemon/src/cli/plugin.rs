@@ -402,6 +402,11 @@ fn print_report(r: &check::Report) -> std::io::Result<()> {
         r.operators_estimated
     )?;
     outln!(
+        "  memory times   {} of {} GEMMs and vector operators",
+        r.operators_with_memory_time,
+        r.operators_with_memory_time + r.operators_without_memory_time
+    )?;
+    outln!(
         "  speed          {:.3} µs and {:.0} fuel per operator; at most {:.1}% of a call's fuel budget",
         r.seconds_per_operator * 1e6,
         r.fuel_per_operator,

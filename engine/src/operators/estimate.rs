@@ -98,13 +98,7 @@ mod tests {
             unimplemented!()
         }
         fn latency(&self, _: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
-            Ok(ops
-                .iter()
-                .map(|_| OpCost {
-                    seconds: f64::NAN,
-                    joules: 0.0,
-                })
-                .collect())
+            Ok(ops.iter().map(|_| OpCost::new(f64::NAN, 0.0)).collect())
         }
     }
 

@@ -60,10 +60,19 @@ pub fn instance_with(
                 (Resource::Link, c, c)
             }
         };
+        // The mode that moves the least bytes: a bound whichever mode the schedule picks.
+        let memory = if resource == Resource::Link {
+            0.0
+        } else {
+            one.memory_seconds
+                .unwrap_or(0.0)
+                .min(all.memory_seconds.unwrap_or(0.0))
+        };
         tasks.push(Task {
             resource,
             single: one.seconds,
             parallel: all.seconds,
+            memory,
         });
     }
     Ok(super::restrict(

@@ -110,11 +110,7 @@ mod tests {
     use crate::schedule::{self, Task};
 
     fn task(resource: Resource, single: f64, parallel: f64) -> Task {
-        Task {
-            resource,
-            single,
-            parallel,
-        }
+        Task::new(resource, single, parallel)
     }
 
     /// Two independent GEMMs, a vector op after the first, a collective after the vector

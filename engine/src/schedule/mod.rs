@@ -9,7 +9,15 @@
 //! and a vector core at once; `none` operators take no time and no core but keep their
 //! precedence paths. archplace adds one resource the reference lacks: `link` operators
 //! (tensor-parallel all-reduces) use the network, one at a time, and no core — they may
-//! overlap anything.
+//! overlap anything. And one bound the reference lacks: the chip's cores share its
+//! off-chip memory, so a series part takes at least the sum of its operators' memory
+//! times ([`Task::memory`], when the latency model reports them). The reference prices
+//! every operator as if it had the whole memory bandwidth, so two memory-bound operators
+//! side by side on two cores took the time of one; here they take the time of both. Where
+//! that floor binds, the operators keep their places and durations and the part ends at the
+//! floor (a fluid model of the sharing: no schedule can move the part's bytes sooner, and
+//! the durations the latency model gives for one operator alone stay what the checker
+//! checks).
 //!
 //! How it is solved, cheapest first, for each *series part* of the instance — the operators
 //! between two cuts that every operator before precedes every operator after (a
@@ -76,6 +84,22 @@ pub struct Task {
     pub resource: Resource,
     pub single: f64,
     pub parallel: f64,
+    /// Seconds its off-chip memory traffic takes with the chip's whole memory bandwidth,
+    /// in the mode that moves the least; 0 when unknown (or for link operators, which
+    /// the network bounds).
+    pub memory: f64,
+}
+
+impl Task {
+    /// An operator with no memory time known.
+    pub fn new(resource: Resource, single: f64, parallel: f64) -> Task {
+        Task {
+            resource,
+            single,
+            parallel,
+            memory: 0.0,
+        }
+    }
 }
 
 /// A scheduling problem.
@@ -121,6 +145,12 @@ pub enum Method {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Schedule {
     pub makespan: f64,
+    /// The sum of the operators' memory times: the least time the chip's memory takes to
+    /// move the layer's bytes. The makespan is at least this.
+    pub memory_seconds: f64,
+    /// How much of the makespan the memory floor adds to the cores' schedule (0 where the
+    /// cores, not the memory, set every part's time).
+    pub memory_bound_seconds: f64,
     pub lower_bound: f64,
     pub optimal: bool,
     /// Relative gap between the makespan and the best bound (0 when optimal).
@@ -212,6 +242,8 @@ fn merged(sorted: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
 pub enum ScheduleError {
     #[error("operator {0}: latencies must be finite and not negative (single {1}, parallel {2})")]
     BadLatency(usize, f64, f64),
+    #[error("operator {0}: its memory time must be finite and not negative ({1})")]
+    BadMemory(usize, f64),
     #[error("the operators' latencies add up to more than a float can hold")]
     Overflow,
     #[error("edge {0} → {1} names no operator")]
@@ -233,6 +265,7 @@ pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, Sch
     let m = prep.len();
     let (mut starts, mut modes) = (Vec::with_capacity(m), Vec::with_capacity(m));
     let (mut span, mut lower, mut bound) = (0.0, 0.0, 0.0);
+    let (mut memory, mut memory_bound) = (0.0, 0.0);
     let (mut optimal, mut mip, mut hit_time, mut hit_nodes) = (true, false, false, false);
     if m > 0 {
         for r in prep.series_parts() {
@@ -240,6 +273,8 @@ pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, Sch
             starts.extend(part.starts.iter().map(|s| s + span));
             modes.extend(part.modes);
             span += part.makespan;
+            memory += part.memory;
+            memory_bound += part.memory_bound;
             lower += part.lower;
             bound += part.bound;
             optimal &= part.optimal;
@@ -255,6 +290,8 @@ pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, Sch
     };
     Ok(Schedule {
         makespan: span,
+        memory_seconds: memory,
+        memory_bound_seconds: memory_bound,
         lower_bound: lower,
         optimal,
         gap,
@@ -278,6 +315,33 @@ struct Part {
     mip: bool,
     hit_time_limit: bool,
     hit_node_limit: bool,
+    /// The part's memory floor (the sum of its memory times), and how much it adds to the
+    /// cores' schedule.
+    memory: f64,
+    memory_bound: f64,
+}
+
+impl Part {
+    /// This part held to the memory floor `floor`: the makespan is at least the floor, and
+    /// so are both bounds (every schedule is); the part is optimal when the floor binds or
+    /// the cores' schedule was optimal already (the least of `max(cores, floor)` over the
+    /// schedules is `max(least cores, floor)`).
+    fn floored(mut self, floor: f64) -> Part {
+        self.memory = floor;
+        if floor > self.makespan {
+            self.memory_bound = floor - self.makespan;
+            self.makespan = floor;
+            self.optimal = true;
+            self.hit_node_limit = false;
+        }
+        self.lower = self.lower.max(floor);
+        self.bound = if self.optimal {
+            self.makespan
+        } else {
+            self.bound.max(floor)
+        };
+        self
+    }
 }
 
 /// The list schedule `(span, starts, modes)` as the part's schedule if the bound `lower`
@@ -302,16 +366,26 @@ fn settled(
         mip: false,
         hit_time_limit: false,
         hit_node_limit: false,
+        memory: 0.0,
+        memory_bound: 0.0,
     })
+}
+
+/// The part's schedule held to its memory floor ([`Part::floored`]).
+fn solve_part(prep: &Prep, options: &ScheduleOptions) -> Result<Part, ScheduleError> {
+    let floor: f64 = prep.memory.iter().sum();
+    Ok(solve_cores(prep, options, floor)?.floored(floor))
 }
 
 /// Bounds, then the list schedule, then (if they do not meet within the accepted gap) the
 /// bound by the modes and a deeper list schedule, and only then the MIP warm-started with
-/// it.
-fn solve_part(prep: &Prep, options: &ScheduleOptions) -> Result<Part, ScheduleError> {
+/// it. A list schedule within the memory floor `floor` settles the part: no schedule of
+/// the cores can make it shorter.
+fn solve_cores(prep: &Prep, options: &ScheduleOptions, floor: f64) -> Result<Part, ScheduleError> {
     let lower = prep.lower_bound();
     let listed = heuristic::best(prep);
-    if let Some(part) = settled(&listed, lower, options, options.heuristic_only) {
+    let no_mip = options.heuristic_only || listed.0 <= floor;
+    if let Some(part) = settled(&listed, lower, options, no_mip) {
         return Ok(part);
     }
     // Before a MIP: the bound by the modes, which often meets the list schedule.
@@ -346,6 +420,8 @@ fn solve_part(prep: &Prep, options: &ScheduleOptions) -> Result<Part, ScheduleEr
         mip: true,
         hit_time_limit: r.hit_time_limit,
         hit_node_limit: r.hit_node_limit && !optimal,
+        memory: 0.0,
+        memory_bound: 0.0,
     })
 }
 

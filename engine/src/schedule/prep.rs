@@ -11,6 +11,8 @@ pub(crate) struct Prep {
     pub res: Vec<Resource>,
     pub single: Vec<f64>,
     pub parallel: Vec<f64>,
+    /// Memory time of each real operator ([`super::Task::memory`]; 0 for links).
+    pub memory: Vec<f64>,
     /// Whether parallel mode can ever help (it is shorter than single mode).
     pub can_parallel: Vec<bool>,
     /// reach[i][j]: a path leads from real i to real j.
@@ -29,6 +31,9 @@ impl Prep {
             if t.resource != Resource::None && !(ok(t.single) && ok(t.parallel)) {
                 return Err(ScheduleError::BadLatency(i, t.single, t.parallel));
             }
+            if !ok(t.memory) {
+                return Err(ScheduleError::BadMemory(i, t.memory));
+            }
             if (t.resource.uses_tensor() && inst.tensor_cores == 0)
                 || (t.resource.uses_vector() && inst.vector_cores == 0)
             {
@@ -41,7 +46,7 @@ impl Prep {
             .tasks
             .iter()
             .filter(|t| t.resource != Resource::None)
-            .map(|t| t.single.max(t.parallel))
+            .map(|t| t.single.max(t.parallel).max(t.memory))
             .sum();
         if !total.is_finite() {
             return Err(ScheduleError::Overflow);
@@ -112,6 +117,13 @@ impl Prep {
                 }
             })
             .collect();
+        let memory: Vec<f64> = real
+            .iter()
+            .map(|&i| {
+                let t = &inst.tasks[i];
+                if t.resource.is_core() { t.memory } else { 0.0 }
+            })
+            .collect();
         let can_parallel = (0..m)
             .map(|i| res[i].is_core() && parallel[i] < single[i])
             .collect();
@@ -120,6 +132,7 @@ impl Prep {
             res,
             single,
             parallel,
+            memory,
             can_parallel,
             reach,
             edges,
@@ -170,6 +183,7 @@ impl Prep {
             res: self.res[r.clone()].to_vec(),
             single: self.single[r.clone()].to_vec(),
             parallel: self.parallel[r.clone()].to_vec(),
+            memory: self.memory[r.clone()].to_vec(),
             can_parallel: self.can_parallel[r].to_vec(),
             reach,
             edges,

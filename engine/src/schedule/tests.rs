@@ -116,11 +116,7 @@ fn random_instance_with(rng: &mut Rng, n: usize, max_cores: u64) -> Instance {
             let resource = resources[rng.below(5) as usize];
             let single = (1 + rng.below(20)) as f64 / 4.0;
             let parallel = single * (2 + rng.below(12)) as f64 / 10.0;
-            Task {
-                resource,
-                single,
-                parallel,
-            }
+            Task::new(resource, single, parallel)
         })
         .collect();
     let mut edges = Vec::new();
@@ -286,14 +282,7 @@ fn agrees_with_exhaustive_search_on_small_random_instances() {
 
 #[test]
 fn a_chain_needs_no_mip() {
-    let tasks = vec![
-        Task {
-            resource: Resource::Tensor,
-            single: 4.0,
-            parallel: 1.0
-        };
-        5
-    ];
+    let tasks = vec![Task::new(Resource::Tensor, 4.0, 1.0); 5];
     let edges = (1..5).map(|i| (i - 1, i)).collect();
     let s = solve(
         &Instance {
@@ -312,11 +301,7 @@ fn a_chain_needs_no_mip() {
 
 #[test]
 fn bad_instances_are_errors() {
-    let t = |single| Task {
-        resource: Resource::Vector,
-        single,
-        parallel: 1.0,
-    };
+    let t = |single| Task::new(Resource::Vector, single, 1.0);
     let cyc = Instance {
         tensor_cores: 1,
         vector_cores: 1,
@@ -388,11 +373,7 @@ fn latencies_that_overflow_in_sum_are_refused() {
 /// covered half; zero-length and `None` tasks count for neither.
 #[test]
 fn exposed_link_time_is_what_computation_does_not_cover() {
-    let task = |resource| Task {
-        resource,
-        single: 1.0,
-        parallel: 1.0,
-    };
+    let task = |resource| Task::new(resource, 1.0, 1.0);
     let inst = Instance {
         tensor_cores: 1,
         vector_cores: 1,
@@ -415,6 +396,8 @@ fn exposed_link_time_is_what_computation_does_not_cover() {
     };
     let schedule = |placements: Vec<Placement>| Schedule {
         makespan: 10.0,
+        memory_seconds: 0.0,
+        memory_bound_seconds: 0.0,
         lower_bound: 0.0,
         optimal: true,
         gap: 0.0,
@@ -444,4 +427,117 @@ fn exposed_link_time_is_what_computation_does_not_cover() {
         at(0.0, 10.0),
     ]);
     assert_eq!(s.exposed_link_seconds(&inst), 3.0);
+}
+
+/// Two memory-bound operators side by side on two cores share the chip's memory: together
+/// they take the time of both, not of one (the reference prices each as if alone). The
+/// floor settles the schedule as optimal without a MIP, and the placements stay valid.
+#[test]
+fn operators_that_overlap_share_the_memory_bandwidth() {
+    let busy = Task {
+        memory: 1.0,
+        ..Task::new(Resource::Tensor, 1.0, 1.0)
+    };
+    let inst = Instance {
+        tensor_cores: 2,
+        vector_cores: 1,
+        tasks: vec![busy, busy],
+        edges: vec![],
+    };
+    let s = solve(&inst, &ScheduleOptions::default()).unwrap();
+    check(&inst, &s.placements).unwrap();
+    assert_eq!(s.makespan, 2.0);
+    assert_eq!(s.memory_seconds, 2.0);
+    assert_eq!(s.memory_bound_seconds, 1.0);
+    assert!(s.optimal && s.method == Method::Bounds);
+    assert_eq!(s.lower_bound, 2.0);
+    // Compute-bound operators (memory half their time) keep the cores' schedule.
+    let half = Task {
+        memory: 0.5,
+        ..busy
+    };
+    let inst = Instance {
+        tasks: vec![half, half],
+        ..inst
+    };
+    let s = solve(&inst, &ScheduleOptions::default()).unwrap();
+    assert_eq!((s.makespan, s.memory_bound_seconds), (1.0, 0.0));
+}
+
+/// The floor holds for each series part on its own (parts run one after another): a
+/// memory-bound part before a compute-bound one adds only its own excess.
+#[test]
+fn each_series_part_is_held_to_its_own_memory_floor() {
+    let op = |memory| Task {
+        memory,
+        ..Task::new(Resource::Tensor, 1.0, 1.0)
+    };
+    // Part 1: ops 0 and 1 side by side (memory 1 each), then op 2 after both, then
+    // part 2: ops 3 and 4 side by side, compute-bound.
+    let inst = Instance {
+        tensor_cores: 2,
+        vector_cores: 1,
+        tasks: vec![op(1.0), op(1.0), op(0.2), op(0.1), op(0.1)],
+        edges: vec![(0, 2), (1, 2), (2, 3), (2, 4)],
+    };
+    let s = solve(&inst, &ScheduleOptions::default()).unwrap();
+    check(&inst, &s.placements).unwrap();
+    // Parts: {0, 1} floor 2 over cores 1; {2} 1; {3, 4} 1.
+    assert!((s.makespan - 4.0).abs() < 1e-12, "{s:?}");
+    assert!((s.memory_bound_seconds - 1.0).abs() < 1e-12);
+    assert!((s.memory_seconds - 2.4).abs() < 1e-12);
+    assert!(
+        s.placements[2].start >= 2.0 - 1e-12,
+        "op 2 waits for the memory"
+    );
+}
+
+/// On random instances with memory times: the schedule is valid, proven optimal, never
+/// shorter than the cores' optimum or the memory floor, never longer than both added;
+/// where the instance is one series part (no edges) it is exactly the larger of the two.
+#[test]
+fn the_memory_floor_agrees_with_exhaustive_search() {
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    let mut bound = 0;
+    for case in 0..200 {
+        let n = 2 + rng.below(4) as usize;
+        let mut inst = random_instance(&mut rng, n);
+        if case % 2 == 0 {
+            inst.edges.clear();
+        }
+        let without = solve(&inst, &ScheduleOptions::default()).unwrap();
+        for t in &mut inst.tasks {
+            let d = t.single.min(t.parallel);
+            t.memory = d * (4 + rng.below(7)) as f64 / 10.0;
+        }
+        let s = solve(&inst, &ScheduleOptions::default()).unwrap();
+        check(&inst, &s.placements).unwrap_or_else(|e| panic!("case {case}: {e}"));
+        let floor: f64 = inst
+            .tasks
+            .iter()
+            .filter(|t| t.resource.is_core())
+            .map(|t| t.memory)
+            .sum();
+        let eps = 1e-9 * s.makespan.max(1.0);
+        assert!(s.optimal, "case {case}");
+        assert!((s.memory_seconds - floor).abs() <= eps, "case {case}");
+        assert!(
+            s.makespan + eps >= without.makespan.max(floor),
+            "case {case}"
+        );
+        assert!(s.makespan <= without.makespan + floor + eps, "case {case}");
+        assert!(s.lower_bound <= s.makespan + eps, "case {case}");
+        if inst.edges.is_empty() {
+            let want = exhaustive(&inst).max(floor);
+            assert!(
+                (s.makespan - want).abs() <= 1e-6 * want.max(1.0),
+                "case {case}"
+            );
+        }
+        bound += usize::from(s.memory_bound_seconds > 0.0);
+    }
+    assert!(
+        bound > 20,
+        "the floor bound only {bound} cases: the test shows little"
+    );
 }

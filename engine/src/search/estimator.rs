@@ -73,10 +73,7 @@ impl Estimator<'_> {
                 .cache
                 .read()
                 .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
-            let zero = OpCost {
-                seconds: 0.0,
-                joules: 0.0,
-            };
+            let zero = OpCost::new(0.0, 0.0);
             let _ = instance_with(graph, c, self.execution, |core, op| {
                 if !cache.contains_key(&(*core, op.clone())) {
                     missing.entry(*core).or_default().push(op.clone());

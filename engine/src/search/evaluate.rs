@@ -589,6 +589,7 @@ impl Ctx<'_> {
             Some(r) => (r.time, r.memory_bytes),
             None => self.breakdown(run, plan, g, &times[&(m, key)]),
         };
+        let hbm_busy_seconds = step.and_then(|r| r.hbm_busy_seconds);
         let step_plan = priced.step.as_ref().map(|(p, _)| p.clone());
         ModelPlan {
             model: model.config.name.clone(),
@@ -614,6 +615,7 @@ impl Ctx<'_> {
             stages,
             limiting: time.limiting().to_string(),
             time,
+            hbm_busy_seconds,
             memory_bytes,
             layers,
             baseline,

@@ -85,6 +85,10 @@ pub struct ModelPlan {
     /// `time_per_batch_seconds`).
     #[serde(default)]
     pub time: TimeBreakdown,
+    /// Of the chip's time, how long its HBM is busy ([`crate::step::StepReport::hbm_busy_seconds`];
+    /// `None` with the reference's memory model or a latency model of interface 1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hbm_busy_seconds: Option<f64>,
     /// Memory per device of the most loaded stage.
     #[serde(default)]
     pub memory_bytes: MemoryBreakdown,

@@ -34,6 +34,7 @@ fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
         throughput_samples_per_second: 256.0 / time.total(),
         time_per_batch_seconds: time.total(),
         time,
+        hbm_busy_seconds: None,
         memory_bytes: MemoryBreakdown {
             total: memory_gib * (1u64 << 30) as f64,
             ..MemoryBreakdown::default()
@@ -66,6 +67,28 @@ fn a_plan_is_limited_by_its_largest_share_and_by_a_full_hbm() {
     let l = limit(&plan(0.3, 0.1, 15.0), 16 << 30, None);
     assert_eq!(l.resource, CHIP);
     assert!(l.hbm_bound);
+    assert_eq!(l.hbm_busy_fraction, None);
+}
+
+/// With the operators' memory times (interface 1.1) the chip's share is its HBM bandwidth
+/// when the HBM is busy at least half the chip's time, else its compute.
+#[test]
+fn the_chip_is_limited_by_its_hbm_bandwidth_or_its_compute() {
+    let mut p = plan(0.3, 0.1, 8.0);
+    // The chip's time is forward 0.3 + backward 0.6.
+    p.hbm_busy_seconds = Some(0.6);
+    let l = limit(&p, 16 << 30, None);
+    assert_eq!(l.resource, CHIP_HBM);
+    assert!((l.hbm_busy_fraction.unwrap() - 0.6 / 0.9).abs() < 1e-12);
+    assert!(
+        words(&l).contains("HBM busy 67% of the chip's time"),
+        "{}",
+        words(&l)
+    );
+    p.hbm_busy_seconds = Some(0.3);
+    let l = limit(&p, 16 << 30, None);
+    assert_eq!(l.resource, CHIP_COMPUTE);
+    assert!((l.share - 0.9 / 1.0).abs() < 1e-12);
 }
 
 /// A network resource names the tier its group's traffic crosses: the data-parallel group

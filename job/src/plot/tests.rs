@@ -135,6 +135,7 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         throughput_samples_per_second: 2730.0,
         throughput_tokens_per_second: 2730.0 * 512.0,
         stages,
+        hbm_busy_seconds: None,
         time: archplace_engine::step::TimeBreakdown {
             forward_seconds: 0.3,
             backward_seconds: 0.6,

@@ -406,7 +406,9 @@ impl GpuLike {
         } else {
             1.0
         };
-        let (seconds, flops, hbm_bytes) = match op.kind {
+        // The last: the seconds of HBM traffic at the sustained bandwidth (interface 1.1),
+        // `None` for collectives, which the links bound.
+        let (seconds, flops, hbm_bytes, memory) = match op.kind {
             OpKind::Gemm(g) => {
                 if core.kind != CoreKind::Tensor {
                     return Err(EstimateError::Unsupported("a GEMM on vector cores".into()));
@@ -429,7 +431,12 @@ impl GpuLike {
                     .sum();
                 let epilogue = epilogue_flops / (lanes * self.clock_hz);
                 if self.fused_epilogues {
-                    (compute.max(memory).max(on_chip) + epilogue, flops, hbm)
+                    (
+                        compute.max(memory).max(on_chip) + epilogue,
+                        flops,
+                        hbm,
+                        Some(memory),
+                    )
                 } else {
                     // The epilogue is one element-wise kernel of its own (the framework
                     // fuses bias, activation, dropout and residual into one): it reads
@@ -441,10 +448,16 @@ impl GpuLike {
                     } else {
                         epilogue.max(bytes / self.sustained_hbm()) + self.launch_seconds
                     };
+                    let epilogue_memory = if op.fused.is_empty() {
+                        0.0
+                    } else {
+                        bytes / self.sustained_hbm()
+                    };
                     (
                         compute.max(memory).max(on_chip) + kernels,
                         flops,
                         hbm + bytes,
+                        Some(memory + epilogue_memory),
                     )
                 }
             }
@@ -461,7 +474,8 @@ impl GpuLike {
                 if row > 1 && ELEMENT_BYTES * row as f64 > buffer / cores {
                     bytes *= 1.5;
                 }
-                (compute.max(bytes / self.sustained_hbm()), flops, bytes)
+                let memory = bytes / self.sustained_hbm();
+                (compute.max(memory), flops, bytes, Some(memory))
             }
             OpKind::AllReduce {
                 bytes,
@@ -469,10 +483,7 @@ impl GpuLike {
                 link_bytes_per_second,
             } => {
                 if group <= 1 {
-                    return Ok(OpCost {
-                        seconds: 0.0,
-                        joules: 0.0,
-                    });
+                    return Ok(OpCost::new(0.0, 0.0));
                 }
                 if link_bytes_per_second == 0 {
                     return Err(EstimateError::OutOfDomain("links without bandwidth".into()));
@@ -481,12 +492,16 @@ impl GpuLike {
                 let steps = 2.0 * (g - 1.0);
                 let t = steps / g * bytes as f64 / link_bytes_per_second as f64
                     + steps * self.link_latency_seconds;
-                (t, 0.0, 2.0 * bytes as f64)
+                (t, 0.0, 2.0 * bytes as f64, None)
             }
         };
-        Ok(OpCost {
-            seconds: seconds + self.launch_seconds,
-            joules: flops * self.joules_per_flop + hbm_bytes * self.joules_per_hbm_byte,
+        let cost = OpCost::new(
+            seconds + self.launch_seconds,
+            flops * self.joules_per_flop + hbm_bytes * self.joules_per_hbm_byte,
+        );
+        Ok(match memory {
+            Some(m) => cost.with_memory_seconds(m),
+            None => cost,
         })
     }
 }

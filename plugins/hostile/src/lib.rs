@@ -14,7 +14,10 @@
 //! | `enormous-output`         | `latency` fails with a 32 MiB error message           |
 //! | `wrong-interface-version` | exports `archplace:cost-model@2.0.0`                  |
 //! | `missing-export`          | exports `archplace:cost-model/model` without `info`   |
-//! | `future-minor`            | well-behaved, but built for interface 1.1.0 (loads)   |
+//! | `memory-over-latency`     | says an operator's memory time exceeds its time       |
+//! | `future-minor`            | well-behaved, but built for interface 1.2.0 (loads)   |
+//! | `interface-1-0`           | well-behaved, built for interface 1.0.0 (loads; no    |
+//! |                           | memory times)                                         |
 //!
 //! Areas are honest (1 mm² per tensor core), so a search can start before it faults.
 
@@ -26,6 +29,7 @@
     feature = "negative-output",
     feature = "wrong-count",
     feature = "enormous-output",
+    feature = "memory-over-latency",
 ))]
 mod misbehaving {
     use archplace_plugin_sdk::{
@@ -47,6 +51,8 @@ mod misbehaving {
         "hostile-negative-output"
     } else if cfg!(feature = "wrong-count") {
         "hostile-wrong-count"
+    } else if cfg!(feature = "memory-over-latency") {
+        "hostile-memory-over-latency"
     } else {
         "hostile-enormous-output"
     };
@@ -74,10 +80,7 @@ mod misbehaving {
         }
 
         fn latency(&self, _core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
-            let good = OpCost {
-                seconds: 1e-6,
-                joules: 1e-6,
-            };
+            let good = OpCost::new(1e-6, 1e-6).with_memory_seconds(0.5e-6);
             let _ = (&good, ops.len());
             #[cfg(feature = "infinite-loop")]
             {
@@ -116,6 +119,10 @@ mod misbehaving {
             #[cfg(feature = "wrong-count")]
             {
                 return Ok(vec![good; ops.len() + 1]);
+            }
+            #[cfg(feature = "memory-over-latency")]
+            {
+                return Ok(vec![good.with_memory_seconds(2e-6); ops.len()]);
             }
             #[cfg(feature = "enormous-output")]
             {
@@ -178,7 +185,7 @@ mod future_minor {
                 name: "future-minor".into(),
                 vendor: "archplace test fixtures".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
-                interface_version: InterfaceVersion { major: 1, minor: 1 },
+                interface_version: InterfaceVersion { major: 1, minor: 2 },
                 deterministic: true,
                 provides: Provides {
                     area: true,
@@ -209,6 +216,73 @@ mod future_minor {
         }
         fn describe_units() -> String {
             "SI; area in square micrometres".into()
+        }
+    }
+    impl exports::archplace::cost_model::traffic::Guest for Export {
+        fn latency_detail(
+            _core: CoreConfig,
+            ops: Vec<Op>,
+        ) -> Result<Vec<exports::archplace::cost_model::traffic::OpDetail>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| exports::archplace::cost_model::traffic::OpDetail {
+                    seconds: 1e-6,
+                    joules: 1e-6,
+                    memory_seconds: Some(0.25e-6),
+                })
+                .collect())
+        }
+    }
+    export!(Export);
+}
+
+/// A well-behaved plugin built against interface 1.0.0 exactly (no `traffic`): the memory
+/// times of its operators are unknown to the host.
+#[cfg(all(feature = "interface-1-0", target_arch = "wasm32"))]
+#[allow(unsafe_code, clippy::all)]
+mod interface_1_0 {
+    wit_bindgen::generate!({ path: "wit/interface-1.0", world: "cost-model" });
+
+    use archplace::cost_model::types::{
+        AcceleratorConfig, CoreConfig, EstimateError, InterfaceVersion, Op, OpCost, Parameter,
+        ParameterError, PluginInfo, Provides,
+    };
+
+    struct Export;
+    impl exports::archplace::cost_model::model::Guest for Export {
+        fn info() -> PluginInfo {
+            PluginInfo {
+                name: "interface-1-0".into(),
+                vendor: "archplace test fixtures".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                interface_version: InterfaceVersion { major: 1, minor: 0 },
+                deterministic: true,
+                provides: Provides {
+                    area: true,
+                    latency: true,
+                },
+                parameters: vec![],
+            }
+        }
+        fn configure(_parameters: Vec<Parameter>) -> Result<(), Vec<ParameterError>> {
+            Ok(())
+        }
+        fn area(
+            configs: Vec<AcceleratorConfig>,
+        ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+            Ok(configs
+                .iter()
+                .map(|c| Ok(1e6 * f64::from(c.tensor_cores + c.vector_cores)))
+                .collect())
+        }
+        fn latency(_core: CoreConfig, ops: Vec<Op>) -> Result<Vec<OpCost>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| OpCost {
+                    seconds: 1e-6,
+                    joules: 1e-6,
+                })
+                .collect())
         }
     }
     export!(Export);

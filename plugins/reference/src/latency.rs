@@ -23,6 +23,9 @@
 //! **All-reduce** (§6.4): ring, `2·(g−1)/g · bytes / link bandwidth`, in seconds — the
 //! reference's ms/s mix-up is not reproduced: everything here is seconds.
 //!
+//! Every GEMM and vector operator reports its DRAM time (interface 1.1): the chip's cores
+//! share the DRAM's 128 words/cycle, which the host holds a layer's schedule to.
+//!
 //! Energy is a first-order count (MACs and accesses at each level, 22 nm-like constants); it
 //! is reported but drives no decision.
 
@@ -151,11 +154,17 @@ pub fn cycles_per_element(kind: VectorKind, direction: Direction) -> f64 {
     }
 }
 
-/// Words a vector operator moves to and from DRAM per output element.
-fn words_per_element(kind: VectorKind) -> f64 {
-    match kind {
-        VectorKind::Add | VectorKind::Mul => 3.0,
-        _ => 2.0,
+/// Words a vector operator moves to and from DRAM per output element. Forward: its inputs
+/// and its output. Backward: the incoming gradient and what the forward saved, and the
+/// gradients it writes — an add passes one gradient to both inputs (in 1, out 2), a
+/// product reads both inputs (in 3, out 2), any other reads its saved tensor (in 2, out 1).
+fn words_per_element(kind: VectorKind, direction: Direction) -> f64 {
+    match (kind, direction) {
+        (VectorKind::Add | VectorKind::Mul, Direction::Forward) => 3.0,
+        (_, Direction::Forward) => 2.0,
+        (VectorKind::Add, Direction::Backward) => 3.0,
+        (VectorKind::Mul, Direction::Backward) => 5.0,
+        (_, Direction::Backward) => 3.0,
     }
 }
 
@@ -218,10 +227,7 @@ pub fn op_cost(core: &CoreConfig, op: &Op, clock_hz: f64) -> Result<OpCost, Esti
                 + c.glb_words * GLOBAL_BUFFER_JOULES_PER_WORD
                 + c.dram_words * DRAM_JOULES_PER_WORD
                 + op.fused.iter().map(|f| f.elements as f64).sum::<f64>() * LANE_OP_JOULES;
-            Ok(OpCost {
-                seconds: cycles / clock_hz,
-                joules,
-            })
+            Ok(OpCost::new(cycles / clock_hz, joules).with_memory_seconds(c.dram / clock_hz))
         }
         OpKind::Vector {
             kind,
@@ -232,17 +238,19 @@ pub fn op_cost(core: &CoreConfig, op: &Op, clock_hz: f64) -> Result<OpCost, Esti
             let lanes = core.cores as u64 * core.width as u64;
             let compute = vector_cycles(lanes, kind, elements, row, op.direction)
                 + fused_cycles(lanes, &op.fused, op.direction);
-            let words = elements as f64 * words_per_element(kind);
+            let words = elements as f64 * words_per_element(kind, op.direction);
             let cycles = compute.max(words / DRAM_WORDS_PER_CYCLE);
             let lane_ops = elements as f64 * cycles_per_element(kind, op.direction)
                 + op.fused
                     .iter()
                     .map(|f| f.elements as f64 * cycles_per_element(f.kind, op.direction))
                     .sum::<f64>();
-            Ok(OpCost {
-                seconds: cycles / clock_hz,
-                joules: lane_ops * LANE_OP_JOULES + words * DRAM_JOULES_PER_WORD,
-            })
+            let dram = words / DRAM_WORDS_PER_CYCLE;
+            Ok(OpCost::new(
+                cycles / clock_hz,
+                lane_ops * LANE_OP_JOULES + words * DRAM_JOULES_PER_WORD,
+            )
+            .with_memory_seconds(dram / clock_hz))
         }
         OpKind::AllReduce {
             bytes,
@@ -255,10 +263,11 @@ pub fn op_cost(core: &CoreConfig, op: &Op, clock_hz: f64) -> Result<OpCost, Esti
                 ));
             }
             let g = group.max(1) as f64;
-            Ok(OpCost {
-                seconds: 2.0 * (g - 1.0) / g * bytes as f64 / link_bytes_per_second as f64,
-                joules: 0.0,
-            })
+            // The links, not the chip's memory, bound a collective: no memory time.
+            Ok(OpCost::new(
+                2.0 * (g - 1.0) / g * bytes as f64 / link_bytes_per_second as f64,
+                0.0,
+            ))
         }
     }
 }

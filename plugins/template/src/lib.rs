@@ -88,10 +88,7 @@ impl Plugin for MyModel {
                         let g = f64::from(group.max(1));
                         let seconds = 2.0 * (g - 1.0) / g * bytes as f64
                             / link_bytes_per_second.max(1) as f64;
-                        return Ok(OpCost {
-                            seconds,
-                            joules: 0.0,
-                        });
+                        return Ok(OpCost::new(seconds, 0.0));
                     }
                     _ => {
                         return Err(EstimateError::Unsupported(format!(
@@ -103,10 +100,12 @@ impl Plugin for MyModel {
                 let fused: f64 = op.fused.iter().map(|f| f.elements as f64).sum();
                 let seconds =
                     (work / lanes.max(1.0) + fused / f64::from(core.width.max(1))) / self.clock_hz;
-                Ok(OpCost {
-                    seconds,
-                    joules: work * 1e-12,
-                })
+                // Optional (interface 1.1): the seconds of the operator's off-chip
+                // memory traffic, here one read of two bytes per unit of work at 1 TB/s.
+                // The host holds a layer to at least the sum of its operators' memory
+                // times, which the chip's cores share. Leave it out if you do not know it.
+                let memory_seconds = (2.0 * work / 1e12).min(seconds);
+                Ok(OpCost::new(seconds, work * 1e-12).with_memory_seconds(memory_seconds))
             })
             .collect()
     }
