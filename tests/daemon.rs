@@ -300,37 +300,61 @@ fn slow_writes(mode: &[&str]) {
     assert_eq!(j.len(), 1, "only the whole file was ever read: {j:#?}");
 }
 
-/// `max_faults` holds as configured in the daemon: with 1 and with 3, a search whose
-/// plugin traps on every call (on two search threads) logs exactly that many faults and
-/// exports exactly that many in `archplace_plugin_faults_total` (8 were once counted for 3).
+/// `max_faults` holds as configured in the daemon, for every hostile fixture: with 1 and
+/// with 3, a search whose plugin faults on every call (on two search threads) logs exactly
+/// that many faults and exports exactly that many in `archplace_plugin_faults_total` (8
+/// were once counted for 3).
 #[test]
 fn the_daemon_counts_exactly_max_faults_faults() {
     let _gate = crate::util::shared();
+    let fixtures = [
+        ("hostile-trap", "trap"),
+        ("hostile-nan-output", "bad_output"),
+        ("hostile-negative-output", "bad_output"),
+        ("hostile-wrong-count", "bad_output"),
+        ("hostile-enormous-output", "bad_output"),
+        ("hostile-memory-over-latency", "bad_output"),
+        ("hostile-infinite-loop", "fuel"),
+        ("hostile-memory-bomb", "memory"),
+    ];
     for max_faults in [1, 3] {
         let tmp = folder();
         let dir = tmp.path();
-        install_unchecked(&dir.join("plugins"), "hostile-trap", "hostile-trap");
+        for (fixture, _) in fixtures {
+            install_unchecked(&dir.join("plugins"), fixture, fixture);
+        }
         std::fs::write(
             dir.join("archplace.toml"),
-            format!("threads_per_search = 2\n[plugin_limits]\nmax_faults = {max_faults}\n"),
+            format!(
+                "threads_per_search = 2\nmax_concurrent_searches = 2\n[plugin_limits]\nmax_faults = {max_faults}\n"
+            ),
         )
         .unwrap();
         let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
         let addr = d.metrics_addr();
-        let spec = TINY.replace("name = \"e2e-tiny\"", "name = \"hostile\"")
-            + "\n[cost_model]\nlatency = \"hostile-trap\"\n";
-        drop_spec(dir, "hostile.toml", &spec);
-        d.wait_state("hostile", "failed", 60);
-        let series = format!(
-            "archplace_plugin_faults_total{{kind=\"trap\",plugin=\"hostile-trap\"}} {max_faults}"
-        );
-        d.until(Duration::from_secs(10), "the faults counted", || {
-            http_get(&addr, "/metrics").contains(&series)
-        });
-        let log = d.log();
-        let logged = log.matches("plugin fault during").count();
-        assert_eq!(logged, max_faults as usize, "{log}");
-        assert!(log.contains(&format!("of={max_faults}")), "{log}");
+        for (fixture, _) in fixtures {
+            let spec = TINY.replace("name = \"e2e-tiny\"", &format!("name = \"{fixture}\""))
+                + &format!("\n[cost_model]\nlatency = \"{fixture}\"\n");
+            drop_spec(dir, &format!("{fixture}.toml"), &spec);
+        }
+        for (fixture, kind) in fixtures {
+            d.wait_state(fixture, "failed", 120);
+            let series = format!(
+                "archplace_plugin_faults_total{{kind=\"{kind}\",plugin=\"{fixture}\"}} {max_faults}"
+            );
+            d.until(Duration::from_secs(10), "the faults counted", || {
+                http_get(&addr, "/metrics").contains(&series)
+            });
+            let log = d.log();
+            let logged = log
+                .lines()
+                .filter(|l| {
+                    l.contains("plugin fault during") && l.contains(&format!("plugin={fixture} "))
+                })
+                .count();
+            assert_eq!(logged, max_faults as usize, "{fixture}: {log}");
+        }
+        assert!(d.log().contains(&format!("of={max_faults}")), "{}", d.log());
     }
 }
 
@@ -360,6 +384,57 @@ fn a_hostile_plugin_named_by_a_spec_fails_only_that_spec() {
     );
     let err = std::fs::read_to_string(result_dirs(dir, "hostile")[0].join("error.json")).unwrap();
     assert!(err.contains("hostile-trap"), "{err}");
+}
+
+/// Every way a search fails in the daemon leaves its folder saying so: `error.json` with
+/// the reason and `status.json` in state `failed`, and the job's message the reason — a
+/// latency-model fault mid-search, an area-model fault while the space is sized, a space
+/// with no chip in the area budget. (The crash-loop guard's give-up is checked by
+/// `a_search_the_daemon_keeps_dying_in_is_given_up_after_three_starts`, a pool worker's
+/// fault by `tests/pool.rs`; results that cannot be written wait for disk instead.)
+#[test]
+fn every_way_a_search_fails_leaves_error_json_and_a_final_status() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    for fixture in ["hostile-trap", "hostile-area-nan"] {
+        install_unchecked(&dir.join("plugins"), fixture, fixture);
+    }
+    let d = Daemon::start(dir);
+    let named = |name: &str| TINY.replace("name = \"e2e-tiny\"", &format!("name = \"{name}\""));
+    let cases = [
+        (
+            "latency-fault",
+            named("latency-fault") + "\n[cost_model]\nlatency = \"hostile-trap\"\n",
+            "deliberate panic",
+        ),
+        (
+            "area-fault",
+            named("area-fault") + "\n[cost_model]\narea = \"hostile-area-nan\"\n",
+            "returned an area of NaN",
+        ),
+        (
+            "empty-space",
+            named("empty-space")
+                .replace("area_budget = \"100 mm2\"", "area_budget = \"0.001 mm2\""),
+            "no candidate fits the area budget",
+        ),
+    ];
+    for (name, text, _) in &cases {
+        assert!(text.contains(&format!("name = \"{name}\"")));
+        drop_spec(dir, &format!("{name}.toml"), text);
+    }
+    for (name, _, reason) in &cases {
+        d.wait_state(name, "failed", 120);
+        let j = jobs(dir);
+        let m = job_named(&j, name).unwrap()["message"].to_string();
+        assert!(m.contains(reason), "{name}: {m}");
+        let out = &result_dirs(dir, name)[0];
+        let err = read_json(&out.join("error.json"));
+        assert!(err.to_string().contains(reason), "{name}: {err}");
+        let status = read_json(&out.join("status.json"));
+        assert_eq!(status["state"], "failed", "{name}: {status}");
+    }
 }
 
 /// A spec whose search may need more memory than the daemon's budget is refused before it
@@ -517,7 +592,7 @@ fn two_hundred_specs_dropped_at_once_are_each_searched_exactly_once() {
 }
 
 #[test]
-fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
+fn results_that_cannot_be_written_wait_for_disk_and_are_written_later() {
     let _gate = crate::util::shared();
     let tmp = folder();
     let dir = tmp.path();
@@ -527,7 +602,7 @@ fn results_that_cannot_be_written_fail_the_search_and_it_is_retried_later() {
     std::fs::write(dir.join("results/e2e-tiny"), "in the way").unwrap();
     let d = Daemon::start_with(dir, &["--retry-seconds", "1"]);
     drop_spec(dir, "tiny.toml", TINY);
-    d.wait_state("e2e-tiny", "failed", 60);
+    d.wait_state("e2e-tiny", "waiting_for_disk", 60);
     let j = jobs(dir);
     let m = job_named(&j, "e2e-tiny").unwrap()["message"]
         .as_str()
@@ -1067,8 +1142,9 @@ fn results_that_cannot_be_written_are_written_later_without_searching_again() {
 }
 
 /// An invalid spec whose `error.json` cannot be written (here its results folder's place
-/// is taken by a file; a full disk does the same) is still `invalid`, not `failed`, and its
-/// job keeps the first error and why the file is missing.
+/// is taken by a file; a full disk does the same) waits for disk, not `failed`; its job
+/// keeps the first error and why the file is missing, and once the way is clear the
+/// errors are written and it is `invalid`.
 #[test]
 fn an_invalid_spec_keeps_its_errors_when_error_json_cannot_be_written() {
     let _gate = crate::util::shared();
@@ -1076,13 +1152,13 @@ fn an_invalid_spec_keeps_its_errors_when_error_json_cannot_be_written() {
     let dir = tmp.path();
     std::fs::create_dir_all(dir.join("results")).unwrap();
     std::fs::write(dir.join("results/bad"), "in the way").unwrap();
-    let d = Daemon::start(dir);
+    let d = Daemon::start_with(dir, &["--retry-seconds", "1"]);
     drop_spec(
         dir,
         "bad.toml",
         "schema_version = 1\nname = \"bad\"\n[training]\nmicro_batch_sizes = [3]\n",
     );
-    d.wait_state("bad", "invalid", 30);
+    d.wait_state("bad", "waiting_for_disk", 30);
     let j = jobs(dir);
     let m = job_named(&j, "bad").unwrap()["message"]
         .as_str()
@@ -1092,6 +1168,114 @@ fn an_invalid_spec_keeps_its_errors_when_error_json_cannot_be_written() {
     assert!(m.contains("bad.toml:1:1: missing `models`"), "located: {m}");
     assert!(m.contains("cannot write"), "{m}");
     assert!(!dir.join("results/bad").is_dir(), "no folder left behind");
+    std::fs::remove_file(dir.join("results/bad")).unwrap();
+    d.wait_state("bad", "invalid", 30);
+    let errors = read_json(&result_dirs(dir, "bad")[0].join("error.json"));
+    assert_eq!(
+        errors["errors"].as_array().map(Vec::len),
+        Some(3),
+        "{errors}"
+    );
+}
+
+/// A tmpfs mounted on a folder for a test, unmounted when dropped; `None` when this
+/// process may not mount (not root).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A real full disk: the results folder is a 2 MiB tmpfs filled to its last byte. A
+/// search's results and an invalid spec's `error.json` cannot be written: both jobs wait
+/// for disk (state, log line, `archplace_specs{state="waiting_for_disk"}`), the invalid
+/// one with its first error in its message; once space returns both are written — the
+/// search's without searching again.
+#[test]
+fn a_full_disk_pauses_jobs_until_space_returns() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    let results = dir.join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    let Some(_disk) = Tmpfs::mount(&results, "2m") else {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n");
+        assert!(
+            !root.unwrap_or(false),
+            "running as root, yet a tmpfs could not be mounted"
+        );
+        eprintln!(
+            "a_full_disk_pauses_jobs_until_space_returns: not root, cannot mount a tmpfs; the fault-injected tests cover the logic"
+        );
+        return;
+    };
+    let filler = results.join("filler");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![1u8; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        while f.write_all(&[1]).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let d = Daemon::start_with(dir, &["--retry-seconds", "1"]);
+    d.drop_spec("tiny.toml", TINY);
+    d.drop_spec(
+        "bad.toml",
+        "schema_version = 1\nname = \"bad\"\n[training]\nmicro_batch_sizes = [3]\n",
+    );
+    d.wait_state("bad", "waiting_for_disk", 30);
+    d.wait_state("e2e-tiny", "waiting_for_disk", 120);
+    let j = jobs(dir);
+    let message = |name: &str| {
+        job_named(&j, name).unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let m = message("e2e-tiny");
+    assert!(m.contains("No space left on device"), "{m}");
+    let m = message("bad");
+    assert!(m.contains("bad.toml:1:1: missing `models`"), "{m}");
+    assert!(d.log().contains("waiting for disk space"), "{}", d.log());
+    d.until(Duration::from_secs(30), "the gauge to count both", || {
+        d.metric("archplace_specs{state=\"waiting_for_disk\"}") == 2.0
+    });
+    std::fs::remove_file(&filler).unwrap();
+    d.wait_state("e2e-tiny", "done", 60);
+    d.wait_state("bad", "invalid", 30);
+    assert!(
+        result_dirs(dir, "e2e-tiny")[0]
+            .join("result.json")
+            .is_file()
+    );
+    assert!(result_dirs(dir, "bad")[0].join("error.json").is_file());
+    let log = d.log();
+    assert_eq!(log.matches("search ended: best").count(), 1, "{log}");
+    assert!(
+        log.contains("writing the results of the finished search again"),
+        "{log}"
+    );
+    d.until(Duration::from_secs(30), "the gauge to drop", || {
+        d.metric("archplace_specs{state=\"waiting_for_disk\"}") == 0.0
+    });
 }
 
 /// Scrapes get through 80 slow clients above the 64-connection limit (each sends its

@@ -126,44 +126,73 @@ fn every_hostile_fixture_gets_its_own_error_and_the_host_survives() {
     assert!(good.area_uncached(&[config]).unwrap()[0].is_ok());
 }
 
-/// The fault limit holds exactly with concurrent calls: eight threads call a plugin that
-/// traps on every call, and the session counts (and logs) `max_faults` faults — 1 and 3 —
-/// not one per call in flight; every call fails, and none starts after the limit.
+/// The fault limit holds exactly with concurrent calls, for every hostile fixture: eight
+/// threads call a plugin that faults on every call, and the session counts (in its fault
+/// log and to the metrics) `max_faults` faults — 1 and 3 — not one per call in flight;
+/// every call fails with the fault that reached the limit, and none starts after it.
 #[test]
 fn the_fault_limit_holds_exactly_across_concurrent_calls() {
-    for max_faults in [1, 3] {
-        let limits = Limits {
-            max_faults,
-            ..Limits::default()
-        };
-        let host = host_with(limits, None);
-        let s = session(&host, "hostile-trap");
-        let (core, ops) = a_call();
-        let errors: Vec<String> = std::thread::scope(|scope| {
-            let calls: Vec<_> = (0..8)
-                .map(|_| scope.spawn(|| s.latency_uncached(&core, &ops)))
-                .collect();
-            calls
-                .into_iter()
-                .map(|c| c.join().unwrap().unwrap_err().to_string())
-                .collect()
-        });
-        assert_eq!(s.faults().len(), max_faults as usize, "{errors:#?}");
-        assert!(
-            errors
-                .iter()
-                .any(|e| e.contains(&format!("{max_faults} fault"))),
-            "{errors:#?}"
-        );
-        // Every call reports the same reason: the fault that reached the limit.
-        for e in &errors {
-            assert!(e.contains("deliberate panic"), "{e}");
-            assert!(e.contains("in this search, the limit"), "{e}");
+    /// Counts the faults reported to the metrics, by plugin.
+    #[derive(Default)]
+    struct Faults(Mutex<BTreeMap<String, u32>>);
+    impl Telemetry for Faults {
+        fn call(&self, _: &str, _: f64, _: usize) {}
+        fn fault(&self, plugin: &str, _: FaultKind) {
+            if let Ok(mut m) = self.0.lock() {
+                *m.entry(plugin.to_string()).or_default() += 1;
+            }
         }
-        // Later calls are not made at all.
-        let e = s.latency_uncached(&core, &ops).unwrap_err().to_string();
-        assert!(e.contains("deliberate panic"), "{e}");
-        assert_eq!(s.faults().len(), max_faults as usize);
+    }
+    let fixtures = [
+        ("hostile-trap", "deliberate panic"),
+        ("hostile-nan-output", "returned NaN s"),
+        ("hostile-negative-output", "returned -1 s"),
+        ("hostile-wrong-count", "returned 9 results for 8 operators"),
+        ("hostile-enormous-output", "error message of 33554432 bytes"),
+        ("hostile-memory-over-latency", "returned a memory time of"),
+        ("hostile-infinite-loop", "ran out of fuel"),
+        ("hostile-memory-bomb", "exceeded its memory limit"),
+    ];
+    for (fixture, reason) in fixtures {
+        for max_faults in [1, 3] {
+            let limits = Limits {
+                max_faults,
+                ..Limits::default()
+            };
+            let counted = Arc::new(Faults::default());
+            let host = host_with(limits, None).with_telemetry(counted.clone());
+            let s = session(&host, fixture);
+            let (core, ops) = a_call();
+            let errors: Vec<String> = std::thread::scope(|scope| {
+                let calls: Vec<_> = (0..8)
+                    .map(|_| scope.spawn(|| s.latency_uncached(&core, &ops)))
+                    .collect();
+                calls
+                    .into_iter()
+                    .map(|c| c.join().unwrap().unwrap_err().to_string())
+                    .collect()
+            });
+            let case = format!("{fixture}, max_faults {max_faults}");
+            assert_eq!(s.faults().len(), max_faults as usize, "{case}: {errors:#?}");
+            let metric = |c: &Faults| c.0.lock().unwrap().get(fixture).copied();
+            assert_eq!(metric(&counted), Some(max_faults), "{case}");
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.contains(&format!("{max_faults} fault"))),
+                "{case}: {errors:#?}"
+            );
+            // Every call reports the same reason: the fault that reached the limit.
+            for e in &errors {
+                assert!(e.contains(reason), "{case}: {e}");
+                assert!(e.contains("in this search, the limit"), "{case}: {e}");
+            }
+            // Later calls are not made at all.
+            let e = s.latency_uncached(&core, &ops).unwrap_err().to_string();
+            assert!(e.contains(reason), "{case}: {e}");
+            assert_eq!(s.faults().len(), max_faults as usize, "{case}");
+            assert_eq!(metric(&counted), Some(max_faults), "{case}");
+        }
     }
 }
 

@@ -166,27 +166,28 @@ fn rejected(s: &Shared, path: &Path, hash: &str, bytes: &[u8]) -> bool {
 }
 
 /// Writes the `problems` of the spec at `path` to `dir/error.json`; the job's message: how
-/// many, the first, and why `error.json` is missing if it could not be written (a full
-/// disk: the job stays `invalid` with its first error kept).
+/// many and the first — `Err` with why `error.json` is missing when it could not be
+/// written (a full disk: the job waits for disk with its errors kept, and writes them
+/// when it can).
 pub(super) fn write_invalid(
     dir: &Path,
     path: &Path,
     problems: &[archplace_spec::Diagnostic],
-) -> String {
+) -> Result<String, String> {
     let n = problems.len();
     let first = problems
         .first()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let mut message = format!("{n} error(s) in the spec; first: {first}");
-    if let Err(e) = archplace_job::folder::write_error(
+    let message = format!("{n} error(s) in the spec; first: {first}");
+    match archplace_job::folder::write_error(
         dir,
         path,
         serde_json::to_value(problems).unwrap_or_default(),
     ) {
-        message.push_str(&format!(" ({e})"));
+        Ok(()) => Ok(message),
+        Err(e) => Err(format!("{message} ({e})")),
     }
-    message
 }
 
 /// A job's name and result folder before its spec is read: the file's stem, and
@@ -202,29 +203,60 @@ fn provisional(s: &Shared, path: &Path, hash: &str) -> (String, PathBuf) {
 }
 
 /// Records the content `hash` of `path` as `invalid` with `problems`: `error.json` in its
-/// result folder (the problems also in the job's message, should the file not be
-/// writable), a log line, and the finished-searches counter's `invalid`.
+/// result folder, a log line, and the finished-searches counter's `invalid`. When the file
+/// cannot be written the job is `waiting_for_disk`, its message the first problem and why,
+/// and the problems are kept to be written when the disk lets them ([`retry_due`]).
 fn record_invalid(s: &Shared, path: &Path, hash: &str, problems: Vec<archplace_spec::Diagnostic>) {
     let (name, result_dir) = provisional(s, path, hash);
-    let message = write_invalid(&result_dir, path, &problems);
-    tracing::info!(file = %path.display(), hash, state = "invalid", "spec refused: {message}");
-    let labels = SpecLabels {
-        spec: name.clone(),
-        file: file_name(path),
-    };
-    s.state().store.put(Job {
+    let written = write_invalid(&result_dir, path, &problems);
+    let mut job = Job {
         hash: hash.to_string(),
         file: path.to_path_buf(),
-        name,
+        name: name.clone(),
         state: JobState::Invalid,
         attempts: 0,
         interrupted: 0,
         journal_candidates: 0,
-        message: Some(message),
+        message: None,
         result_dir,
         updated_unix_seconds: 0.0,
-    });
-    s.metrics.search_ended(&labels, "invalid", 0.0);
+    };
+    match written {
+        Ok(message) => {
+            tracing::info!(file = %path.display(), hash, state = "invalid", "spec refused: {message}");
+            job.message = Some(message);
+            s.state().store.put(job);
+            let labels = SpecLabels {
+                spec: name,
+                file: file_name(path),
+            };
+            s.metrics.search_ended(&labels, "invalid", 0.0);
+        }
+        Err(message) => {
+            let queued = Queued {
+                hash: hash.to_string(),
+                path: path.to_path_buf(),
+                bytes: Vec::new(),
+                finished: None,
+                problems: Some(problems),
+            };
+            wait_for_disk(s, job, queued, &message);
+        }
+    }
+}
+
+/// Puts `job` in state `waiting_for_disk` with `why` (what could not be written), to be
+/// tried again as `queued` (its finished search or its problems kept) after
+/// `retry_seconds`; a log line says so.
+pub(super) fn wait_for_disk(s: &Shared, mut job: Job, queued: Queued, why: &str) {
+    let retry_seconds = s.live().retry_seconds;
+    let after = archplace_util::duration::interval(retry_seconds);
+    tracing::warn!(file = %job.file.display(), hash = %job.hash, state = "waiting_for_disk", retry_seconds, "cannot write its files; waiting for disk space: {why}");
+    job.state = JobState::WaitingForDisk;
+    job.message = Some(format!("{why}; trying again in {retry_seconds} s"));
+    let mut state = s.state();
+    state.store.put(job);
+    state.retries.push((Instant::now() + after, queued));
 }
 
 /// Jobs requeued after a restart whose spec is no longer in the folder are cancelled.
@@ -323,7 +355,7 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
             }
             return true;
         }
-        Some(JobState::Running) => {
+        Some(JobState::Running | JobState::WaitingForDisk) => {
             renamed(&mut state, existing.as_ref(), path);
             return true;
         }
@@ -360,6 +392,7 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
         path: path.to_path_buf(),
         bytes,
         finished: None,
+        problems: None,
     });
     s.wake.notify_one();
     true
@@ -389,6 +422,7 @@ pub fn release(s: &Shared, files: &Files, hash: &str, why: &str) {
     }
     let mut state = s.state();
     state.queue.retain(|x| x.hash != hash);
+    state.retries.retain(|(_, x)| x.hash != hash);
     if let Some(run) = state.running.get_mut(hash) {
         run.reason = Some(why.to_string());
         run.flag.store(true, Ordering::Relaxed);
@@ -398,7 +432,7 @@ pub fn release(s: &Shared, files: &Files, hash: &str, why: &str) {
     if state
         .store
         .get(hash)
-        .is_some_and(|j| j.state == JobState::Queued)
+        .is_some_and(|j| matches!(j.state, JobState::Queued | JobState::WaitingForDisk))
     {
         state
             .store
@@ -406,24 +440,52 @@ pub fn release(s: &Shared, files: &Files, hash: &str, why: &str) {
     }
 }
 
-/// Queues the searches whose retry time has come (if their spec is still wanted).
+/// The jobs `waiting_for_disk` whose time has come (if their spec is still wanted): an
+/// invalid spec's errors are written here, at once; a search's results are queued for a
+/// worker, which writes them without searching again.
 pub fn retry_due(s: &Shared) {
-    let mut state = s.state();
-    let now = Instant::now();
-    let (due, later): (Vec<_>, Vec<_>) = state.retries.drain(..).partition(|(t, _)| *t <= now);
-    state.retries = later;
-    for (_, q) in due {
-        if state
-            .store
-            .get(&q.hash)
-            .is_none_or(|j| j.state != JobState::Failed)
-        {
+    let due: Vec<Queued> = {
+        let mut state = s.state();
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = state.retries.drain(..).partition(|(t, _)| *t <= now);
+        state.retries = later;
+        due.into_iter()
+            .map(|(_, q)| q)
+            .filter(|q| {
+                state
+                    .store
+                    .get(&q.hash)
+                    .is_some_and(|j| j.state == JobState::WaitingForDisk)
+            })
+            .collect()
+    };
+    for q in due {
+        if let Some(problems) = &q.problems {
+            let Some(job) = s.state().store.get(&q.hash).cloned() else {
+                continue;
+            };
+            // Outside the state's lock: the file is written, then the job recorded.
+            match write_invalid(&job.result_dir, &q.path, problems) {
+                Ok(message) => {
+                    tracing::info!(file = %q.path.display(), hash = %q.hash, state = "invalid", "its error.json is written now: {message}");
+                    let labels = SpecLabels {
+                        spec: job.name.clone(),
+                        file: file_name(&q.path),
+                    };
+                    s.state()
+                        .store
+                        .set(&q.hash, JobState::Invalid, Some(message));
+                    s.metrics.search_ended(&labels, "invalid", 0.0);
+                }
+                Err(why) => wait_for_disk(s, job, q, &why),
+            }
             continue;
         }
+        let mut state = s.state();
         state
             .store
             .set(&q.hash, JobState::Queued, Some("retrying".into()));
-        tracing::info!(hash = %q.hash, "retrying a search whose results could not be written");
+        tracing::info!(hash = %q.hash, "writing the results of a search again");
         state.queue.push_back(q);
         s.wake.notify_one();
     }

@@ -18,6 +18,11 @@ pub enum JobState {
     /// retried; apart from `Failed`, which is a search that started and could not finish.
     Invalid,
     Cancelled,
+    /// Its results (or an invalid spec's `error.json`) could not be written — a full disk,
+    /// something in the way: written again every `retry_seconds` without searching again
+    /// (the finished search is kept in memory, or resumed from its journal after a
+    /// restart), then `done` (or `invalid`).
+    WaitingForDisk,
 }
 
 impl JobState {
@@ -29,6 +34,7 @@ impl JobState {
             JobState::Failed => "failed",
             JobState::Invalid => "invalid",
             JobState::Cancelled => "cancelled",
+            JobState::WaitingForDisk => "waiting_for_disk",
         }
     }
 

@@ -205,7 +205,12 @@ fn recover(store: &mut JobStore) {
     let interrupted: Vec<jobs::Job> = store
         .jobs
         .values()
-        .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
+        .filter(|j| {
+            matches!(
+                j.state,
+                JobState::Queued | JobState::Running | JobState::WaitingForDisk
+            )
+        })
         .cloned()
         .collect();
     for mut job in interrupted {
@@ -236,6 +241,10 @@ fn recover(store: &mut JobStore) {
                 job.message = Some("requeued after a restart".into());
             }
         } else {
+            // Queued, or waiting for disk: what was kept in memory is gone; the search
+            // resumes from its journal (its candidates are not evaluated again) and an
+            // invalid spec is read again, then their files are written.
+            job.state = JobState::Queued;
             job.message = Some("requeued after a restart".into());
         }
         store.put(job);
@@ -386,6 +395,7 @@ fn update_metrics(s: &Shared, m: &Metrics) {
         JobState::Failed,
         JobState::Invalid,
         JobState::Cancelled,
+        JobState::WaitingForDisk,
     ];
     let counts: Vec<(JobState, usize)> = states
         .iter()
@@ -399,6 +409,9 @@ fn update_metrics(s: &Shared, m: &Metrics) {
         "{} running, {} queued, {} done, {} failed",
         counts[1].1, counts[0].1, counts[2].1, counts[3].1
     );
+    if counts[6].1 > 0 {
+        status.push_str(&format!(", {} waiting for disk", counts[6].1));
+    }
     for (hash, p) in &state.progress {
         if state.running.contains_key(hash) {
             status.push_str(&format!(

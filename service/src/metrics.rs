@@ -30,14 +30,16 @@ pub const WASMTIME_VERSION: &str = "48.0.8";
 
 /// Job states, as exported in `archplace_specs{state}`.
 /// `invalid`: a spec with errors (never searched); `failed`: a search that started and
-/// could not finish.
-pub const STATES: [&str; 6] = [
+/// could not finish; `waiting_for_disk`: its results or errors could not be written, and
+/// are written again every `retry_seconds`.
+pub const STATES: [&str; 7] = [
     "queued",
     "running",
     "done",
     "failed",
     "invalid",
     "cancelled",
+    "waiting_for_disk",
 ];
 /// Why an entry of the spec folder is not read as a spec, as exported in
 /// `archplace_specs_skipped_total{reason}` (each series from the start, at 0).
@@ -53,8 +55,16 @@ pub const SKIP_REASONS: [&str; 6] = [
 /// How a search ends, as exported in `archplace_searches_finished_total{outcome}`.
 /// `invalid`: the spec never started (its errors are in `error.json`); `failed`: a search
 /// that started and could not finish; `interrupted`: stopped by the daemon's shutdown,
-/// searched again at the next start.
-pub const OUTCOMES: [&str; 5] = ["done", "invalid", "failed", "cancelled", "interrupted"];
+/// searched again at the next start; `waiting_for_disk`: found, but its files could not be
+/// written (they are, later, without searching again).
+pub const OUTCOMES: [&str; 6] = [
+    "done",
+    "invalid",
+    "failed",
+    "cancelled",
+    "interrupted",
+    "waiting_for_disk",
+];
 /// Why the spec folder was scanned, as exported in `archplace_rescans_total{reason}`.
 pub const RESCAN_REASONS: [&str; 6] = [
     "start",

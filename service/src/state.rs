@@ -22,6 +22,9 @@ pub struct Queued {
     /// A search that finished but whose results could not be written (a full disk): the
     /// retry writes them, and does not search again.
     pub finished: Option<Arc<archplace_job::Finished>>,
+    /// An invalid spec whose `error.json` could not be written: its errors, which the
+    /// retry writes (without reading or validating the spec again).
+    pub problems: Option<Vec<archplace_spec::Diagnostic>>,
 }
 
 /// A running search's cancel flag, and why it was set (none: shutdown).
@@ -47,7 +50,7 @@ pub struct State {
     pub running: HashMap<String, Running>,
     /// Progress of running searches by hash.
     pub progress: HashMap<String, Progress>,
-    /// Searches to try again (their results could not be written), with when.
+    /// Jobs `waiting_for_disk`: results or errors to write again, with when.
     pub retries: Vec<(Instant, Queued)>,
     /// Folder entries reported as skipped (each is logged once, not at every scan).
     pub skipped: std::collections::BTreeSet<std::path::PathBuf>,

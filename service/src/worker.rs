@@ -53,14 +53,28 @@ pub fn run(s: &Shared) {
             }
             Outcome::Failed(m) => (JobState::Failed, Some(m)),
             Outcome::Invalid(m) => (JobState::Invalid, Some(m)),
-            Outcome::RetryLater(m, finished) => {
+            Outcome::RetryLater(m, kept) => {
                 let retry_seconds = s.live().retry_seconds;
                 let after = archplace_util::duration::interval(retry_seconds);
+                tracing::warn!(
+                    state = "waiting_for_disk",
+                    retry_seconds,
+                    "cannot write its files; waiting for disk space: {m}"
+                );
                 // The retry writes what was found; it does not search again.
-                let next = Queued { finished, ..next };
+                let next = match kept {
+                    Kept::Finished(f) => Queued {
+                        finished: Some(f),
+                        ..next
+                    },
+                    Kept::Problems(p) => Queued {
+                        problems: Some(p),
+                        ..next
+                    },
+                };
                 s.state().retries.push((Instant::now() + after, next));
                 (
-                    JobState::Failed,
+                    JobState::WaitingForDisk,
                     Some(format!("{m}; trying again in {retry_seconds} s")),
                 )
             }
@@ -134,9 +148,9 @@ enum Outcome {
     /// The spec never started: it is invalid (located errors in `error.json`) — the
     /// submitter's to fix, not the operator's, so counted apart from failed searches.
     Invalid(String),
-    /// The search ran but its results could not be written: failed now, written later
-    /// (the finished search kept for that).
-    RetryLater(String, Option<Arc<archplace_job::Finished>>),
+    /// The search ran (or the spec was found invalid) but its files could not be written:
+    /// waiting for disk, written later from what is kept.
+    RetryLater(String, Kept),
     Cancelled,
 }
 
@@ -260,6 +274,10 @@ fn search(
     cancel: &Arc<AtomicBool>,
     labels: &mut SpecLabels,
 ) -> Outcome {
+    // An invalid spec's errors waiting for disk: written, not read again.
+    if let Some(problems) = &q.problems {
+        return invalid(q, problems.clone(), &job.result_dir);
+    }
     let spec = match parse(q, &job.result_dir, &s.host, cancel) {
         Ok(spec) => spec,
         Err(outcome) => return outcome,
@@ -372,11 +390,22 @@ fn parse(
         .map_err(|diags| invalid(q, diags, dir))
 }
 
-/// The invalid spec `q`'s located errors, written to `dir/error.json`. Invalid whether or
-/// not the file could be written (a full disk): the job's message keeps the first error
-/// and says why `error.json` is missing.
+/// What a job waiting for disk keeps, to write when it can.
+enum Kept {
+    /// The finished search (its results).
+    Finished(Arc<archplace_job::Finished>),
+    /// An invalid spec's located errors.
+    Problems(Vec<archplace_spec::Diagnostic>),
+}
+
+/// The invalid spec `q`'s located errors, written to `dir/error.json`; when the file cannot
+/// be written (a full disk) the job waits for disk with the errors kept, its message the
+/// first error and why `error.json` is missing.
 fn invalid(q: &Queued, diags: Vec<archplace_spec::Diagnostic>, dir: &Path) -> Outcome {
-    Outcome::Invalid(super::intake::write_invalid(dir, &q.path, &diags))
+    match super::intake::write_invalid(dir, &q.path, &diags) {
+        Ok(message) => Outcome::Invalid(message),
+        Err(message) => Outcome::RetryLater(message, Kept::Problems(diags)),
+    }
 }
 
 /// Writes the result files of `finished` into `dir` (`status` told when they are): done,
@@ -407,7 +436,7 @@ fn written(dir: &Path, status: impl Fn(&str), finished: Arc<archplace_job::Finis
         }
         Err(e) => {
             tracing::error!(error = %e, "cannot write the results");
-            Outcome::RetryLater(e.to_string(), Some(finished))
+            Outcome::RetryLater(e.to_string(), Kept::Finished(finished))
         }
     }
 }

@@ -15,6 +15,7 @@
 //! | `wrong-interface-version` | exports `archplace:cost-model@2.0.0`                  |
 //! | `missing-export`          | exports `archplace:cost-model/model` without `info`   |
 //! | `memory-over-latency`     | says an operator's memory time exceeds its time       |
+//! | `area-nan`                | `area` returns NaN µm² (its latency is honest)        |
 //! | `future-minor`            | well-behaved, but built for interface 1.2.0 (loads)   |
 //! | `interface-1-0`           | well-behaved, built for interface 1.0.0 (loads; no    |
 //! |                           | memory times)                                         |
@@ -30,6 +31,7 @@
     feature = "wrong-count",
     feature = "enormous-output",
     feature = "memory-over-latency",
+    feature = "area-nan",
 ))]
 mod misbehaving {
     use archplace_plugin_sdk::{
@@ -53,6 +55,8 @@ mod misbehaving {
         "hostile-wrong-count"
     } else if cfg!(feature = "memory-over-latency") {
         "hostile-memory-over-latency"
+    } else if cfg!(feature = "area-nan") {
+        "hostile-area-nan"
     } else {
         "hostile-enormous-output"
     };
@@ -73,10 +77,13 @@ mod misbehaving {
             &self,
             configs: &[AcceleratorConfig],
         ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
-            Ok(configs
-                .iter()
-                .map(|c| Ok(1e6 * f64::from(c.tensor_cores + c.vector_cores)))
-                .collect())
+            let honest = |c: &AcceleratorConfig| 1e6 * f64::from(c.tensor_cores + c.vector_cores);
+            let area = if cfg!(feature = "area-nan") {
+                |_: &AcceleratorConfig| f64::NAN
+            } else {
+                honest
+            };
+            Ok(configs.iter().map(|c| Ok(area(c))).collect())
         }
 
         fn latency(&self, _core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
