@@ -70,6 +70,21 @@ fn estimate_agrees(base: &toml::Table, chip: toml::Table, line: &Value, what: &s
     assert!(plan.is_object(), "{what}: the plan has no [plan]: {line}");
     let mut spec = base.clone();
     spec.remove("search");
+    // `estimate` takes one model: the plan's (by its name, or its preset's).
+    if let Some(models) = spec.get_mut("models").and_then(|m| m.as_array_mut()) {
+        models.retain(|m| {
+            m.get("name")
+                .or_else(|| m.get("preset"))
+                .and_then(|v| v.as_str())
+                == line["model"].as_str()
+        });
+        assert_eq!(
+            models.len(),
+            1,
+            "{what}: the plan's model {}",
+            line["model"]
+        );
+    }
     spec.insert("accelerator".into(), toml::Value::Table(chip));
     spec.insert("plan".into(), toml::Value::Table(plan_table(plan)));
     let (_dir, path) = temp_spec("estimate.toml", &toml::to_string(&spec).unwrap());
@@ -192,6 +207,7 @@ examples! {
     gpu_like: "gpu-like",
     llama2_70b: "llama2-70b",
     llama2_7b: "llama2-7b",
+    llama3: "llama3",
     megatron_gpt2_2_5b: "megatron-gpt2-2.5b",
     megatron_gpt2_8_3b: "megatron-gpt2-8.3b",
     opt_1_3b: "opt-1.3b",

@@ -325,7 +325,9 @@ fn model_prints_tables_and_json() {
     assert!(o.status.success(), "{o:?}");
     let out = stdout(&o);
     assert!(
-        out.contains("bert-large — micro-batch 4, tensor-parallel width 1"),
+        out.contains(
+            "bert-large — 335,143,938 parameters in all, 335,143,938 active per token; micro-batch 4, tensor-parallel width 1"
+        ),
         "{out}"
     );
     assert!(out.contains("335,143,938"), "{out}");
@@ -1179,6 +1181,37 @@ fn explain_says_why_the_winner_wins() {
     let o = run(&["explain", dir.path().to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("result.json"), "{}", stderr(&o));
+}
+
+/// `archplace model --preset NAME` shows a preset without a spec, with its parameters in
+/// all and per token; `--preset list` lists every preset; an unknown one is refused with
+/// the list.
+#[test]
+fn model_shows_a_preset_and_lists_them_all() {
+    let _gate = crate::util::shared();
+    let o = run(&["model", "--preset", "llama3-70b"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "llama3-70b — 70,553,706,496 parameters in all, 70,553,706,496 active per token"
+        ),
+        "{text}"
+    );
+    let o = run(&["model", "--preset", "list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 12, "{rows:?}");
+    let l405 = rows.iter().find(|r| r["preset"] == "llama3-405b").unwrap();
+    assert_eq!(l405["parameters_total"], 405_853_388_800u64, "{l405}");
+    assert_eq!(l405["seq_len"], 8192, "{l405}");
+    let o = run(&["model", "--preset", "llama4"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no model preset `llama4`; presets: bert-large"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `archplace model --ops` lists a block's operators in words with FLOPs and bytes, and the

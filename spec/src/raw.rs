@@ -210,8 +210,8 @@ pub enum RawHead {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
-    /// One of: bert-large, gpt2-xl, opt-350m, opt-1.3b, llama2-7b, llama2-70b,
-    /// megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
+    /// One of: bert-large, gpt2-xl, opt-350m, opt-1.3b, llama2-7b, llama2-70b, llama3-8b,
+    /// llama3-70b, llama3-405b, megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
     pub preset: Option<String>,
     /// Display name (default: the preset's).
     pub name: Option<String>,

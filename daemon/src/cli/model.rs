@@ -2,7 +2,9 @@
 
 use super::{Exit, load_spec, print_json, thousands};
 use anyhow::{Result, bail};
-use archplace_engine::model::{BuildOptions, Core, Layer, ModelGraph, build};
+use archplace_engine::model::{
+    BuildOptions, Core, Layer, ModelConfig, ModelGraph, PRESETS, build, preset,
+};
 use archplace_plugin_sdk::units::format_bytes;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -44,6 +46,11 @@ struct ModelReport {
     model: String,
     micro_batch: u64,
     tensor_parallel: u64,
+    /// The whole model's parameters (on one rank without tensor parallelism), tied copies
+    /// counted once.
+    parameters_total: u64,
+    /// Those each token passes through: all of a dense model's.
+    parameters_active: u64,
     layers: Vec<LayerRow>,
     totals: Totals,
 }
@@ -71,7 +78,7 @@ fn row(l: &Layer, count: u64) -> LayerRow {
     }
 }
 
-fn report(g: &ModelGraph) -> ModelReport {
+fn report(g: &ModelGraph, whole: u64) -> ModelReport {
     let layers = vec![
         row(&g.embedding, 1),
         row(&g.block, g.blocks),
@@ -89,6 +96,8 @@ fn report(g: &ModelGraph) -> ModelReport {
         model: g.model.clone(),
         micro_batch: g.micro_batch,
         tensor_parallel: g.tensor_parallel,
+        parameters_total: whole,
+        parameters_active: whole,
         layers,
         totals,
     }
@@ -100,8 +109,10 @@ fn ops_text(c: &OpCounts) -> String {
 
 fn print_table(r: &ModelReport) -> std::io::Result<()> {
     outln!(
-        "{} — micro-batch {}, tensor-parallel width {} (per rank)",
+        "{} — {} parameters in all, {} active per token; micro-batch {}, tensor-parallel width {} (per rank)",
         r.model,
+        thousands(r.parameters_total),
+        thousands(r.parameters_active),
         r.micro_batch,
         r.tensor_parallel
     )?;
@@ -152,6 +163,10 @@ fn print_table(r: &ModelReport) -> std::io::Result<()> {
 pub struct ModelArgs {
     /// Spec file; the embedded default spec when omitted.
     pub spec: Option<PathBuf>,
+    /// A model preset instead of a spec's models (e.g. `llama3-70b`), with 2-byte
+    /// elements; `archplace model --preset list` lists them.
+    #[arg(long, conflicts_with = "spec")]
+    pub preset: Option<String>,
     /// Micro-batch size (default: the spec's smallest).
     #[arg(long)]
     pub micro_batch: Option<u64>,
@@ -268,35 +283,127 @@ fn print_ops(b: &BlockOps<'_>) -> std::io::Result<()> {
     Ok(())
 }
 
-pub fn run(args: &ModelArgs) -> Result<Exit> {
-    let (micro_batch, json) = (args.micro_batch, args.json);
-    let spec = load_spec(args.spec.as_deref(), None)?;
-    let b = match micro_batch {
+/// The models `args` names — a preset, or a spec's — with the micro-batch (the spec's
+/// smallest unless given), the element size and the link bandwidth to build them with.
+fn models(args: &ModelArgs) -> Result<(Vec<ModelConfig>, u64, u64, u64)> {
+    let b = match args.micro_batch {
         Some(0) => bail!("--micro-batch must be at least 1"),
-        Some(b) => b,
-        None => spec
-            .training
+        b => b,
+    };
+    if let Some(name) = &args.preset {
+        let Some(cfg) = preset(name) else {
+            bail!("no model preset `{name}`; presets: {}", PRESETS.join(", "));
+        };
+        return Ok((vec![cfg], b.unwrap_or(1), 2, 4 << 30));
+    }
+    let spec = load_spec(args.spec.as_deref(), None)?;
+    let b = b.unwrap_or_else(|| {
+        spec.training
             .micro_batch_sizes
             .iter()
             .copied()
             .min()
-            .unwrap_or(1),
-    };
-    let mut graphs = Vec::new();
-    for m in &spec.models {
-        for t in m.config.tensor_parallel_widths() {
+            .unwrap_or(1)
+    });
+    Ok((
+        spec.models.iter().map(|m| m.config.clone()).collect(),
+        b,
+        spec.training.bytes_per_element,
+        spec.cluster.link_bytes_per_second as u64,
+    ))
+}
+
+/// One preset for `--preset list`.
+#[derive(Serialize)]
+struct PresetRow {
+    preset: &'static str,
+    parameters_total: u64,
+    parameters_active: u64,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    seq_len: u64,
+}
+
+/// `archplace model --preset list`: every preset with its parameter counts and shape.
+fn list_presets(json: bool) -> Result<Exit> {
+    let rows: Vec<PresetRow> = PRESETS
+        .iter()
+        .filter_map(|&name| {
+            let cfg = preset(name)?;
             let opts = BuildOptions {
-                micro_batch: b,
-                tensor_parallel: t,
-                bytes_per_element: spec.training.bytes_per_element,
-                link_bytes_per_second: spec.cluster.link_bytes_per_second as u64,
+                micro_batch: 1,
+                tensor_parallel: 1,
+                bytes_per_element: 2,
+                link_bytes_per_second: 4 << 30,
                 sequence_parallel: false,
             };
-            graphs.push(build(&m.config, &opts));
+            let total = build(&cfg, &opts).parameters_per_rank();
+            Some(PresetRow {
+                preset: name,
+                parameters_total: total,
+                parameters_active: total,
+                layers: cfg.layers,
+                hidden: cfg.hidden,
+                heads: cfg.heads,
+                kv_heads: cfg.kv_heads,
+                seq_len: cfg.seq_len,
+            })
+        })
+        .collect();
+    if json {
+        print_json(&rows)?;
+        return Ok(Exit::Success);
+    }
+    outln!(
+        "  {:<20} {:>19} {:>19} {:>6} {:>7} {:>11} {:>7}",
+        "preset",
+        "parameters",
+        "active per token",
+        "layers",
+        "hidden",
+        "heads (kv)",
+        "tokens"
+    )?;
+    for r in &rows {
+        outln!(
+            "  {:<20} {:>19} {:>19} {:>6} {:>7} {:>11} {:>7}",
+            r.preset,
+            thousands(r.parameters_total),
+            thousands(r.parameters_active),
+            r.layers,
+            r.hidden,
+            format!("{} ({})", r.heads, r.kv_heads),
+            r.seq_len
+        )?;
+    }
+    Ok(Exit::Success)
+}
+
+pub fn run(args: &ModelArgs) -> Result<Exit> {
+    let json = args.json;
+    if args.preset.as_deref() == Some("list") {
+        return list_presets(json);
+    }
+    let (configs, b, e, link) = models(args)?;
+    let mut graphs = Vec::new();
+    let mut whole = Vec::new();
+    for cfg in &configs {
+        let opts = |t: u64| BuildOptions {
+            micro_batch: b,
+            tensor_parallel: t,
+            bytes_per_element: e,
+            link_bytes_per_second: link,
+            sequence_parallel: false,
+        };
+        let total = build(cfg, &opts(1)).parameters_per_rank();
+        for t in cfg.tensor_parallel_widths() {
+            graphs.push(build(cfg, &opts(t)));
+            whole.push(total);
         }
     }
     if args.ops {
-        let e = spec.training.bytes_per_element;
         let blocks: Vec<BlockOps<'_>> = graphs.iter().map(|g| block_ops(g, e)).collect();
         if json {
             print_json(&blocks)?;
@@ -307,7 +414,11 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
         }
         return Ok(Exit::Success);
     }
-    let reports: Vec<ModelReport> = graphs.iter().map(report).collect();
+    let reports: Vec<ModelReport> = graphs
+        .iter()
+        .zip(whole)
+        .map(|(g, total)| report(g, total))
+        .collect();
     if json {
         print_json(&reports)?;
     } else {

@@ -82,13 +82,16 @@ pub struct ModelConfig {
 }
 
 /// Names of all presets, in the order the docs list them.
-pub const PRESETS: [&str; 9] = [
+pub const PRESETS: [&str; 12] = [
     "bert-large",
     "gpt2-xl",
     "opt-350m",
     "opt-1.3b",
     "llama2-7b",
     "llama2-70b",
+    "llama3-8b",
+    "llama3-70b",
+    "llama3-405b",
     "megatron-gpt2-2.5b",
     "megatron-gpt2-8.3b",
     "gpt3-175b",
@@ -163,6 +166,17 @@ fn llama(
     }
 }
 
+/// A Llama 3 shape: the Llama recipe with its 128,256-row vocabulary and 8,192-token
+/// sequences.
+fn llama3(name: &str, shape: LlamaShape) -> ModelConfig {
+    ModelConfig {
+        vocab: 128256,
+        seq_len: 8192,
+        max_positions: 8192,
+        ..llama(name, shape, 8)
+    }
+}
+
 /// The preset called `name`, if there is one.
 pub fn preset(name: &str) -> Option<ModelConfig> {
     Some(match name {
@@ -198,6 +212,13 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         },
         "llama2-7b" => llama("llama2-7b", (32, 4096, 32, 32, 11008), 8),
         "llama2-70b" => llama("llama2-70b", (80, 8192, 64, 8, 28672), 8),
+        // Dubey et al. 2024 ("The Llama 3 Herd of Models"), Table 3: 32/80/126 layers,
+        // model dimension 4,096/8,192/16,384, FFN 14,336/28,672/53,248, 32/64/128 heads with 8
+        // key/value heads, a 128,000-token vocabulary (128,256 rows in the released
+        // checkpoints, as counted here), untied; pre-trained at 8,192 tokens.
+        "llama3-8b" => llama3("llama3-8b", (32, 4096, 32, 8, 14336)),
+        "llama3-70b" => llama3("llama3-70b", (80, 8192, 64, 8, 28672)),
+        "llama3-405b" => llama3("llama3-405b", (126, 16384, 128, 8, 53248)),
         "megatron-gpt2-2.5b" => megatron("megatron-gpt2-2.5b", 54, 1920, 20, 1024, 4),
         "megatron-gpt2-8.3b" => megatron("megatron-gpt2-8.3b", 72, 3072, 24, 1024, 8),
         "gpt3-175b" => megatron("gpt3-175b", 96, 12288, 96, 2048, 8),

@@ -67,6 +67,11 @@ mod tests {
             ("gpt3-175b", 174.6e9),  // Brown et al. 2020
             ("llama2-7b", 6.74e9),   // Touvron et al. 2023
             ("llama2-70b", 68.98e9), // Touvron et al. 2023
+            // Meta's model cards for Llama 3 8B and 70B (8.03 B, 70.6 B) and Dubey et al.
+            // 2024 for Llama 3.1 405B (405 B).
+            ("llama3-8b", 8.03e9),
+            ("llama3-70b", 70.6e9),
+            ("llama3-405b", 405e9),
             ("bert-large", 335.1e6), // Devlin et al. 2019, with the pooler
             ("gpt2-xl", 1.558e9),
             ("opt-350m", 331e6), // Zhang et al. 2022
