@@ -985,7 +985,9 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     let pl = &input.plan;
     let t = pl.tensor_parallel as f64;
     let total_micro_batches = (input.global_batch / pl.micro_batch) as f64;
-    let model_flops = g.matmul_flops_per_micro_batch(false) * t * total_micro_batches;
+    let per_micro_batch = t * total_micro_batches;
+    let model_flops = g.model_flops_per_micro_batch() * per_micro_batch;
+    let run_flops = g.matmul_flops_per_micro_batch(false) * per_micro_batch;
     let again = match pl.recomputation {
         Recomputation::None => 0.0,
         Recomputation::Selective => g
@@ -998,7 +1000,7 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
             .sum(),
         Recomputation::Full => g.block.forward.matmul_flops(),
     };
-    let hardware_flops = model_flops + again * g.blocks as f64 * t * total_micro_batches;
+    let hardware_flops = run_flops + again * g.blocks as f64 * per_micro_batch;
     (model_flops, hardware_flops)
 }
 

@@ -388,6 +388,16 @@ pub fn op_words(op: &Op) -> String {
             format_bytes(*bytes),
             *link_bytes_per_second as f64 / 1e9
         ),
+        OpKind::Attention(a) => format!(
+            "fused attention, {} × {} heads ({} key/value) of {} tokens, head dim {}{} ({:.1} GFLOP)",
+            thousands(a.batch),
+            a.heads,
+            a.kv_heads,
+            thousands(a.seq),
+            a.head_dim,
+            if a.causal { ", causal" } else { "" },
+            a.flops(op.direction) / 1e9
+        ),
     };
     if !op.fused.is_empty() {
         let fused: Vec<String> = op

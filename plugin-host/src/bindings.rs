@@ -11,14 +11,14 @@ wasmtime::component::bindgen!({
 
 pub use self::archplace::cost_model::host::Level;
 pub use self::archplace::cost_model::types as wit;
-pub use self::exports::archplace::cost_model::{model, traffic};
+pub use self::exports::archplace::cost_model::{detail, model};
 use wasmtime::component::InstancePre;
 use wasmtime::{AsContextMut, Store};
 
-/// The name of the `traffic` interface (added in 1.1) in a component's exports.
-fn traffic_export() -> String {
+/// The name of the `detail` interface (added in 1.1) in a component's exports.
+fn detail_export() -> String {
     format!(
-        "{}/traffic@{}.{}.0",
+        "{}/detail@{}.{}.0",
         sdk::WIT_PACKAGE,
         sdk::INTERFACE_VERSION.0,
         sdk::INTERFACE_VERSION.1
@@ -26,12 +26,12 @@ fn traffic_export() -> String {
 }
 
 /// A component ready to instantiate, with the exports of the interface version it was
-/// built for: `model` always, `traffic` from 1.1 on. (The world's generated `CostModelPre`
+/// built for: `model` always, `detail` from 1.1 on. (The world's generated `CostModelPre`
 /// would demand every export of the newest minor version, refusing older plugins.)
 pub struct PluginPre<T: 'static> {
     pre: InstancePre<T>,
     model: model::GuestIndices,
-    traffic: Option<traffic::GuestIndices>,
+    detail: Option<detail::GuestIndices>,
 }
 
 impl<T: 'static> Clone for PluginPre<T> {
@@ -39,46 +39,47 @@ impl<T: 'static> Clone for PluginPre<T> {
         PluginPre {
             pre: self.pre.clone(),
             model: self.model.clone(),
-            traffic: self.traffic.clone(),
+            detail: self.detail.clone(),
         }
     }
 }
 
 impl<T: 'static> PluginPre<T> {
-    /// Finds the exports; `traffic` is looked for only when `with_traffic` (the plugin
+    /// Whether the plugin exports interface 1.1's `detail` (memory times, fused attention).
+    pub fn has_detail(&self) -> bool {
+        self.detail.is_some()
+    }
+
+    /// Finds the exports; `detail` is looked for only when `with_detail` (the plugin
     /// says it implements 1.1 or later, which has it), and must then be there.
-    pub fn new(pre: InstancePre<T>, with_traffic: bool) -> wasmtime::Result<Self> {
+    pub fn new(pre: InstancePre<T>, with_detail: bool) -> wasmtime::Result<Self> {
         let model = model::GuestIndices::new(&pre)?;
-        let traffic = if with_traffic {
+        let detail = if with_detail {
             if pre
                 .component()
-                .get_export_index(None, traffic_export())
+                .get_export_index(None, detail_export())
                 .is_none()
             {
                 return Err(wasmtime::format_err!(
                     "it implements interface 1.1 or later but does not export `{}`",
-                    traffic_export()
+                    detail_export()
                 ));
             }
-            Some(traffic::GuestIndices::new(&pre)?)
+            Some(detail::GuestIndices::new(&pre)?)
         } else {
             None
         };
-        Ok(PluginPre {
-            pre,
-            model,
-            traffic,
-        })
+        Ok(PluginPre { pre, model, detail })
     }
 
     pub fn instantiate(&self, store: &mut Store<T>) -> wasmtime::Result<Plugin> {
         let instance = self.pre.instantiate(store.as_context_mut())?;
         let model = self.model.load(store.as_context_mut(), &instance)?;
-        let traffic = match &self.traffic {
+        let detail = match &self.detail {
             Some(t) => Some(t.load(store.as_context_mut(), &instance)?),
             None => None,
         };
-        Ok(Plugin { model, traffic })
+        Ok(Plugin { model, detail })
     }
 }
 
@@ -86,7 +87,7 @@ impl<T: 'static> PluginPre<T> {
 pub struct Plugin {
     pub model: model::Guest,
     /// Interface 1.1's operator details; `None` for a plugin of interface 1.0.
-    pub traffic: Option<traffic::Guest>,
+    pub detail: Option<detail::Guest>,
 }
 
 pub fn info_from_wit(i: wit::PluginInfo) -> sdk::ModelInfo {
@@ -167,8 +168,34 @@ fn vector_kind_to_wit(k: sdk::VectorKind) -> wit::VectorKind {
     }
 }
 
-pub fn op_to_wit(o: &sdk::Op) -> wit::Op {
-    wit::Op {
+/// A fused attention kernel as `attention-detail` takes it; `None` for any other operator.
+pub fn attention_to_wit(o: &sdk::Op) -> Option<detail::Attention> {
+    let sdk::OpKind::Attention(a) = o.kind else {
+        return None;
+    };
+    Some(detail::Attention {
+        batch: a.batch,
+        heads: a.heads,
+        kv_heads: a.kv_heads,
+        seq: a.seq,
+        head_dim: a.head_dim,
+        value_dim: a.value_dim,
+        causal: a.causal,
+        direction: direction_to_wit(o.direction),
+    })
+}
+
+fn direction_to_wit(d: sdk::Direction) -> wit::Direction {
+    match d {
+        sdk::Direction::Forward => wit::Direction::Forward,
+        sdk::Direction::Backward => wit::Direction::Backward,
+    }
+}
+
+/// An operator as `latency` takes it; `None` for fused attention, which it cannot carry
+/// (`attention-detail` does).
+pub fn op_to_wit(o: &sdk::Op) -> Option<wit::Op> {
+    Some(wit::Op {
         kind: match o.kind {
             sdk::OpKind::Gemm(g) => wit::OpKind::Gemm(wit::Gemm {
                 batch: g.batch,
@@ -194,11 +221,9 @@ pub fn op_to_wit(o: &sdk::Op) -> wit::Op {
                 group,
                 link_bytes_per_second,
             }),
+            sdk::OpKind::Attention(_) => return None,
         },
-        direction: match o.direction {
-            sdk::Direction::Forward => wit::Direction::Forward,
-            sdk::Direction::Backward => wit::Direction::Backward,
-        },
+        direction: direction_to_wit(o.direction),
         fused: o
             .fused
             .iter()
@@ -207,7 +232,7 @@ pub fn op_to_wit(o: &sdk::Op) -> wit::Op {
                 elements: f.elements,
             })
             .collect(),
-    }
+    })
 }
 
 /// The plugin's error as the SDK's, with its message capped at `max_bytes` (the caller

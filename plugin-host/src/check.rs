@@ -42,8 +42,8 @@ pub fn golden_configs() -> Vec<AcceleratorConfig> {
     v
 }
 
-/// The golden batch's tensor-core operators (GEMMs, some with fused epilogues, and an
-/// all-reduce).
+/// The golden batch's tensor-core operators (GEMMs, some with fused epilogues, an
+/// all-reduce, and a causal grouped-query fused attention kernel both ways).
 pub fn golden_tensor_ops() -> Vec<Op> {
     let mut ops = Vec::new();
     for (batch, m, n, k) in [
@@ -91,6 +91,21 @@ pub fn golden_tensor_ops() -> Vec<Op> {
         direction: Direction::Forward,
         fused: vec![],
     });
+    for direction in [Direction::Forward, Direction::Backward] {
+        ops.push(Op {
+            kind: OpKind::Attention(archplace_plugin_sdk::Attention {
+                batch: 1,
+                heads: 32,
+                kv_heads: 8,
+                seq: 4096,
+                head_dim: 128,
+                value_dim: 128,
+                causal: true,
+            }),
+            direction,
+            fused: vec![],
+        });
+    }
     ops
 }
 

@@ -10,7 +10,7 @@ use crate::memo::Memo;
 use crate::store::{Slot, State, arm, classify, new_store};
 use archplace_plugin_sdk::{
     AcceleratorConfig, AreaModel, CoreConfig, EstimateError, LatencyModel, ModelInfo, Op, OpCost,
-    Parameter, ParameterError,
+    OpKind, Parameter, ParameterError,
 };
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -371,30 +371,64 @@ impl Session {
         }
     }
 
-    /// Latency without the memo (benchmarks, `plugin check`).
+    /// Latency without the memo (benchmarks, `plugin check`): fused attention kernels asked
+    /// of `attention-detail` (a plugin of interface 1.0: their unfused operators, one after
+    /// another), the other operators of `latency-detail` (1.0: `latency`).
     pub fn latency_uncached(
         &self,
         core: &CoreConfig,
         ops: &[Op],
     ) -> Result<Vec<OpCost>, EstimateError> {
+        let is_attention = |op: &Op| matches!(op.kind, OpKind::Attention(_));
+        if !ops.iter().any(is_attention) {
+            return self.operators(core, ops);
+        }
+        let (attention, plain): (Vec<usize>, Vec<usize>) =
+            (0..ops.len()).partition(|&i| is_attention(&ops[i]));
+        let pick = |idx: &[usize]| -> Vec<Op> { idx.iter().map(|&i| ops[i].clone()).collect() };
+        let (a_ops, p_ops) = (pick(&attention), pick(&plain));
+        let p_costs = self.operators(core, &p_ops)?;
+        let a_costs = if self.loaded.pre.has_detail() {
+            self.attention(core, &a_ops)?
+        } else {
+            archplace_plugin_sdk::unfused_attention(&a_ops, |parts| self.operators(core, parts))?
+        };
+        let mut out = vec![OpCost::new(0.0, 0.0); ops.len()];
+        for (i, c) in attention
+            .into_iter()
+            .zip(a_costs)
+            .chain(plain.into_iter().zip(p_costs))
+        {
+            out[i] = c;
+        }
+        Ok(out)
+    }
+
+    /// `latency-detail` (or 1.0's `latency`) of operators that are not fused attention.
+    fn operators(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
         let wcore = bindings::core_to_wit(core);
-        let wops: Vec<wit::Op> = ops.iter().map(bindings::op_to_wit).collect();
+        let wops: Vec<wit::Op> = ops.iter().filter_map(bindings::op_to_wit).collect();
+        if wops.len() != ops.len() {
+            return Err(EstimateError::Internal(
+                "fused attention asked as a plain operator".into(),
+            ));
+        }
         let n = ops.len();
         // Interface 1.1's `latency-detail` where the plugin has it (one call gives the
         // memory times too), else 1.0's `latency`.
         let r = self.call(
             "latency",
             n,
-            |store, plugin| match &plugin.traffic {
+            |store, plugin| match &plugin.detail {
                 Some(t) => t.call_latency_detail(store, wcore, &wops),
                 None => plugin.model.call_latency(store, wcore, &wops).map(|r| {
                     r.map(|costs| {
                         costs
                             .into_iter()
-                            .map(|c| bindings::traffic::OpDetail {
+                            .map(|c| bindings::detail::OpDetail {
                                 seconds: c.seconds,
                                 joules: c.joules,
                                 memory_seconds: None,
@@ -403,25 +437,41 @@ impl Session {
                     })
                 }),
             },
-            |r| match r {
-                Ok(costs) => {
-                    if costs.len() != n {
-                        return Err(bad_output(format!(
-                            "returned {} results for {n} operators",
-                            costs.len()
-                        )));
-                    }
-                    for (i, c) in costs.iter().enumerate() {
-                        check_cost("operator", i, c.seconds, c.joules)?;
-                        if let Some(m) = c.memory_seconds {
-                            check_memory("operator", i, c.seconds, m)?;
-                        }
-                    }
-                    Ok(())
-                }
-                Err(e) => check_error_size(e),
-            },
+            |r| check_details(r, n),
         )?;
+        self.details(r)
+    }
+
+    /// `attention-detail` of fused attention kernels (interface 1.1).
+    fn attention(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        let wcore = bindings::core_to_wit(core);
+        let wops: Vec<bindings::detail::Attention> =
+            ops.iter().filter_map(bindings::attention_to_wit).collect();
+        let n = ops.len();
+        if wops.len() != n {
+            return Err(EstimateError::Internal(
+                "a plain operator asked as fused attention".into(),
+            ));
+        }
+        let r = self.call(
+            "attention",
+            n,
+            |store, plugin| match &plugin.detail {
+                Some(t) => t.call_attention_detail(store, wcore, &wops),
+                None => Err(wasmtime::format_err!(
+                    "the plugin has no `detail` interface"
+                )),
+            },
+            |r| check_details(r, n),
+        )?;
+        self.details(r)
+    }
+
+    /// A checked `op-detail` answer as costs, or the plugin's error.
+    fn details(
+        &self,
+        r: Result<Vec<bindings::detail::OpDetail>, wit::EstimateError>,
+    ) -> Result<Vec<OpCost>, EstimateError> {
         match r {
             Ok(costs) => Ok(costs
                 .into_iter()
@@ -492,6 +542,32 @@ impl Session {
                 .collect()),
             Err(e) => Err(self.plugin_error(e)),
         }
+    }
+}
+
+/// An `op-detail` answer is one result per operator, each finite and not negative, its
+/// memory time no longer than its time — or an error of a bounded size.
+fn check_details(
+    r: &Result<Vec<bindings::detail::OpDetail>, wit::EstimateError>,
+    n: usize,
+) -> Result<(), Fault> {
+    match r {
+        Ok(costs) => {
+            if costs.len() != n {
+                return Err(bad_output(format!(
+                    "returned {} results for {n} operators",
+                    costs.len()
+                )));
+            }
+            for (i, c) in costs.iter().enumerate() {
+                check_cost("operator", i, c.seconds, c.joules)?;
+                if let Some(m) = c.memory_seconds {
+                    check_memory("operator", i, c.seconds, m)?;
+                }
+            }
+            Ok(())
+        }
+        Err(e) => check_error_size(e),
     }
 }
 

@@ -372,13 +372,19 @@ fn a_plugin_built_for_a_later_minor_version_loads() {
     let s = host.open(&loaded, vec![], Default::default()).unwrap();
     let c = crate::check::golden_configs()[0];
     assert_eq!(s.area_uncached(&[c]).unwrap()[0], Ok(2e6));
-    let costs = s
-        .latency_uncached(&c.tensor_core(1), &crate::check::golden_tensor_ops())
-        .unwrap();
-    assert!(costs.iter().all(|c| c.seconds == 1e-6));
+    let ops = crate::check::golden_tensor_ops();
+    let costs = s.latency_uncached(&c.tensor_core(1), &ops).unwrap();
+    for (op, c) in ops.iter().zip(&costs) {
+        // The fixture's fused attention answers 2 µs, everything else 1 µs.
+        let want = match op.kind {
+            archplace_plugin_sdk::OpKind::Attention(_) => 2e-6,
+            _ => 1e-6,
+        };
+        assert_eq!(c.seconds, want, "{op:?}");
+    }
 }
 
-/// A plugin built for interface 1.0 (before `traffic`) loads in this host and answers; its
+/// A plugin built for interface 1.0 (before `detail`) loads in this host and answers; its
 /// operators' memory times are unknown. One of 1.1 (the reference) reports them: each
 /// GEMM's and vector operator's DRAM time, at most its time, the collective's none.
 #[test]
@@ -417,6 +423,55 @@ fn a_plugin_of_interface_1_0_loads_and_one_of_1_1_reports_memory_times() {
             }
         }
     }
+}
+
+/// Fused attention goes to `attention-detail` where the plugin has it — the reference's
+/// component answers bit for bit as the native model, mixed with other operators in one
+/// batch, in order — and a plugin of interface 1.0 prices it as its unfused operators.
+#[test]
+fn fused_attention_is_priced_by_the_plugin_or_as_its_unfused_operators() {
+    use archplace_plugin_sdk::{Attention, Direction, OpKind};
+    let host = host();
+    let attention = |direction| Op {
+        kind: OpKind::Attention(Attention {
+            batch: 2,
+            heads: 8,
+            kv_heads: 2,
+            seq: 1024,
+            head_dim: 64,
+            value_dim: 64,
+            causal: true,
+        }),
+        direction,
+        fused: vec![],
+    };
+    let c = crate::check::golden_configs()[0];
+    let core = c.tensor_core(c.tensor_cores);
+    let mut ops = vec![attention(Direction::Forward)];
+    ops.extend(crate::check::golden_tensor_ops().into_iter().take(3));
+    ops.push(attention(Direction::Backward));
+    let reference = reference_session(&host);
+    let got = reference.latency_uncached(&core, &ops).unwrap();
+    let native = archplace_reference_cost::ReferenceModel::default();
+    assert_eq!(got, native.latency(&core, &ops).unwrap());
+    assert!(got[0].memory_seconds.is_some() && got[4].seconds > got[0].seconds);
+    // Interface 1.0: forward is two GEMMs (the softmax the first one's epilogue), backward
+    // four, each 1 µs in this fixture.
+    let old = session(&host, "interface-1-0");
+    let got = old.latency_uncached(&core, &ops).unwrap();
+    assert!((got[0].seconds - 2e-6).abs() < 1e-18, "{got:?}");
+    assert!((got[4].seconds - 4e-6).abs() < 1e-18, "{got:?}");
+    // The reference model prices the unfused GEMMs on the same cores.
+    let unfused =
+        archplace_plugin_sdk::unfused_attention(&ops[..1], |parts| native.latency(&core, parts))
+            .unwrap();
+    assert!(unfused[0].seconds > reference.latency_uncached(&core, &ops[..1]).unwrap()[0].seconds);
+    assert!(got.iter().all(|c| c.memory_seconds.is_none()));
+    // A later minor version's plugin answers for itself.
+    let future = session(&host, "future-minor");
+    let got = future.latency_uncached(&core, &ops).unwrap();
+    assert_eq!(got[0].seconds, 2e-6);
+    assert_eq!(got[1].seconds, 1e-6);
 }
 
 /// The 1.2 fixture's WIT is the SDK's with only the version and one added function, so the

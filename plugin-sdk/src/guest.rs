@@ -11,9 +11,9 @@ pub mod wit {
     pub use crate::bindings::archplace::cost_model::types::*;
 }
 
-/// The records of the `traffic` interface (added in 1.1).
-pub mod traffic {
-    pub use crate::bindings::exports::archplace::cost_model::traffic::*;
+/// The records of the `detail` interface (added in 1.1).
+pub mod detail {
+    pub use crate::bindings::exports::archplace::cost_model::detail::*;
 }
 
 pub fn info_to_wit(i: &ModelInfo) -> wit::PluginInfo {
@@ -178,12 +178,34 @@ pub fn costs_to_wit(
     .map_err(error_to_wit)
 }
 
+/// The fused attention kernels of `attention-detail`, as operators.
+pub fn attention_from_wit(ops: &[detail::Attention]) -> Vec<Op> {
+    ops.iter()
+        .map(|a| Op {
+            kind: crate::OpKind::Attention(crate::Attention {
+                batch: a.batch,
+                heads: a.heads,
+                kv_heads: a.kv_heads,
+                seq: a.seq,
+                head_dim: a.head_dim,
+                value_dim: a.value_dim,
+                causal: a.causal,
+            }),
+            direction: match a.direction {
+                wit::Direction::Forward => Direction::Forward,
+                wit::Direction::Backward => Direction::Backward,
+            },
+            fused: Vec::new(),
+        })
+        .collect()
+}
+
 pub fn details_to_wit(
     r: Result<Vec<OpCost>, EstimateError>,
-) -> Result<Vec<traffic::OpDetail>, wit::EstimateError> {
+) -> Result<Vec<detail::OpDetail>, wit::EstimateError> {
     r.map(|v| {
         v.into_iter()
-            .map(|c| traffic::OpDetail {
+            .map(|c| detail::OpDetail {
                 seconds: c.seconds,
                 joules: c.joules,
                 memory_seconds: c.memory_seconds,

@@ -239,6 +239,116 @@ pub enum OpKind {
         group: u32,
         link_bytes_per_second: u64,
     },
+    /// Attention as one fused kernel (FlashAttention) on tensor cores: the scores never
+    /// leave the chip (interface 1.1; a model without a price of its own for it is asked
+    /// for its unfused operators, [`Attention::unfused`]).
+    Attention(Attention),
+}
+
+/// Attention computed by one fused kernel, as FlashAttention does (Dao et al. 2022; Dao
+/// 2023): `batch` sequences of `seq` tokens, `heads` query heads and `kv_heads` key/value
+/// heads (on this rank), queries and keys of `head_dim`, values of `value_dim`. The
+/// `s × s` scores and probabilities stay on chip, in blocks; only Q, K, V, the output and
+/// its log-sum-exp (and their gradients backward) move to and from memory. With `causal`
+/// the kernel skips the blocks above the diagonal. Backward recomputes the scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Attention {
+    pub batch: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub seq: u64,
+    pub head_dim: u64,
+    pub value_dim: u64,
+    pub causal: bool,
+}
+
+impl Attention {
+    /// The fraction of the `s × s` score entries computed: `(s + 1) / 2s` with a causal
+    /// mask (the lower triangle and the diagonal), else 1.
+    pub fn computed_fraction(&self) -> f64 {
+        if self.causal && self.seq > 0 {
+            (self.seq as f64 + 1.0) / (2.0 * self.seq as f64)
+        } else {
+            1.0
+        }
+    }
+
+    /// `batch · heads · seq²` as a float: the score entries of the whole, unmasked.
+    fn scores(&self) -> f64 {
+        self.batch as f64 * self.heads as f64 * self.seq as f64 * self.seq as f64
+    }
+
+    /// Matrix FLOPs the kernel runs: forward `QKᵀ` and `PV`, `2·b·h·s²·(d + dv)`;
+    /// backward recomputes `QKᵀ` and computes `dV = PᵀdO`, `dP = dO·Vᵀ`, `dQ = dS·K`,
+    /// `dK = dSᵀQ`, `2·b·h·s²·(3d + 2dv)` (2.5× forward at `d = dv`, FlashAttention-2 §3.2);
+    /// both times the computed fraction.
+    pub fn flops(&self, direction: Direction) -> f64 {
+        let (d, dv) = (self.head_dim as f64, self.value_dim as f64);
+        let per = match direction {
+            Direction::Forward => d + dv,
+            Direction::Backward => 3.0 * d + 2.0 * dv,
+        };
+        2.0 * self.scores() * per * self.computed_fraction()
+    }
+
+    /// The FLOPs a model-FLOPs count (MFU) charges: the unmasked forward products, and twice
+    /// them backward — the convention of Megatron-LM's and PaLM's MFU formulas, whatever the
+    /// kernel skips or recomputes.
+    pub fn model_flops(&self, direction: Direction) -> f64 {
+        let forward = 2.0 * self.scores() * (self.head_dim + self.value_dim) as f64;
+        match direction {
+            Direction::Forward => forward,
+            Direction::Backward => 2.0 * forward,
+        }
+    }
+
+    /// Elements the kernel reads from and writes to memory: forward Q, K, V in, the output
+    /// out (its log-sum-exp counted apart, [`Attention::statistics`]); backward Q, K, V,
+    /// the output and its gradient in, the gradients of Q, K and V out.
+    pub fn memory_elements(&self, direction: Direction) -> f64 {
+        let tokens = self.batch as f64 * self.seq as f64;
+        let q = tokens * (self.heads * self.head_dim) as f64;
+        let k = tokens * (self.kv_heads * self.head_dim) as f64;
+        let v = tokens * (self.kv_heads * self.value_dim) as f64;
+        let o = tokens * (self.heads * self.value_dim) as f64;
+        match direction {
+            Direction::Forward => q + k + v + o,
+            Direction::Backward => 2.0 * (q + k + v) + 2.0 * o,
+        }
+    }
+
+    /// The log-sum-exp statistics kept for backward: one fp32 per query row and head.
+    pub fn statistics(&self) -> u64 {
+        self.batch * self.heads * self.seq
+    }
+
+    /// The same attention as tensor-core GEMMs, for a cost model that does not price the
+    /// fused kernel (they run on the same cores it would): forward the scores GEMM with the
+    /// softmax as its epilogue, then the context GEMM; backward `dP = dO·Vᵀ` with the
+    /// softmax's gradient as its epilogue, `dV = Pᵀ·dO`, `dQ = dS·K`, `dK = dSᵀ·Q`. The
+    /// whole `s × s` is computed and goes through memory, masked or not.
+    pub fn unfused(&self, direction: Direction) -> Vec<Op> {
+        let bh = self.batch * self.heads;
+        let (s, d, dv) = (self.seq, self.head_dim, self.value_dim);
+        let softmax = vec![FusedOp {
+            kind: VectorKind::Softmax,
+            elements: bh * s * s,
+        }];
+        let gemm = |m, n, k, fused: &[FusedOp]| Op {
+            kind: OpKind::Gemm(Gemm { batch: bh, m, n, k }),
+            direction,
+            fused: fused.to_vec(),
+        };
+        match direction {
+            Direction::Forward => vec![gemm(s, s, d, &softmax), gemm(s, dv, s, &[])],
+            Direction::Backward => vec![
+                gemm(s, s, dv, &softmax),
+                gemm(s, dv, s, &[]),
+                gemm(s, d, s, &[]),
+                gemm(s, d, s, &[]),
+            ],
+        }
+    }
 }
 
 /// One operator as a cost model sees it.
@@ -397,6 +507,7 @@ pub trait Plugin: Sized + 'static {
 
     /// Seconds and joules of each operator on `core`, in order, each with the time its
     /// off-chip memory traffic takes ([`OpCost::memory_seconds`]) when the model knows it.
+    /// Fused attention ([`OpKind::Attention`]) is asked of [`Plugin::attention`] instead.
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         let _ = (core, ops);
         Err(EstimateError::Unsupported(format!(
@@ -404,6 +515,51 @@ pub trait Plugin: Sized + 'static {
             Self::info().name
         )))
     }
+
+    /// Seconds and joules of each fused attention kernel ([`OpKind::Attention`]) on
+    /// `core`, in order. By default each is priced as its unfused operators
+    /// ([`Attention::unfused`]) run one after another — the `s × s` scores moved through
+    /// memory — which overestimates a fused kernel: a model that knows better overrides it.
+    fn attention(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        unfused_attention(ops, |parts| self.latency(core, parts))
+    }
+}
+
+/// Each attention operator of `ops` priced as its unfused operators ([`Attention::unfused`])
+/// run one after another, by `latency`: the seconds and joules add up, and so do the
+/// memory times when every part has one. An operator that is not attention is an error.
+pub fn unfused_attention(
+    ops: &[Op],
+    latency: impl Fn(&[Op]) -> Result<Vec<OpCost>, EstimateError>,
+) -> Result<Vec<OpCost>, EstimateError> {
+    ops.iter()
+        .map(|op| {
+            let OpKind::Attention(a) = op.kind else {
+                return Err(EstimateError::Unsupported(format!(
+                    "{:?} asked as attention",
+                    op.kind
+                )));
+            };
+            let parts = a.unfused(op.direction);
+            let costs = latency(&parts)?;
+            if costs.len() != parts.len() {
+                return Err(EstimateError::Internal(format!(
+                    "{} costs for {} operators",
+                    costs.len(),
+                    parts.len()
+                )));
+            }
+            let memory: Option<f64> = costs.iter().map(|c| c.memory_seconds).sum();
+            let cost = OpCost::new(
+                costs.iter().map(|c| c.seconds).sum(),
+                costs.iter().map(|c| c.joules).sum(),
+            );
+            Ok(match memory {
+                Some(m) => cost.with_memory_seconds(m),
+                None => cost,
+            })
+        })
+        .collect()
 }
 
 /// Turns a [`Plugin`] implementation into the component's exports. Use it once, at the
@@ -501,20 +657,34 @@ macro_rules! export_plugin {
                 }
             }
 
-            impl $crate::bindings::exports::archplace::cost_model::traffic::Guest
+            impl $crate::bindings::exports::archplace::cost_model::detail::Guest
                 for ArchplacePluginExport
             {
                 fn latency_detail(
                     core: $crate::guest::wit::CoreConfig,
                     ops: ::std::vec::Vec<$crate::guest::wit::Op>,
                 ) -> ::core::result::Result<
-                    ::std::vec::Vec<$crate::guest::traffic::OpDetail>,
+                    ::std::vec::Vec<$crate::guest::detail::OpDetail>,
                     $crate::guest::wit::EstimateError,
                 > {
                     let core = $crate::guest::core_from_wit(&core);
                     let ops = $crate::guest::ops_from_wit(&ops);
                     $crate::guest::details_to_wit(with_model(|m| {
                         <$ty as $crate::Plugin>::latency(m, &core, &ops)
+                    }))
+                }
+
+                fn attention_detail(
+                    core: $crate::guest::wit::CoreConfig,
+                    ops: ::std::vec::Vec<$crate::guest::detail::Attention>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<$crate::guest::detail::OpDetail>,
+                    $crate::guest::wit::EstimateError,
+                > {
+                    let core = $crate::guest::core_from_wit(&core);
+                    let ops = $crate::guest::attention_from_wit(&ops);
+                    $crate::guest::details_to_wit(with_model(|m| {
+                        <$ty as $crate::Plugin>::attention(m, &core, &ops)
                     }))
                 }
             }

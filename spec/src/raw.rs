@@ -3,7 +3,7 @@
 //! (`"80 GiB"`) and are read, with every other rule, by `validate`, so that
 //! every problem can be reported with its location.
 
-use archplace_engine::model::{Activation, Norm, NormPosition, Positions};
+use archplace_engine::model::{Activation, AttentionKernel, Norm, NormPosition, Positions};
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -255,6 +255,13 @@ pub struct RawModel {
     pub classes: Option<u64>,
     /// Dropout layers (1-byte masks are kept for the backward pass).
     pub dropout: Option<bool>,
+    /// `unfused` (scores, softmax and context as separate kernels, the `s × s` tensors
+    /// kept) or `flash` (one fused kernel: FlashAttention); default `flash` for the
+    /// presets of 2023 on, else `unfused`.
+    pub attention: Option<AttentionKernel>,
+    /// Each token attends only to those before it (default: true, but for BERT); a flash
+    /// kernel skips the masked half of the products.
+    pub causal: Option<bool>,
     /// Largest tensor-parallel width to try: a power of two dividing the heads, the
     /// key/value heads, the hidden size and the MLP width.
     pub max_tensor_parallel: Option<u64>,
@@ -263,7 +270,7 @@ pub struct RawModel {
 }
 
 /// The keys of a model table (for suggestions).
-pub const MODEL_KEYS: [&str; 25] = [
+pub const MODEL_KEYS: [&str; 27] = [
     "preset",
     "name",
     "layers",
@@ -287,6 +294,8 @@ pub const MODEL_KEYS: [&str; 25] = [
     "head",
     "classes",
     "dropout",
+    "attention",
+    "causal",
     "max_tensor_parallel",
     "baseline",
 ];

@@ -151,6 +151,7 @@ fn model(m: &ModelSpec) -> Value {
         ("biases", c.biases),
         ("tied_embeddings", c.tied_embeddings),
         ("dropout", c.dropout),
+        ("causal", c.causal),
     ] {
         t.insert(k.into(), Value::Boolean(v));
     }
@@ -158,6 +159,7 @@ fn model(m: &ModelSpec) -> Value {
     t.insert("norm".into(), name(&c.norm));
     t.insert("norm_position".into(), name(&c.norm_position));
     t.insert("positions".into(), name(&c.positions));
+    t.insert("attention".into(), name(&c.attention));
     if let Some(e) = c.embedding_dim {
         t.insert("embedding_dim".into(), int(e));
     }

@@ -1028,3 +1028,36 @@ tensor_cores = { min = 1, mx = 8 }
     }
     assert_eq!(d.len(), 3, "{d:#?}");
 }
+
+/// `attention` and `causal`: presets of 2023 on default to flash, older ones and custom
+/// models to unfused; BERT is not causal; a spec may set either; a wrong kernel lists both.
+#[test]
+fn attention_and_causal_default_by_preset_and_can_be_set() {
+    use archplace_engine::model::AttentionKernel;
+    let s = parse(GOOD, "good.toml").unwrap();
+    assert_eq!(s.models[0].config.attention, AttentionKernel::Unfused);
+    assert!(s.models[0].config.causal);
+    let llama = GOOD.replace("preset = \"gpt3-175b\"", "preset = \"llama3-8b\"");
+    let s = parse(&llama, "llama.toml").unwrap();
+    assert_eq!(s.models[0].config.attention, AttentionKernel::Flash);
+    let set = GOOD.replace(
+        "max_tensor_parallel = 8\n",
+        "max_tensor_parallel = 8\nattention = \"flash\"\ncausal = false\n",
+    );
+    let s = parse(&set, "set.toml").unwrap();
+    assert_eq!(s.models[0].config.attention, AttentionKernel::Flash);
+    assert!(!s.models[0].config.causal);
+    let bert = GOOD
+        .replace("preset = \"gpt3-175b\"", "preset = \"bert-large\"")
+        .replace("baseline = { pipeline = 32, data = 8, tensor = 4 }\n", "");
+    let s = parse(&bert, "bert.toml").unwrap();
+    assert!(!s.models[0].config.causal);
+    let wrong = GOOD.replace(
+        "max_tensor_parallel = 8\n",
+        "max_tensor_parallel = 8\nattention = \"fused\"\n",
+    );
+    let d = errors(&wrong);
+    let e = find(&d, "models[0].attention");
+    let text = e.to_string() + &format!("{:?}", e.help);
+    assert!(text.contains("unfused") && text.contains("flash"), "{text}");
+}

@@ -203,13 +203,17 @@ struct BlockOps<'a> {
 }
 
 /// Bytes an operator reads and writes with `element_bytes` per element: a GEMM's two
-/// operands and its result; a vector operation's input and output; an all-reduce's buffer.
+/// operands and its result; a vector operation's input and output; an all-reduce's buffer;
+/// a fused attention kernel's Q, K, V and output, and its fp32 log-sum-exp.
 fn op_bytes(op: &archplace_plugin_sdk::Op, element_bytes: u64) -> u64 {
     use archplace_plugin_sdk::OpKind;
     match &op.kind {
         OpKind::Gemm(g) => g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) * element_bytes,
         OpKind::Vector { elements, .. } => 2 * elements * element_bytes,
         OpKind::AllReduce { bytes, .. } => *bytes,
+        OpKind::Attention(a) => {
+            a.memory_elements(op.direction) as u64 * element_bytes + 4 * a.statistics()
+        }
     }
 }
 

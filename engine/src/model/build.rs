@@ -2,10 +2,12 @@
 //! with parameters, stashed activations, and forward and backward operator graphs, per
 //! tensor-parallel width (Megatron-style sharding) and micro-batch size.
 
-use super::config::{Activation, Head, ModelConfig, Norm, NormPosition, Positions};
+use super::config::{
+    Activation, AttentionKernel, Head, ModelConfig, Norm, NormPosition, Positions,
+};
 use super::graph::{FwdKind, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
 use crate::training::Recomputation;
-use archplace_plugin_sdk::{Gemm, VectorKind};
+use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
 
 /// How a model is laid out for one search point.
@@ -107,7 +109,15 @@ impl ModelGraph {
             .sum()
     }
 
-    /// Matrix-multiply FLOPs of one micro-batch, forward plus backward, on one rank.
+    /// What a model-FLOPs count (MFU) charges for one micro-batch, forward plus backward, on
+    /// one rank ([`crate::model::OpNode::model_flops`]); no recomputation.
+    pub fn model_flops_per_micro_batch(&self) -> f64 {
+        self.layers()
+            .map(|l| l.forward.model_flops() + l.backward.model_flops())
+            .sum()
+    }
+
+    /// Matrix-multiply FLOPs one micro-batch runs, forward plus backward, on one rank.
     pub fn matmul_flops_per_micro_batch(&self, recompute: bool) -> f64 {
         self.layers()
             .map(|l| {
@@ -465,6 +475,74 @@ impl<'a> Ctx<'a> {
         } else {
             (qkv, ("q", "k"))
         };
+        let context = if cfg.attention == AttentionKernel::Flash {
+            let a = Attention {
+                batch: b,
+                heads: n,
+                kv_heads: cfg.kv_heads / t,
+                seq: s,
+                head_dim: d,
+                value_dim: d,
+                causal: cfg.causal,
+            };
+            // Q, K and V are kept (as unfused), the output and its log-sum-exp (fp32, one
+            // per query row and head) too; no s × s tensor, no dropout mask (the kernel
+            // regenerates it from its random state).
+            let core = lb.push(
+                "flash_attention",
+                FwdKind::Attention(a),
+                vec![qk_src, qkv],
+                vec![
+                    save(qk_src, qk_parts.0, tok * q * bpe),
+                    save(qk_src, qk_parts.1, tok * kv * bpe),
+                    save(qkv, "v", tok * kv * bpe),
+                ],
+            );
+            lb.save_output(core, "out", tok * q * bpe);
+            lb.save_output(core, "log_sum_exp", a.statistics() * 4);
+            core
+        } else {
+            self.unfused_attention(lb, (qk_src, qk_parts), qkv)
+        };
+        let proj = lb.push(
+            "attention_out",
+            self.gemm(tok, h, q),
+            vec![context],
+            vec![save(context, "out", tok * q * bpe)],
+        );
+        let y = self.reduce_from_tp(lb, "attention_out.all_reduce", proj, tok * h * bpe);
+        let y = self.bias(lb, "attention_out.bias", y, self.rep(tok * h));
+        let y = self.dropout(lb, "attention_out.dropout", y, self.rep(tok * h));
+        let r1 = lb.push(
+            "residual_1",
+            self.vector(VectorKind::Add, self.rep(tok * h), 1),
+            vec![y, x],
+            vec![],
+        );
+        let r1 = if pre {
+            r1
+        } else {
+            self.norm(lb, "attention_norm", r1)
+        };
+        (r1, params)
+    }
+
+    /// Attention as separate kernels, from the queries and keys `qk` (with the names of
+    /// their saved parts) and `qkv` (the values): the scores, their softmax (and its
+    /// dropout), the product with the values — the `s × s` tensors kept for backward, as
+    /// the attention core selective recomputation recomputes. Returns the context.
+    fn unfused_attention(
+        &self,
+        lb: &mut LayerBuilder,
+        (qk_src, qk_parts): (Input, (&'static str, &'static str)),
+        qkv: Input,
+    ) -> Input {
+        let cfg = self.cfg;
+        let (b, s, t, bpe) = (self.b, self.s, self.t, self.bpe);
+        let tok = self.tokens();
+        let (n, d) = (cfg.heads / t, cfg.head_dim());
+        let kv = cfg.kv_heads * d / t;
+        let q = self.h / t;
         let scores = lb.push(
             "scores",
             FwdKind::Gemm {
@@ -491,7 +569,7 @@ impl<'a> Ctx<'a> {
         );
         lb.save_output_as(softmax, "out", probs_elems * bpe, true);
         let probs = self.dropout_as(lb, "attention_dropout", softmax, probs_elems, true);
-        let context = lb.push(
+        lb.push(
             "context",
             FwdKind::Gemm {
                 gemm: Gemm {
@@ -507,28 +585,7 @@ impl<'a> Ctx<'a> {
                 core_save(probs, "out", probs_elems * bpe),
                 save(qkv, "v", tok * kv * bpe),
             ],
-        );
-        let proj = lb.push(
-            "attention_out",
-            self.gemm(tok, h, q),
-            vec![context],
-            vec![save(context, "out", tok * q * bpe)],
-        );
-        let y = self.reduce_from_tp(lb, "attention_out.all_reduce", proj, tok * h * bpe);
-        let y = self.bias(lb, "attention_out.bias", y, self.rep(tok * h));
-        let y = self.dropout(lb, "attention_out.dropout", y, self.rep(tok * h));
-        let r1 = lb.push(
-            "residual_1",
-            self.vector(VectorKind::Add, self.rep(tok * h), 1),
-            vec![y, x],
-            vec![],
-        );
-        let r1 = if pre {
-            r1
-        } else {
-            self.norm(lb, "attention_norm", r1)
-        };
-        (r1, params)
+        )
     }
 
     /// A block's MLP, from the first residual `r1` to the second (normed after it with

@@ -37,6 +37,20 @@ pub enum Positions {
     Rotary,
 }
 
+/// How attention is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    /// Scores, softmax and the product with the values as separate kernels: the `s × s`
+    /// scores and probabilities go through memory and are kept for the backward pass
+    /// (Megatron-LM before FlashAttention; the Korthikanti et al. 2022 activations).
+    Unfused,
+    /// One fused kernel (FlashAttention, Dao et al. 2022; Dao 2023): the scores stay on
+    /// chip, only the output and its log-sum-exp are kept, backward recomputes the scores,
+    /// and a causal mask skips half the products.
+    Flash,
+}
+
 /// What sits on top of the last block and produces the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -77,6 +91,11 @@ pub struct ModelConfig {
     pub embedding_dim: Option<u64>,
     pub head: Head,
     pub dropout: bool,
+    /// How attention is computed.
+    pub attention: AttentionKernel,
+    /// Each token attends only to the tokens before it (decoders); a fused kernel skips the
+    /// masked half.
+    pub causal: bool,
     /// Largest tensor-parallel width to consider.
     pub max_tensor_parallel: u64,
 }
@@ -122,6 +141,8 @@ fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelC
         embedding_dim: None,
         head: Head::LanguageModel,
         dropout: true,
+        attention: AttentionKernel::Unfused,
+        causal: true,
         max_tensor_parallel: 8,
     }
 }
@@ -161,6 +182,10 @@ fn llama(
         tied_embeddings: false,
         dropout: false,
         vocab: 32000,
+        // Models of 2023 on were trained with fused attention kernels that keep no
+        // attention weights (Llama: xformers' memory-efficient causal attention, Touvron
+        // et al. 2023a, §2.4); their presets default to `flash`.
+        attention: AttentionKernel::Flash,
         max_tensor_parallel: max_t,
         ..gpt(name, layers, hidden, heads, 4096)
     }
@@ -188,6 +213,7 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
             token_types: 2,
             tied_embeddings: false,
             head: Head::Classifier { classes: 2 },
+            causal: false,
             ..gpt("bert-large", 24, 1024, 16, 512)
         },
         "gpt2-xl" => ModelConfig {

@@ -13,7 +13,7 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
-use archplace_plugin_sdk::{Direction, FusedOp, Gemm, Op, OpKind, VectorKind};
+use archplace_plugin_sdk::{Attention, Direction, FusedOp, Gemm, Op, OpKind, VectorKind};
 use serde::Serialize;
 
 /// Which resources an operator occupies while it runs (the layer schedule's view).
@@ -48,10 +48,23 @@ impl OpNode {
             .any(|p| self.name.starts_with(p))
     }
 
+    /// Matrix-multiply FLOPs the operator runs (a fused attention kernel's, with what its
+    /// causal mask skips and its backward recomputes: [`Attention::flops`]).
     pub fn matmul_flops(&self) -> f64 {
         match self.op.kind {
             OpKind::Gemm(g) => g.flops(),
+            OpKind::Attention(a) => a.flops(self.op.direction),
             _ => 0.0,
+        }
+    }
+
+    /// Matrix-multiply FLOPs a model-FLOPs count (MFU) charges: as run, except that fused
+    /// attention counts its unmasked products, twice them backward
+    /// ([`Attention::model_flops`]), as Megatron-LM's and PaLM's formulas do.
+    pub fn model_flops(&self) -> f64 {
+        match self.op.kind {
+            OpKind::Attention(a) => a.model_flops(self.op.direction),
+            _ => self.matmul_flops(),
         }
     }
 }
@@ -67,6 +80,11 @@ pub struct OpGraph {
 impl OpGraph {
     pub fn matmul_flops(&self) -> f64 {
         self.nodes.iter().map(OpNode::matmul_flops).sum()
+    }
+
+    /// What a model-FLOPs count charges for the graph ([`OpNode::model_flops`]).
+    pub fn model_flops(&self) -> f64 {
+        self.nodes.iter().map(OpNode::model_flops).sum()
     }
 
     pub fn count(&self, core: Core) -> usize {
@@ -101,6 +119,9 @@ pub enum FwdKind {
         elements: u64,
         row: u64,
     },
+    /// Fused attention (FlashAttention): one kernel forward and one backward, on a
+    /// tensor and a vector core; its operands are the queries and keys, then the values.
+    Attention(Attention),
     /// Megatron's `g`: all-reduce in forward, identity in backward.
     AllReduceForward {
         bytes: u64,
@@ -289,6 +310,7 @@ impl LayerBuilder {
                         link_bytes_per_second,
                     }),
                 ),
+                FwdKind::Attention(a) => (Some(Core::Fused), Some(OpKind::Attention(a))),
                 FwdKind::AllReduceBackward { .. } => (None, None),
             };
             let id = g.add(&op.name, core, kind, Direction::Forward);
@@ -395,6 +417,16 @@ impl LayerBuilder {
                     made.push(node);
                     grad_of[i].iter_mut().for_each(|s| *s = Some(node));
                 }
+                FwdKind::Attention(a) => {
+                    let node = g.add(
+                        &format!("{}.grad", op.name),
+                        Some(Core::Fused),
+                        Some(OpKind::Attention(a)),
+                        Direction::Backward,
+                    );
+                    made.push(node);
+                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
+                }
                 FwdKind::AllReduceForward { .. } => {
                     let node = g.add(
                         &format!("{}.grad", op.name),
@@ -467,7 +499,7 @@ fn class_of(kind: &OpKind) -> Class {
             VectorKind::Dropout => Class::Dropout,
             VectorKind::Softmax | VectorKind::CrossEntropy | VectorKind::Embedding => Class::Other,
         },
-        OpKind::AllReduce { .. } => Class::Other,
+        OpKind::AllReduce { .. } | OpKind::Attention(_) => Class::Other,
     }
 }
 

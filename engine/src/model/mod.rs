@@ -7,7 +7,9 @@ pub mod config;
 pub mod graph;
 
 pub use build::{BuildOptions, Layer, LayerKind, ModelGraph, build};
-pub use config::{Activation, Head, ModelConfig, Norm, NormPosition, PRESETS, Positions, preset};
+pub use config::{
+    Activation, AttentionKernel, Head, ModelConfig, Norm, NormPosition, PRESETS, Positions, preset,
+};
 pub use graph::{Core, KeptTensor, OpGraph, OpNode};
 
 #[cfg(test)]
@@ -260,16 +262,74 @@ mod tests {
         assert!(eight.head.backward.count(Core::Link) >= 1);
     }
 
+    /// The model-FLOPs count charges backward twice forward, whatever the attention
+    /// kernel; the unfused kernels run exactly that.
     #[test]
     fn backward_has_twice_the_forward_gemm_work() {
         for name in PRESETS {
             let cfg = preset(name).unwrap();
             let g = build(&cfg, &opts(2, 1));
             let (f, bw) = (
-                g.block.forward.matmul_flops(),
-                g.block.backward.matmul_flops(),
+                g.block.forward.model_flops(),
+                g.block.backward.model_flops(),
             );
             assert!((bw / f - 2.0).abs() < 1e-12, "{name}: {bw} vs {f}");
+            if cfg.attention == AttentionKernel::Unfused {
+                let (f, bw) = (
+                    g.block.forward.matmul_flops(),
+                    g.block.backward.matmul_flops(),
+                );
+                assert!((bw / f - 2.0).abs() < 1e-12, "{name}: {bw} vs {f}");
+            }
+        }
+    }
+
+    /// FlashAttention against closed forms: a block keeps no `s × s` tensor — its stash is
+    /// the unfused one less the scores' softmax output (and dropout mask), plus the fp32
+    /// log-sum-exp, `4·b·a·s` bytes; the kernel runs `4·b·a·s²·d` FLOPs forward over the
+    /// `(s + 1)/2s` a causal mask leaves, and 2.5 times that backward (the scores
+    /// recomputed); the model-FLOPs count is the unmasked unfused one.
+    #[test]
+    fn flash_attention_keeps_no_scores_and_runs_what_the_mask_leaves() {
+        for name in ["llama2-7b", "llama3-70b", "gpt3-175b"] {
+            let mut flash = preset(name).unwrap();
+            flash.attention = AttentionKernel::Flash;
+            let unfused = ModelConfig {
+                attention: AttentionKernel::Unfused,
+                ..flash.clone()
+            };
+            for b in [1, 2] {
+                for t in flash.tensor_parallel_widths() {
+                    let (f, u) = (build(&flash, &opts(b, t)), build(&unfused, &opts(b, t)));
+                    let (s, a, d) = (flash.seq_len, flash.heads / t, flash.head_dim());
+                    let bpe = 2;
+                    let scores = b * a * s * s;
+                    // Unfused keeps the softmax output (and, with dropout, the dropped
+                    // probabilities and a 1-byte mask).
+                    let dropped = if flash.dropout { scores * (bpe + 1) } else { 0 };
+                    let want = u.block.stash_bytes - scores * bpe - dropped + 4 * b * a * s;
+                    assert_eq!(f.block.stash_bytes, want, "{name} b{b} t{t}");
+                    assert_eq!(f.block.selective_stash_bytes, f.block.stash_bytes);
+                    let node = |g: &OpGraph| {
+                        g.nodes
+                            .iter()
+                            .find(|n| n.name.starts_with("flash_attention"))
+                            .unwrap()
+                            .clone()
+                    };
+                    let (fwd, bwd) = (node(&f.block.forward), node(&f.block.backward));
+                    let full = 4.0 * (b * a * s * s * d) as f64;
+                    let kept = (s as f64 + 1.0) / (2.0 * s as f64);
+                    assert!((fwd.matmul_flops() / (full * kept) - 1.0).abs() < 1e-12);
+                    assert!((bwd.matmul_flops() / (2.5 * full * kept) - 1.0).abs() < 1e-12);
+                    assert_eq!(fwd.model_flops(), full);
+                    assert_eq!(bwd.model_flops(), 2.0 * full);
+                    assert_eq!(
+                        f.model_flops_per_micro_batch(),
+                        u.matmul_flops_per_micro_batch(false)
+                    );
+                }
+            }
         }
     }
 

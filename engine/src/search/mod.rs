@@ -264,12 +264,14 @@ impl Walk<'_> {
                 None => self.ctx.evaluate(k, cand),
             });
         match evaluated {
+            // Cancelling also stops a plugin call in flight, which then fails — the whole
+            // evaluation or the candidate: the search was cancelled, the candidate is not
+            // evaluated (nor journalled as failed, which a resumed search would believe).
+            Ok(e) if e.failure.is_some() && cancelled() => Ok(None),
             Ok(e) => {
                 self.search.observer.evaluated(&e);
                 Ok(Some(e))
             }
-            // Cancelling also stops a plugin call in flight, which then fails: the search
-            // was cancelled, the candidate is not evaluated.
             Err(_) if cancelled() => Ok(None),
             Err(e) => Err(e),
         }

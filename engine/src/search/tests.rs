@@ -453,6 +453,68 @@ fn convergence_stops_early_and_cancel_stops_at_once() {
     assert!(outcome.explored.is_empty());
 }
 
+/// A candidate whose latency call fails because the search is being cancelled (Ctrl-C
+/// stops a plugin call in flight) is not evaluated: not reported to the observer (the
+/// journal), so a resumed search evaluates it instead of believing it failed (a resumed
+/// run once reported one candidate failed that the whole run had not).
+#[test]
+fn a_candidate_stopped_by_the_cancellation_is_not_reported_failed() {
+    struct CancelsInTheOptimizerStep<'a> {
+        cancel: &'a AtomicBool,
+        inner: ReferenceModel,
+    }
+    impl LatencyModel for CancelsInTheOptimizerStep<'_> {
+        fn info(&self) -> archplace_plugin_sdk::ModelInfo {
+            LatencyModel::info(&self.inner)
+        }
+        /// The layers' operators are priced; the optimizer step's update (the one large
+        /// `add`, priced while the plans are) is where the cancellation stops the call.
+        fn latency(
+            &self,
+            core: &archplace_plugin_sdk::CoreConfig,
+            ops: &[archplace_plugin_sdk::Op],
+        ) -> Result<Vec<archplace_plugin_sdk::OpCost>, EstimateError> {
+            let update = ops.iter().any(|o| {
+                matches!(
+                    o.kind,
+                    archplace_plugin_sdk::OpKind::Vector {
+                        kind: archplace_plugin_sdk::VectorKind::Add,
+                        elements,
+                        ..
+                    } if elements > 1_000_000
+                )
+            });
+            if update {
+                self.cancel.store(true, Ordering::Relaxed);
+                return Err(EstimateError::Internal(
+                    "stopped: the search was cancelled".into(),
+                ));
+            }
+            LatencyModel::latency(&self.inner, core, ops)
+        }
+    }
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl Observer for Count {
+        fn evaluated(&self, _: &Evaluated) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let (mut input, space) = tiny();
+    // Plans priced by the step model, whose optimizer step asks the latency model.
+    input.training.memory_model = MemoryModel::Megatron;
+    let cancel = AtomicBool::new(false);
+    let model = CancelsInTheOptimizerStep {
+        cancel: &cancel,
+        inner: ReferenceModel::default(),
+    };
+    let count = Count(Default::default());
+    let outcome = search(&input, &space, &model, &count, Some(&cancel)).unwrap();
+    assert!(outcome.stats.cancelled);
+    assert_eq!(outcome.stats.candidates_failed, 0, "{:?}", outcome.stats);
+    assert!(outcome.explored.is_empty());
+    assert_eq!(count.0.load(Ordering::Relaxed), 0, "nothing journalled");
+}
+
 #[test]
 fn failed_buckets_are_not_evidence_of_convergence() {
     let (mut input, space) = tiny();

@@ -18,7 +18,11 @@
 //! * operands stream from HBM, re-read in proportion to how far the working set overflows
 //!   the on-chip memory; on-chip bandwidth bounds the rest;
 //! * vector kernels are memory-bound unless the element is expensive (softmax, GELU);
-//! * all-reduce is a ring with a per-step latency.
+//! * all-reduce is a ring with a per-step latency;
+//! * fused attention (FlashAttention) runs its products at `attention_efficiency` of peak
+//!   — default 0.6, within the 50–73% of A100 peak FlashAttention-2 reports forward (Dao
+//!   2023, §4.1; 45–63% backward) and below the 75% FlashAttention-3 reaches on H100 (Shah
+//!   et al. 2024) — and moves only Q, K, V, the output and its statistics through HBM.
 //!
 //! Area: MACs, vector lanes, SRAM and a fixed uncore, each from a parameter; a chip beyond
 //! the reticle (default 858 mm²) is outside the model's domain.
@@ -40,6 +44,8 @@ pub struct GpuLike {
     pub clock_hz: f64,
     /// Fraction of peak matrix throughput a large, well-shaped GEMM reaches.
     pub matrix_efficiency: f64,
+    /// Fraction of peak matrix throughput a fused attention kernel reaches.
+    pub attention_efficiency: f64,
     /// The output tiles a core may compute per wave (rows, columns; either way round),
     /// the best chosen per GEMM; empty: the core's `width × depth` array.
     pub gemm_tiles: Vec<(u64, u64)>,
@@ -68,6 +74,7 @@ impl Default for GpuLike {
         GpuLike {
             clock_hz: 1.4e9,
             matrix_efficiency: 0.75,
+            attention_efficiency: 0.6,
             gemm_tiles: Vec::new(),
             hbm_bytes_per_second: 2.0e12,
             memory_efficiency: 1.0,
@@ -92,7 +99,7 @@ struct Param {
     default: &'static str,
 }
 
-const PARAMETERS: [Param; 17] = [
+const PARAMETERS: [Param; 18] = [
     Param {
         name: "preset",
         description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only) and gemm_tiles (cuBLAS): a100-sxm-80gb, h100-sxm-80gb (parameters given override it)",
@@ -107,6 +114,11 @@ const PARAMETERS: [Param; 17] = [
         name: "matrix_efficiency",
         description: "fraction of peak matrix throughput a large GEMM reaches (0 < x ≤ 1)",
         default: "0.75",
+    },
+    Param {
+        name: "attention_efficiency",
+        description: "fraction of peak matrix throughput a fused attention kernel (FlashAttention) reaches (0 < x ≤ 1; FlashAttention-2: 0.50–0.73 forward on A100)",
+        default: "0.6",
     },
     Param {
         name: "memory_efficiency",
@@ -260,6 +272,7 @@ impl GpuLike {
                     "clock" => m.clock_hz = parse_hertz(v).map_err(|e| e.message)?,
                     "matrix_efficiency" => m.matrix_efficiency = parse_fraction(v)?,
                     "memory_efficiency" => m.memory_efficiency = parse_fraction(v)?,
+                    "attention_efficiency" => m.attention_efficiency = parse_fraction(v)?,
                     "fused_epilogues" => {
                         m.fused_epilogues = match v.trim() {
                             "true" => true,
@@ -409,6 +422,21 @@ impl GpuLike {
         // The last: the seconds of HBM traffic at the sustained bandwidth (interface 1.1),
         // `None` for collectives, which the links bound.
         let (seconds, flops, hbm_bytes, memory) = match op.kind {
+            OpKind::Attention(a) => {
+                if core.kind != CoreKind::Tensor {
+                    return Err(EstimateError::Unsupported(
+                        "fused attention on vector cores".into(),
+                    ));
+                }
+                let flops = a.flops(op.direction);
+                let peak = 2.0 * lanes * self.clock_hz;
+                let compute = flops / (peak * self.attention_efficiency);
+                // The log-sum-exp statistics are fp32.
+                let bytes =
+                    ELEMENT_BYTES * a.memory_elements(op.direction) + 4.0 * a.statistics() as f64;
+                let memory = bytes / self.sustained_hbm();
+                (compute.max(memory), flops, bytes, Some(memory))
+            }
             OpKind::Gemm(g) => {
                 if core.kind != CoreKind::Tensor {
                     return Err(EstimateError::Unsupported("a GEMM on vector cores".into()));

@@ -225,17 +225,30 @@ mod future_minor {
             "SI; area in square micrometres".into()
         }
     }
-    impl exports::archplace::cost_model::traffic::Guest for Export {
+    impl exports::archplace::cost_model::detail::Guest for Export {
         fn latency_detail(
             _core: CoreConfig,
             ops: Vec<Op>,
-        ) -> Result<Vec<exports::archplace::cost_model::traffic::OpDetail>, EstimateError> {
+        ) -> Result<Vec<exports::archplace::cost_model::detail::OpDetail>, EstimateError> {
             Ok(ops
                 .iter()
-                .map(|_| exports::archplace::cost_model::traffic::OpDetail {
+                .map(|_| exports::archplace::cost_model::detail::OpDetail {
                     seconds: 1e-6,
                     joules: 1e-6,
                     memory_seconds: Some(0.25e-6),
+                })
+                .collect())
+        }
+        fn attention_detail(
+            _core: CoreConfig,
+            ops: Vec<exports::archplace::cost_model::detail::Attention>,
+        ) -> Result<Vec<exports::archplace::cost_model::detail::OpDetail>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| exports::archplace::cost_model::detail::OpDetail {
+                    seconds: 2e-6,
+                    joules: 1e-6,
+                    memory_seconds: None,
                 })
                 .collect())
         }
@@ -243,7 +256,7 @@ mod future_minor {
     export!(Export);
 }
 
-/// A well-behaved plugin built against interface 1.0.0 exactly (no `traffic`): the memory
+/// A well-behaved plugin built against interface 1.0.0 exactly (no `detail`): the memory
 /// times of its operators are unknown to the host.
 #[cfg(all(feature = "interface-1-0", target_arch = "wasm32"))]
 #[allow(unsafe_code, clippy::all)]

@@ -20,6 +20,11 @@
 //! **Vector cores** (§6.3): the reference's per-element cycle costs on `width · cores` lanes
 //! (softmax and cross-entropy add their row overheads), bounded below by DRAM traffic.
 //!
+//! **Fused attention** (FlashAttention; archplace's, the reference has none): its products
+//! as GEMMs at the compute and on-chip bounds, the score blocks kept in the global buffer,
+//! causal masking skipping its share, the softmax per element on the output lanes, DRAM
+//! carrying only Q, K, V, the output and its statistics.
+//!
 //! **All-reduce** (§6.4): ring, `2·(g−1)/g · bytes / link bandwidth`, in seconds — the
 //! reference's ms/s mix-up is not reproduced: everything here is seconds.
 //!
@@ -30,7 +35,8 @@
 //! is reported but drives no decision.
 
 use archplace_plugin_sdk::{
-    CoreConfig, CoreKind, Direction, EstimateError, FusedOp, Gemm, Op, OpCost, OpKind, VectorKind,
+    Attention, CoreConfig, CoreKind, Direction, EstimateError, FusedOp, Gemm, Op, OpCost, OpKind,
+    VectorKind,
 };
 
 /// PE-buffer read bandwidth per core, words per cycle.
@@ -213,9 +219,63 @@ fn check_core(core: &CoreConfig, want: CoreKind, op: &Op) -> Result<(), Estimate
     Ok(())
 }
 
+/// The products of a fused attention kernel as GEMMs (batch `b·h`): forward `QKᵀ` and
+/// `PV`; backward `QKᵀ` again, `dP = dO·Vᵀ`, `dV = Pᵀ·dO`, `dQ = dS·K`, `dK = dSᵀ·Q`.
+fn attention_gemms(a: &Attention, direction: Direction) -> Vec<Gemm> {
+    let batch = a.batch * a.heads;
+    let (s, d, dv) = (a.seq, a.head_dim, a.value_dim);
+    let g = |m, n, k| Gemm { batch, m, n, k };
+    match direction {
+        Direction::Forward => vec![g(s, s, d), g(s, dv, s)],
+        Direction::Backward => vec![g(s, s, d), g(s, s, dv), g(s, dv, s), g(s, d, s), g(s, d, s)],
+    }
+}
+
+/// A fused attention kernel (FlashAttention) on `core`: its products at the template's
+/// compute, PE-buffer and global-buffer bounds (the score blocks stay in the global
+/// buffer), scaled by the fraction a causal mask leaves; the softmax per element on the
+/// cores' output lanes, as a fused epilogue is; DRAM carries only Q, K, V, the output and
+/// the log-sum-exp (their gradients too, backward).
+fn attention_cost(core: &CoreConfig, a: &Attention, direction: Direction, clock_hz: f64) -> OpCost {
+    let fraction = a.computed_fraction();
+    let parts: Vec<GemmCycles> = attention_gemms(a, direction)
+        .iter()
+        .map(|g| gemm_cycles(core, g))
+        .collect();
+    let on_chip: f64 = parts
+        .iter()
+        .map(|c| c.compute.max(c.pe_buffer).max(c.global_buffer))
+        .sum::<f64>()
+        * fraction;
+    // Log-sum-exp in fp32: two words per row, written forward, read backward.
+    let dram_words = a.memory_elements(direction) + 2.0 * a.statistics() as f64;
+    let dram = dram_words / DRAM_WORDS_PER_CYCLE;
+    let lanes = core.cores as u64 * core.width as u64;
+    let score_elements = (a.batch * a.heads * a.seq * a.seq) as f64 * fraction;
+    let softmax =
+        cycles_per_element(VectorKind::Softmax, direction) * score_elements / lanes.max(1) as f64;
+    let cycles = on_chip.max(dram) + softmax;
+    let joules = fraction
+        * parts
+            .iter()
+            .map(|c| {
+                c.macs * MAC_JOULES
+                    + c.pe_words * core.cores as f64 * PE_BUFFER_JOULES_PER_WORD
+                    + c.glb_words * GLOBAL_BUFFER_JOULES_PER_WORD
+            })
+            .sum::<f64>()
+        + dram_words * DRAM_JOULES_PER_WORD
+        + score_elements * LANE_OP_JOULES;
+    OpCost::new(cycles / clock_hz, joules).with_memory_seconds(dram / clock_hz)
+}
+
 /// Seconds and joules of one operator on `core`.
 pub fn op_cost(core: &CoreConfig, op: &Op, clock_hz: f64) -> Result<OpCost, EstimateError> {
     match op.kind {
+        OpKind::Attention(a) => {
+            check_core(core, CoreKind::Tensor, op)?;
+            Ok(attention_cost(core, &a, op.direction, clock_hz))
+        }
         OpKind::Gemm(g) => {
             check_core(core, CoreKind::Tensor, op)?;
             let c = gemm_cycles(core, &g);

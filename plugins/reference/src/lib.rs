@@ -128,6 +128,12 @@ impl Plugin for ReferenceModel {
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         LatencyModel::latency(self, core, ops)
     }
+
+    /// Fused attention at the template's own bounds (`latency::op_cost`), not as its
+    /// unfused operators.
+    fn attention(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        LatencyModel::latency(self, core, ops)
+    }
 }
 
 #[cfg(test)]

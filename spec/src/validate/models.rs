@@ -227,6 +227,8 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         embedding_dim: m.embedding_dim.or(b.embedding_dim),
         head,
         dropout: m.dropout.unwrap_or(b.dropout),
+        attention: m.attention.unwrap_or(b.attention),
+        causal: m.causal.unwrap_or(b.causal),
         max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
     }
 }
