@@ -265,8 +265,10 @@ fn deleting_the_spec_cancels_the_search_on_every_worker_within_seconds() {
 
 /// An item that no worker finishes — each one that takes it dies or hangs — fails the
 /// search after `max_deliveries` deliveries instead of leaving it waiting forever. Here
-/// one delivery, to a worker that is stopped (SIGSTOP) while it holds the item; another
-/// worker goes on taking items.
+/// one delivery, to a worker that is stopped (SIGSTOP) while it holds the item (it holds
+/// each item 60 s first, a test hook: stopped as soon as it is busy, it certainly holds
+/// one — an item it had just finished once let the search complete); another worker goes
+/// on taking items.
 #[test]
 fn an_item_no_worker_finishes_fails_the_search_after_max_deliveries() {
     let _gate = crate::util::alone();
@@ -280,7 +282,14 @@ fn an_item_no_worker_finishes_fails_the_search_after_max_deliveries() {
         "a",
         "work = false\nmax_deliveries = 1",
     );
-    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "max_deliveries = 1");
+    let b = Daemon::pooled_env(
+        &t.join("b"),
+        &nats.url(),
+        "b",
+        "max_deliveries = 1",
+        // archplace_pool::worker::HOLD_ITEM_VAR
+        &[("ARCHPLACE_TEST_HOLD_ITEM_SECONDS", "60")],
+    );
     a.drop_spec("stuck.toml", &eight_layers("stuck", true));
     b.until(Duration::from_secs(60), "b busy", || {
         b.metric("archplace_pool_worker_busy") == 1.0

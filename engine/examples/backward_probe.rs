@@ -16,7 +16,7 @@
 )]
 
 use archplace_engine::execution::Execution;
-use archplace_engine::model::{BuildOptions, OpGraph, build, preset};
+use archplace_engine::model::{AttentionKernel, BuildOptions, OpGraph, build, preset};
 use archplace_engine::operators as layer;
 use archplace_engine::options::ScheduleOptions;
 use archplace_engine::schedule::{Instance, solve};
@@ -29,6 +29,8 @@ fn main() {
     let mut cfg = preset("llama2-7b").unwrap();
     (cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads) = (4, 512, 8, 2);
     (cfg.ffn, cfg.vocab, cfg.seq_len) = (1408, 32000, 1024);
+    // A custom model: attention unfused, as config/specs/custom-tiny.toml's is.
+    cfg.attention = AttentionKernel::Unfused;
     let g = build(
         &cfg,
         &BuildOptions {

@@ -130,9 +130,23 @@ struct Held {
     completed: Arc<AtomicU64>,
 }
 
+/// The environment variable of a test hook: a worker holds every item it takes this many
+/// seconds (at most an hour) before it evaluates it, so that a test can stop a worker that
+/// certainly holds an item (what becomes of an item no worker finishes). Unset, nothing.
+pub const HOLD_ITEM_VAR: &str = "ARCHPLACE_TEST_HOLD_ITEM_SECONDS";
+
+/// [`HOLD_ITEM_VAR`]'s hold, if set.
+fn hold_item() {
+    static HOLD: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    if let Some(s) = *HOLD.get_or_init(|| std::env::var(HOLD_ITEM_VAR).ok()?.parse().ok()) {
+        std::thread::sleep(archplace_util::duration::clamped(s, 0.0, 3600.0));
+    }
+}
+
 fn handle(pool: &Arc<Pool>, cx: &WorkerContext, held: &mut Held, message: jetstream::Message) {
     let m = &pool.metrics;
     m.items_pulled.inc();
+    hold_item();
     if message.info().is_ok_and(|i| i.delivered > 1) {
         m.items_redelivered.inc();
     }

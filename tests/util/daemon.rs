@@ -69,6 +69,17 @@ impl Daemon {
     /// A daemon of a pool on `nats`, named `name`, with the tests' pool settings (short ack
     /// wait, one thread) and `pool` added to its `[pool]` table; waits until it joined.
     pub fn pooled(dir: &Path, nats: &str, name: &str, pool: &str) -> Daemon {
+        Self::pooled_env(dir, nats, name, pool, &[])
+    }
+
+    /// [`Daemon::pooled`] with environment variables.
+    pub fn pooled_env(
+        dir: &Path,
+        nats: &str,
+        name: &str,
+        pool: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         std::fs::create_dir_all(dir.join("specs")).expect("specs/");
         std::fs::create_dir_all(dir.join("plugins")).expect("plugins/");
         std::fs::write(
@@ -94,6 +105,7 @@ impl Daemon {
                 "--nats",
                 nats,
             ])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
