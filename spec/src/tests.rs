@@ -1061,3 +1061,33 @@ fn attention_and_causal_default_by_preset_and_can_be_set() {
     let text = e.to_string() + &format!("{:?}", e.help);
     assert!(text.contains("unfused") && text.contains("flash"), "{text}");
 }
+
+/// A FlashAttention kernel takes head dimensions up to 256: beyond, the spec is refused at
+/// the key that made it so, with the numbers.
+#[test]
+fn flash_attention_refuses_a_head_dimension_its_kernels_do_not_take() {
+    let wide = GOOD.replace(
+        "preset = \"gpt3-175b\"\nmax_tensor_parallel = 8\n",
+        "preset = \"llama3-8b\"\nheads = 8\nkv_heads = 8\nmax_tensor_parallel = 8\n",
+    );
+    let d = errors(&wide);
+    let e = find(&d, "models[0].heads");
+    assert!(
+        e.message
+            .contains("up to 256; this model's is 512 (hidden size 4096 over 8 heads)"),
+        "{e:?}"
+    );
+    let custom = GOOD.replace(
+        "preset = \"gpt3-175b\"\nmax_tensor_parallel = 8\n",
+        "layers = 2\nhidden = 4096\nheads = 8\nvocab = 1000\nseq_len = 512\nattention = \"flash\"\n",
+    )
+    .replace("baseline = { pipeline = 32, data = 8, tensor = 4 }\n", "");
+    let d = errors(&custom);
+    assert!(
+        find(&d, "models[0].attention")
+            .message
+            .contains("up to 256")
+    );
+    // Unfused attention takes any head dimension.
+    parse(&custom.replace("\"flash\"", "\"unfused\""), "ok.toml").unwrap();
+}

@@ -51,6 +51,11 @@ pub enum AttentionKernel {
     Flash,
 }
 
+/// The largest head dimension a FlashAttention kernel takes: 256 for FlashAttention-2 (Dao
+/// 2023, its README's "all head dimensions up to 256") and FlashAttention-3 (Shah et al.
+/// 2024). The spec's validator refuses `attention = "flash"` beyond it.
+pub const MAX_FLASH_HEAD_DIM: u64 = 256;
+
 /// What sits on top of the last block and produces the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]

@@ -8,7 +8,8 @@ pub mod graph;
 
 pub use build::{BuildOptions, Layer, LayerKind, ModelGraph, build};
 pub use config::{
-    Activation, AttentionKernel, Head, ModelConfig, Norm, NormPosition, PRESETS, Positions, preset,
+    Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, Norm, NormPosition,
+    PRESETS, Positions, preset,
 };
 pub use graph::{Core, KeptTensor, OpGraph, OpNode};
 

@@ -4,7 +4,9 @@ use super::MAX_ELEMENTS;
 use super::rules::count_in;
 use crate::raw::{RawBaseline, RawHead, RawModel, RawSpec};
 use crate::{Ctx, FieldPath, ModelSpec};
-use archplace_engine::model::{Head, ModelConfig, PRESETS, Positions, preset};
+use archplace_engine::model::{
+    AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, PRESETS, Positions, preset,
+};
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::training::{Baseline, Cluster, Training};
 /// A `[[models]]` entry as read: its index in the file and its configuration.
@@ -262,7 +264,8 @@ fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) {
     }
 }
 
-/// Shapes that fit together: heads divide the hidden size, key/value heads the heads,
+/// Shapes that fit together: heads divide the hidden size, a flash kernel's head dimension
+/// is one it takes, key/value heads the heads,
 /// learned positions cover the sequence, the widest tensor-parallel width divides the model;
 /// each rule over fields that are fine (a value derived from one that is not — `ffn` from
 /// `hidden` — is not fine either).
@@ -279,6 +282,30 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
                 "heads must divide the hidden size: {}",
                 divisors_text(cfg.hidden)
             )),
+        );
+        ok = false;
+    }
+    if ok
+        && fine(ctx, path, &["hidden", "heads", "attention", "preset"])
+        && cfg.attention == AttentionKernel::Flash
+        && cfg.head_dim() > MAX_FLASH_HEAD_DIM
+    {
+        let key = if m.attention.is_some() {
+            "attention"
+        } else if m.heads.is_some() {
+            "heads"
+        } else {
+            "hidden"
+        };
+        ctx.mismatch(
+            &path.key(key),
+            format!(
+                "a FlashAttention kernel takes head dimensions up to {MAX_FLASH_HEAD_DIM}; this model's is {} (hidden size {} over {} heads)",
+                cfg.head_dim(),
+                cfg.hidden,
+                cfg.heads
+            ),
+            Some("use `attention = \"unfused\"`, or more heads".into()),
         );
         ok = false;
     }
