@@ -1,6 +1,7 @@
 //! `archplace estimate`: one chip and one plan from a spec's `[accelerator]` and `[plan]`,
 //! the step explained — and one operator on that chip, for comparing latency models.
 
+use crate::explain::{HBM_LIMITS_FROM, hbm_busy_fraction};
 use archplace_engine::step::{self, StepError, StepInput, StepReport};
 use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::format_bytes;
@@ -204,20 +205,26 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
     let _ = writeln!(o, "  limiting: {}", r.limiting);
     let t = &r.time;
     let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
-    match r.hbm_busy_seconds {
-        Some(busy) if chip > 0.0 => {
-            let f = (busy / chip).clamp(0.0, 1.0);
+    match (
+        r.hbm_busy_seconds,
+        hbm_busy_fraction(r.hbm_busy_seconds, chip),
+    ) {
+        (Some(busy), Some(f)) => {
             let _ = writeln!(
                 o,
                 "  HBM busy {} of the chip's {} ({:.0}%): the chip is limited by its {}",
                 seconds(busy),
                 seconds(chip),
                 100.0 * f,
-                if f >= 0.5 { "HBM bandwidth" } else { "compute" }
+                if f >= HBM_LIMITS_FROM {
+                    "HBM bandwidth"
+                } else {
+                    "compute"
+                }
             );
         }
-        Some(_) => {}
-        None => {
+        (Some(_), None) => {}
+        (None, _) => {
             let _ = writeln!(
                 o,
                 "  (the latency model does not report memory times: compute and HBM bandwidth are not told apart)"
@@ -444,10 +451,9 @@ pub fn render_op(e: &OpEstimate, latency_model: &str) -> String {
     let _ = writeln!(o, "time    {}", seconds(e.seconds));
     match e.memory_seconds {
         Some(m) => {
-            // As for the chip: the memory limits an operator busy with it half its time or
-            // more (a model adds fixed costs, e.g. a kernel launch, to either bound).
+            // As for the chip: the memory limits an operator busy with it long enough.
             let share = if e.seconds > 0.0 { m / e.seconds } else { 0.0 };
-            let bound = if share >= 0.5 {
+            let bound = if share >= HBM_LIMITS_FROM {
                 "memory-bound"
             } else {
                 "compute-bound"

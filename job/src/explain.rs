@@ -27,6 +27,18 @@ const CHIP_HBM: &str = "the chip's HBM bandwidth";
 const CHIP_COMPUTE: &str = "the chip's compute";
 /// A stage this full of HBM (by the step model's count) is limited by its capacity.
 const HBM_FULL: f64 = 0.9;
+/// The HBM's busy share of a chip's (or an operator's) time from which its bandwidth, not
+/// the compute, is what limits it: at least half (a model adds fixed costs, e.g. a kernel
+/// launch, to either bound, so the memory time rarely equals the whole).
+pub(crate) const HBM_LIMITS_FROM: f64 = 0.5;
+
+/// Of `chip` seconds of the chip's time (forward, backward, recomputation), the fraction its
+/// HBM is busy for `busy` seconds (the operators' memory times); `None` when the latency
+/// model gives no memory times, or the chip has no time.
+pub(crate) fn hbm_busy_fraction(busy: Option<f64>, chip: f64) -> Option<f64> {
+    busy.filter(|_| chip > 0.0)
+        .map(|busy| (busy / chip).clamp(0.0, 1.0))
+}
 
 /// The explanation of a search's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,13 +235,10 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
         .saturating_mul(dp)
         .saturating_mul(p.pipeline_stages as u64);
     let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
-    let hbm_busy_fraction = p
-        .hbm_busy_seconds
-        .filter(|_| chip > 0.0)
-        .map(|busy| (busy / chip).clamp(0.0, 1.0));
+    let hbm_busy_fraction = hbm_busy_fraction(p.hbm_busy_seconds, chip);
     let chip_name = match hbm_busy_fraction {
         None => CHIP,
-        Some(f) if f >= 0.5 => CHIP_HBM,
+        Some(f) if f >= HBM_LIMITS_FROM => CHIP_HBM,
         Some(_) => CHIP_COMPUTE,
     };
     let parts = [

@@ -133,10 +133,7 @@ pub fn ops_from_wit(ops: &[wit::Op]) -> Vec<Op> {
                     link_bytes_per_second: a.link_bytes_per_second,
                 },
             },
-            direction: match o.direction {
-                wit::Direction::Forward => Direction::Forward,
-                wit::Direction::Backward => Direction::Backward,
-            },
+            direction: direction_from_wit(o.direction),
             fused: o
                 .fused
                 .iter()
@@ -178,6 +175,13 @@ pub fn costs_to_wit(
     .map_err(error_to_wit)
 }
 
+fn direction_from_wit(d: wit::Direction) -> Direction {
+    match d {
+        wit::Direction::Forward => Direction::Forward,
+        wit::Direction::Backward => Direction::Backward,
+    }
+}
+
 /// The fused attention kernels of `attention-detail`, as operators.
 pub fn attention_from_wit(ops: &[detail::Attention]) -> Vec<Op> {
     ops.iter()
@@ -191,10 +195,7 @@ pub fn attention_from_wit(ops: &[detail::Attention]) -> Vec<Op> {
                 value_dim: a.value_dim,
                 causal: a.causal,
             }),
-            direction: match a.direction {
-                wit::Direction::Forward => Direction::Forward,
-                wit::Direction::Backward => Direction::Backward,
-            },
+            direction: direction_from_wit(a.direction),
             fused: Vec::new(),
         })
         .collect()
