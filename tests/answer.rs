@@ -202,6 +202,7 @@ examples! {
     bert_large: "bert-large",
     custom_tiny: "custom-tiny",
     estimate_a100: "estimate-a100",
+    estimate_mixtral_8x7b_h100: "estimate-mixtral-8x7b-h100",
     gpt2_xl: "gpt2-xl",
     gpt3_175b: "gpt3-175b",
     gpu_like: "gpu-like",
@@ -210,6 +211,8 @@ examples! {
     llama3: "llama3",
     megatron_gpt2_2_5b: "megatron-gpt2-2.5b",
     megatron_gpt2_8_3b: "megatron-gpt2-8.3b",
+    mixtral_8x7b: "mixtral-8x7b",
+    moe: "moe",
     opt_1_3b: "opt-1.3b",
     opt_350m: "opt-350m",
 }

@@ -29,6 +29,7 @@ fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
         bytes_per_element: 2,
         link_bytes_per_second: 4 << 30,
         sequence_parallel: false,
+        experts: Default::default(),
     }
 }
 
@@ -249,6 +250,8 @@ fn step(c: &mut Criterion) {
             precision: Precision::Bf16Mixed,
             optimizer: Optimizer::Adam,
             distributed_optimizer: false,
+            expert_parallel: 1,
+            expert_tensor_parallel: 1,
             stage_layers: None,
         },
         accelerator: REFERENCE_CONFIG,

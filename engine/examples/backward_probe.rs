@@ -39,6 +39,7 @@ fn main() {
             bytes_per_element: 2,
             link_bytes_per_second: 4 << 30,
             sequence_parallel: false,
+            experts: Default::default(),
         },
     );
     let opts = ScheduleOptions {

@@ -61,6 +61,7 @@ fn probe_gpt3_layer_schedules() {
                         bytes_per_element: 2,
                         link_bytes_per_second: 4 << 30,
                         sequence_parallel: false,
+                        experts: Default::default(),
                     },
                 ),
             ));

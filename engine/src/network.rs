@@ -71,6 +71,34 @@ impl Network {
     }
 }
 
+impl Network {
+    /// Seconds of an all-to-all over a group of `n` ranks spaced `stride` apart, each rank
+    /// holding a buffer of `bytes` of which `1/n` goes to every rank: it sends (and
+    /// receives) `(n − 1)/n` of it, every message posted at once (NCCL's grouped sends and
+    /// receives), so one latency per tier. When the group spans nodes, the share for the
+    /// `k − 1` other ranks of its own node crosses the intra-node tier while the share for
+    /// the `n − k` ranks elsewhere crosses the inter-node tier (the device's NIC), at once:
+    /// the slower of the two bounds it.
+    pub fn all_to_all_seconds(&self, bytes: f64, n: u64, stride: u64) -> f64 {
+        if n <= 1 || bytes <= 0.0 {
+            return 0.0;
+        }
+        let nf = n as f64;
+        let part = |tier: Tier, peers: f64| {
+            if peers <= 0.0 {
+                0.0
+            } else {
+                peers / nf * bytes / tier.bytes_per_second + tier.latency_seconds
+            }
+        };
+        if n.saturating_mul(stride.max(1)) <= self.node_size {
+            return part(self.intra_node, nf - 1.0);
+        }
+        let k = (self.node_size / stride.max(1)).clamp(1, n) as f64;
+        part(self.intra_node, k - 1.0).max(part(self.inter_node, nf - k))
+    }
+}
+
 /// `node_size` in JSON: `null` for one tier (`u64::MAX` inside).
 mod one_tier_as_null {
     use serde::{Deserialize, Deserializer, Serializer};

@@ -38,7 +38,7 @@
 //! * **Energy** is the latency model's joules of every operator the step runs, on every
 //!   device (compute only: no static power, no network energy).
 
-use crate::model::{BuildOptions, ModelConfig, ModelGraph, OpGraph, build};
+use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, OpGraph, Work, build};
 use crate::network::Network;
 use crate::operators::estimate;
 use crate::operators::instance_with;
@@ -66,6 +66,15 @@ pub struct StepPlan {
     pub precision: Precision,
     pub optimizer: Optimizer,
     pub distributed_optimizer: bool,
+    /// EP: ranks a Mixture-of-Experts model's experts are divided over (1 for a dense
+    /// model). The expert groups fold into the `t × d` ranks of a pipeline stage
+    /// (Megatron-Core's parallel folding): EP × ETP divides `t × d`, and the experts'
+    /// gradients are reduced over the rest, the expert-data-parallel group.
+    #[serde(default = "one")]
+    pub expert_parallel: u64,
+    /// ETP: ranks each expert's FFN is split over.
+    #[serde(default = "one")]
+    pub expert_tensor_parallel: u64,
     /// Transformer blocks per pipeline stage, first to last (the embedding goes with the
     /// first stage, the head with the last), as Megatron-LM's uneven pipelines give them;
     /// `None`: an even split over `pipeline × interleaving` chunks.
@@ -73,7 +82,20 @@ pub struct StepPlan {
     pub stage_layers: Option<Vec<u64>>,
 }
 
+fn one() -> u64 {
+    1
+}
+
 impl StepPlan {
+    /// The expert-data-parallel width: the ranks of a pipeline stage over EP × ETP.
+    pub fn expert_data_parallel(&self) -> u64 {
+        let groups = self
+            .expert_parallel
+            .max(1)
+            .saturating_mul(self.expert_tensor_parallel.max(1));
+        (self.tensor_parallel.saturating_mul(self.data_parallel) / groups).max(1)
+    }
+
     /// Blocks per pipeline stage (a device's chunks), for a model of `layers` blocks.
     pub fn blocks_per_stage(&self, layers: u64) -> Vec<u64> {
         match &self.stage_layers {
@@ -114,6 +136,10 @@ pub struct TimeBreakdown {
     /// The tensor-parallel collectives' time that computation does not hide (all of it
     /// unless `tensor_parallel_overlap`); forward and backward are the cores' busy time.
     pub tensor_parallel_communication_seconds: f64,
+    /// The Mixture-of-Experts all-to-all exchanges (dispatch and combine, forward,
+    /// backward and recomputed) over the expert-parallel group, not overlapped.
+    #[serde(default)]
+    pub all_to_all_seconds: f64,
     pub pipeline_point_to_point_seconds: f64,
     pub pipeline_bubble_seconds: f64,
     pub data_parallel_communication_seconds: f64,
@@ -126,7 +152,7 @@ impl TimeBreakdown {
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 8] {
+    pub fn parts(&self) -> [(&'static str, f64); 9] {
         [
             ("forward", self.forward_seconds),
             ("backward", self.backward_seconds),
@@ -135,6 +161,7 @@ impl TimeBreakdown {
                 "tensor-parallel communication",
                 self.tensor_parallel_communication_seconds,
             ),
+            ("expert-parallel all-to-all", self.all_to_all_seconds),
             (
                 "pipeline point-to-point",
                 self.pipeline_point_to_point_seconds,
@@ -157,6 +184,61 @@ impl TimeBreakdown {
     }
 }
 
+/// Where the slowest device's time goes by kind of operator, in seconds per step: each
+/// operator's duration (on all cores of its kind) summed over forward, backward and
+/// recomputation, and the all-to-all exchanges. Operators of a layer may overlap (a
+/// collective with a GEMM, a tensor-core GEMM with a vector-core kernel), so the parts do
+/// not add up to the step; the step's own breakdown is [`TimeBreakdown`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct OperatorSeconds {
+    /// The attention core (scores, softmax, context) or the fused attention kernel.
+    pub attention: f64,
+    /// Mixture-of-Experts routers (GEMM, softmax, top-k).
+    pub router: f64,
+    /// Tokens permuted to their experts and back.
+    pub permutation: f64,
+    /// The experts' grouped GEMMs.
+    pub expert_gemm: f64,
+    /// Every other GEMM (projections, dense MLPs, shared experts, logits).
+    pub other_gemm: f64,
+    /// Every other element-wise or row-wise kernel (norms, activations, residuals, ...).
+    pub vector: f64,
+    /// Tensor- and expert-tensor-parallel collectives, their whole duration.
+    pub tensor_parallel: f64,
+    /// The expert-parallel all-to-all exchanges.
+    pub all_to_all: f64,
+}
+
+impl OperatorSeconds {
+    fn of(work: &[f64; Work::COUNT], all_to_all: f64) -> OperatorSeconds {
+        let at = |w: Work| work[w as usize];
+        OperatorSeconds {
+            attention: at(Work::Attention),
+            router: at(Work::Router),
+            permutation: at(Work::Permutation),
+            expert_gemm: at(Work::ExpertGemm),
+            other_gemm: at(Work::Gemm),
+            vector: at(Work::Vector),
+            tensor_parallel: at(Work::Collective),
+            all_to_all,
+        }
+    }
+
+    /// The parts with their names, in the order above.
+    pub fn parts(&self) -> [(&'static str, f64); 8] {
+        [
+            ("attention", self.attention),
+            ("router", self.router),
+            ("permutation", self.permutation),
+            ("expert GEMMs", self.expert_gemm),
+            ("other GEMMs", self.other_gemm),
+            ("vector kernels", self.vector),
+            ("tensor-parallel collectives", self.tensor_parallel),
+            ("all-to-all", self.all_to_all),
+        ]
+    }
+}
+
 /// Memory of one device, in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryBreakdown {
@@ -175,6 +257,10 @@ pub struct StageSummary {
     pub embedding: bool,
     pub head: bool,
     pub parameters: u64,
+    /// Of `parameters`, the experts' (their state sharded over the expert-data-parallel
+    /// group).
+    #[serde(default)]
+    pub expert_parameters: u64,
     /// Forward + backward + recomputation + point-to-point of one micro-batch.
     pub seconds_per_micro_batch: f64,
     /// Micro-batches whose activations it holds at its peak.
@@ -187,6 +273,10 @@ pub struct StageSummary {
 pub struct StepReport {
     pub step_seconds: f64,
     pub time: TimeBreakdown,
+    /// The slowest device's time by kind of operator (overlapping; see
+    /// [`OperatorSeconds`]).
+    #[serde(default)]
+    pub operator_seconds: OperatorSeconds,
     /// Of forward, backward and recomputation (the chip's time), how long the chip's
     /// off-chip memory is busy moving the layers' bytes (the sum of their operators' memory
     /// times); the rest is its cores'. `None` when the latency model does not report memory
@@ -201,6 +291,9 @@ pub struct StepReport {
     pub micro_batches_per_replica: u64,
     pub samples_per_second: f64,
     pub tokens_per_second: f64,
+    /// `tokens_per_second` over the devices.
+    #[serde(default)]
+    pub tokens_per_second_per_device: f64,
     /// Matrix FLOPs of the model per step (forward and backward, no recomputation).
     pub model_flops_per_step: f64,
     /// Matrix FLOPs the devices run per step, recomputation included.
@@ -250,6 +343,30 @@ pub enum StepError {
         layers: u64,
         interleaving: u64,
     },
+    #[error(
+        "expert_parallel = {ep} and expert_tensor_parallel = {etp} split a Mixture-of-Experts model's experts; {model} is dense"
+    )]
+    ExpertsWithoutMoe { model: String, ep: u64, etp: u64 },
+    #[error("expert-parallel width {ep} must divide the {experts} experts")]
+    ExpertParallel { ep: u64, experts: u64 },
+    #[error(
+        "expert-tensor-parallel width {etp} must be a power of two dividing each expert's FFN width ({expert_ffn})"
+    )]
+    ExpertTensorParallel { etp: u64, expert_ffn: u64 },
+    #[error(
+        "the expert groups, EP × ETP = {ep} × {etp}, must divide the t × d = {t} × {d} = {ranks} ranks of a pipeline stage they fold into"
+    )]
+    ExpertFolding {
+        ep: u64,
+        etp: u64,
+        t: u64,
+        d: u64,
+        ranks: u64,
+    },
+    #[error(
+        "a Mixture-of-Experts model with tensor parallelism (t = {t}) needs sequence parallelism, as Megatron-Core requires: its routers take each rank's shard of the tokens"
+    )]
+    MoeSequenceParallel { t: u64 },
     #[error("t = {t} × p = {p} × d = {d} is {needed} devices; the cluster has {devices}")]
     Devices {
         t: u64,
@@ -320,6 +437,9 @@ pub struct LayerTiming {
     pub backward_memory: Option<f64>,
     /// The attention core's share of `forward_memory` (0 when unknown).
     pub attention_core_memory: f64,
+    /// Each pass's operators' durations by kind of work ([`Work`]).
+    pub forward_work: [f64; Work::COUNT],
+    pub backward_work: [f64; Work::COUNT],
 }
 
 impl LayerTiming {
@@ -339,6 +459,8 @@ impl LayerTiming {
             forward_memory: forward.memory,
             backward_memory: backward.memory,
             attention_core_memory: forward.attention_core_memory,
+            forward_work: forward.work,
+            backward_work: backward.work,
         }
     }
 }
@@ -358,6 +480,8 @@ pub struct GraphTiming {
     /// `None` when the latency model gives none of them.
     pub memory: Option<f64>,
     pub attention_core_memory: f64,
+    /// The operators' durations (on all cores of their kind) by kind of work.
+    pub work: [f64; Work::COUNT],
 }
 
 /// What the step takes of a layer's schedule.
@@ -392,7 +516,9 @@ pub fn graph_timing(
     } = outcome;
     let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
     let (mut memory, mut core_memory, mut memory_known) = (0.0, 0.0, false);
+    let mut work = [0.0; Work::COUNT];
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
+        work[node.work() as usize] += task.parallel;
         let all = match node.core {
             crate::model::Core::Vector => c.vector_core(c.vector_cores),
             crate::model::Core::Link => c.vector_core(1),
@@ -423,6 +549,7 @@ pub fn graph_timing(
         gap,
         memory: memory_known.then_some(memory.min(makespan)),
         attention_core_memory: core_memory,
+        work,
     })
 }
 
@@ -536,6 +663,7 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
         });
     }
     let d = pl.data_parallel;
+    found.extend(expert_problems(m, pl));
     let needed = t.saturating_mul(p).saturating_mul(d);
     if d == 0 || needed != input.devices {
         found.push(StepError::Devices {
@@ -565,6 +693,52 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
     found
 }
 
+/// The plan's expert layout against the model: only a Mixture-of-Experts model splits
+/// experts, EP divides them, ETP their width, both fold into a stage's `t × d` ranks, and
+/// tensor parallelism comes with sequence parallelism.
+fn expert_problems(m: &ModelConfig, pl: &StepPlan) -> Vec<StepError> {
+    let (t, d) = (pl.tensor_parallel, pl.data_parallel);
+    let (ep, etp) = (pl.expert_parallel, pl.expert_tensor_parallel);
+    let mut found = Vec::new();
+    let Some(moe) = m.moe else {
+        if ep != 1 || etp != 1 {
+            found.push(StepError::ExpertsWithoutMoe {
+                model: m.name.clone(),
+                ep,
+                etp,
+            });
+        }
+        return found;
+    };
+    if ep == 0 || !moe.experts.is_multiple_of(ep) {
+        found.push(StepError::ExpertParallel {
+            ep,
+            experts: moe.experts,
+        });
+    }
+    if etp == 0 || !etp.is_power_of_two() || !moe.expert_ffn.is_multiple_of(etp) {
+        found.push(StepError::ExpertTensorParallel {
+            etp,
+            expert_ffn: moe.expert_ffn,
+        });
+    }
+    let ranks = t.saturating_mul(d);
+    let groups = ep.saturating_mul(etp);
+    if groups == 0 || ranks == 0 || !ranks.is_multiple_of(groups) {
+        found.push(StepError::ExpertFolding {
+            ep,
+            etp,
+            t,
+            d,
+            ranks,
+        });
+    }
+    if t > 1 && !pl.sequence_parallel {
+        found.push(StepError::MoeSequenceParallel { t });
+    }
+    found
+}
+
 /// The layer graphs of `input`'s model for its plan: one rank's embedding, block and
 /// head at its micro-batch, width, precision and sequence parallelism, the
 /// tensor-parallel collectives on the tier the group lives on.
@@ -579,6 +753,14 @@ pub fn graph(input: &StepInput) -> ModelGraph {
             bytes_per_element: pl.precision.element_bytes(),
             link_bytes_per_second: input.network.tier(t).bytes_per_second as u64,
             sequence_parallel: pl.sequence_parallel,
+            experts: ExpertLayout {
+                parallel: pl.expert_parallel.max(1),
+                tensor_parallel: pl.expert_tensor_parallel.max(1),
+                link_bytes_per_second: input
+                    .network
+                    .tier(pl.expert_tensor_parallel.max(1))
+                    .bytes_per_second as u64,
+            },
         },
     )
 }
@@ -620,6 +802,39 @@ pub fn estimate_timed_step(
 /// The most loaded stage and its memory per device.
 type Worst = (u64, MemoryBreakdown);
 
+/// State bytes per parameter of a plan: the dense parameters' (optimizer sharded over the
+/// data-parallel group with the distributed optimizer) and the experts' (over the
+/// expert-data-parallel group).
+struct StageState {
+    dense: StateBytes,
+    experts: StateBytes,
+}
+
+impl StageState {
+    fn of(pl: &StepPlan) -> StageState {
+        let state = |group| {
+            StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, group)
+        };
+        StageState {
+            dense: state(pl.data_parallel),
+            experts: state(pl.expert_data_parallel()),
+        }
+    }
+
+    /// Weights, gradients, optimizer state and their total, in bytes, of `parameters` of
+    /// which `experts` are expert parameters.
+    fn bytes(&self, parameters: u64, experts: u64) -> [f64; 4] {
+        let (e, dense) = (experts as f64, parameters.saturating_sub(experts) as f64);
+        let part = |f: fn(&StateBytes) -> f64| dense * f(&self.dense) + e * f(&self.experts);
+        [
+            part(|s| s.weights),
+            part(|s| s.gradients),
+            part(|s| s.optimizer),
+            part(StateBytes::total),
+        ]
+    }
+}
+
 /// Each stage's parameters and memory with the most loaded one, or that stage's error when
 /// it does not fit.
 fn fitting_stages(
@@ -629,8 +844,7 @@ fn fitting_stages(
     let pl = &input.plan;
     let d = pl.data_parallel;
     let micro_batches = input.global_batch / (pl.micro_batch * d);
-    let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
-    let stages = stage_memory(input, g, &state, micro_batches);
+    let stages = stage_memory(input, g, &StageState::of(pl), micro_batches);
     let worst = stages
         .iter()
         .max_by(|a, b| a.memory_bytes.total.total_cmp(&b.memory_bytes.total))
@@ -659,24 +873,29 @@ fn priced(
     let (t, d, b) = (pl.tensor_parallel, pl.data_parallel, pl.micro_batch);
     let micro_batches = input.global_batch / (b * d);
     let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
-    let pipeline = pipeline_times(input, timing, &mut stages);
-    // Data-parallel synchronisation of the slowest stage's gradients (every stage syncs
-    // at once; the largest bounds the step).
-    let params_max = stages.iter().map(|s| s.parameters).max().unwrap_or(0) as f64;
-    let dp = data_parallel_seconds(input, g, &state, params_max);
-    let opt_cost = optimizer_step(input, cost, params_max)?;
+    let pipeline = pipeline_times(input, g, timing, &mut stages);
+    // Data-parallel synchronisation of the largest stage's gradients (every stage syncs
+    // at once; the largest bounds the step): the dense parameters' over the data-parallel
+    // group, the experts' over the expert-data-parallel group.
+    let largest = |f: fn(&StageSummary) -> u64| stages.iter().map(f).max().unwrap_or(0) as f64;
+    let experts_max = largest(|s| s.expert_parameters);
+    let dense_max = largest(|s| s.parameters - s.expert_parameters);
+    let dp = data_parallel_seconds(input, g, &state, (dense_max, experts_max));
+    let opt_cost = optimizer_step(input, cost, (dense_max, experts_max))?;
     let m = micro_batches as f64;
     let time = TimeBreakdown {
         forward_seconds: m * pipeline.forward,
         backward_seconds: m * pipeline.backward,
         recomputation_seconds: m * pipeline.recomputation,
         tensor_parallel_communication_seconds: m * pipeline.communication,
+        all_to_all_seconds: m * pipeline.all_to_all,
         pipeline_point_to_point_seconds: m * pipeline.point_to_point,
         pipeline_bubble_seconds: pipeline.bubble,
         data_parallel_communication_seconds: dp,
         optimizer_step_seconds: opt_cost.seconds,
     };
     let step = time.total();
+    let operators = OperatorSeconds::of(&pipeline.work.map(|w| m * w), m * pipeline.all_to_all);
     let (model_flops, hardware_flops) = step_flops(input, g);
     let devices = input.devices as f64;
     let model_rate = model_flops / step / devices;
@@ -695,6 +914,7 @@ fn priced(
     Ok(StepReport {
         step_seconds: step,
         time,
+        operator_seconds: operators,
         hbm_busy_seconds: pipeline.memory.map(|busy| m * busy),
         memory_bytes: worst.1,
         memory_stage: worst.0,
@@ -703,6 +923,7 @@ fn priced(
         micro_batches_per_replica: micro_batches,
         samples_per_second: samples,
         tokens_per_second: samples * input.model.seq_len as f64,
+        tokens_per_second_per_device: samples * input.model.seq_len as f64 / devices,
         model_flops_per_step: model_flops,
         hardware_flops_per_step: hardware_flops,
         model_flops_per_second_per_device: model_rate,
@@ -723,7 +944,7 @@ fn priced(
 fn stage_memory(
     input: &StepInput,
     g: &ModelGraph,
-    state: &StateBytes,
+    state: &StageState,
     micro_batches: u64,
 ) -> Vec<StageSummary> {
     let pl = &input.plan;
@@ -762,13 +983,14 @@ fn stage_memory(
         if pl.recomputation != Recomputation::None && per_stage > 0 {
             activations += (g.block.stash_bytes - g.block.kept_bytes(pl.recomputation)) as f64;
         }
-        let pf = params as f64;
+        let experts = per_stage * g.block.expert_parameters;
+        let [weights, gradients, optimizer, state_total] = state.bytes(params, experts);
         let memory = MemoryBreakdown {
-            weights: pf * state.weights,
-            gradients: pf * state.gradients,
-            optimizer: pf * state.optimizer,
+            weights,
+            gradients,
+            optimizer,
             activations,
-            total: pf * state.total() + activations,
+            total: state_total + activations,
         };
         stages.push(StageSummary {
             stage: k,
@@ -776,6 +998,7 @@ fn stage_memory(
             embedding: first,
             head: last,
             parameters: params,
+            expert_parameters: experts,
             seconds_per_micro_batch: 0.0,
             micro_batches_in_flight: in_flight,
             memory_bytes: memory,
@@ -822,6 +1045,8 @@ struct PipelineTimes {
     recomputation: f64,
     /// Tensor-parallel communication.
     communication: f64,
+    /// The expert-parallel all-to-all exchanges.
+    all_to_all: f64,
     point_to_point: f64,
     bubble: f64,
     /// Recomputation of one block: (compute, communication, joules).
@@ -829,6 +1054,8 @@ struct PipelineTimes {
     /// The slowest stage's memory-busy time per micro-batch (see
     /// [`StepReport::hbm_busy_seconds`]).
     memory: Option<f64>,
+    /// The slowest stage's operators' durations per micro-batch by kind of work.
+    work: [f64; Work::COUNT],
 }
 
 /// Each stage's time per micro-batch (set in `stages`): its layers' compute, tensor-parallel
@@ -836,6 +1063,7 @@ struct PipelineTimes {
 /// slowest stage's parts and the bubble.
 fn pipeline_times(
     input: &StepInput,
+    g: &ModelGraph,
     timing: &[LayerTiming; 3],
     stages: &mut [StageSummary],
 ) -> PipelineTimes {
@@ -867,6 +1095,19 @@ fn pipeline_times(
         0.0
     };
     let blocks = pl.blocks_per_stage(input.model.layers);
+    // A block's all-to-all exchanges per micro-batch: dispatch and combine forward, their
+    // gradients backward, and forward again under full recomputation.
+    let exchanges = if pl.recomputation == Recomputation::Full {
+        6.0
+    } else {
+        4.0
+    };
+    let all_to_all = g.block.all_to_all.map_or(0.0, |a| {
+        exchanges
+            * input
+                .network
+                .all_to_all_seconds(a.bytes as f64, a.group, a.stride)
+    });
     // Per stage and micro-batch: (forward, backward, recompute, tp communication).
     let parts = |k: u64| -> (f64, f64, f64, f64) {
         let n = blocks[k as usize] as f64;
@@ -902,17 +1143,38 @@ fn pipeline_times(
     let mut slowest = (0, 0.0);
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
-        s.seconds_per_micro_batch = f + bw + r + comm + p2p;
+        let exchanged = blocks[s.stage as usize] as f64 * all_to_all;
+        s.seconds_per_micro_batch = f + bw + r + comm + exchanged + p2p;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch);
         }
     }
     let (f, bw, r, comm) = parts(slowest.0);
+    // The slowest stage's work per micro-batch: its blocks' forward, backward and what
+    // they recompute (all of the forward, or the attention core), the ends'.
+    let n = blocks[slowest.0 as usize] as f64;
+    let work: [f64; Work::COUNT] = std::array::from_fn(|w| {
+        let again = match pl.recomputation {
+            Recomputation::None => 0.0,
+            Recomputation::Selective if w == Work::Attention as usize => blk.attention_core,
+            Recomputation::Selective => 0.0,
+            Recomputation::Full => blk.forward_work[w],
+        };
+        let mut busy = n * (blk.forward_work[w] + blk.backward_work[w] + again);
+        for (on, l) in [(slowest.0 == 0, emb), (slowest.0 + 1 == p, head)] {
+            if on {
+                busy += l.forward_work[w] + l.backward_work[w];
+            }
+        }
+        busy
+    });
     PipelineTimes {
+        work,
         forward: f,
         backward: bw,
         recomputation: r,
         communication: comm,
+        all_to_all: blocks[slowest.0 as usize] as f64 * all_to_all,
         point_to_point: p2p,
         bubble: (p - 1) as f64 / v as f64 * slowest.1,
         recompute,
@@ -927,17 +1189,22 @@ fn data_parallel_seconds(
     input: &StepInput,
     g: &ModelGraph,
     state: &StateBytes,
-    params_max: f64,
+    (dense, experts): (f64, f64),
 ) -> f64 {
     let pl = &input.plan;
     let (t, p, d) = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel);
     let net = &input.network;
-    let grads = params_max * state.gradients;
-    let mut dp = if pl.distributed_optimizer {
-        net.ring_seconds(grads, 1.0, d, t) + net.ring_seconds(params_max * state.weights, 1.0, d, t)
-    } else {
-        net.ring_seconds(grads, 2.0, d, t)
+    let sync = |params: f64, group: u64, stride: u64| {
+        if pl.distributed_optimizer {
+            net.ring_seconds(params * state.gradients, 1.0, group, stride)
+                + net.ring_seconds(params * state.weights, 1.0, group, stride)
+        } else {
+            net.ring_seconds(params * state.gradients, 2.0, group, stride)
+        }
     };
+    // The expert-data-parallel group: the ranks holding the same experts, EP × ETP apart.
+    let expert_stride = pl.expert_parallel.max(1) * pl.expert_tensor_parallel.max(1);
+    let mut dp = sync(dense, d, t) + sync(experts, pl.expert_data_parallel(), expert_stride);
     if p > 1 && input.model.tied_embeddings && g.head.shared_parameters > 0 {
         let bytes = g.head.shared_parameters as f64 * state.gradients;
         dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
@@ -953,14 +1220,14 @@ fn data_parallel_seconds(
 fn optimizer_step(
     input: &StepInput,
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
-    params_max: f64,
+    (dense, experts): (f64, f64),
 ) -> Result<OpCost, StepError> {
     let pl = &input.plan;
     let c = &input.accelerator;
     let updated = if pl.distributed_optimizer {
-        params_max / pl.data_parallel as f64
+        dense / pl.data_parallel as f64 + experts / pl.expert_data_parallel() as f64
     } else {
-        params_max
+        dense + experts
     };
     let full = StateBytes::megatron(pl.precision, pl.optimizer, false, 1);
     let traffic_per_parameter =
@@ -998,7 +1265,7 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
             .filter(|n| n.is_attention_core())
             .map(|n| n.matmul_flops())
             .sum(),
-        Recomputation::Full => g.block.forward.matmul_flops(),
+        Recomputation::Full => g.block.forward.matmul_flops() - g.block.imbalance_matmul_flops,
     };
     let hardware_flops = run_flops + again * g.blocks as f64 * per_micro_batch;
     (model_flops, hardware_flops)

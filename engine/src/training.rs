@@ -213,6 +213,9 @@ pub struct Training {
     /// Model chunks per device to try (1: plain 1F1B; above 1: interleaved 1F1B with
     /// equal chunks).
     pub pipeline_interleaving: Vec<u64>,
+    /// Expert-parallel widths to try for Mixture-of-Experts models (each model takes those
+    /// dividing its experts; dense models run 1).
+    pub expert_parallel: Vec<u64>,
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,

@@ -97,6 +97,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             distributed_optimizer: vec![false, true],
             sequence_parallel: vec![false, true],
             pipeline_interleaving: vec![1],
+            expert_parallel: vec![1],
             memory_model: MemoryModel::Megatron,
             bytes_per_element: 2,
             execution: Default::default(),

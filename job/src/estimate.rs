@@ -20,6 +20,10 @@ pub struct EstimateDoc<'a> {
     pub spec: &'a str,
     pub model: &'a str,
     pub parameters: u64,
+    /// The parameters a token goes through (a Mixture-of-Experts model's: all but the
+    /// experts it is not routed to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_parameters: Option<u64>,
     pub accelerator: AcceleratorConfig,
     pub plan: &'a step::StepPlan,
     pub devices: u64,
@@ -48,9 +52,16 @@ pub fn parameters(input: &StepInput) -> u64 {
             bytes_per_element: 2,
             link_bytes_per_second: 1,
             sequence_parallel: false,
+            experts: Default::default(),
         },
     );
     g.parameters_per_rank()
+}
+
+/// The parameters a token goes through, for a Mixture-of-Experts model.
+pub fn active_parameters(input: &StepInput) -> Option<u64> {
+    let inactive = input.model.inactive_parameters()?;
+    Some(parameters(input).saturating_sub(inactive))
 }
 
 /// One JSON object for `result`.
@@ -71,6 +82,7 @@ pub fn document<'a>(
         spec: &spec.name,
         model: &input.model.name,
         parameters: parameters(input),
+        active_parameters: active_parameters(input),
         accelerator: input.accelerator,
         plan: &input.plan,
         devices: input.devices,
@@ -155,23 +167,40 @@ pub fn describe_plan(input: &StepInput) -> String {
         } else {
             ""
         },
-    ) + &format!(
-        "; operators {}, tensor-parallel collectives {}",
-        input.execution.operators.name(),
-        if input.execution.tensor_parallel_overlap {
-            "overlapped"
-        } else {
-            "not overlapped"
-        }
+    ) + &experts_words(p)
+        + &format!(
+            "; operators {}, tensor-parallel collectives {}",
+            input.execution.operators.name(),
+            if input.execution.tensor_parallel_overlap {
+                "overlapped"
+            } else {
+                "not overlapped"
+            }
+        )
+}
+
+/// The expert layout, when the plan splits experts.
+fn experts_words(p: &step::StepPlan) -> String {
+    if p.expert_parallel == 1 && p.expert_tensor_parallel == 1 {
+        return String::new();
+    }
+    format!(
+        "; experts over EP = {} × ETP = {} (expert-data-parallel {})",
+        p.expert_parallel,
+        p.expert_tensor_parallel,
+        p.expert_data_parallel()
     )
 }
 
 /// The estimate as text for people.
 pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String {
     let mut o = String::new();
+    let active = active_parameters(input)
+        .map(|a| format!(", {} active", thousands(a)))
+        .unwrap_or_default();
     let _ = writeln!(
         o,
-        "{} ({} parameters) on {} devices of {} buffer, {} HBM; latency model {latency_model}",
+        "{} ({} parameters{active}) on {} devices of {} buffer, {} HBM; latency model {latency_model}",
         input.model.name,
         thousands(parameters(input)),
         thousands(input.devices),
@@ -181,12 +210,13 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
     let _ = writeln!(o, "plan: {}", describe_plan(input));
     let _ = writeln!(
         o,
-        "\nstep time {} for a global batch of {} ({} micro-batches per replica): {:.2} samples/s, {} tokens/s",
+        "\nstep time {} for a global batch of {} ({} micro-batches per replica): {:.2} samples/s, {} tokens/s ({} per device)",
         seconds(r.step_seconds),
         thousands(input.global_batch),
         r.micro_batches_per_replica,
         r.samples_per_second,
         thousands(r.tokens_per_second.round() as u64),
+        thousands(r.tokens_per_second_per_device.round() as u64),
     );
     for (name, s) in r.time.parts() {
         let _ = writeln!(
@@ -203,6 +233,20 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         );
     }
     let _ = writeln!(o, "  limiting: {}", r.limiting);
+    let _ = writeln!(
+        o,
+        "  by operator (each one's duration; they overlap, so these do not add up):"
+    );
+    for (name, s) in r.operator_seconds.parts() {
+        if s > 0.0 {
+            let _ = writeln!(
+                o,
+                "    {name:<28} {:>12}  {:>5.1}%",
+                seconds(s),
+                100.0 * s / r.step_seconds
+            );
+        }
+    }
     let t = &r.time;
     let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
     match (

@@ -58,7 +58,8 @@ pub struct Limit {
     pub model: String,
     /// The largest share of the step: the chip (the layers' operators: compute and HBM
     /// bandwidth, as the latency model prices them), `tensor-parallel network`,
-    /// `pipeline network`, `data-parallel network`, `pipeline bubble` or `optimizer step`.
+    /// `expert-parallel network`, `pipeline network`, `data-parallel network`,
+    /// `pipeline bubble` or `optimizer step`.
     pub resource: String,
     /// Its share of the step time.
     pub share: f64,
@@ -246,6 +247,17 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
         (
             format!("tensor-parallel network{}", tier_words(network, tp)),
             t.tensor_parallel_communication_seconds,
+        ),
+        (
+            // The expert-parallel group spans EP × ETP consecutive ranks.
+            format!(
+                "expert-parallel network{}",
+                tier_words(
+                    network,
+                    p.expert_parallel.saturating_mul(p.expert_tensor_parallel)
+                )
+            ),
+            t.all_to_all_seconds,
         ),
         (
             format!("pipeline network{}", tier_words(network, all)),

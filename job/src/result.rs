@@ -176,6 +176,10 @@ pub struct PlanLine {
     pub distributed_optimizer: bool,
     #[serde(default)]
     pub sequence_parallel: bool,
+    #[serde(default = "one")]
+    pub expert_parallel: u64,
+    #[serde(default = "one")]
+    pub expert_tensor_parallel: u64,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -212,6 +216,8 @@ impl From<&ModelPlan> for PlanLine {
             precision: p.precision,
             distributed_optimizer: p.distributed_optimizer,
             sequence_parallel: p.sequence_parallel,
+            expert_parallel: p.expert_parallel,
+            expert_tensor_parallel: p.expert_tensor_parallel,
             tensor_parallel: p.tensor_parallel,
             data_parallel: p.data_parallel,
             pipeline_stages: p.pipeline_stages,

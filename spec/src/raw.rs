@@ -184,6 +184,12 @@ pub struct RawPlan {
     /// Shard the optimizer state over the data-parallel group (default: the first of
     /// `[training]`'s list).
     pub distributed_optimizer: Option<bool>,
+    /// Ranks a Mixture-of-Experts model's experts are divided over (EP; default 1). The
+    /// expert groups fold into the tensor × data-parallel ranks of a pipeline stage.
+    pub expert_parallel: Option<u64>,
+    /// Ranks each expert's FFN is split over (ETP; default: `tensor_parallel` for a
+    /// Mixture-of-Experts model, as Megatron-Core defaults it, 1 for a dense one).
+    pub expert_tensor_parallel: Option<u64>,
     /// Transformer blocks of each pipeline stage, first to last, e.g. [9, 10, 10, 9]
     /// (default: an even split). The embedding goes with the first stage, the head with
     /// the last.
@@ -211,7 +217,8 @@ pub enum RawHead {
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
     /// One of: bert-large, gpt2-xl, opt-350m, opt-1.3b, llama2-7b, llama2-70b, llama3-8b,
-    /// llama3-70b, llama3-405b, megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
+    /// llama3-70b, llama3-405b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b,
+    /// qwen3-235b-a22b, megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
     pub preset: Option<String>,
     /// Display name (default: the preset's).
     pub name: Option<String>,
@@ -223,6 +230,10 @@ pub struct RawModel {
     pub heads: Option<u64>,
     /// Key/value heads for grouped-query attention (default: `heads`).
     pub kv_heads: Option<u64>,
+    /// Each head's dimension when it is not hidden / heads (Qwen3: 128).
+    pub head_dim: Option<u64>,
+    /// RMS-normalise queries and keys per head (Qwen3).
+    pub qk_norm: Option<bool>,
     /// Width of the MLP (default: 4 × hidden).
     pub ffn: Option<u64>,
     /// Vocabulary size.
@@ -265,18 +276,34 @@ pub struct RawModel {
     /// Largest tensor-parallel width to try: a power of two dividing the heads, the
     /// key/value heads, the hidden size and the MLP width.
     pub max_tensor_parallel: Option<u64>,
+    /// Mixture-of-Experts: experts per block (every block's FFN is a mixture; 0 or left
+    /// out: dense).
+    pub experts: Option<u64>,
+    /// Experts each token is routed to (top-k; default 2).
+    pub experts_per_token: Option<u64>,
+    /// Each expert's FFN width (default: `ffn`).
+    pub expert_ffn: Option<u64>,
+    /// Experts every token goes through, each `expert_ffn` wide (default 0).
+    pub shared_experts: Option<u64>,
+    /// Tokens of the busiest expert over the mean, at least 1 (default 1: balanced).
+    pub routing_imbalance: Option<f64>,
+    /// Each expert takes at most this many times the mean tokens and drops the rest
+    /// (default: dropless).
+    pub capacity_factor: Option<f64>,
     /// A fixed parallelisation to compare the search's best plan against.
     pub baseline: Option<RawBaseline>,
 }
 
 /// The keys of a model table (for suggestions).
-pub const MODEL_KEYS: [&str; 27] = [
+pub const MODEL_KEYS: [&str; 35] = [
     "preset",
     "name",
     "layers",
     "hidden",
     "heads",
     "kv_heads",
+    "head_dim",
+    "qk_norm",
     "ffn",
     "vocab",
     "vocab_pad_multiple",
@@ -297,6 +324,12 @@ pub const MODEL_KEYS: [&str; 27] = [
     "attention",
     "causal",
     "max_tensor_parallel",
+    "experts",
+    "experts_per_token",
+    "expert_ffn",
+    "shared_experts",
+    "routing_imbalance",
+    "capacity_factor",
     "baseline",
 ];
 
@@ -337,6 +370,10 @@ pub struct RawTraining {
     /// more is Megatron-LM's interleaved 1F1B with equal chunks. Needs the megatron memory
     /// model.
     pub pipeline_interleaving: Option<OneOrMany<u64>>,
+    /// Expert-parallel widths to try for Mixture-of-Experts models, one value or a list
+    /// (default 1): each model takes those dividing its experts, dense models 1. The
+    /// experts' groups fold into the tensor × data-parallel ranks of a stage.
+    pub expert_parallel: Option<OneOrMany<u64>>,
     /// "megatron" (default: memory as Megatron-LM trains) or "reference" (the reference
     /// system's two copies of the parameters plus optimizer copies, for comparisons).
     pub memory_model: Option<MemoryModel>,

@@ -163,6 +163,27 @@ fn model(m: &ModelSpec) -> Value {
     if let Some(e) = c.embedding_dim {
         t.insert("embedding_dim".into(), int(e));
     }
+    if let Some(d) = c.head_dim {
+        t.insert("head_dim".into(), int(d));
+    }
+    t.insert("qk_norm".into(), Value::Boolean(c.qk_norm));
+    if let Some(moe) = c.moe {
+        for (k, v) in [
+            ("experts", moe.experts),
+            ("experts_per_token", moe.experts_per_token),
+            ("expert_ffn", moe.expert_ffn),
+            ("shared_experts", moe.shared_experts),
+        ] {
+            t.insert(k.into(), int(v));
+        }
+        t.insert(
+            "routing_imbalance".into(),
+            Value::Float(moe.routing_imbalance),
+        );
+        if let Some(c) = moe.capacity_factor {
+            t.insert("capacity_factor".into(), Value::Float(c));
+        }
+    }
     match c.head {
         Head::LanguageModel => {
             t.insert("head".into(), Value::String("language_model".into()));
@@ -213,6 +234,7 @@ fn training(tr: &Training) -> Table {
             t.insert("bytes_per_element".into(), int(tr.bytes_per_element));
         }
     }
+    t.insert("expert_parallel".into(), ints(&tr.expert_parallel));
     t.insert("operator_execution".into(), name(&tr.execution.operators));
     t.insert(
         "tensor_parallel_overlap".into(),
@@ -358,6 +380,13 @@ pub fn plan_table(p: &StepPlan) -> Table {
         "distributed_optimizer".into(),
         Value::Boolean(p.distributed_optimizer),
     );
+    if p.expert_parallel != 1 || p.expert_tensor_parallel != 1 {
+        t.insert("expert_parallel".into(), int(p.expert_parallel));
+        t.insert(
+            "expert_tensor_parallel".into(),
+            int(p.expert_tensor_parallel),
+        );
+    }
     if let Some(list) = &p.stage_layers {
         t.insert(
             "stage_layers".into(),

@@ -78,7 +78,7 @@ fn row(l: &Layer, count: u64) -> LayerRow {
     }
 }
 
-fn report(g: &ModelGraph, whole: u64) -> ModelReport {
+fn report(g: &ModelGraph, (whole, active): (u64, u64)) -> ModelReport {
     let layers = vec![
         row(&g.embedding, 1),
         row(&g.block, g.blocks),
@@ -97,7 +97,7 @@ fn report(g: &ModelGraph, whole: u64) -> ModelReport {
         micro_batch: g.micro_batch,
         tensor_parallel: g.tensor_parallel,
         parameters_total: whole,
-        parameters_active: whole,
+        parameters_active: active,
         layers,
         totals,
     }
@@ -342,12 +342,13 @@ fn list_presets(json: bool) -> Result<Exit> {
                 bytes_per_element: 2,
                 link_bytes_per_second: 4 << 30,
                 sequence_parallel: false,
+                experts: Default::default(),
             };
             let total = build(&cfg, &opts).parameters_per_rank();
             Some(PresetRow {
                 preset: name,
                 parameters_total: total,
-                parameters_active: total,
+                parameters_active: total - cfg.inactive_parameters().unwrap_or(0),
                 layers: cfg.layers,
                 hidden: cfg.hidden,
                 heads: cfg.heads,
@@ -400,11 +401,13 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             bytes_per_element: e,
             link_bytes_per_second: link,
             sequence_parallel: false,
+            experts: Default::default(),
         };
         let total = build(cfg, &opts(1)).parameters_per_rank();
+        let active = total - cfg.inactive_parameters().unwrap_or(0);
         for t in cfg.tensor_parallel_widths() {
             graphs.push(build(cfg, &opts(t)));
-            whole.push(total);
+            whole.push((total, active));
         }
     }
     if args.ops {
@@ -421,7 +424,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
     let reports: Vec<ModelReport> = graphs
         .iter()
         .zip(whole)
-        .map(|(g, total)| report(g, total))
+        .map(|(g, counts)| report(g, counts))
         .collect();
     if json {
         print_json(&reports)?;

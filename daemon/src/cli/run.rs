@@ -275,6 +275,13 @@ fn print_plan(
             String::new()
         }
     )?;
+    if m.expert_parallel > 1 || m.expert_tensor_parallel > 1 {
+        outln!(
+            "    experts: EP = {} × ETP = {} (folded into the t × d ranks of each stage)",
+            m.expert_parallel,
+            m.expert_tensor_parallel
+        )?;
+    }
     outln!(
         "    devices: t × p × d = {} × {} × {} = {}{}; blocks per stage: {}",
         m.tensor_parallel,
@@ -288,20 +295,16 @@ fn print_plan(
         },
         stage_split(&m.stage_layers),
     )?;
-    let t = &m.time;
     let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;
-    outln!(
-        "    limited by {}: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%, point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}%, optimizer step {:.0}%",
-        m.limiting,
-        share(t.forward_seconds),
-        share(t.backward_seconds),
-        share(t.recomputation_seconds),
-        share(t.tensor_parallel_communication_seconds),
-        share(t.pipeline_point_to_point_seconds),
-        share(t.pipeline_bubble_seconds),
-        share(t.data_parallel_communication_seconds),
-        share(t.optimizer_step_seconds),
-    )?;
+    // Every part of the step (TimeBreakdown::parts), the all-to-all only when there is one.
+    let parts: Vec<String> = m
+        .time
+        .parts()
+        .iter()
+        .filter(|(name, s)| *name != "expert-parallel all-to-all" || *s > 0.0)
+        .map(|(name, s)| format!("{name} {:.0}%", share(*s)))
+        .collect();
+    outln!("    limited by {}: {}", m.limiting, parts.join(", "))?;
     let mem = &m.memory_bytes;
     let gib = |b: f64| b / (1u64 << 30) as f64;
     outln!(

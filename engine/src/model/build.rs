@@ -3,7 +3,7 @@
 //! tensor-parallel width (Megatron-style sharding) and micro-batch size.
 
 use super::config::{
-    Activation, AttentionKernel, Head, ModelConfig, Norm, NormPosition, Positions,
+    Activation, AttentionKernel, Head, ModelConfig, Moe, Norm, NormPosition, Positions,
 };
 use super::graph::{FwdKind, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
 use crate::training::Recomputation;
@@ -22,6 +22,51 @@ pub struct BuildOptions {
     /// norm, dropout and residual regions work on `1/t` of the tokens, and each tensor-
     /// parallel all-reduce becomes an all-gather and a reduce-scatter.
     pub sequence_parallel: bool,
+    /// How a Mixture-of-Experts model's experts are laid out (ignored by dense models).
+    pub experts: ExpertLayout,
+}
+
+/// How the experts of a Mixture-of-Experts model are laid out over the ranks of a pipeline
+/// stage (Megatron-Core's expert parallelism with "parallel folding": the experts' own
+/// groups fold into the ranks attention's tensor × data parallelism uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub struct ExpertLayout {
+    /// EP: ranks the experts are divided over; each holds `experts / EP` of them.
+    pub parallel: u64,
+    /// ETP: ranks each expert's FFN is split over, like tensor parallelism.
+    pub tensor_parallel: u64,
+    /// Bandwidth of one link of the expert-tensor-parallel group (its all-gathers and
+    /// reduce-scatters are operators of the layer, as tensor parallelism's are).
+    pub link_bytes_per_second: u64,
+}
+
+impl Default for ExpertLayout {
+    /// Every expert on every rank, unsplit.
+    fn default() -> Self {
+        ExpertLayout {
+            parallel: 1,
+            tensor_parallel: 1,
+            link_bytes_per_second: 0,
+        }
+    }
+}
+
+/// The all-to-all exchanges of a Mixture-of-Experts block over its expert-parallel group:
+/// the tokens dispatched to their experts and the outputs combined back, each in forward
+/// and again (their gradients) in backward. They run on the network between devices, so
+/// the step model prices them on the tier the group lives on, not the chip's latency
+/// model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AllToAll {
+    /// The buffer one exchange moves on the busiest rank of the group (the tokens its
+    /// experts receive, `hidden` elements each); a device sends and receives
+    /// `(group − 1)/group` of it.
+    pub bytes: u64,
+    /// EP: the ranks exchanging.
+    pub group: u64,
+    /// Ranks between two members of the group (ETP: the expert-tensor-parallel ranks sit
+    /// between them).
+    pub stride: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -61,6 +106,16 @@ pub struct Layer {
     pub output_bytes: u64,
     /// Whether the layer is split over the tensor-parallel group.
     pub tensor_parallel: bool,
+    /// Of `parameters`, the experts' (sharded over expert × expert-tensor parallelism, their
+    /// gradients reduced over the expert-data-parallel group).
+    pub expert_parameters: u64,
+    /// The expert-parallel exchanges of each micro-batch (Mixture-of-Experts blocks with
+    /// `EP > 1`).
+    pub all_to_all: Option<AllToAll>,
+    /// The matrix FLOPs of the forward pass that the busiest rank runs beyond its share of a
+    /// balanced routing (its experts get more tokens than the mean): the time is the
+    /// busiest rank's, a FLOPs count is the model's (backward runs twice these).
+    pub imbalance_matmul_flops: f64,
     /// The distinct tensors its forward pass keeps for the backward pass (they add up to
     /// `stash_bytes`).
     pub kept: Vec<KeptTensor>,
@@ -110,24 +165,28 @@ impl ModelGraph {
     }
 
     /// What a model-FLOPs count (MFU) charges for one micro-batch, forward plus backward, on
-    /// one rank ([`crate::model::OpNode::model_flops`]); no recomputation.
+    /// one rank ([`crate::model::OpNode::model_flops`]) of a balanced routing; no
+    /// recomputation.
     pub fn model_flops_per_micro_batch(&self) -> f64 {
         self.layers()
-            .map(|l| l.forward.model_flops() + l.backward.model_flops())
+            .map(|l| {
+                l.forward.model_flops() + l.backward.model_flops() - 3.0 * l.imbalance_matmul_flops
+            })
             .sum()
     }
 
-    /// Matrix-multiply FLOPs one micro-batch runs, forward plus backward, on one rank.
+    /// Matrix-multiply FLOPs one micro-batch runs, forward plus backward, on one rank of a
+    /// balanced routing (the mean rank: what all of them run over their number).
     pub fn matmul_flops_per_micro_batch(&self, recompute: bool) -> f64 {
         self.layers()
             .map(|l| {
-                let f = l.forward.matmul_flops();
+                let f = l.forward.matmul_flops() - l.imbalance_matmul_flops;
                 let again = if recompute && l.kind == LayerKind::Block {
                     f
                 } else {
                     0.0
                 };
-                f + again + l.backward.matmul_flops()
+                f + again + l.backward.matmul_flops() - 2.0 * l.imbalance_matmul_flops
             })
             .sum()
     }
@@ -157,6 +216,17 @@ struct Ctx<'a> {
     link: u64,
     /// Sequence parallelism is on (and `t > 1`).
     sp: bool,
+    experts: ExpertLayout,
+}
+
+/// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
+/// exchanges and imbalance (see [`Layer`]).
+#[derive(Default)]
+struct Ffn {
+    parameters: u64,
+    expert_parameters: u64,
+    all_to_all: Option<AllToAll>,
+    imbalance_matmul_flops: f64,
 }
 
 fn save(producer: Input, part: &'static str, bytes: u64) -> Saved {
@@ -187,6 +257,7 @@ impl<'a> Ctx<'a> {
             bpe: o.bytes_per_element,
             link: o.link_bytes_per_second,
             sp: o.sequence_parallel && o.tensor_parallel > 1,
+            experts: o.experts,
         }
     }
 
@@ -359,6 +430,9 @@ impl<'a> Ctx<'a> {
             input_bytes: self.rep(self.tokens() * self.h) * self.bpe,
             output_bytes,
             tensor_parallel: self.t > 1,
+            expert_parameters: 0,
+            all_to_all: None,
+            imbalance_matmul_flops: 0.0,
             kept: lb.kept_tensors(),
             forward: lb.forward(),
             backward: lb.backward(),
@@ -433,9 +507,20 @@ impl<'a> Ctx<'a> {
         let mut lb = LayerBuilder::default();
         let x = Input::External;
         let (r1, attention_parameters) = self.attention(&mut lb, x);
-        let mlp_parameters = self.mlp(&mut lb, r1);
-        let params = attention_parameters + mlp_parameters;
-        self.layer(LayerKind::Block, lb, params, 0, self.rep(tok * h) * bpe)
+        let ffn = match self.cfg.moe {
+            Some(m) => self.moe_mlp(&mut lb, r1, m),
+            None => Ffn {
+                parameters: self.mlp(&mut lb, r1),
+                ..Ffn::default()
+            },
+        };
+        let params = attention_parameters + ffn.parameters;
+        Layer {
+            expert_parameters: ffn.expert_parameters,
+            all_to_all: ffn.all_to_all,
+            imbalance_matmul_flops: ffn.imbalance_matmul_flops,
+            ..self.layer(LayerKind::Block, lb, params, 0, self.rep(tok * h) * bpe)
+        }
     }
 
     /// A block's attention, from the block's input `x` to the first residual (normed after
@@ -446,11 +531,15 @@ impl<'a> Ctx<'a> {
         let tok = self.tokens();
         let (n, d) = (cfg.heads / t, cfg.head_dim());
         let kv = cfg.kv_heads * d / t;
-        let q = h / t;
+        let q = cfg.query_width() / t;
         let pre = cfg.norm_position == NormPosition::Pre;
         let bias = u64::from(cfg.biases);
-        let params =
-            h * (q + 2 * kv) + bias * (q + 2 * kv) + h * q + bias * h + 2 * self.norm_parameters();
+        let params = h * (q + 2 * kv)
+            + bias * (q + 2 * kv)
+            + h * q
+            + bias * h
+            + 2 * self.norm_parameters()
+            + u64::from(cfg.qk_norm) * 2 * d;
         let attn_in = if pre {
             self.norm(lb, "attention_norm", x)
         } else {
@@ -464,16 +553,27 @@ impl<'a> Ctx<'a> {
             vec![save(attn_in, "out", self.rep(tok * h) * bpe)],
         );
         let qkv = self.bias(lb, "qkv.bias", qkv, tok * (q + 2 * kv));
+        // Qwen3's per-head RMS norm of the queries and keys, before the rotary embedding.
+        let qk_in = if cfg.qk_norm {
+            lb.push(
+                "qk_norm",
+                self.vector(VectorKind::RmsNorm, tok * (q + kv), d),
+                vec![qkv],
+                vec![save(qkv, "q_k", tok * (q + kv) * bpe)],
+            )
+        } else {
+            qkv
+        };
         let (qk_src, qk_parts) = if cfg.positions == Positions::Rotary {
             let r = lb.push(
                 "rotary",
                 self.vector(VectorKind::Rotary, tok * (q + kv), d),
-                vec![qkv],
+                vec![qk_in],
                 vec![],
             );
             (r, ("q_rotated", "k_rotated"))
         } else {
-            (qkv, ("q", "k"))
+            (qk_in, ("q", "k"))
         };
         let context = if cfg.attention == AttentionKernel::Flash {
             let a = Attention {
@@ -542,7 +642,7 @@ impl<'a> Ctx<'a> {
         let tok = self.tokens();
         let (n, d) = (cfg.heads / t, cfg.head_dim());
         let kv = cfg.kv_heads * d / t;
-        let q = self.h / t;
+        let q = cfg.query_width() / t;
         let scores = lb.push(
             "scores",
             FwdKind::Gemm {
@@ -591,39 +691,81 @@ impl<'a> Ctx<'a> {
     /// A block's MLP, from the first residual `r1` to the second (normed after it with
     /// post-norm); its parameters.
     fn mlp(&self, lb: &mut LayerBuilder, r1: Input) -> u64 {
-        let cfg = self.cfg;
-        let (h, t, bpe) = (self.h, self.t, self.bpe);
-        let tok = self.tokens();
-        let f = cfg.ffn / t;
-        let pre = cfg.norm_position == NormPosition::Pre;
-        let bias = u64::from(cfg.biases);
-        let mut params = 0;
-        let mlp_in = if pre {
+        let mlp_in = self.mlp_norm(lb, r1);
+        let (y, params) = self.dense_ffn(lb, mlp_in, self.cfg.ffn / self.t, "");
+        self.mlp_residual(lb, y, r1);
+        params
+    }
+
+    /// The norm before the MLP (pre-norm), or nothing.
+    fn mlp_norm(&self, lb: &mut LayerBuilder, r1: Input) -> Input {
+        if self.cfg.norm_position == NormPosition::Pre {
             self.norm(lb, "mlp_norm", r1)
         } else {
             r1
+        }
+    }
+
+    /// The MLP's output `y` dropped out and added to the first residual `r1` (then normed
+    /// with post-norm).
+    fn mlp_residual(&self, lb: &mut LayerBuilder, y: Input, r1: Input) {
+        let tok = self.tokens();
+        let h = self.h;
+        let y = self.dropout(lb, "fc2.dropout", y, self.rep(tok * h));
+        let r2 = lb.push(
+            "residual_2",
+            self.vector(VectorKind::Add, self.rep(tok * h), 1),
+            vec![y, r1],
+            vec![],
+        );
+        if self.cfg.norm_position == NormPosition::Post {
+            self.norm(lb, "mlp_norm", r2);
+        }
+    }
+
+    /// A tensor-parallel FFN `f` wide on this rank (Megatron's column- then row-parallel
+    /// pair), from its normed input to its biased output; its parameters. `prefix` names
+    /// its operators (the dense MLP's have none, a shared expert's `shared_expert.`).
+    fn dense_ffn(
+        &self,
+        lb: &mut LayerBuilder,
+        mlp_in: Input,
+        f: u64,
+        prefix: &str,
+    ) -> (Input, u64) {
+        let cfg = self.cfg;
+        let (h, bpe) = (self.h, self.bpe);
+        let tok = self.tokens();
+        let bias = u64::from(cfg.biases);
+        let name = |n: &str| format!("{prefix}{n}");
+        let mut params = 0;
+        let copy = if prefix.is_empty() {
+            "mlp_norm.copy_to_tp".to_string()
+        } else {
+            name("copy_to_tp")
         };
-        let m = self.copy_to_tp(lb, "mlp_norm.copy_to_tp", mlp_in, tok * h);
-        let act_kind = match cfg.activation {
-            Activation::Gelu => VectorKind::Gelu,
-            Activation::Relu => VectorKind::Relu,
-            Activation::Silu => VectorKind::Silu,
-        };
+        let m = self.copy_to_tp(lb, &copy, mlp_in, tok * h);
+        let act_kind = self.activation_kind();
         let in_save = save(mlp_in, "out", self.rep(tok * h) * bpe);
         let hidden = if cfg.gated_mlp {
             params += 2 * h * f + 2 * bias * f;
-            let gate = lb.push("gate", self.gemm(tok, f, h), vec![m], vec![in_save.clone()]);
-            let gate = self.bias(lb, "gate.bias", gate, tok * f);
-            let up = lb.push("up", self.gemm(tok, f, h), vec![m], vec![in_save]);
-            let up = self.bias(lb, "up.bias", up, tok * f);
+            let gate = lb.push(
+                &name("gate"),
+                self.gemm(tok, f, h),
+                vec![m],
+                vec![in_save.clone()],
+            );
+            let gate = self.bias(lb, &name("gate.bias"), gate, tok * f);
+            let up = lb.push(&name("up"), self.gemm(tok, f, h), vec![m], vec![in_save]);
+            let up = self.bias(lb, &name("up.bias"), up, tok * f);
             let act = lb.push(
-                "activation",
+                &name("activation"),
                 self.vector(act_kind, tok * f, 1),
                 vec![gate],
                 vec![save(gate, "out", tok * f * bpe)],
             );
             lb.push(
-                "gate_mul",
+                &name("gate_mul"),
                 self.vector(VectorKind::Mul, tok * f, 1),
                 vec![act, up],
                 vec![
@@ -633,10 +775,10 @@ impl<'a> Ctx<'a> {
             )
         } else {
             params += h * f + bias * f;
-            let fc1 = lb.push("fc1", self.gemm(tok, f, h), vec![m], vec![in_save]);
-            let fc1 = self.bias(lb, "fc1.bias", fc1, tok * f);
+            let fc1 = lb.push(&name("fc1"), self.gemm(tok, f, h), vec![m], vec![in_save]);
+            let fc1 = self.bias(lb, &name("fc1.bias"), fc1, tok * f);
             lb.push(
-                "activation",
+                &name("activation"),
                 self.vector(act_kind, tok * f, 1),
                 vec![fc1],
                 vec![save(fc1, "out", tok * f * bpe)],
@@ -644,24 +786,210 @@ impl<'a> Ctx<'a> {
         };
         params += f * h + bias * h;
         let down = lb.push(
-            "fc2",
+            &name("fc2"),
             self.gemm(tok, h, f),
             vec![hidden],
             vec![save(hidden, "out", tok * f * bpe)],
         );
-        let y = self.reduce_from_tp(lb, "fc2.all_reduce", down, tok * h * bpe);
-        let y = self.bias(lb, "fc2.bias", y, self.rep(tok * h));
-        let y = self.dropout(lb, "fc2.dropout", y, self.rep(tok * h));
-        let r2 = lb.push(
-            "residual_2",
-            self.vector(VectorKind::Add, self.rep(tok * h), 1),
-            vec![y, r1],
+        let y = self.reduce_from_tp(lb, &name("fc2.all_reduce"), down, tok * h * bpe);
+        let y = self.bias(lb, &name("fc2.bias"), y, self.rep(tok * h));
+        (y, params)
+    }
+
+    fn activation_kind(&self) -> VectorKind {
+        match self.cfg.activation {
+            Activation::Gelu => VectorKind::Gelu,
+            Activation::Relu => VectorKind::Relu,
+            Activation::Silu => VectorKind::Silu,
+        }
+    }
+
+    /// A block's Mixture-of-Experts FFN (Megatron-Core's `MoELayer` with the all-to-all
+    /// token dispatcher), from the first residual `r1` to the second. Each rank routes the
+    /// tokens of its sequence-parallel shard: the router (a GEMM over the experts, then
+    /// softmax and top-k), the permutation that groups the `k` copies of each token by
+    /// expert (a row gather), the all-to-all to the experts' ranks (priced by the step on
+    /// the network: [`AllToAll`]), with `ETP > 1` an all-gather over the expert-tensor-
+    /// parallel group, the experts' grouped GEMMs, and back: reduce-scatter, all-to-all,
+    /// the un-permutation that weights each copy by its probability and sums them. Shared
+    /// experts run on every token as a tensor-parallel MLP beside the routed ones.
+    ///
+    /// The layer is the busiest rank's: its experts receive `(E/EP − 1 + r)` times the mean
+    /// tokens per expert, `r` the routing imbalance capped by the capacity factor, so the
+    /// grouped GEMMs and the exchanges are sized by what that rank receives.
+    fn moe_mlp(&self, lb: &mut LayerBuilder, r1: Input, m: Moe) -> Ffn {
+        let (h, bpe) = (self.h, self.bpe);
+        let tok = self.rep(self.tokens());
+        let (e, k) = (m.experts.max(1), m.experts_per_token);
+        let (ep, etp) = (
+            self.experts.parallel.max(1),
+            self.experts.tensor_parallel.max(1),
+        );
+        let local = (e / ep).max(1);
+        let f = m.expert_ffn / etp;
+        let mlp_in = self.mlp_norm(lb, r1);
+        let router = lb.push(
+            "router",
+            self.gemm(tok, e, h),
+            vec![mlp_in],
+            vec![save(mlp_in, "out", tok * h * bpe)],
+        );
+        // Softmax and top-k in fp32, the probabilities and the chosen experts kept.
+        let probs = lb.push(
+            "router.softmax_top_k",
+            self.vector(VectorKind::Softmax, tok * e, e),
+            vec![router],
             vec![],
         );
-        if !pre {
-            self.norm(lb, "mlp_norm", r2);
+        lb.save_output(probs, "probabilities", tok * e * 4);
+        let sent = tok * k;
+        lb.save_output(probs, "top_k_indices", sent * 4);
+        let permuted = lb.push(
+            "permutation",
+            self.vector(VectorKind::Embedding, sent * h, h),
+            vec![mlp_in, probs],
+            vec![],
+        );
+        // Tokens the busiest rank's experts receive (exactly `sent` when balanced).
+        let mean_per_expert = (sent * ep) as f64 / e as f64;
+        let exact = mean_per_expert * ((local - 1) as f64 + m.busiest_over_mean());
+        let received = if (exact - exact.round()).abs() < 1e-6 {
+            exact.round() as u64
+        } else {
+            exact.ceil() as u64
+        };
+        let mut x = permuted;
+        let gathered = etp * received;
+        if etp > 1 {
+            x = lb.push(
+                "experts.all_gather",
+                FwdKind::AllReduceBoth {
+                    bytes: gathered * h * bpe / 2,
+                    group: etp as u32,
+                    link_bytes_per_second: self.experts.link_bytes_per_second,
+                },
+                vec![x],
+                vec![],
+            );
         }
-        params
+        let (y, expert_parameters, expert_flops) = self.experts_ffn(lb, x, local, gathered, f);
+        let mut y = y;
+        if etp > 1 {
+            y = lb.push(
+                "experts.reduce_scatter",
+                FwdKind::AllReduceBoth {
+                    bytes: gathered * h * bpe / 2,
+                    group: etp as u32,
+                    link_bytes_per_second: self.experts.link_bytes_per_second,
+                },
+                vec![y],
+                vec![],
+            );
+        }
+        let mut combined = lb.push(
+            "unpermutation",
+            self.vector(VectorKind::Mul, sent * h, 1),
+            vec![y, probs],
+            vec![save(y, "out", sent * h * bpe)],
+        );
+        let mut parameters = h * e + expert_parameters;
+        if m.shared_experts > 0 {
+            let width = m.shared_experts * m.expert_ffn / self.t;
+            let (shared, p) = self.dense_ffn(lb, mlp_in, width, "shared_expert.");
+            parameters += p;
+            combined = lb.push(
+                "shared_expert.add",
+                self.vector(VectorKind::Add, tok * h, 1),
+                vec![combined, shared],
+                vec![],
+            );
+        }
+        self.mlp_residual(lb, combined, r1);
+        // The balanced rank's expert GEMMs: `etp · sent` tokens.
+        let balanced =
+            expert_flops * (etp * sent) as f64 / (local * gathered.div_ceil(local)).max(1) as f64;
+        Ffn {
+            parameters,
+            expert_parameters,
+            all_to_all: (ep > 1).then_some(AllToAll {
+                bytes: received * h * bpe,
+                group: ep,
+                stride: etp,
+            }),
+            imbalance_matmul_flops: (expert_flops - balanced).max(0.0),
+        }
+    }
+
+    /// The `local` experts of this rank over the `tokens` they receive (split evenly
+    /// between them, so that a grouped GEMM of `local` products runs the busiest rank's
+    /// FLOPs), each FFN `f` wide on this rank: its output, the experts' parameters on this
+    /// rank and their forward matrix FLOPs.
+    fn experts_ffn(
+        &self,
+        lb: &mut LayerBuilder,
+        x: Input,
+        local: u64,
+        tokens: u64,
+        f: u64,
+    ) -> (Input, u64, f64) {
+        let cfg = self.cfg;
+        let (h, bpe) = (self.h, self.bpe);
+        let bias = u64::from(cfg.biases);
+        let per_expert = tokens.div_ceil(local);
+        let grouped = |n: u64, k: u64| FwdKind::Gemm {
+            gemm: Gemm {
+                batch: local,
+                m: per_expert,
+                n,
+                k,
+            },
+            second: Operand::Experts,
+        };
+        let in_save = save(x, "out", tokens * h * bpe);
+        let mut params = 0;
+        let hidden = if cfg.gated_mlp {
+            params += 2 * (h * f + bias * f);
+            let gate = lb.push("expert_gate", grouped(f, h), vec![x], vec![in_save.clone()]);
+            let gate = self.bias(lb, "expert_gate.bias", gate, tokens * f);
+            let up = lb.push("expert_up", grouped(f, h), vec![x], vec![in_save]);
+            let up = self.bias(lb, "expert_up.bias", up, tokens * f);
+            let act = lb.push(
+                "expert_activation",
+                self.vector(self.activation_kind(), tokens * f, 1),
+                vec![gate],
+                vec![save(gate, "out", tokens * f * bpe)],
+            );
+            lb.push(
+                "expert_gate_mul",
+                self.vector(VectorKind::Mul, tokens * f, 1),
+                vec![act, up],
+                vec![
+                    save(act, "out", tokens * f * bpe),
+                    save(up, "out", tokens * f * bpe),
+                ],
+            )
+        } else {
+            params += h * f + bias * f;
+            let fc1 = lb.push("expert_fc1", grouped(f, h), vec![x], vec![in_save]);
+            let fc1 = self.bias(lb, "expert_fc1.bias", fc1, tokens * f);
+            lb.push(
+                "expert_activation",
+                self.vector(self.activation_kind(), tokens * f, 1),
+                vec![fc1],
+                vec![save(fc1, "out", tokens * f * bpe)],
+            )
+        };
+        params += f * h + bias * h;
+        let y = lb.push(
+            "expert_fc2",
+            grouped(h, f),
+            vec![hidden],
+            vec![save(hidden, "out", tokens * f * bpe)],
+        );
+        let y = self.bias(lb, "expert_fc2.bias", y, tokens * h);
+        let gemms = if cfg.gated_mlp { 3.0 } else { 2.0 };
+        let flops = gemms * 2.0 * (local * per_expert) as f64 * (h * f) as f64;
+        (y, local * params, flops)
     }
 
     fn head(&self) -> Layer {

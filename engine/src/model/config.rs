@@ -56,6 +56,39 @@ pub enum AttentionKernel {
 /// 2024). The spec's validator refuses `attention = "flash"` beyond it.
 pub const MAX_FLASH_HEAD_DIM: u64 = 256;
 
+/// A Mixture-of-Experts feed-forward layer (Shazeer et al. 2017; Fedus et al. 2022;
+/// Megatron-Core's `MoELayer`): a router picks `experts_per_token` of `experts` FFNs for
+/// each token, the tokens are permuted to their experts (over the expert-parallel group by
+/// an all-to-all), each expert runs its FFN on the tokens it received, and the outputs come
+/// back weighted by the router's probabilities; `shared_experts` FFNs run on every token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Moe {
+    pub experts: u64,
+    /// Top-k: experts each token is routed to.
+    pub experts_per_token: u64,
+    /// Each expert's FFN width (fine-grained experts are narrower than the dense FFN).
+    pub expert_ffn: u64,
+    /// Experts every token goes through, each `expert_ffn` wide (DeepSeek-V3: 1).
+    pub shared_experts: u64,
+    /// Tokens of the busiest expert over the mean (1: balanced). Dropless training with an
+    /// auxiliary load-balancing loss runs a few tens of percent above 1
+    /// (`docs/training-model.md` cites the measurements).
+    pub routing_imbalance: f64,
+    /// Each expert takes at most `capacity_factor` times the mean tokens and drops the
+    /// rest (GShard, Switch Transformer); `None`: dropless.
+    pub capacity_factor: Option<f64>,
+}
+
+impl Moe {
+    /// The busiest expert's tokens over the mean: the imbalance, capped by the capacity.
+    pub fn busiest_over_mean(&self) -> f64 {
+        match self.capacity_factor {
+            Some(c) => self.routing_imbalance.min(c),
+            None => self.routing_imbalance,
+        }
+    }
+}
+
 /// What sits on top of the last block and produces the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -75,6 +108,11 @@ pub struct ModelConfig {
     pub heads: u64,
     /// Key/value heads (grouped-query attention); equal to `heads` for multi-head attention.
     pub kv_heads: u64,
+    /// Each head's dimension when it is not `hidden / heads` (Qwen3: 128 with 2,048-wide
+    /// models of 32 heads); see [`ModelConfig::head_dim`].
+    pub head_dim: Option<u64>,
+    /// Queries and keys are RMS-normalised per head before the rotary embedding (Qwen3).
+    pub qk_norm: bool,
     pub ffn: u64,
     pub vocab: u64,
     /// The vocabulary is padded to a multiple of `vocab_pad_multiple · t` (Megatron: 128).
@@ -103,10 +141,12 @@ pub struct ModelConfig {
     pub causal: bool,
     /// Largest tensor-parallel width to consider.
     pub max_tensor_parallel: u64,
+    /// Every block's FFN is a Mixture-of-Experts layer (`None`: dense FFNs of `ffn`).
+    pub moe: Option<Moe>,
 }
 
 /// Names of all presets, in the order the docs list them.
-pub const PRESETS: [&str; 12] = [
+pub const PRESETS: [&str; 16] = [
     "bert-large",
     "gpt2-xl",
     "opt-350m",
@@ -116,6 +156,10 @@ pub const PRESETS: [&str; 12] = [
     "llama3-8b",
     "llama3-70b",
     "llama3-405b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
     "megatron-gpt2-2.5b",
     "megatron-gpt2-8.3b",
     "gpt3-175b",
@@ -130,6 +174,8 @@ fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelC
         hidden,
         heads,
         kv_heads: heads,
+        head_dim: None,
+        qk_norm: false,
         ffn: 4 * hidden,
         vocab: 50257,
         vocab_pad_multiple: 1,
@@ -149,6 +195,7 @@ fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelC
         attention: AttentionKernel::Unfused,
         causal: true,
         max_tensor_parallel: 8,
+        moe: None,
     }
 }
 
@@ -207,6 +254,54 @@ fn llama3(name: &str, shape: LlamaShape) -> ModelConfig {
     }
 }
 
+/// A Mixtral shape (Jiang et al. 2024): the Llama recipe with every FFN a top-2 mixture of
+/// 8 experts, each as wide as the dense FFN was; `(layers, hidden, heads, kv_heads,
+/// expert_ffn)`, the vocabulary and the context the model was trained at.
+fn mixtral(name: &str, shape: LlamaShape, vocab: u64, seq_len: u64) -> ModelConfig {
+    let expert_ffn = shape.4;
+    ModelConfig {
+        vocab,
+        seq_len,
+        max_positions: seq_len,
+        moe: Some(Moe {
+            experts: 8,
+            experts_per_token: 2,
+            expert_ffn,
+            shared_experts: 0,
+            routing_imbalance: 1.0,
+            capacity_factor: None,
+        }),
+        ..llama(name, shape, 8)
+    }
+}
+
+/// A Qwen3 MoE shape (Qwen team 2025, "Qwen3 Technical Report", Table 2, and the released
+/// configurations): `(layers, hidden, query heads, kv_heads, expert_ffn)`, 128 experts of
+/// which 8 per token, no shared expert, heads of 128 whatever the width, RMS-normalised
+/// queries and keys, the 151,936-row vocabulary untied, 4,096-token pre-training sequences
+/// (its first two stages), tensor parallelism up to the 4 key/value heads. `ffn` is the
+/// configurations' dense width, used by no block.
+fn qwen3_moe(name: &str, shape: LlamaShape, dense_ffn: u64) -> ModelConfig {
+    let expert_ffn = shape.4;
+    ModelConfig {
+        head_dim: Some(128),
+        qk_norm: true,
+        ffn: dense_ffn,
+        vocab: 151936,
+        seq_len: 4096,
+        max_positions: 4096,
+        moe: Some(Moe {
+            experts: 128,
+            experts_per_token: 8,
+            expert_ffn,
+            shared_experts: 0,
+            routing_imbalance: 1.0,
+            capacity_factor: None,
+        }),
+        ..llama(name, shape, 4)
+    }
+}
+
 /// The preset called `name`, if there is one.
 pub fn preset(name: &str) -> Option<ModelConfig> {
     Some(match name {
@@ -250,6 +345,16 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         "llama3-8b" => llama3("llama3-8b", (32, 4096, 32, 8, 14336)),
         "llama3-70b" => llama3("llama3-70b", (80, 8192, 64, 8, 28672)),
         "llama3-405b" => llama3("llama3-405b", (126, 16384, 128, 8, 53248)),
+        // Jiang et al. 2024 ("Mixtral of Experts"), Table 1: 32 layers, 4,096 wide, 32 heads
+        // with 8 key/value heads, 8 experts of 14,336 of which 2 per token, 32,000-token
+        // vocabulary, trained at a 32K context.
+        "mixtral-8x7b" => mixtral("mixtral-8x7b", (32, 4096, 32, 8, 14336), 32000, 32768),
+        // Mistral AI's release of Mixtral 8x22B (April 2024) and its configuration: 56
+        // layers, 6,144 wide, 48 heads with 8 key/value heads, 8 experts of 16,384, a
+        // 32,768-token vocabulary, a 64K context.
+        "mixtral-8x22b" => mixtral("mixtral-8x22b", (56, 6144, 48, 8, 16384), 32768, 65536),
+        "qwen3-30b-a3b" => qwen3_moe("qwen3-30b-a3b", (48, 2048, 32, 4, 768), 6144),
+        "qwen3-235b-a22b" => qwen3_moe("qwen3-235b-a22b", (94, 4096, 64, 4, 1536), 12288),
         "megatron-gpt2-2.5b" => megatron("megatron-gpt2-2.5b", 54, 1920, 20, 1024, 4),
         "megatron-gpt2-8.3b" => megatron("megatron-gpt2-8.3b", 72, 3072, 24, 1024, 8),
         "gpt3-175b" => megatron("gpt3-175b", 96, 12288, 96, 2048, 8),
@@ -268,8 +373,15 @@ impl ModelConfig {
         }
     }
 
+    /// Each head's dimension: the one given, else `hidden / heads`.
     pub fn head_dim(&self) -> u64 {
-        self.hidden / self.heads
+        self.head_dim
+            .unwrap_or_else(|| self.hidden.checked_div(self.heads).unwrap_or(0))
+    }
+
+    /// The queries' width, `heads × head_dim` (the hidden size unless `head_dim` is given).
+    pub fn query_width(&self) -> u64 {
+        self.heads.saturating_mul(self.head_dim())
     }
 
     /// Layers of the pipeline the placement cuts into stages: the embedding, the blocks and
@@ -306,5 +418,39 @@ impl ModelConfig {
             && self.kv_heads.is_multiple_of(t)
             && self.ffn.is_multiple_of(t)
             && self.hidden.is_multiple_of(t)
+            && self
+                .moe
+                .is_none_or(|m| (m.shared_experts * m.expert_ffn).is_multiple_of(t))
+    }
+
+    /// The expert-tensor-parallel width a plan of tensor-parallel width `t` takes unless it
+    /// says otherwise: `t` for a Mixture-of-Experts model (Megatron-Core's default, the
+    /// experts split like the dense MLP), 1 for a dense one (it has no experts).
+    pub fn expert_tensor_parallel(&self, t: u64) -> u64 {
+        if self.moe.is_some() { t } else { 1 }
+    }
+
+    /// Expert parameters of one block (every expert's FFN, no router): what expert
+    /// parallelism shards; 0 for a dense model.
+    pub fn expert_parameters_per_block(&self) -> u64 {
+        self.moe
+            .map_or(0, |m| m.experts * self.expert_parameters(m))
+    }
+
+    /// One expert's FFN parameters.
+    fn expert_parameters(&self, m: Moe) -> u64 {
+        let (h, f) = (self.hidden, m.expert_ffn);
+        let bias = u64::from(self.biases);
+        let up = if self.gated_mlp { 2 } else { 1 };
+        up * (h * f + bias * f) + f * h + bias * h
+    }
+
+    /// Parameters a token goes through: all of them but the experts it is not routed to
+    /// (`None` for a dense model, where it is all of them).
+    pub fn inactive_parameters(&self) -> Option<u64> {
+        self.moe.map(|m| {
+            let idle = m.experts.saturating_sub(m.experts_per_token);
+            self.layers * idle * self.expert_parameters(m)
+        })
     }
 }

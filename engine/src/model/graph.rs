@@ -69,6 +69,53 @@ impl OpNode {
     }
 }
 
+/// What kind of work an operator does, for the step's time by operator
+/// ([`crate::step::OperatorSeconds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// The attention core: scores, softmax and context, or a fused attention kernel.
+    Attention,
+    /// A Mixture-of-Experts router: its GEMM, softmax and top-k.
+    Router,
+    /// Tokens permuted to their experts and back.
+    Permutation,
+    /// The experts' grouped GEMMs.
+    ExpertGemm,
+    /// Every other GEMM.
+    Gemm,
+    /// Every other element-wise or row-wise operator.
+    Vector,
+    /// Tensor- and expert-tensor-parallel collectives.
+    Collective,
+}
+
+impl Work {
+    pub const COUNT: usize = 7;
+}
+
+impl OpNode {
+    /// What kind of work the operator does (by the name the model builder gave it; a
+    /// fused operator is its first operator's kind, a backward one its forward one's).
+    pub fn work(&self) -> Work {
+        let n = self.name.as_str();
+        if self.core == Core::Link {
+            Work::Collective
+        } else if self.is_attention_core() || n.starts_with("flash_attention") {
+            Work::Attention
+        } else if n.starts_with("router") {
+            Work::Router
+        } else if n.starts_with("permutation") || n.starts_with("unpermutation") {
+            Work::Permutation
+        } else if matches!(self.op.kind, OpKind::Gemm(_)) && n.starts_with("expert_") {
+            Work::ExpertGemm
+        } else if matches!(self.op.kind, OpKind::Gemm(_)) {
+            Work::Gemm
+        } else {
+            Work::Vector
+        }
+    }
+}
+
 /// A directed acyclic graph of operators; an edge `(a, b)` means `a` finishes before `b`
 /// starts. Node order is a topological order.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -106,6 +153,9 @@ pub enum Input {
 pub enum Operand {
     Weight,
     Activation,
+    /// One weight per product of the batch: the experts of a grouped GEMM, each over its
+    /// own tokens (the weight gradient stays grouped).
+    Experts,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -376,7 +426,7 @@ impl LayerBuilder {
                             n: gemm.n,
                             k: gemm.batch * gemm.m,
                         },
-                        Operand::Activation => Gemm {
+                        Operand::Activation | Operand::Experts => Gemm {
                             batch: gemm.batch,
                             m: gemm.k,
                             n: gemm.n,
@@ -384,7 +434,7 @@ impl LayerBuilder {
                         },
                     };
                     let name = match second {
-                        Operand::Weight => format!("{}.grad_weight", op.name),
+                        Operand::Weight | Operand::Experts => format!("{}.grad_weight", op.name),
                         Operand::Activation => format!("{}.grad_input2", op.name),
                     };
                     let d2 = g.add(

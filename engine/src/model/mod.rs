@@ -6,12 +6,12 @@ pub mod build;
 pub mod config;
 pub mod graph;
 
-pub use build::{BuildOptions, Layer, LayerKind, ModelGraph, build};
+pub use build::{AllToAll, BuildOptions, ExpertLayout, Layer, LayerKind, ModelGraph, build};
 pub use config::{
-    Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, Norm, NormPosition,
+    Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, Moe, Norm, NormPosition,
     PRESETS, Positions, preset,
 };
-pub use graph::{Core, KeptTensor, OpGraph, OpNode};
+pub use graph::{Core, KeptTensor, OpGraph, OpNode, Work};
 
 #[cfg(test)]
 // The published-figure comparisons print their deviations (shown with --nocapture).
@@ -30,6 +30,7 @@ mod tests {
             bytes_per_element: 2,
             link_bytes_per_second: 4 << 30,
             sequence_parallel,
+            experts: Default::default(),
         }
     }
 
@@ -93,6 +94,144 @@ mod tests {
                 rel * 100.0
             );
         }
+    }
+
+    /// Mixture-of-Experts presets: the total parameters within 0.5% of the published
+    /// count, and the parameters a token goes through ("active") within one unit of the
+    /// published figure's last digit (they are published to two or three significant
+    /// digits, "12.9B", "3.3B"; Qwen3-30B-A3B's 3.35 B is published as "3.3B") and 2%.
+    #[test]
+    fn moe_parameters_match_published_counts() {
+        let published = [
+            // Jiang et al. 2024 and Mistral AI's announcement: 46.7 B total, 12.9 B active.
+            ("mixtral-8x7b", 46.7e9, 12.9e9, 0.1e9),
+            // Mistral AI's announcement of Mixtral 8x22B: 141 B total, 39 B active.
+            ("mixtral-8x22b", 141e9, 39e9, 1e9),
+            // The Qwen3 model cards: 30.5 B total, 3.3 B activated; 235 B, 22 B.
+            ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9),
+            ("qwen3-235b-a22b", 235e9, 22e9, 1e9),
+        ];
+        for (name, total, active, last_digit) in published {
+            let cfg = preset(name).unwrap();
+            let got = total_parameters(name) as f64;
+            let got_active = got - cfg.inactive_parameters().unwrap() as f64;
+            let (rel, rel_active) = ((got - total) / total, (got_active - active) / active);
+            eprintln!(
+                "{name}: {got:.4e} total ({:+.3}%), {got_active:.4e} active ({:+.3}%)",
+                rel * 100.0,
+                rel_active * 100.0
+            );
+            assert!(rel.abs() < 0.005, "{name}: {got} vs {total}");
+            assert!(
+                (got_active - active).abs() < last_digit && rel_active.abs() < 0.02,
+                "{name}: {got_active} active vs {active}"
+            );
+        }
+    }
+
+    fn moe_opts(b: u64, t: u64, ep: u64, etp: u64) -> BuildOptions {
+        BuildOptions {
+            sequence_parallel: t > 1,
+            experts: ExpertLayout {
+                parallel: ep,
+                tensor_parallel: etp,
+                link_bytes_per_second: 4 << 30,
+            },
+            ..opts(b, t)
+        }
+    }
+
+    /// A Mixture-of-Experts block on one rank against closed forms: the experts' parameters
+    /// are `E/EP` experts of `3·h·f/ETP`; each all-to-all moves the rank's
+    /// `b·s/t · k · h` elements (its sequence-parallel shard's tokens, `k` copies each);
+    /// the grouped expert GEMMs run `6·h·f` FLOPs per routed copy forward, twice that
+    /// backward; the router is an `h × E` GEMM.
+    #[test]
+    fn moe_block_matches_closed_forms() {
+        for name in ["mixtral-8x7b", "qwen3-30b-a3b"] {
+            let cfg = preset(name).unwrap();
+            let m = cfg.moe.unwrap();
+            let (h, f, e, k) = (cfg.hidden, m.expert_ffn, m.experts, m.experts_per_token);
+            for (b, t, ep, etp) in [(1, 1, 1, 1), (2, 2, 4, 1), (1, 4, 8, 2), (1, 1, 8, 1)] {
+                let g = build(&cfg, &moe_opts(b, t, ep, etp));
+                let block = &g.block;
+                let at = format!("{name} b{b} t{t} ep{ep} etp{etp}");
+                assert_eq!(block.expert_parameters, e / ep * 3 * h * f / etp, "{at}");
+                let tokens = b * cfg.seq_len / t;
+                match block.all_to_all {
+                    Some(a) => {
+                        assert_eq!(a.bytes, tokens * k * h * 2, "{at}");
+                        assert_eq!((a.group, a.stride), (ep, etp), "{at}");
+                    }
+                    None => assert_eq!(ep, 1, "{at}"),
+                }
+                let expert_flops = |graph: &OpGraph| -> f64 {
+                    graph
+                        .nodes
+                        .iter()
+                        .filter(|n| n.name.starts_with("expert_"))
+                        .map(|n| n.matmul_flops())
+                        .sum()
+                };
+                let per_copy = 6.0 * (h * f) as f64;
+                let routed = (tokens * k) as f64;
+                assert_eq!(expert_flops(&block.forward), per_copy * routed, "{at}");
+                assert_eq!(
+                    expert_flops(&block.backward),
+                    2.0 * per_copy * routed,
+                    "{at}"
+                );
+                let router = block
+                    .forward
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == "router")
+                    .unwrap();
+                assert_eq!(router.matmul_flops(), 2.0 * (tokens * h * e) as f64, "{at}");
+                assert_eq!(block.imbalance_matmul_flops, 0.0, "{at}");
+            }
+        }
+    }
+
+    /// With a routing imbalance `r` the busiest rank's experts receive `(E/EP − 1 + r)`
+    /// times the mean tokens per expert (capped by a capacity factor): its grouped GEMMs
+    /// and its all-to-all grow by that, the model's FLOPs count does not.
+    #[test]
+    fn routing_imbalance_loads_the_busiest_rank() {
+        let mut cfg = preset("mixtral-8x7b").unwrap();
+        let balanced = build(&cfg, &moe_opts(1, 1, 8, 1));
+        let mut m = cfg.moe.unwrap();
+        m.routing_imbalance = 1.5;
+        cfg.moe = Some(m);
+        let skewed = build(&cfg, &moe_opts(1, 1, 8, 1));
+        let (a, b) = (
+            balanced.block.all_to_all.unwrap(),
+            skewed.block.all_to_all.unwrap(),
+        );
+        // One expert per rank: the busiest rank receives 1.5 times the mean.
+        assert_eq!(2 * b.bytes, 3 * a.bytes);
+        assert!(
+            (skewed.block.forward.matmul_flops()
+                - skewed.block.imbalance_matmul_flops
+                - balanced.block.forward.matmul_flops())
+            .abs()
+                < 1.0
+        );
+        assert!(skewed.block.imbalance_matmul_flops > 0.0);
+        assert_eq!(
+            skewed.model_flops_per_micro_batch(),
+            balanced.model_flops_per_micro_batch()
+        );
+        // A capacity factor of 1.25 caps the busiest expert.
+        m.capacity_factor = Some(1.25);
+        cfg.moe = Some(m);
+        let capped = build(&cfg, &moe_opts(1, 1, 8, 1));
+        assert_eq!(4 * capped.block.all_to_all.unwrap().bytes, 5 * a.bytes);
+        // Two experts per rank: the busiest holds one at 1.5 and one at the mean.
+        m.capacity_factor = None;
+        cfg.moe = Some(m);
+        let two = build(&cfg, &moe_opts(1, 1, 4, 1));
+        assert_eq!(4 * two.block.all_to_all.unwrap().bytes, 5 * a.bytes);
     }
 
     #[test]

@@ -112,6 +112,7 @@ mod tests {
                 bytes_per_element: 2,
                 link_bytes_per_second: 1,
                 sequence_parallel: false,
+                experts: Default::default(),
             },
         );
         let ops = OpSet::of([&g.block.forward]);

@@ -6,7 +6,7 @@ use super::estimator::Estimator;
 use super::input::SearchInput;
 use super::observe::{Observer, Stats};
 use super::schedules::{ScheduleMemo, SharedSchedules};
-use crate::model::{BuildOptions, ModelGraph, build};
+use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, build};
 use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ impl<'a> Ctx<'a> {
 
 /// A model's graph is built per (micro-batch, tensor-parallel width, element bytes,
 /// sequence parallelism — only ever true with a width above 1).
-pub(crate) type GraphKey = (u64, u64, u64, bool);
+pub(crate) type GraphKey = (u64, u64, u64, bool, u64);
 
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
 /// precision (index into the training's list) and distributed optimizer.
@@ -64,6 +64,8 @@ pub(super) struct Run {
     pub(super) distributed: bool,
     /// Sequence parallelism for the widths above 1.
     pub(super) sequence_parallel: bool,
+    /// The experts' expert-parallel width (1 for a dense model).
+    pub(super) expert_parallel: u64,
 }
 
 impl Run {
@@ -75,11 +77,29 @@ impl Run {
             t,
             training.element_bytes(self.precision),
             self.sequence_parallel && t > 1,
+            self.expert_parallel,
         )
     }
 }
 
 impl Training {
+    /// The expert-parallel widths a run of `cfg` tries: those of the list dividing its
+    /// experts (the validator makes sure there is one), 1 for a dense model.
+    pub(super) fn expert_parallel_choices(&self, cfg: &ModelConfig) -> Vec<u64> {
+        match cfg.moe {
+            Some(m) => {
+                let widths: Vec<u64> = self
+                    .expert_parallel
+                    .iter()
+                    .copied()
+                    .filter(|&ep| ep >= 1 && m.experts.is_multiple_of(ep))
+                    .collect();
+                if widths.is_empty() { vec![1] } else { widths }
+            }
+            None => vec![1],
+        }
+    }
+
     /// Sequence-parallelism choices worth a separate run.
     pub(super) fn sequence_parallel_choices(&self) -> Vec<bool> {
         if self.sequence_parallel.is_empty() {
@@ -154,7 +174,8 @@ impl From<EstimateError> for JobError {
 }
 
 /// The layer graphs a search schedules: per model, one per (micro-batch, tensor-parallel
-/// width, element bytes, sequence parallelism) the training plan allows on the cluster.
+/// width, element bytes, sequence parallelism, expert-parallel width) the training plan
+/// allows on the cluster.
 pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGraph>> {
     let mut graphs = Vec::new();
     for m in &input.models {
@@ -171,7 +192,13 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                 if t > input.cluster.devices {
                     continue;
                 }
-                for &e in &element_bytes {
+                for (&e, ep) in element_bytes.iter().flat_map(|e| {
+                    input
+                        .training
+                        .expert_parallel_choices(&m.config)
+                        .into_iter()
+                        .map(move |ep| (e, ep))
+                }) {
                     for sp in input.training.sequence_parallel_choices() {
                         let sp = sp && t > 1;
                         let opts = BuildOptions {
@@ -182,8 +209,18 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                             link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
                                 as u64,
                             sequence_parallel: sp,
+                            experts: ExpertLayout {
+                                parallel: ep,
+                                tensor_parallel: m.config.expert_tensor_parallel(t),
+                                link_bytes_per_second: input
+                                    .cluster
+                                    .network
+                                    .tier(t)
+                                    .bytes_per_second
+                                    as u64,
+                            },
                         };
-                        map.entry((b, t, e, sp))
+                        map.entry((b, t, e, sp, ep))
                             .or_insert_with(|| build(&m.config, &opts));
                     }
                 }

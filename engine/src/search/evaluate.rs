@@ -83,6 +83,17 @@ impl Ctx<'_> {
     fn chain(&self, g: &ModelGraph, times: &[Timed; 3], r: Recomputation) -> Chain {
         let t = g.tensor_parallel;
         let megatron = self.input.training.memory_model == MemoryModel::Megatron;
+        // A Mixture-of-Experts block's all-to-all exchanges (not operators of the chip):
+        // dispatch and combine in each pass, as the step model counts them.
+        let exchange = |l: &crate::model::Layer| {
+            l.all_to_all.map_or(0.0, |a| {
+                2.0 * self.input.cluster.network.all_to_all_seconds(
+                    a.bytes as f64,
+                    a.group,
+                    a.stride,
+                )
+            })
+        };
         let mut layers = Vec::new();
         for (i, l) in g.layers().enumerate() {
             let timed = match l.kind {
@@ -90,11 +101,12 @@ impl Ctx<'_> {
                 LayerKind::Block => times[1],
                 LayerKind::Head => times[2],
             };
+            let exchanged = exchange(l);
             let (activation_bytes, again) = if megatron && l.kind == LayerKind::Block {
                 let again = match r {
                     Recomputation::None => 0.0,
                     Recomputation::Selective => timed.fwd.core_seconds,
-                    Recomputation::Full => timed.fwd.seconds,
+                    Recomputation::Full => timed.fwd.seconds + exchanged,
                 };
                 (l.kept_bytes(r), again)
             } else {
@@ -104,8 +116,8 @@ impl Ctx<'_> {
                 id: i as i64,
                 parameter_bytes: l.parameter_bytes as f64,
                 activation_bytes: activation_bytes as f64,
-                forward: timed.fwd.seconds,
-                backward: timed.bwd.seconds + again,
+                forward: timed.fwd.seconds + exchanged,
+                backward: timed.bwd.seconds + exchanged + again,
                 tensor_parallel: l.tensor_parallel && t > 1,
             });
         }
@@ -267,13 +279,19 @@ impl Ctx<'_> {
     }
 
     /// The placement runs of a candidate, at the first HBM size: every (model,
-    /// micro-batch, recomputation, precision, distributed optimizer, sequence parallelism).
-    /// One run of the placement program serves every width and HBM size.
+    /// micro-batch, recomputation, precision, distributed optimizer, sequence parallelism,
+    /// expert-parallel width). One run of the placement program serves every width and HBM
+    /// size.
     fn groups(&self) -> Vec<Run> {
         let tr = &self.input.training;
         let mut groups = Vec::new();
         for model in 0..self.graphs.len() {
-            for &micro_batch in &tr.micro_batch_sizes {
+            let experts = tr.expert_parallel_choices(&self.input.models[model].config);
+            for (&micro_batch, &expert_parallel) in tr
+                .micro_batch_sizes
+                .iter()
+                .flat_map(|b| experts.iter().map(move |ep| (b, ep)))
+            {
                 for &recompute in &tr.activation_recomputation {
                     for precision in tr.precision_indices() {
                         for distributed in tr.distributed_choices() {
@@ -286,6 +304,7 @@ impl Ctx<'_> {
                                     precision,
                                     distributed,
                                     sequence_parallel,
+                                    expert_parallel,
                                 });
                             }
                         }
@@ -385,6 +404,10 @@ impl Ctx<'_> {
             precision: tr.precision(run.precision),
             optimizer: tr.optimizer,
             distributed_optimizer: run.distributed,
+            expert_parallel: run.expert_parallel,
+            expert_tensor_parallel: self.input.models[run.model]
+                .config
+                .expert_tensor_parallel(t),
             stage_layers,
         }
     }
@@ -602,6 +625,8 @@ impl Ctx<'_> {
             },
             distributed_optimizer: run.distributed,
             sequence_parallel: run.sequence_parallel && t > 1,
+            expert_parallel: run.expert_parallel,
+            expert_tensor_parallel: model.config.expert_tensor_parallel(t),
             tensor_parallel: t,
             data_parallel: plan.data_parallel,
             pipeline_stages: plan.stages.len(),
@@ -672,6 +697,8 @@ impl Ctx<'_> {
                 precision: tr.precision(run.precision),
                 optimizer: tr.optimizer,
                 distributed_optimizer: run.distributed,
+                expert_parallel: 1,
+                expert_tensor_parallel: model.config.expert_tensor_parallel(t),
                 stage_layers: uneven(list, blocks),
             };
             let needed = t.saturating_mul(bl.pipeline).saturating_mul(bl.data);

@@ -61,6 +61,12 @@ pub struct ModelPlan {
     /// Sequence parallelism (only with a tensor-parallel width above 1).
     #[serde(default)]
     pub sequence_parallel: bool,
+    /// The experts' expert-parallel and expert-tensor-parallel widths (1 and 1 for a
+    /// dense model).
+    #[serde(default = "one")]
+    pub expert_parallel: u64,
+    #[serde(default = "one")]
+    pub expert_tensor_parallel: u64,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,

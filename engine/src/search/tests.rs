@@ -48,6 +48,7 @@ fn tiny() -> (SearchInput, Space) {
             distributed_optimizer: vec![false],
             sequence_parallel: vec![false],
             pipeline_interleaving: vec![1],
+            expert_parallel: vec![1],
             // The brute force below counts memory as the reference does.
             memory_model: MemoryModel::Reference,
             bytes_per_element: 2,
@@ -141,6 +142,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 bytes_per_element: 2,
                                 link_bytes_per_second: 4 << 30,
                                 sequence_parallel: false,
+                                experts: Default::default(),
                             },
                         );
                         let time = |graph: &OpGraph| {
@@ -629,6 +631,83 @@ fn interleaving_is_searched() {
         interleaved > 0,
         "no candidate chose the interleaved schedule"
     );
+}
+
+/// Expert parallelism is a search dimension: with widths listed, no candidate's best plan
+/// of a tiny Mixture-of-Experts model gets slower, every plan splitting experts folds them
+/// into its stages' `t × d` ranks, is priced by the step model exactly as `estimate` prices
+/// it, and fits; at least one candidate prefers split experts.
+#[test]
+fn expert_parallelism_is_searched() {
+    let (mut input, space) = tiny();
+    let mut cfg = tiny_model();
+    cfg.moe = Some(crate::model::Moe {
+        experts: 8,
+        experts_per_token: 2,
+        expert_ffn: 1024,
+        shared_experts: 0,
+        routing_imbalance: 1.0,
+        capacity_factor: None,
+    });
+    input.models[0].config = cfg;
+    input.models[0].baseline = None;
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.activation_recomputation = vec![Recomputation::Full];
+    input.training.sequence_parallel = vec![true];
+    input.training.distributed_optimizer = vec![true];
+    let whole_experts = whole(&input, &space);
+    input.training.expert_parallel = vec![1, 2, 4, 8];
+    let split = whole(&input, &space);
+    assert_breakdowns_add_up(&split);
+    let mut chose = 0;
+    for (a, b) in whole_experts.explored.iter().zip(&split.explored) {
+        assert_eq!(a.index, b.index);
+        if b.hbm_bytes.is_none() {
+            assert!(a.hbm_bytes.is_none(), "candidate {}", a.index);
+        }
+        for (pa, pb) in a.plans.iter().zip(&b.plans) {
+            assert!(
+                pb.time_per_batch_seconds <= pa.time_per_batch_seconds * (1.0 + 1e-12),
+                "candidate {}: {} > {}",
+                a.index,
+                pb.time_per_batch_seconds,
+                pa.time_per_batch_seconds
+            );
+            let plan = pb.plan.as_ref().unwrap();
+            assert_eq!(plan.expert_parallel, pb.expert_parallel);
+            assert_eq!(plan.expert_tensor_parallel, pb.tensor_parallel);
+            let ranks = pb.tensor_parallel * pb.data_parallel;
+            assert_eq!(ranks % (pb.expert_parallel * pb.expert_tensor_parallel), 0);
+            if pb.expert_parallel > 1 {
+                chose += 1;
+                assert!(pb.time.all_to_all_seconds > 0.0);
+                let hbm = b.hbm_bytes.unwrap();
+                assert!(pb.memory_bytes.total <= hbm as f64);
+                // `archplace estimate` of the plan gives the search's step.
+                let step_input = crate::step::StepInput {
+                    model: input.models[0].config.clone(),
+                    plan: plan.clone(),
+                    accelerator: b.config,
+                    hbm_bytes: hbm,
+                    devices: input.cluster.devices,
+                    global_batch: input.training.global_batch,
+                    network: input.cluster.network,
+                    peak_flops_per_second: None,
+                    schedule: input.schedule,
+                    execution: input.training.execution,
+                };
+                let r =
+                    crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap();
+                assert_eq!(
+                    r.step_seconds, pb.time_per_batch_seconds,
+                    "candidate {}",
+                    b.index
+                );
+                assert_eq!(r.time, pb.time, "candidate {}", b.index);
+            }
+        }
+    }
+    assert!(chose > 0, "no candidate split its experts");
 }
 
 /// A supplier that evaluates with evaluators of its own (one per "worker", taking

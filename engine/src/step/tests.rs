@@ -16,6 +16,8 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         precision: Precision::Bf16Mixed,
         optimizer: Optimizer::Adam,
         distributed_optimizer: false,
+        expert_parallel: 1,
+        expert_tensor_parallel: 1,
         stage_layers: None,
     }
 }
@@ -92,6 +94,7 @@ fn stages_hold_the_model() {
             bytes_per_element: 2,
             link_bytes_per_second: 1,
             sequence_parallel: false,
+            experts: Default::default(),
         },
     );
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
@@ -360,4 +363,146 @@ fn a_stage_list_that_does_not_fit_the_plan_is_refused_with_the_numbers() {
         ..gpt3(pl, 1 << 20)
     };
     assert_eq!(check(&input), Ok(()));
+}
+
+/// Mixtral 8x7B on 64 devices (t = 2, p = 4, d = 8) with its experts over EP = 8.
+fn mixtral(ep: u64, etp: u64, distributed: bool) -> StepInput {
+    let mut pl = plan(2, 4, 8);
+    pl.sequence_parallel = true;
+    pl.expert_parallel = ep;
+    pl.expert_tensor_parallel = etp;
+    pl.distributed_optimizer = distributed;
+    pl.recomputation = Recomputation::Full;
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("mixtral-8x7b").unwrap();
+    input.model.seq_len = 4096;
+    input.global_batch = 256;
+    input
+}
+
+/// Expert parameters are `E/EP` experts of `3·h·f/ETP` per block on each device, their
+/// optimizer state sharded over the expert-data-parallel group (`t·d/(EP·ETP)` ranks)
+/// with the distributed optimizer; the rest of the state is the dense parameters' as
+/// before. Exactly, per stage.
+#[test]
+fn expert_state_is_sharded_over_expert_parallelism() {
+    for (ep, etp) in [(1, 1), (8, 1), (4, 2), (2, 2)] {
+        for distributed in [false, true] {
+            let input = mixtral(ep, etp, distributed);
+            let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+            let cfg = &input.model;
+            let moe = cfg.moe.unwrap();
+            let per_block = moe.experts / ep * 3 * cfg.hidden * moe.expert_ffn / etp;
+            let edp = 2 * 8 / (ep * etp);
+            let dense = StateBytes::megatron(Precision::Bf16Mixed, Optimizer::Adam, distributed, 8);
+            let experts =
+                StateBytes::megatron(Precision::Bf16Mixed, Optimizer::Adam, distributed, edp);
+            for s in &r.stages {
+                assert_eq!(s.expert_parameters, s.blocks * per_block);
+                let (e, d) = (
+                    s.expert_parameters as f64,
+                    (s.parameters - s.expert_parameters) as f64,
+                );
+                let m = s.memory_bytes;
+                let at = format!(
+                    "ep {ep} etp {etp} distributed {distributed} stage {}",
+                    s.stage
+                );
+                assert_eq!(m.weights, d * dense.weights + e * experts.weights, "{at}");
+                assert_eq!(
+                    m.gradients,
+                    d * dense.gradients + e * experts.gradients,
+                    "{at}"
+                );
+                assert_eq!(
+                    m.optimizer,
+                    d * dense.optimizer + e * experts.optimizer,
+                    "{at}"
+                );
+            }
+        }
+    }
+}
+
+/// The all-to-all part of the step is, per micro-batch on the slowest stage, each block's
+/// dispatch and combine forward, backward and recomputed (6 exchanges under full
+/// recomputation) of `b·s/t · k · h` bf16 elements over the expert-parallel group; none
+/// without expert parallelism.
+#[test]
+fn all_to_all_time_is_six_exchanges_per_block_and_micro_batch() {
+    let none = estimate_step(&mixtral(1, 1, true), &ReferenceModel::default()).unwrap();
+    assert_eq!(none.time.all_to_all_seconds, 0.0);
+    for (ep, etp) in [(8, 1), (4, 2)] {
+        let input = mixtral(ep, etp, true);
+        let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        let cfg = &input.model;
+        let k = cfg.moe.unwrap().experts_per_token;
+        let bytes = (cfg.seq_len / 2 * k * cfg.hidden * 2) as f64;
+        let one = input.network.all_to_all_seconds(bytes, ep, etp);
+        let blocks = 32 / 4;
+        let want = r.micro_batches_per_replica as f64 * blocks as f64 * 6.0 * one;
+        assert!(
+            rel(r.time.all_to_all_seconds, want) < 1e-12,
+            "{} vs {want}",
+            r.time.all_to_all_seconds
+        );
+        assert!(r.step_seconds > r.time.all_to_all_seconds);
+    }
+}
+
+/// The network's all-to-all: `(n − 1)/n` of the buffer and one latency inside a node;
+/// across nodes the slower of the node's own share and the rest over the NIC.
+#[test]
+fn all_to_all_closed_form() {
+    let net = gpt3(plan(1, 1, 1), 80).network;
+    let b = 64e6;
+    let inside = net.all_to_all_seconds(b, 8, 1);
+    assert!(rel(inside, 7.0 / 8.0 * b / 300e9 + 5e-6) < 1e-12);
+    let across = net.all_to_all_seconds(b, 16, 1);
+    let intra = 7.0 / 16.0 * b / 300e9 + 5e-6;
+    let inter = 8.0 / 16.0 * b / 25e9 + 10e-6;
+    assert!(rel(across, intra.max(inter)) < 1e-12);
+    // Strided: two ranks of the group per node of 8.
+    let strided = net.all_to_all_seconds(b, 4, 4);
+    let want = (1.0 / 4.0 * b / 300e9 + 5e-6).max(2.0 / 4.0 * b / 25e9 + 10e-6);
+    assert!(rel(strided, want) < 1e-12);
+    assert_eq!(net.all_to_all_seconds(b, 1, 1), 0.0);
+}
+
+/// Every impossible expert layout is refused with the numbers, and only for it.
+#[test]
+fn expert_layouts_that_cannot_run_are_refused() {
+    let kinds = |input: &StepInput| -> Vec<String> {
+        problems(input)
+            .iter()
+            .map(|e| {
+                format!("{e:?}")
+                    .split([' ', '{'])
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(problems(&mixtral(8, 1, true)).is_empty());
+    assert_eq!(
+        kinds(&mixtral(3, 1, true)),
+        ["ExpertParallel", "ExpertFolding"]
+    );
+    assert_eq!(kinds(&mixtral(8, 4, true)), ["ExpertFolding"]);
+    assert_eq!(
+        kinds(&mixtral(8, 3, true)),
+        ["ExpertTensorParallel", "ExpertFolding"]
+    );
+    let mut no_sp = mixtral(8, 1, true);
+    no_sp.plan.sequence_parallel = false;
+    assert_eq!(kinds(&no_sp), ["MoeSequenceParallel"]);
+    let mut dense = gpt3(plan(8, 16, 8), 80);
+    dense.plan.expert_parallel = 2;
+    assert_eq!(kinds(&dense), ["ExpertsWithoutMoe"]);
+    let text = problems(&mixtral(8, 4, true))[0].to_string();
+    assert!(
+        text.contains("EP × ETP = 8 × 4") && text.contains("16 ranks"),
+        "{text}"
+    );
 }

@@ -25,6 +25,8 @@ fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
         precision: None,
         distributed_optimizer: false,
         sequence_parallel: false,
+        expert_parallel: 1,
+        expert_tensor_parallel: 1,
         tensor_parallel: 1,
         data_parallel: 8,
         pipeline_stages: 2,

@@ -111,7 +111,7 @@ fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
     let font = ("sans-serif", 16).into_font().color(&BLACK);
     caption.draw(&Text::new(
         format!(
-            "{}: {} pipeline stages{}, t = {} (tensor), d = {} (data) — {} devices; micro-batch {}, recomputation {}",
+            "{}: {} pipeline stages{}, t = {} (tensor){}, d = {} (data) — {} devices; micro-batch {}, recomputation {}",
             plan.model,
             plan.pipeline_stages,
             if plan.pipeline_interleaving > 1 {
@@ -120,6 +120,14 @@ fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
                 String::new()
             },
             plan.tensor_parallel,
+            if plan.expert_parallel > 1 || plan.expert_tensor_parallel > 1 {
+                format!(
+                    ", experts over EP = {} × ETP = {}",
+                    plan.expert_parallel, plan.expert_tensor_parallel
+                )
+            } else {
+                String::new()
+            },
             plan.data_parallel,
             devices,
             plan.micro_batch,
@@ -143,11 +151,16 @@ fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
     let pct = |x: f64| 100.0 * x / plan.time_per_batch_seconds.max(f64::MIN_POSITIVE);
     caption.draw(&Text::new(
         format!(
-            "time: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%, point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}% — limited by {}",
+            "time: forward {:.0}%, backward {:.0}%, recomputation {:.0}%, tensor-parallel {:.0}%,{} point-to-point {:.0}%, bubble {:.0}%, data-parallel {:.0}% — limited by {}",
             pct(t.forward_seconds),
             pct(t.backward_seconds),
             pct(t.recomputation_seconds),
             pct(t.tensor_parallel_communication_seconds),
+            if t.all_to_all_seconds > 0.0 {
+                format!(" all-to-all {:.0}%,", pct(t.all_to_all_seconds))
+            } else {
+                String::new()
+            },
             pct(t.pipeline_point_to_point_seconds),
             pct(t.pipeline_bubble_seconds),
             pct(t.data_parallel_communication_seconds),

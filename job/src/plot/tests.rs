@@ -124,6 +124,8 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         precision: None,
         distributed_optimizer: false,
         sequence_parallel: false,
+        expert_parallel: 1,
+        expert_tensor_parallel: 1,
         tensor_parallel: 2,
         data_parallel: 4,
         pipeline_stages: stages.len(),

@@ -75,6 +75,11 @@ pub(super) fn estimate(
     {
         plan.stage_layers = list;
     }
+    if p.expert_tensor_parallel.is_none() {
+        plan.expert_tensor_parallel = models.first().map_or(1, |e| {
+            e.spec.config.expert_tensor_parallel(plan.tensor_parallel)
+        });
+    }
     let accelerator = AcceleratorConfig {
         tensor_cores: chip.tensor_cores,
         vector_cores: chip.vector_cores,
@@ -262,6 +267,11 @@ fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
         ("data_parallel", p.data_parallel),
         ("micro_batch", p.micro_batch),
         ("interleaving", Some(p.interleaving.unwrap_or(1))),
+        ("expert_parallel", Some(p.expert_parallel.unwrap_or(1))),
+        (
+            "expert_tensor_parallel",
+            Some(p.expert_tensor_parallel.unwrap_or(1)),
+        ),
     ] {
         match value {
             Some(v) => {
@@ -312,6 +322,9 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .distributed_optimizer
             .or_else(|| training.distributed_optimizer.first().copied())
             .unwrap_or(false),
+        expert_parallel: p.expert_parallel.unwrap_or(1),
+        // Left out: the model's default for the width (set with the model, below).
+        expert_tensor_parallel: p.expert_tensor_parallel.unwrap_or(0),
         stage_layers: None,
     }
 }
@@ -433,6 +446,21 @@ fn plan_fits(
                 "micro_batch",
                 vec![pp.key("data_parallel"), training.key("global_batch")],
             ),
+            StepError::ExpertsWithoutMoe { .. } | StepError::ExpertParallel { .. } => {
+                ("expert_parallel", vec![])
+            }
+            StepError::ExpertTensorParallel { .. } => ("expert_tensor_parallel", vec![]),
+            StepError::ExpertFolding { .. } => (
+                "expert_parallel",
+                vec![
+                    pp.key("expert_tensor_parallel"),
+                    pp.key("tensor_parallel"),
+                    pp.key("data_parallel"),
+                ],
+            ),
+            StepError::MoeSequenceParallel { .. } => {
+                ("sequence_parallel", vec![pp.key("tensor_parallel")])
+            }
             StepError::Interleaving { .. } => (
                 "interleaving",
                 vec![
@@ -454,6 +482,11 @@ fn plan_fits(
             StepError::TensorParallel { .. }
                 | StepError::Pipeline { .. }
                 | StepError::StageLayers { .. }
+                | StepError::ExpertsWithoutMoe { .. }
+                | StepError::ExpertParallel { .. }
+                | StepError::ExpertTensorParallel { .. }
+                | StepError::ExpertFolding { .. }
+                | StepError::MoeSequenceParallel { .. }
         );
         if of_model != with_model || !ctx.fine(&at) || !ctx.all_fine(&related) {
             continue;

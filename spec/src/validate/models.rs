@@ -5,7 +5,7 @@ use super::rules::count_in;
 use crate::raw::{RawBaseline, RawHead, RawModel, RawSpec};
 use crate::{Ctx, FieldPath, ModelSpec};
 use archplace_engine::model::{
-    AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, PRESETS, Positions, preset,
+    AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, Moe, PRESETS, Positions, preset,
 };
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::training::{Baseline, Cluster, Training};
@@ -57,7 +57,67 @@ pub(super) fn models(
             );
         }
     }
+    if out.len() == raw.models.len() {
+        // Every model's experts are known.
+        check_expert_parallel(&out, training, ctx);
+    }
     out
+}
+
+/// `[training] expert_parallel`: every width above 1 divides some Mixture-of-Experts
+/// model's experts (a model runs the widths that divide its own; a width no model takes
+/// is a mistake).
+fn check_expert_parallel(entries: &[Entry], training: &Training, ctx: &mut Ctx<'_>) {
+    let at = FieldPath::root().key("training").key("expert_parallel");
+    if !ctx.fine(&at) {
+        return;
+    }
+    let experts: Vec<u64> = entries
+        .iter()
+        .filter_map(|e| e.spec.config.moe.map(|m| m.experts))
+        .collect();
+    let mut reported = false;
+    for &ep in training.expert_parallel.iter().filter(|&&ep| ep > 1) {
+        if experts.iter().any(|e| e.is_multiple_of(ep)) {
+            continue;
+        }
+        reported = true;
+        let (message, help) = if experts.is_empty() {
+            (
+                format!(
+                    "expert-parallel width {ep} splits the experts of a Mixture-of-Experts model; these models are dense"
+                ),
+                "remove `expert_parallel`, or give a model `experts`".to_string(),
+            )
+        } else {
+            (
+                format!("expert-parallel width {ep} divides no model's experts ({experts:?})"),
+                "use widths dividing a model's experts".to_string(),
+            )
+        };
+        ctx.mismatch(&at, message, Some(help));
+    }
+    // A model none of whose widths apply (when no width was reported above).
+    for (e, m) in entries
+        .iter()
+        .filter(|_| !reported)
+        .filter_map(|e| e.spec.config.moe.map(|m| (e, m)))
+    {
+        let usable = training
+            .expert_parallel
+            .iter()
+            .any(|ep| m.experts.is_multiple_of(*ep));
+        if !usable {
+            ctx.mismatch(
+                &at,
+                format!(
+                    "no expert-parallel width of {:?} divides the {} experts of {}",
+                    training.expert_parallel, m.experts, e.spec.config.name
+                ),
+                Some("add a width dividing its experts, e.g. 1".into()),
+            );
+        }
+    }
 }
 
 /// The fields a tensor-parallel width must divide the model by (and the preset they may
@@ -100,6 +160,7 @@ fn model(
     let base = check_base(m, path, ctx)?;
     let cfg = merged(m, base);
     check_counts(&cfg, path, ctx);
+    check_experts(&cfg, m, path, ctx);
     check_shapes(&cfg, m, path, ctx);
     check_size(&cfg, training, path, ctx);
     check_placement(&cfg, cluster, m, path, ctx);
@@ -201,6 +262,8 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         kv_heads: m
             .kv_heads
             .unwrap_or(if m.heads.is_some() { heads } else { b.kv_heads }),
+        head_dim: m.head_dim.or(b.head_dim),
+        qk_norm: m.qk_norm.unwrap_or(b.qk_norm),
         ffn: m.ffn.unwrap_or(if m.hidden.is_some() {
             hidden.saturating_mul(4)
         } else {
@@ -232,6 +295,101 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         attention: m.attention.unwrap_or(b.attention),
         causal: m.causal.unwrap_or(b.causal),
         max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
+        moe: merged_moe(m, &b),
+    }
+}
+
+/// The Mixture-of-Experts layer: the entry's keys over the preset's (`experts = 0` makes a
+/// preset dense); `None` for a dense model. Keys given without experts are reported by
+/// [`check_experts`].
+fn merged_moe(m: &RawModel, b: &ModelConfig) -> Option<Moe> {
+    let base = match (m.experts, b.moe) {
+        (Some(0), _) | (None, None) => return None,
+        (_, Some(moe)) => moe,
+        (Some(_), None) => Moe {
+            experts: 0,
+            experts_per_token: 2,
+            expert_ffn: m.ffn.unwrap_or(b.ffn),
+            shared_experts: 0,
+            routing_imbalance: 1.0,
+            capacity_factor: None,
+        },
+    };
+    Some(Moe {
+        experts: m.experts.unwrap_or(base.experts),
+        experts_per_token: m.experts_per_token.unwrap_or(base.experts_per_token),
+        expert_ffn: m.expert_ffn.unwrap_or(base.expert_ffn),
+        shared_experts: m.shared_experts.unwrap_or(base.shared_experts),
+        routing_imbalance: m.routing_imbalance.unwrap_or(base.routing_imbalance),
+        capacity_factor: m.capacity_factor.or(base.capacity_factor),
+    })
+}
+
+/// The Mixture-of-Experts keys: given only with experts, each count in range, top-k at
+/// most the experts, the imbalance and the capacity factor between what they can mean.
+fn check_experts(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) {
+    let Some(moe) = cfg.moe else {
+        let given = [
+            ("experts_per_token", m.experts_per_token.is_some()),
+            ("expert_ffn", m.expert_ffn.is_some()),
+            ("shared_experts", m.shared_experts.is_some()),
+            ("routing_imbalance", m.routing_imbalance.is_some()),
+            ("capacity_factor", m.capacity_factor.is_some()),
+        ];
+        for (key, _) in given.iter().filter(|(_, g)| *g) {
+            ctx.mismatch(
+                &path.key(key),
+                format!("`{key}` describes a Mixture-of-Experts layer; this model is dense"),
+                Some("give `experts` (the experts per block), or remove the key".into()),
+            );
+        }
+        return;
+    };
+    let count = |ctx: &mut Ctx<'_>, key: &str, v: u64, max: u64| {
+        count_in(ctx, &path.key(key), v, max, &format!("{key} = {v}"), "")
+    };
+    let experts_ok = count(ctx, "experts", moe.experts, 1 << 14);
+    let k_ok = count(ctx, "experts_per_token", moe.experts_per_token, 1 << 10);
+    count(ctx, "expert_ffn", moe.expert_ffn, 1 << 22);
+    if moe.shared_experts > 64 {
+        ctx.error(
+            &path.key("shared_experts"),
+            format!("shared_experts = {} is out of range", moe.shared_experts),
+            Some("use 0 to 64".into()),
+        );
+    }
+    let fine_k = experts_ok && k_ok && fine(ctx, path, &["experts", "experts_per_token", "preset"]);
+    if fine_k && moe.experts_per_token > moe.experts {
+        ctx.mismatch(
+            &path.key("experts_per_token"),
+            format!(
+                "each token cannot go to {} of {} experts",
+                moe.experts_per_token, moe.experts
+            ),
+            Some(format!("use 1 to {}", moe.experts)),
+        );
+        return;
+    }
+    // An expert receives each token at most once: at most all of them, `E/k` times the mean.
+    let most = moe.experts as f64 / moe.experts_per_token.max(1) as f64;
+    for (key, value) in [
+        ("routing_imbalance", Some(moe.routing_imbalance)),
+        ("capacity_factor", moe.capacity_factor),
+    ] {
+        let Some(v) = value else { continue };
+        let low = if key == "routing_imbalance" { 1.0 } else { 0.0 };
+        let bad = !v.is_finite() || v < low || (key == "capacity_factor" && v == 0.0);
+        if bad || (fine_k && v > most) {
+            ctx.error(
+                &path.key(key),
+                format!("{key} = {v} is out of range"),
+                Some(if key == "routing_imbalance" {
+                    format!("the busiest expert's tokens over the mean: from 1 (balanced) to experts / experts_per_token = {most}")
+                } else {
+                    format!("a multiple of the mean tokens per expert above 0, at most experts / experts_per_token = {most}")
+                }),
+            );
+        }
     }
 }
 
@@ -253,6 +411,9 @@ fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) {
     if let Some(e) = cfg.embedding_dim {
         positive(ctx, "embedding_dim", e, 1 << 20);
     }
+    if let Some(d) = cfg.head_dim {
+        positive(ctx, "head_dim", d, 1 << 12);
+    }
     if let Head::Classifier { classes } = cfg.head
         && (!(2..=1 << 20).contains(&classes))
     {
@@ -271,7 +432,10 @@ fn check_counts(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) {
 /// `hidden` — is not fine either).
 fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) {
     let mut ok = true;
-    if fine(ctx, path, &["hidden", "heads", "preset"]) && !cfg.hidden.is_multiple_of(cfg.heads) {
+    if cfg.head_dim.is_none()
+        && fine(ctx, path, &["hidden", "heads", "preset"])
+        && !cfg.hidden.is_multiple_of(cfg.heads)
+    {
         ctx.mismatch(
             &path.key(if m.heads.is_some() { "heads" } else { "hidden" }),
             format!(
@@ -286,12 +450,18 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         ok = false;
     }
     if ok
-        && fine(ctx, path, &["hidden", "heads", "attention", "preset"])
+        && fine(
+            ctx,
+            path,
+            &["hidden", "heads", "head_dim", "attention", "preset"],
+        )
         && cfg.attention == AttentionKernel::Flash
         && cfg.head_dim() > MAX_FLASH_HEAD_DIM
     {
         let key = if m.attention.is_some() {
             "attention"
+        } else if m.head_dim.is_some() {
+            "head_dim"
         } else if m.heads.is_some() {
             "heads"
         } else {
@@ -299,13 +469,22 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         };
         ctx.mismatch(
             &path.key(key),
-            format!(
-                "a FlashAttention kernel takes head dimensions up to {MAX_FLASH_HEAD_DIM}; this model's is {} (hidden size {} over {} heads)",
-                cfg.head_dim(),
-                cfg.hidden,
-                cfg.heads
-            ),
-            Some("use `attention = \"unfused\"`, or more heads".into()),
+            match cfg.head_dim {
+                Some(d) => format!(
+                    "a FlashAttention kernel takes head dimensions up to {MAX_FLASH_HEAD_DIM}; this model's is {d}"
+                ),
+                None => format!(
+                    "a FlashAttention kernel takes head dimensions up to {MAX_FLASH_HEAD_DIM}; this model's is {} (hidden size {} over {} heads)",
+                    cfg.head_dim(),
+                    cfg.hidden,
+                    cfg.heads
+                ),
+            },
+            Some(if key == "head_dim" {
+                format!("use a head_dim of at most {MAX_FLASH_HEAD_DIM}, or `attention = \"unfused\"`")
+            } else {
+                "use `attention = \"unfused\"`, or more heads".into()
+            }),
         );
         ok = false;
     }

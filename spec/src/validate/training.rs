@@ -74,6 +74,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
     );
     let pipeline_interleaving =
         interleaving(ctx, &path, t.pipeline_interleaving.as_ref(), reference);
+    let expert_parallel = expert_parallel(ctx, &path, t.expert_parallel.as_ref());
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
     element_bytes(ctx, &path, t.bytes_per_element, memory_model, &precisions);
     let optimizer = t.optimizer.unwrap_or(match memory_model {
@@ -89,6 +90,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         distributed_optimizer,
         sequence_parallel,
         pipeline_interleaving,
+        expert_parallel,
         memory_model,
         bytes_per_element,
         execution: Execution {
@@ -215,6 +217,33 @@ fn interleaving(
         }
     }
     pipeline_interleaving
+}
+
+/// `expert_parallel`: widths from 1 to 16,384 (which ones a model takes is checked with
+/// the models).
+fn expert_parallel(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&OneOrMany<u64>>,
+) -> Vec<u64> {
+    let at = path.key("expert_parallel");
+    let widths = choices(ctx, &at, given, 1, "use 1, or a list such as [1, 8]").unwrap_or_default();
+    for (i, &v) in widths.iter().enumerate() {
+        let here = if matches!(given, Some(OneOrMany::Many(_))) {
+            at.index(i)
+        } else {
+            at.clone()
+        };
+        count_in(
+            ctx,
+            &here,
+            v,
+            1 << 14,
+            &format!("expert-parallel width {v}"),
+            "",
+        );
+    }
+    widths
 }
 
 /// `bytes_per_element`: 1, 2 or 4, and with the Megatron memory model the element size of
