@@ -1,4 +1,5 @@
-//! archplace against published end-to-end Megatron-LM training runs on A100 GPUs.
+//! archplace against published end-to-end Megatron-LM training runs on A100 GPUs and
+//! Megatron-Core Mixture-of-Experts runs on H100s.
 //!
 //! Every case of `tests/fixtures/validation/published.toml` is a spec next to it and a
 //! published figure: `archplace estimate --json` (the real binary, the real `gpu-like`
@@ -33,13 +34,17 @@ enum Metric {
     StepSeconds,
     /// Achieved teraFLOP/s per GPU, recomputation included (the source's own count).
     TflopsPerGpu,
+    /// Tokens per second per GPU (no FLOP convention).
+    TokensPerSecondPerGpu,
 }
 
 /// Bounds per source on the mean and the largest absolute relative error: what archplace
 /// reaches (docs/validation.md), not the target (5% mean, 10% largest).
-const BOUNDS: [(&str, f64, f64); 2] = [
+const BOUNDS: [(&str, f64, f64); 4] = [
     ("Korthikanti et al. 2022, Table 5", 0.070, 0.090),
     ("Narayanan et al. 2021, Table 1", 0.165, 0.235),
+    ("Megatron MoE model zoo, H100", 0.36, 0.59),
+    ("Megatron-Core MoE guide (MCore v0.9), H100", 0.17, 0.17),
 ];
 
 struct Row<'a> {
@@ -86,6 +91,7 @@ fn render(rows: &[Row<'_>]) -> String {
         let (metric, digits) = match r.case.metric {
             Metric::StepSeconds => ("s per iteration", 2),
             Metric::TflopsPerGpu => ("TFLOP/s per GPU", 1),
+            Metric::TokensPerSecondPerGpu => ("tokens/s per GPU", 0),
         };
         t.push_str(&format!(
             "| {} | {} | {metric} | {:.digits$} | {:.digits$} | {:+.1}% |\n",
@@ -132,6 +138,9 @@ fn estimates_match_published_megatron_runs() {
                 Metric::StepSeconds => j["step_seconds"].as_f64().unwrap(),
                 Metric::TflopsPerGpu => {
                     j["hardware_flops_per_second_per_device"].as_f64().unwrap() / 1e12
+                }
+                Metric::TokensPerSecondPerGpu => {
+                    j["tokens_per_second_per_device"].as_f64().unwrap()
                 }
             };
             Row {
