@@ -288,6 +288,65 @@ fn step(c: &mut Criterion) {
     });
 }
 
+/// One training step of Qwen3-235B-A22B on 2,048 devices (t = 4, p = 16, d = 32, EP = 32,
+/// ETP = 1, sequence parallelism, the distributed optimizer, full recomputation) on the
+/// reference chip, list-scheduled as `archplace estimate` (without `--mip`) schedules it:
+/// a Mixture-of-Experts estimate in-process.
+fn step_moe(c: &mut Criterion) {
+    use archplace_engine::network::{Network, Tier};
+    use archplace_engine::step::{StepInput, StepPlan, estimate_step};
+    use archplace_engine::training::{Optimizer, Precision, Recomputation};
+    let mut model = preset("qwen3-235b-a22b").expect("preset");
+    model.layers = 96; // 6 blocks per stage (the preset's 94 do not split over 16).
+    let input = StepInput {
+        model,
+        plan: StepPlan {
+            tensor_parallel: 4,
+            pipeline_parallel: 16,
+            data_parallel: 32,
+            micro_batch: 1,
+            interleaving: 1,
+            recomputation: Recomputation::Full,
+            sequence_parallel: true,
+            precision: Precision::Bf16Mixed,
+            optimizer: Optimizer::Adam,
+            distributed_optimizer: true,
+            expert_parallel: 32,
+            expert_tensor_parallel: 1,
+            stage_layers: None,
+        },
+        accelerator: REFERENCE_CONFIG,
+        hbm_bytes: 80 << 30,
+        devices: 2048,
+        global_batch: 4096,
+        network: Network {
+            node_size: 8,
+            intra_node: Tier {
+                bytes_per_second: 450e9,
+                latency_seconds: 5e-6,
+            },
+            inter_node: Tier {
+                bytes_per_second: 50e9,
+                latency_seconds: 10e-6,
+            },
+        },
+        peak_flops_per_second: None,
+        schedule: ScheduleOptions {
+            heuristic_only: true,
+            ..ScheduleOptions::default()
+        },
+        execution: archplace_engine::execution::Execution::default(),
+    };
+    let latency = ReferenceModel::default();
+    c.bench_function("step/qwen3-235b-2048-devices-ep32", |b| {
+        b.iter(|| {
+            estimate_step(black_box(&input), &latency)
+                .expect("fits")
+                .step_seconds
+        })
+    });
+}
+
 criterion_group!(
     benches,
     space,
@@ -296,6 +355,7 @@ criterion_group!(
     schedule,
     placement,
     placement_hbm,
-    step
+    step,
+    step_moe
 );
 criterion_main!(benches);

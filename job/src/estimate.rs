@@ -219,6 +219,9 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         thousands(r.tokens_per_second_per_device.round() as u64),
     );
     for (name, s) in r.time.parts() {
+        if name == "expert-parallel all-to-all" && s == 0.0 {
+            continue; // A dense model, or experts on every rank.
+        }
         let _ = writeln!(
             o,
             "  {name:<30} {:>12}  {:>5.1}%",

@@ -267,9 +267,20 @@ pub struct RawModel {
     /// Dropout layers (1-byte masks are kept for the backward pass).
     pub dropout: Option<bool>,
     /// `unfused` (scores, softmax and context as separate kernels, the `s × s` tensors
-    /// kept) or `flash` (one fused kernel: FlashAttention); default `flash` for the
-    /// presets of 2023 on, else `unfused`.
+    /// kept), `flash` (one fused kernel: FlashAttention) or `mla` (multi-head latent
+    /// attention with a fused core, DeepSeek-V2/V3; needs the latent shapes below); default
+    /// `flash` for the presets of 2023 on, else `unfused`.
     pub attention: Option<AttentionKernel>,
+    /// Multi-head latent attention: the queries' latent rank (0: projected directly).
+    pub q_lora_rank: Option<u64>,
+    /// Multi-head latent attention: the keys' and values' latent rank.
+    pub kv_lora_rank: Option<u64>,
+    /// Multi-head latent attention: each query and key head's part without rotary embedding.
+    pub qk_nope_head_dim: Option<u64>,
+    /// Multi-head latent attention: each query and key head's rotary part (even).
+    pub qk_rope_head_dim: Option<u64>,
+    /// Multi-head latent attention: each value head's dimension.
+    pub v_head_dim: Option<u64>,
     /// Each token attends only to those before it (default: true, but for BERT); a flash
     /// kernel skips the masked half of the products.
     pub causal: Option<bool>,
@@ -295,7 +306,7 @@ pub struct RawModel {
 }
 
 /// The keys of a model table (for suggestions).
-pub const MODEL_KEYS: [&str; 35] = [
+pub const MODEL_KEYS: [&str; 40] = [
     "preset",
     "name",
     "layers",
@@ -322,6 +333,11 @@ pub const MODEL_KEYS: [&str; 35] = [
     "classes",
     "dropout",
     "attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
     "causal",
     "max_tensor_parallel",
     "experts",

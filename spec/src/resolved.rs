@@ -6,7 +6,7 @@
 
 use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
-use archplace_engine::model::Head;
+use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_engine::step::StepPlan;
 use archplace_engine::training::{Cluster, MemoryModel, Training};
@@ -167,6 +167,17 @@ fn model(m: &ModelSpec) -> Value {
         t.insert("head_dim".into(), int(d));
     }
     t.insert("qk_norm".into(), Value::Boolean(c.qk_norm));
+    if let Some(m) = c.mla.filter(|_| c.attention == AttentionKernel::Mla) {
+        for (k, v) in [
+            ("q_lora_rank", m.q_lora_rank.unwrap_or(0)),
+            ("kv_lora_rank", m.kv_lora_rank),
+            ("qk_nope_head_dim", m.qk_nope_head_dim),
+            ("qk_rope_head_dim", m.qk_rope_head_dim),
+            ("v_head_dim", m.v_head_dim),
+        ] {
+            t.insert(k.into(), int(v));
+        }
+    }
     if let Some(moe) = c.moe {
         for (k, v) in [
             ("experts", moe.experts),

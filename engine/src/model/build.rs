@@ -527,25 +527,63 @@ impl<'a> Ctx<'a> {
     /// it with post-norm); its parameters (with both norms').
     fn attention(&self, lb: &mut LayerBuilder, x: Input) -> (Input, u64) {
         let cfg = self.cfg;
-        let (b, s, h, t, bpe) = (self.b, self.s, self.h, self.t, self.bpe);
+        let (h, bpe) = (self.h, self.bpe);
         let tok = self.tokens();
-        let (n, d) = (cfg.heads / t, cfg.head_dim());
-        let kv = cfg.kv_heads * d / t;
-        let q = cfg.query_width() / t;
         let pre = cfg.norm_position == NormPosition::Pre;
         let bias = u64::from(cfg.biases);
-        let params = h * (q + 2 * kv)
-            + bias * (q + 2 * kv)
-            + h * q
-            + bias * h
-            + 2 * self.norm_parameters()
-            + u64::from(cfg.qk_norm) * 2 * d;
         let attn_in = if pre {
             self.norm(lb, "attention_norm", x)
         } else {
             x
         };
         let a = self.copy_to_tp(lb, "attention_norm.copy_to_tp", attn_in, tok * h);
+        // The core's output on this rank, its width, the parameters before the output
+        // projection.
+        let (context, width, core_params) = match (cfg.attention, cfg.mla) {
+            (AttentionKernel::Mla, Some(m)) => self.latent_attention(lb, (attn_in, a), m),
+            _ => self.head_attention(lb, (attn_in, a)),
+        };
+        let params = core_params + h * width + bias * h + 2 * self.norm_parameters();
+        let proj = lb.push(
+            "attention_out",
+            self.gemm(tok, h, width),
+            vec![context],
+            vec![save(context, "out", tok * width * bpe)],
+        );
+        let y = self.reduce_from_tp(lb, "attention_out.all_reduce", proj, tok * h * bpe);
+        let y = self.bias(lb, "attention_out.bias", y, self.rep(tok * h));
+        let y = self.dropout(lb, "attention_out.dropout", y, self.rep(tok * h));
+        let r1 = lb.push(
+            "residual_1",
+            self.vector(VectorKind::Add, self.rep(tok * h), 1),
+            vec![y, x],
+            vec![],
+        );
+        let r1 = if pre {
+            r1
+        } else {
+            self.norm(lb, "attention_norm", r1)
+        };
+        (r1, params)
+    }
+
+    /// Multi-head (or grouped-query) attention from the normed input (`attn_in`, and `a`
+    /// as the tensor-parallel region sees it): the QKV projection, QK-norm and rotary
+    /// embedding when the model has them, the core (fused or not). Returns the context,
+    /// its width on this rank and the parameters of the projection (and QK-norm).
+    fn head_attention(
+        &self,
+        lb: &mut LayerBuilder,
+        (attn_in, a): (Input, Input),
+    ) -> (Input, u64, u64) {
+        let cfg = self.cfg;
+        let (b, s, h, t, bpe) = (self.b, self.s, self.h, self.t, self.bpe);
+        let tok = self.tokens();
+        let (n, d) = (cfg.heads / t, cfg.head_dim());
+        let kv = cfg.kv_heads * d / t;
+        let q = cfg.query_width() / t;
+        let bias = u64::from(cfg.biases);
+        let params = h * (q + 2 * kv) + bias * (q + 2 * kv) + u64::from(cfg.qk_norm) * 2 * d;
         let qkv = lb.push(
             "qkv",
             self.gemm(tok, q + 2 * kv, h),
@@ -576,7 +614,7 @@ impl<'a> Ctx<'a> {
             (qk_in, ("q", "k"))
         };
         let context = if cfg.attention == AttentionKernel::Flash {
-            let a = Attention {
+            let core = Attention {
                 batch: b,
                 heads: n,
                 kv_heads: cfg.kv_heads / t,
@@ -585,46 +623,145 @@ impl<'a> Ctx<'a> {
                 value_dim: d,
                 causal: cfg.causal,
             };
-            // Q, K and V are kept (as unfused), the output and its log-sum-exp (fp32, one
-            // per query row and head) too; no s × s tensor, no dropout mask (the kernel
-            // regenerates it from its random state).
-            let core = lb.push(
-                "flash_attention",
-                FwdKind::Attention(a),
-                vec![qk_src, qkv],
-                vec![
-                    save(qk_src, qk_parts.0, tok * q * bpe),
-                    save(qk_src, qk_parts.1, tok * kv * bpe),
-                    save(qkv, "v", tok * kv * bpe),
-                ],
-            );
-            lb.save_output(core, "out", tok * q * bpe);
-            lb.save_output(core, "log_sum_exp", a.statistics() * 4);
-            core
+            self.flash(
+                lb,
+                core,
+                (qk_src, qk_parts, tok * q, tok * kv),
+                (qkv, tok * kv),
+            )
         } else {
             self.unfused_attention(lb, (qk_src, qk_parts), qkv)
         };
-        let proj = lb.push(
-            "attention_out",
-            self.gemm(tok, h, q),
-            vec![context],
-            vec![save(context, "out", tok * q * bpe)],
+        (context, q, params)
+    }
+
+    /// A fused attention kernel over the queries and keys of `qk` (their saved parts and
+    /// element counts) and the values of `v`: Q, K and V are kept (as unfused), the output
+    /// and its log-sum-exp (fp32, one per query row and head) too; no s × s tensor, no
+    /// dropout mask (the kernel regenerates it from its random state).
+    fn flash(
+        &self,
+        lb: &mut LayerBuilder,
+        core: Attention,
+        (qk, parts, q_elements, k_elements): (Input, (&'static str, &'static str), u64, u64),
+        (v, v_elements): (Input, u64),
+    ) -> Input {
+        let bpe = self.bpe;
+        let out = lb.push(
+            "flash_attention",
+            FwdKind::Attention(core),
+            vec![qk, v],
+            vec![
+                save(qk, parts.0, q_elements * bpe),
+                save(qk, parts.1, k_elements * bpe),
+                save(v, "v", v_elements * bpe),
+            ],
         );
-        let y = self.reduce_from_tp(lb, "attention_out.all_reduce", proj, tok * h * bpe);
-        let y = self.bias(lb, "attention_out.bias", y, self.rep(tok * h));
-        let y = self.dropout(lb, "attention_out.dropout", y, self.rep(tok * h));
-        let r1 = lb.push(
-            "residual_1",
-            self.vector(VectorKind::Add, self.rep(tok * h), 1),
-            vec![y, x],
+        let tok = self.tokens();
+        let heads_dv = core.heads * core.value_dim;
+        lb.save_output(out, "out", tok * heads_dv * bpe);
+        lb.save_output(out, "log_sum_exp", core.statistics() * 4);
+        out
+    }
+
+    /// Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core's `MLASelfAttention`):
+    /// the queries through a `q_lora_rank` latent (down-projection, RMS norm,
+    /// up-projection; or directly), the keys and values through a `kv_lora_rank` latent
+    /// plus a rotary key part shared by the heads, the rotary embedding on the rotary parts,
+    /// the fused core over `a/t` heads of `qk_nope + qk_rope` (values `v_head_dim`). The
+    /// down-projections and their norms are replicated over the tensor-parallel group (each
+    /// rank runs them on all tokens); the up-projections are split by heads. Returns the
+    /// context, its width on this rank and the parameters before the output projection.
+    fn latent_attention(
+        &self,
+        lb: &mut LayerBuilder,
+        (attn_in, a): (Input, Input),
+        m: crate::model::config::Mla,
+    ) -> (Input, u64, u64) {
+        let cfg = self.cfg;
+        let (b, s, h, t, bpe) = (self.b, self.s, self.h, self.t, self.bpe);
+        let tok = self.tokens();
+        let n = cfg.heads / t;
+        let (nope, rope, dv) = (m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
+        let dq = nope + rope;
+        let kvl = m.kv_lora_rank;
+        let in_save = save(attn_in, "out", self.rep(tok * h) * bpe);
+        let mut params = 0;
+        let q = match m.q_lora_rank {
+            Some(ql) => {
+                params += h * ql + ql + ql * n * dq;
+                let down = lb.push(
+                    "q_down",
+                    self.gemm(tok, ql, h),
+                    vec![a],
+                    vec![in_save.clone()],
+                );
+                let normed = lb.push(
+                    "q_norm",
+                    self.vector(VectorKind::RmsNorm, tok * ql, ql),
+                    vec![down],
+                    vec![save(down, "out", tok * ql * bpe)],
+                );
+                lb.push(
+                    "q_up",
+                    self.gemm(tok, n * dq, ql),
+                    vec![normed],
+                    vec![save(normed, "out", tok * ql * bpe)],
+                )
+            }
+            None => {
+                params += h * n * dq;
+                lb.push(
+                    "q",
+                    self.gemm(tok, n * dq, h),
+                    vec![a],
+                    vec![in_save.clone()],
+                )
+            }
+        };
+        params += h * (kvl + rope) + kvl + kvl * n * (nope + dv);
+        let kv_down = lb.push(
+            "kv_down",
+            self.gemm(tok, kvl + rope, h),
+            vec![a],
+            vec![in_save],
+        );
+        let kv_normed = lb.push(
+            "kv_norm",
+            self.vector(VectorKind::RmsNorm, tok * kvl, kvl),
+            vec![kv_down],
+            vec![save(kv_down, "out", tok * (kvl + rope) * bpe)],
+        );
+        let kv = lb.push(
+            "kv_up",
+            self.gemm(tok, n * (nope + dv), kvl),
+            vec![kv_normed],
+            vec![save(kv_normed, "out", tok * kvl * bpe)],
+        );
+        // The rotary parts: every head's of the queries, the one key part all heads share.
+        let rotated = lb.push(
+            "rotary",
+            self.vector(VectorKind::Rotary, tok * (n * rope + rope), rope),
+            vec![q, kv_down],
             vec![],
         );
-        let r1 = if pre {
-            r1
-        } else {
-            self.norm(lb, "attention_norm", r1)
+        let core = Attention {
+            batch: b,
+            heads: n,
+            kv_heads: n,
+            seq: s,
+            head_dim: dq,
+            value_dim: dv,
+            causal: cfg.causal,
         };
-        (r1, params)
+        let qk = (
+            rotated,
+            ("q_rotated", "k_rotated"),
+            tok * n * dq,
+            tok * n * dq,
+        );
+        let context = self.flash(lb, core, qk, (kv, tok * n * dv));
+        (context, n * dv, params)
     }
 
     /// Attention as separate kernels, from the queries and keys `qk` (with the names of

@@ -49,6 +49,23 @@ pub enum AttentionKernel {
     /// chip, only the output and its log-sum-exp are kept, backward recomputes the scores,
     /// and a causal mask skips half the products.
     Flash,
+    /// Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2 §2.1): queries and keys
+    /// and values come from low-rank latent projections ([`Mla`]), with a decoupled rotary
+    /// part; the core runs as one fused kernel, as `Flash`.
+    Mla,
+}
+
+/// The shapes of multi-head latent attention: queries through a `q_lora_rank` latent
+/// (`None`: projected directly), keys and values through a `kv_lora_rank` latent shared by
+/// all heads, each query and key head `qk_nope_head_dim + qk_rope_head_dim` wide (the
+/// rotary part of the key shared by the heads), each value head `v_head_dim` wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mla {
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
 }
 
 /// The largest head dimension a FlashAttention kernel takes: 256 for FlashAttention-2 (Dao
@@ -143,6 +160,8 @@ pub struct ModelConfig {
     pub max_tensor_parallel: u64,
     /// Every block's FFN is a Mixture-of-Experts layer (`None`: dense FFNs of `ffn`).
     pub moe: Option<Moe>,
+    /// Multi-head latent attention's shapes (with `attention = Mla`).
+    pub mla: Option<Mla>,
 }
 
 /// Names of all presets, in the order the docs list them.
@@ -196,6 +215,7 @@ fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelC
         causal: true,
         max_tensor_parallel: 8,
         moe: None,
+        mla: None,
     }
 }
 
@@ -373,8 +393,12 @@ impl ModelConfig {
         }
     }
 
-    /// Each head's dimension: the one given, else `hidden / heads`.
+    /// Each query and key head's dimension: with multi-head latent attention its no-rotary
+    /// and rotary parts, else the one given, else `hidden / heads`.
     pub fn head_dim(&self) -> u64 {
+        if let (AttentionKernel::Mla, Some(m)) = (self.attention, self.mla) {
+            return m.qk_nope_head_dim.saturating_add(m.qk_rope_head_dim);
+        }
         self.head_dim
             .unwrap_or_else(|| self.hidden.checked_div(self.heads).unwrap_or(0))
     }

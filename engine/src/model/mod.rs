@@ -8,8 +8,8 @@ pub mod graph;
 
 pub use build::{AllToAll, BuildOptions, ExpertLayout, Layer, LayerKind, ModelGraph, build};
 pub use config::{
-    Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, Moe, Norm, NormPosition,
-    PRESETS, Positions, preset,
+    Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, Mla, ModelConfig, Moe, Norm,
+    NormPosition, PRESETS, Positions, preset,
 };
 pub use graph::{Core, KeptTensor, OpGraph, OpNode, Work};
 
@@ -232,6 +232,68 @@ mod tests {
         cfg.moe = Some(m);
         let two = build(&cfg, &moe_opts(1, 1, 4, 1));
         assert_eq!(4 * two.block.all_to_all.unwrap().bytes, 5 * a.bytes);
+    }
+
+    /// DeepSeek-V3's attention (DeepSeek-AI 2024, §4.2 and its configuration: 128 heads,
+    /// query latent 1,536, key-value latent 512, heads of 128 + 64 rotary, values of 128,
+    /// hidden 7,168): 187,107,328 parameters with the two latent norms, exactly; split by
+    /// heads over the tensor-parallel group but for the replicated down-projections; the
+    /// fused core runs `2·b·a·s²·(192 + 128)` FLOPs forward before the causal mask.
+    #[test]
+    fn latent_attention_matches_deepseek_v3() {
+        let mla = Mla {
+            q_lora_rank: Some(1536),
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 128,
+            qk_rope_head_dim: 64,
+            v_head_dim: 128,
+        };
+        let cfg = ModelConfig {
+            name: "mla".into(),
+            layers: 2,
+            hidden: 7168,
+            heads: 128,
+            kv_heads: 128,
+            ffn: 18432,
+            attention: AttentionKernel::Mla,
+            mla: Some(mla),
+            ..preset("llama3-8b").unwrap()
+        };
+        let dense_mlp = 3 * 7168 * 18432;
+        let norms = 2 * 7168;
+        for t in [1, 2, 8] {
+            let g = build(&cfg, &opts(1, t));
+            let n = 128 / t;
+            let down = 7168 * 1536 + 1536 + 7168 * 576 + 512;
+            let up = 1536 * n * 192 + 512 * n * 256 + n * 128 * 7168;
+            assert_eq!(
+                g.block.parameters,
+                down + up + dense_mlp / t + norms,
+                "t = {t}"
+            );
+            if t == 1 {
+                assert_eq!(down + up, 187_107_328);
+            }
+            let core = g
+                .block
+                .forward
+                .nodes
+                .iter()
+                .find(|x| x.name.starts_with("flash_attention"))
+                .unwrap();
+            let s = cfg.seq_len as f64;
+            assert_eq!(core.model_flops(), 2.0 * n as f64 * s * s * 320.0);
+            // Q and K of 192 per head, V of 128, the output and its log-sum-exp are kept.
+            let tok = cfg.seq_len;
+            let kept: u64 = g
+                .block
+                .kept
+                .iter()
+                .filter(|k| k.producer.starts_with("rotary") || k.producer.starts_with("kv_up"))
+                .map(|k| k.bytes)
+                .sum();
+            assert_eq!(kept, 2 * tok * n * (192 + 192 + 128));
+        }
     }
 
     #[test]

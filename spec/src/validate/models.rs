@@ -5,7 +5,7 @@ use super::rules::count_in;
 use crate::raw::{RawBaseline, RawHead, RawModel, RawSpec};
 use crate::{Ctx, FieldPath, ModelSpec};
 use archplace_engine::model::{
-    AttentionKernel, Head, MAX_FLASH_HEAD_DIM, ModelConfig, Moe, PRESETS, Positions, preset,
+    AttentionKernel, Head, MAX_FLASH_HEAD_DIM, Mla, ModelConfig, Moe, PRESETS, Positions, preset,
 };
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::training::{Baseline, Cluster, Training};
@@ -161,6 +161,7 @@ fn model(
     let cfg = merged(m, base);
     check_counts(&cfg, path, ctx);
     check_experts(&cfg, m, path, ctx);
+    check_latent(&cfg, m, path, ctx);
     check_shapes(&cfg, m, path, ctx);
     check_size(&cfg, training, path, ctx);
     check_placement(&cfg, cluster, m, path, ctx);
@@ -259,9 +260,13 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         layers: m.layers.unwrap_or(b.layers),
         hidden,
         heads,
-        kv_heads: m
-            .kv_heads
-            .unwrap_or(if m.heads.is_some() { heads } else { b.kv_heads }),
+        kv_heads: m.kv_heads.unwrap_or(
+            if m.heads.is_some() || m.attention == Some(AttentionKernel::Mla) {
+                heads
+            } else {
+                b.kv_heads
+            },
+        ),
         head_dim: m.head_dim.or(b.head_dim),
         qk_norm: m.qk_norm.unwrap_or(b.qk_norm),
         ffn: m.ffn.unwrap_or(if m.hidden.is_some() {
@@ -296,6 +301,120 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         causal: m.causal.unwrap_or(b.causal),
         max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
         moe: merged_moe(m, &b),
+        mla: merged_latent(m, &b),
+    }
+}
+
+/// Multi-head latent attention's shapes: the entry's over the preset's; `None` when some
+/// are unknown (reported by [`check_latent`] if the model uses them).
+fn merged_latent(m: &RawModel, b: &ModelConfig) -> Option<Mla> {
+    let base = b.mla;
+    let pick = |given: Option<u64>, of: fn(&Mla) -> u64| given.or(base.as_ref().map(of));
+    Some(Mla {
+        q_lora_rank: match m.q_lora_rank {
+            Some(0) => None,
+            Some(r) => Some(r),
+            None => base.and_then(|x| x.q_lora_rank),
+        },
+        kv_lora_rank: pick(m.kv_lora_rank, |x| x.kv_lora_rank)?,
+        qk_nope_head_dim: pick(m.qk_nope_head_dim, |x| x.qk_nope_head_dim)?,
+        qk_rope_head_dim: pick(m.qk_rope_head_dim, |x| x.qk_rope_head_dim)?,
+        v_head_dim: pick(m.v_head_dim, |x| x.v_head_dim)?,
+    })
+}
+
+/// Multi-head latent attention: its shapes given (all of them) only with `attention =
+/// "mla"`, each in range, the rotary part even (it rotates pairs), one key/value head per
+/// query head, and latents no wider than the projections they compress.
+fn check_latent(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx<'_>) {
+    let keys = [
+        ("q_lora_rank", m.q_lora_rank),
+        ("kv_lora_rank", m.kv_lora_rank),
+        ("qk_nope_head_dim", m.qk_nope_head_dim),
+        ("qk_rope_head_dim", m.qk_rope_head_dim),
+        ("v_head_dim", m.v_head_dim),
+    ];
+    if cfg.attention != AttentionKernel::Mla {
+        for (key, _) in keys.iter().filter(|(_, v)| v.is_some()) {
+            ctx.mismatch(
+                &path.key(key),
+                format!("`{key}` shapes multi-head latent attention; this model's attention is not `mla`"),
+                Some("set `attention = \"mla\"`, or remove the key".into()),
+            );
+        }
+        return;
+    }
+    let Some(mla) = cfg.mla else {
+        let missing: Vec<&str> = keys[1..]
+            .iter()
+            .filter(|(k, v)| v.is_none() && ctx.fine(&path.key(k)))
+            .map(|(k, _)| *k)
+            .collect();
+        if !missing.is_empty() {
+            ctx.mismatch(
+                &path.key("attention"),
+                format!("multi-head latent attention needs {}", missing.join(", ")),
+                Some("give the latent shapes (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, q_lora_rank 1536), or use attention = \"flash\"".into()),
+            );
+        }
+        return;
+    };
+    let mut ok = true;
+    for (key, v) in [
+        ("q_lora_rank", mla.q_lora_rank.unwrap_or(1)),
+        ("kv_lora_rank", mla.kv_lora_rank),
+        ("qk_nope_head_dim", mla.qk_nope_head_dim),
+        ("qk_rope_head_dim", mla.qk_rope_head_dim),
+        ("v_head_dim", mla.v_head_dim),
+    ] {
+        ok &= count_in(ctx, &path.key(key), v, 1 << 14, &format!("{key} = {v}"), "");
+    }
+    if !ok {
+        return;
+    }
+    if !mla.qk_rope_head_dim.is_multiple_of(2) {
+        ctx.mismatch(
+            &path.key("qk_rope_head_dim"),
+            format!(
+                "a rotary part of {} elements: rotary embeddings turn pairs",
+                mla.qk_rope_head_dim
+            ),
+            Some("use an even qk_rope_head_dim (DeepSeek-V3: 64)".into()),
+        );
+    }
+    if fine(ctx, path, &["heads", "kv_heads", "preset"]) && cfg.kv_heads != cfg.heads {
+        ctx.mismatch(
+            &path.key(if m.kv_heads.is_some() { "kv_heads" } else { "attention" }),
+            format!(
+                "multi-head latent attention has one key/value head per query head ({}); kv_heads is {}",
+                cfg.heads, cfg.kv_heads
+            ),
+            Some("leave kv_heads out (it is heads)".into()),
+        );
+    }
+    let heads = cfg.heads;
+    let widths = [
+        (
+            "kv_lora_rank",
+            mla.kv_lora_rank,
+            heads.saturating_mul(mla.qk_nope_head_dim + mla.v_head_dim),
+            "the keys' and values' no-rotary parts of all heads",
+        ),
+        (
+            "q_lora_rank",
+            mla.q_lora_rank.unwrap_or(0),
+            heads.saturating_mul(mla.qk_nope_head_dim + mla.qk_rope_head_dim),
+            "the queries of all heads",
+        ),
+    ];
+    for (key, rank, full, what) in widths {
+        if fine(ctx, path, &["heads", key, "preset"]) && rank > full {
+            ctx.mismatch(
+                &path.key(key),
+                format!("a latent of {rank} is wider than {what} ({full}) it compresses"),
+                Some(format!("use a {key} below {full}")),
+            );
+        }
     }
 }
 
@@ -453,9 +572,17 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         && fine(
             ctx,
             path,
-            &["hidden", "heads", "head_dim", "attention", "preset"],
+            &[
+                "hidden",
+                "heads",
+                "head_dim",
+                "attention",
+                "qk_nope_head_dim",
+                "qk_rope_head_dim",
+                "preset",
+            ],
         )
-        && cfg.attention == AttentionKernel::Flash
+        && matches!(cfg.attention, AttentionKernel::Flash | AttentionKernel::Mla)
         && cfg.head_dim() > MAX_FLASH_HEAD_DIM
     {
         let key = if m.attention.is_some() {
@@ -467,9 +594,19 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
         } else {
             "hidden"
         };
+        let latent = cfg.attention == AttentionKernel::Mla;
+        let key = if latent && m.qk_nope_head_dim.is_some() {
+            "qk_nope_head_dim"
+        } else {
+            key
+        };
         ctx.mismatch(
             &path.key(key),
             match cfg.head_dim {
+                _ if latent => format!(
+                    "a fused attention kernel takes head dimensions up to {MAX_FLASH_HEAD_DIM}; this model's queries and keys are {} (qk_nope_head_dim + qk_rope_head_dim)",
+                    cfg.head_dim()
+                ),
                 Some(d) => format!(
                     "a FlashAttention kernel takes head dimensions up to {MAX_FLASH_HEAD_DIM}; this model's is {d}"
                 ),
@@ -482,6 +619,8 @@ fn check_shapes(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ctx
             },
             Some(if key == "head_dim" {
                 format!("use a head_dim of at most {MAX_FLASH_HEAD_DIM}, or `attention = \"unfused\"`")
+            } else if latent {
+                format!("keep qk_nope_head_dim + qk_rope_head_dim at most {MAX_FLASH_HEAD_DIM}")
             } else {
                 "use `attention = \"unfused\"`, or more heads".into()
             }),
