@@ -1201,7 +1201,7 @@ fn model_shows_a_preset_and_lists_them_all() {
     let o = run(&["model", "--preset", "list", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 16, "{rows:?}");
+    assert_eq!(rows.len(), 17, "{rows:?}");
     let mixtral = rows.iter().find(|r| r["preset"] == "mixtral-8x7b").unwrap();
     assert_eq!(mixtral["parameters_total"], 46_702_792_704u64, "{mixtral}");
     assert_eq!(mixtral["parameters_active"], 12_879_925_248u64, "{mixtral}");

@@ -288,22 +288,22 @@ fn step(c: &mut Criterion) {
     });
 }
 
-/// One training step of Qwen3-235B-A22B on 2,048 devices (t = 4, p = 16, d = 32, EP = 32,
-/// ETP = 1, sequence parallelism, the distributed optimizer, full recomputation) on the
-/// reference chip, list-scheduled as `archplace estimate` (without `--mip`) schedules it:
-/// a Mixture-of-Experts estimate in-process.
+/// One training step of DeepSeek-V3 on 2,048 devices (t = 2, p = 16 with 3, 4 × 14 and 2
+/// blocks per stage, d = 64, EP = 64, ETP = 1, sequence parallelism, the distributed
+/// optimizer, full recomputation) on the reference chip, list-scheduled as `archplace
+/// estimate` (without `--mip`) schedules it: a Mixture-of-Experts estimate in-process.
 fn step_moe(c: &mut Criterion) {
     use archplace_engine::network::{Network, Tier};
     use archplace_engine::step::{StepInput, StepPlan, estimate_step};
     use archplace_engine::training::{Optimizer, Precision, Recomputation};
-    let mut model = preset("qwen3-235b-a22b").expect("preset");
-    model.layers = 96; // 6 blocks per stage (the preset's 94 do not split over 16).
+    let mut stage_layers = vec![4; 16];
+    (stage_layers[0], stage_layers[15]) = (3, 2);
     let input = StepInput {
-        model,
+        model: preset("deepseek-v3").expect("preset"),
         plan: StepPlan {
-            tensor_parallel: 4,
+            tensor_parallel: 2,
             pipeline_parallel: 16,
-            data_parallel: 32,
+            data_parallel: 64,
             micro_batch: 1,
             interleaving: 1,
             recomputation: Recomputation::Full,
@@ -311,14 +311,14 @@ fn step_moe(c: &mut Criterion) {
             precision: Precision::Bf16Mixed,
             optimizer: Optimizer::Adam,
             distributed_optimizer: true,
-            expert_parallel: 32,
+            expert_parallel: 64,
             expert_tensor_parallel: 1,
-            stage_layers: None,
+            stage_layers: Some(stage_layers),
         },
         accelerator: REFERENCE_CONFIG,
         hbm_bytes: 80 << 30,
         devices: 2048,
-        global_batch: 4096,
+        global_batch: 8192,
         network: Network {
             node_size: 8,
             intra_node: Tier {
@@ -338,7 +338,7 @@ fn step_moe(c: &mut Criterion) {
         execution: archplace_engine::execution::Execution::default(),
     };
     let latency = ReferenceModel::default();
-    c.bench_function("step/qwen3-235b-2048-devices-ep32", |b| {
+    c.bench_function("step/deepseek-v3-2048-devices-ep64", |b| {
         b.iter(|| {
             estimate_step(black_box(&input), &latency)
                 .expect("fits")

@@ -785,13 +785,14 @@ pub fn estimate_step(
 }
 
 /// [`estimate_step`] of a plan whose layers are already timed: `g` is [`graph`]`(input)`,
-/// `timing` its embedding's, block's and head's [`LayerTiming`] on the chip, and `cost`
+/// `timing` its embedding's, block's, head's and dense block's [`LayerTiming`] on the chip
+/// ([`ModelGraph::distinct`]), and `cost`
 /// answers for one operator (the optimizer step's). The search prices the plans it
 /// reports through this function, with its own memo of schedules and operator costs.
 pub fn estimate_timed_step(
     input: &StepInput,
     g: &ModelGraph,
-    timing: &[LayerTiming; 3],
+    timing: &[LayerTiming; 4],
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<StepReport, StepError> {
     check(input)?;
@@ -866,7 +867,7 @@ fn priced(
     input: &StepInput,
     g: &ModelGraph,
     (mut stages, worst): (Vec<StageSummary>, Worst),
-    timing: &[LayerTiming; 3],
+    timing: &[LayerTiming; 4],
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<StepReport, StepError> {
     let pl = &input.plan;
@@ -900,10 +901,12 @@ fn priced(
     let devices = input.devices as f64;
     let model_rate = model_flops / step / devices;
     // Energy: every operator of every layer on every device, per micro-batch.
-    let [emb, blk, head] = *timing;
+    let [emb, blk, head, dns] = *timing;
+    let (again_main, again_dense) = pipeline.recompute_joules;
     let per_replica_micro_batch = emb.forward_joules
         + emb.backward_joules
-        + g.blocks as f64 * (blk.forward_joules + blk.backward_joules + pipeline.recompute.2)
+        + g.main_blocks() as f64 * (blk.forward_joules + blk.backward_joules + again_main)
+        + g.dense_blocks as f64 * (dns.forward_joules + dns.backward_joules + again_dense)
         + head.forward_joules
         + head.backward_joules;
     // A replica is t × p devices; its micro-batch joules are per rank of one layer.
@@ -950,11 +953,17 @@ fn stage_memory(
     let pl = &input.plan;
     let (p, v) = (pl.pipeline_parallel, pl.interleaving);
     let blocks = pl.blocks_per_stage(input.model.layers);
+    let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
+    let dense_block = g.dense_block.as_ref().unwrap_or(&g.block);
     let mut stages = Vec::with_capacity(p as usize);
     for k in 0..p {
         let (first, last) = (k == 0, k + 1 == p);
         let per_stage = blocks[k as usize];
-        let mut params = per_stage * g.block.parameters;
+        let nd = dense[k as usize].min(per_stage);
+        let n = per_stage - nd;
+        // Per block kind of the stage: (layer, how many).
+        let kinds = [(&g.block, n), (dense_block, nd)];
+        let mut params: u64 = kinds.iter().map(|(l, c)| c * l.parameters).sum();
         if first {
             params += g.embedding.parameters;
         }
@@ -971,7 +980,10 @@ fn stage_memory(
             } else {
                 1.0
             };
-        let mut per_micro_batch = per_stage * g.block.kept_bytes(pl.recomputation);
+        let mut per_micro_batch: u64 = kinds
+            .iter()
+            .map(|(l, c)| c * l.kept_bytes(pl.recomputation))
+            .sum();
         if first {
             per_micro_batch += g.embedding.stash_bytes;
         }
@@ -980,10 +992,15 @@ fn stage_memory(
             // The head's activations live from its forward to its backward, which follows.
             activations += g.head.stash_bytes as f64;
         }
-        if pl.recomputation != Recomputation::None && per_stage > 0 {
-            activations += (g.block.stash_bytes - g.block.kept_bytes(pl.recomputation)) as f64;
+        if pl.recomputation != Recomputation::None {
+            // One block's rematerialised activations (the larger kind's on the stage).
+            activations += kinds
+                .iter()
+                .filter(|(_, c)| *c > 0)
+                .map(|(l, _)| (l.stash_bytes - l.kept_bytes(pl.recomputation)) as f64)
+                .fold(0.0, f64::max);
         }
-        let experts = per_stage * g.block.expert_parameters;
+        let experts = n * g.block.expert_parameters;
         let [weights, gradients, optimizer, state_total] = state.bytes(params, experts);
         let memory = MemoryBreakdown {
             weights,
@@ -1007,30 +1024,32 @@ fn stage_memory(
     stages
 }
 
-/// The embedding's, a block's and the head's times on the chip, from their layer
-/// schedules.
+/// The embedding's, a block's, the head's and a dense block's times on the chip
+/// ([`ModelGraph::distinct`]), from their layer schedules.
 fn layer_timings(
     input: &StepInput,
     g: &ModelGraph,
     latency: &dyn LatencyModel,
-) -> Result<[LayerTiming; 3], StepError> {
+) -> Result<[LayerTiming; 4], StepError> {
     let c = &input.accelerator;
     let mut costs = Costs {
         model: latency,
         execution: input.execution,
         memo: HashMap::new(),
     };
-    let graphs = [
-        &g.embedding.forward,
-        &g.embedding.backward,
-        &g.block.forward,
-        &g.block.backward,
-        &g.head.forward,
-        &g.head.backward,
-    ];
+    let layers = g.distinct();
+    let graphs: Vec<&OpGraph> = layers
+        .iter()
+        .flat_map(|l| [&l.forward, &l.backward])
+        .collect();
     costs.prefetch(&graphs, c)?;
-    let mut timing = [LayerTiming::default(); 3];
-    for (k, layer) in [&g.embedding, &g.block, &g.head].into_iter().enumerate() {
+    let mut timing = [LayerTiming::default(); 4];
+    for (k, layer) in layers.into_iter().enumerate() {
+        if k == 3 && g.dense_block.is_none() {
+            // No dense blocks: the slot repeats the block and nothing reads it.
+            timing[3] = timing[1];
+            continue;
+        }
         let f = costs.time(&layer.forward, c, &input.schedule)?;
         let bw = costs.time(&layer.backward, c, &input.schedule)?;
         timing[k] = LayerTiming::of(&f, &bw);
@@ -1049,8 +1068,8 @@ struct PipelineTimes {
     all_to_all: f64,
     point_to_point: f64,
     bubble: f64,
-    /// Recomputation of one block: (compute, communication, joules).
-    recompute: (f64, f64, f64),
+    /// The joules of recomputing one block: the repeated kind's, the dense kind's.
+    recompute_joules: (f64, f64),
     /// The slowest stage's memory-busy time per micro-batch (see
     /// [`StepReport::hbm_busy_seconds`]).
     memory: Option<f64>,
@@ -1064,7 +1083,7 @@ struct PipelineTimes {
 fn pipeline_times(
     input: &StepInput,
     g: &ModelGraph,
-    timing: &[LayerTiming; 3],
+    timing: &[LayerTiming; 4],
     stages: &mut [StageSummary],
 ) -> PipelineTimes {
     let pl = &input.plan;
@@ -1075,16 +1094,18 @@ fn pipeline_times(
         pl.interleaving,
         pl.micro_batch,
     );
-    let [emb, blk, head] = *timing;
-    let recompute = match pl.recomputation {
+    let [emb, blk, head, dns] = *timing;
+    // One block's recomputation: (compute, communication, joules).
+    let recompute_of = |l: &LayerTiming| match pl.recomputation {
         Recomputation::None => (0.0, 0.0, 0.0),
-        Recomputation::Selective => (blk.attention_core, 0.0, blk.attention_core_joules),
+        Recomputation::Selective => (l.attention_core, 0.0, l.attention_core_joules),
         Recomputation::Full => (
-            blk.forward - blk.forward_communication,
-            blk.forward_communication,
-            blk.forward_joules,
+            l.forward - l.forward_communication,
+            l.forward_communication,
+            l.forward_joules,
         ),
     };
+    let (again_main, again_dense) = (recompute_of(&blk), recompute_of(&dns));
     // Point-to-point: per chunk, an activation forward and a gradient backward.
     let e = pl.precision.element_bytes();
     let p2p_tier = input.network.tier(t.saturating_mul(d).saturating_mul(p));
@@ -1095,6 +1116,7 @@ fn pipeline_times(
         0.0
     };
     let blocks = pl.blocks_per_stage(input.model.layers);
+    let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
     // A block's all-to-all exchanges per micro-batch: dispatch and combine forward, their
     // gradients backward, and forward again under full recomputation.
     let exchanges = if pl.recomputation == Recomputation::Full {
@@ -1108,13 +1130,22 @@ fn pipeline_times(
                 .network
                 .all_to_all_seconds(a.bytes as f64, a.group, a.stride)
     });
+    // Per stage: each kind of block with what it recomputes and how many the stage holds.
+    let kinds = |k: u64| {
+        let nd = dense[k as usize];
+        let n = blocks[k as usize].saturating_sub(nd);
+        [(blk, again_main, n as f64), (dns, again_dense, nd as f64)]
+    };
+    let main_blocks = |k: u64| kinds(k)[0].2;
     // Per stage and micro-batch: (forward, backward, recompute, tp communication).
     let parts = |k: u64| -> (f64, f64, f64, f64) {
-        let n = blocks[k as usize] as f64;
-        let mut f = n * (blk.forward - blk.forward_communication);
-        let mut bw = n * (blk.backward - blk.backward_communication);
-        let r = n * recompute.0;
-        let mut comm = n * (blk.forward_communication + blk.backward_communication + recompute.1);
+        let (mut f, mut bw, mut r, mut comm) = (0.0, 0.0, 0.0, 0.0);
+        for (l, again, n) in kinds(k) {
+            f += n * (l.forward - l.forward_communication);
+            bw += n * (l.backward - l.backward_communication);
+            r += n * again.0;
+            comm += n * (l.forward_communication + l.backward_communication + again.1);
+        }
         for (on, l) in [(k == 0, emb), (k + 1 == p, head)] {
             if on {
                 f += l.forward - l.forward_communication;
@@ -1126,13 +1157,17 @@ fn pipeline_times(
     };
     // Per stage and micro-batch: the time the memory is busy, when every layer says.
     let memory = |k: u64| -> Option<f64> {
-        let n = blocks[k as usize] as f64;
-        let recomputed = match pl.recomputation {
-            Recomputation::None => Some(0.0),
-            Recomputation::Selective => Some(blk.attention_core_memory),
-            Recomputation::Full => blk.forward_memory,
-        };
-        let mut busy = n * (blk.forward_memory? + blk.backward_memory? + recomputed?);
+        let mut busy = 0.0;
+        for (l, _, n) in kinds(k) {
+            let recomputed = match pl.recomputation {
+                Recomputation::None => Some(0.0),
+                Recomputation::Selective => Some(l.attention_core_memory),
+                Recomputation::Full => l.forward_memory,
+            };
+            if n > 0.0 {
+                busy += n * (l.forward_memory? + l.backward_memory? + recomputed?);
+            }
+        }
         for (on, l) in [(k == 0, emb), (k + 1 == p, head)] {
             if on {
                 busy += l.forward_memory? + l.backward_memory?;
@@ -1143,7 +1178,7 @@ fn pipeline_times(
     let mut slowest = (0, 0.0);
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
-        let exchanged = blocks[s.stage as usize] as f64 * all_to_all;
+        let exchanged = main_blocks(s.stage) * all_to_all;
         s.seconds_per_micro_batch = f + bw + r + comm + exchanged + p2p;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch);
@@ -1152,15 +1187,17 @@ fn pipeline_times(
     let (f, bw, r, comm) = parts(slowest.0);
     // The slowest stage's work per micro-batch: its blocks' forward, backward and what
     // they recompute (all of the forward, or the attention core), the ends'.
-    let n = blocks[slowest.0 as usize] as f64;
     let work: [f64; Work::COUNT] = std::array::from_fn(|w| {
-        let again = match pl.recomputation {
-            Recomputation::None => 0.0,
-            Recomputation::Selective if w == Work::Attention as usize => blk.attention_core,
-            Recomputation::Selective => 0.0,
-            Recomputation::Full => blk.forward_work[w],
-        };
-        let mut busy = n * (blk.forward_work[w] + blk.backward_work[w] + again);
+        let mut busy = 0.0;
+        for (l, _, n) in kinds(slowest.0) {
+            let again = match pl.recomputation {
+                Recomputation::None => 0.0,
+                Recomputation::Selective if w == Work::Attention as usize => l.attention_core,
+                Recomputation::Selective => 0.0,
+                Recomputation::Full => l.forward_work[w],
+            };
+            busy += n * (l.forward_work[w] + l.backward_work[w] + again);
+        }
         for (on, l) in [(slowest.0 == 0, emb), (slowest.0 + 1 == p, head)] {
             if on {
                 busy += l.forward_work[w] + l.backward_work[w];
@@ -1174,12 +1211,43 @@ fn pipeline_times(
         backward: bw,
         recomputation: r,
         communication: comm,
-        all_to_all: blocks[slowest.0 as usize] as f64 * all_to_all,
+        all_to_all: main_blocks(slowest.0) * all_to_all,
         point_to_point: p2p,
         bubble: (p - 1) as f64 / v as f64 * slowest.1,
-        recompute,
+        recompute_joules: (again_main.2, again_dense.2),
         memory: memory(slowest.0),
     }
+}
+
+/// Dense blocks per pipeline stage (device): the model's first `dense` blocks, where the
+/// plan places them — stages hold consecutive blocks, or with the interleaved schedule
+/// device `k` holds chunks `k, k + p, k + 2p, …` of equal size.
+pub fn dense_per_stage(pl: &StepPlan, layers: u64, dense: u64) -> Vec<u64> {
+    let (p, v) = (pl.pipeline_parallel.max(1), pl.interleaving.max(1));
+    let overlap = |from: u64, to: u64| to.min(dense).saturating_sub(from.min(dense));
+    if pl.stage_layers.is_some() || v == 1 {
+        let mut start = 0;
+        return pl
+            .blocks_per_stage(layers)
+            .iter()
+            .map(|&n| {
+                let here = overlap(start, start + n);
+                start += n;
+                here
+            })
+            .collect();
+    }
+    let chunk = layers / (p * v);
+    (0..p)
+        .map(|k| {
+            (0..v)
+                .map(|j| {
+                    let c = j * p + k;
+                    overlap(c * chunk, (c + 1) * chunk)
+                })
+                .sum()
+        })
+        .collect()
 }
 
 /// The data-parallel synchronisation of `params_max` parameters' gradients (all-reduce,
@@ -1255,19 +1323,21 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     let per_micro_batch = t * total_micro_batches;
     let model_flops = g.model_flops_per_micro_batch() * per_micro_batch;
     let run_flops = g.matmul_flops_per_micro_batch(false) * per_micro_batch;
-    let again = match pl.recomputation {
+    // What recomputation runs again, per block of each kind, times how many there are.
+    let again = |l: &crate::model::Layer| match pl.recomputation {
         Recomputation::None => 0.0,
-        Recomputation::Selective => g
-            .block
+        Recomputation::Selective => l
             .forward
             .nodes
             .iter()
             .filter(|n| n.is_attention_core())
             .map(|n| n.matmul_flops())
             .sum(),
-        Recomputation::Full => g.block.forward.matmul_flops() - g.block.imbalance_matmul_flops,
+        Recomputation::Full => l.forward.matmul_flops() - l.imbalance_matmul_flops,
     };
-    let hardware_flops = run_flops + again * g.blocks as f64 * per_micro_batch;
+    let dense = g.dense_block.as_ref().map_or(0.0, &again);
+    let recomputed = again(&g.block) * g.main_blocks() as f64 + dense * g.dense_blocks as f64;
+    let hardware_flops = run_flops + recomputed * per_micro_batch;
     (model_flops, hardware_flops)
 }
 

@@ -218,7 +218,7 @@ pub enum RawHead {
 pub struct RawModel {
     /// One of: bert-large, gpt2-xl, opt-350m, opt-1.3b, llama2-7b, llama2-70b, llama3-8b,
     /// llama3-70b, llama3-405b, mixtral-8x7b, mixtral-8x22b, qwen3-30b-a3b,
-    /// qwen3-235b-a22b, megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
+    /// qwen3-235b-a22b, deepseek-v3, megatron-gpt2-2.5b, megatron-gpt2-8.3b, gpt3-175b.
     pub preset: Option<String>,
     /// Display name (default: the preset's).
     pub name: Option<String>,
@@ -296,6 +296,8 @@ pub struct RawModel {
     pub expert_ffn: Option<u64>,
     /// Experts every token goes through, each `expert_ffn` wide (default 0).
     pub shared_experts: Option<u64>,
+    /// The leading blocks whose FFN is dense, `ffn` wide (DeepSeek-V3: 3; default 0).
+    pub dense_layers: Option<u64>,
     /// Tokens of the busiest expert over the mean, at least 1 (default 1: balanced).
     pub routing_imbalance: Option<f64>,
     /// Each expert takes at most this many times the mean tokens and drops the rest
@@ -306,7 +308,7 @@ pub struct RawModel {
 }
 
 /// The keys of a model table (for suggestions).
-pub const MODEL_KEYS: [&str; 40] = [
+pub const MODEL_KEYS: [&str; 41] = [
     "preset",
     "name",
     "layers",
@@ -344,6 +346,7 @@ pub const MODEL_KEYS: [&str; 40] = [
     "experts_per_token",
     "expert_ffn",
     "shared_experts",
+    "dense_layers",
     "routing_imbalance",
     "capacity_factor",
     "baseline",

@@ -184,6 +184,7 @@ fn model(m: &ModelSpec) -> Value {
             ("experts_per_token", moe.experts_per_token),
             ("expert_ffn", moe.expert_ffn),
             ("shared_experts", moe.shared_experts),
+            ("dense_layers", c.dense_layers),
         ] {
             t.insert(k.into(), int(v));
         }

@@ -79,11 +79,11 @@ fn row(l: &Layer, count: u64) -> LayerRow {
 }
 
 fn report(g: &ModelGraph, (whole, active): (u64, u64)) -> ModelReport {
-    let layers = vec![
-        row(&g.embedding, 1),
-        row(&g.block, g.blocks),
-        row(&g.head, 1),
-    ];
+    let mut layers = vec![row(&g.embedding, 1)];
+    if let Some(dense) = &g.dense_block {
+        layers.push(row(dense, g.dense_blocks));
+    }
+    layers.extend([row(&g.block, g.main_blocks()), row(&g.head, 1)]);
     let totals = Totals {
         layers: g.blocks + 2,
         parameters_per_rank: g.parameters_per_rank(),

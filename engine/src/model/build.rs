@@ -73,7 +73,10 @@ pub struct AllToAll {
 #[serde(rename_all = "snake_case")]
 pub enum LayerKind {
     Embedding,
+    /// The repeated block (a Mixture-of-Experts model's MoE block).
     Block,
+    /// A Mixture-of-Experts model's leading blocks with a dense FFN.
+    DenseBlock,
     Head,
 }
 
@@ -82,8 +85,14 @@ impl LayerKind {
         match self {
             LayerKind::Embedding => "embedding",
             LayerKind::Block => "block",
+            LayerKind::DenseBlock => "dense_block",
             LayerKind::Head => "head",
         }
+    }
+
+    /// A transformer block of either kind (what recomputation recomputes).
+    pub fn is_block(self) -> bool {
+        matches!(self, LayerKind::Block | LayerKind::DenseBlock)
     }
 }
 
@@ -128,9 +137,9 @@ impl Layer {
     /// backward pass under recomputation `r`. Recomputation applies to blocks only (as in
     /// Megatron-LM); the embedding and the head keep what they save.
     pub fn kept_bytes(&self, r: Recomputation) -> u64 {
-        match (self.kind, r) {
-            (LayerKind::Block, Recomputation::Selective) => self.selective_stash_bytes,
-            (LayerKind::Block, Recomputation::Full) => self.input_bytes,
+        match (self.kind.is_block(), r) {
+            (true, Recomputation::Selective) => self.selective_stash_bytes,
+            (true, Recomputation::Full) => self.input_bytes,
             _ => self.stash_bytes,
         }
     }
@@ -147,14 +156,36 @@ pub struct ModelGraph {
     pub embedding: Layer,
     pub block: Layer,
     pub head: Layer,
+    /// A Mixture-of-Experts model's leading dense blocks: the first `dense_blocks` of the
+    /// `blocks` are this layer, the rest `block`.
+    pub dense_block: Option<Layer>,
+    pub dense_blocks: u64,
 }
 
 impl ModelGraph {
     /// The layers in pipeline order.
     pub fn layers(&self) -> impl Iterator<Item = &Layer> {
+        let dense = self.dense_block.as_ref().unwrap_or(&self.block);
         std::iter::once(&self.embedding)
-            .chain((0..self.blocks).map(|_| &self.block))
+            .chain((0..self.dense_blocks).map(move |_| dense))
+            .chain((self.dense_blocks..self.blocks).map(|_| &self.block))
             .chain(std::iter::once(&self.head))
+    }
+
+    /// The distinct layers: embedding, block, head and, when the model has them, the dense
+    /// block (else the block again, so that there are always four).
+    pub fn distinct(&self) -> [&Layer; 4] {
+        [
+            &self.embedding,
+            &self.block,
+            &self.head,
+            self.dense_block.as_ref().unwrap_or(&self.block),
+        ]
+    }
+
+    /// Blocks of the repeated kind (`block`).
+    pub fn main_blocks(&self) -> u64 {
+        self.blocks - self.dense_blocks
     }
 
     /// Parameters of the whole model on one rank, tied copies counted once.
@@ -181,7 +212,7 @@ impl ModelGraph {
         self.layers()
             .map(|l| {
                 let f = l.forward.matmul_flops() - l.imbalance_matmul_flops;
-                let again = if recompute && l.kind == LayerKind::Block {
+                let again = if recompute && l.kind.is_block() {
                     f
                 } else {
                     0.0
@@ -195,14 +226,17 @@ impl ModelGraph {
 /// Builds the three distinct layers of `cfg` for `opts`.
 pub fn build(cfg: &ModelConfig, opts: &BuildOptions) -> ModelGraph {
     let ctx = Ctx::new(cfg, opts);
+    let dense_blocks = cfg.dense_blocks();
     ModelGraph {
         model: cfg.name.clone(),
         micro_batch: opts.micro_batch,
         tensor_parallel: opts.tensor_parallel,
         blocks: cfg.layers,
         embedding: ctx.embedding(),
-        block: ctx.block(),
+        block: ctx.block(cfg.moe, LayerKind::Block),
         head: ctx.head(),
+        dense_block: (dense_blocks > 0).then(|| ctx.block(None, LayerKind::DenseBlock)),
+        dense_blocks,
     }
 }
 
@@ -502,12 +536,13 @@ impl<'a> Ctx<'a> {
         self.layer(LayerKind::Embedding, lb, params, 0, self.rep(tok * h) * bpe)
     }
 
-    fn block(&self) -> Layer {
+    /// A block with a Mixture-of-Experts FFN of `moe`, or a dense one.
+    fn block(&self, moe: Option<Moe>, kind: LayerKind) -> Layer {
         let (tok, h, bpe) = (self.tokens(), self.h, self.bpe);
         let mut lb = LayerBuilder::default();
         let x = Input::External;
         let (r1, attention_parameters) = self.attention(&mut lb, x);
-        let ffn = match self.cfg.moe {
+        let ffn = match moe {
             Some(m) => self.moe_mlp(&mut lb, r1, m),
             None => Ffn {
                 parameters: self.mlp(&mut lb, r1),
@@ -519,7 +554,7 @@ impl<'a> Ctx<'a> {
             expert_parameters: ffn.expert_parameters,
             all_to_all: ffn.all_to_all,
             imbalance_matmul_flops: ffn.imbalance_matmul_flops,
-            ..self.layer(LayerKind::Block, lb, params, 0, self.rep(tok * h) * bpe)
+            ..self.layer(kind, lb, params, 0, self.rep(tok * h) * bpe)
         }
     }
 

@@ -158,14 +158,17 @@ pub struct ModelConfig {
     pub causal: bool,
     /// Largest tensor-parallel width to consider.
     pub max_tensor_parallel: u64,
-    /// Every block's FFN is a Mixture-of-Experts layer (`None`: dense FFNs of `ffn`).
+    /// Every block's FFN is a Mixture-of-Experts layer (`None`: dense FFNs of `ffn`), but
+    /// the first `dense_layers` blocks'.
     pub moe: Option<Moe>,
+    /// With `moe`: the leading blocks whose FFN is dense, `ffn` wide (DeepSeek-V3: 3).
+    pub dense_layers: u64,
     /// Multi-head latent attention's shapes (with `attention = Mla`).
     pub mla: Option<Mla>,
 }
 
 /// Names of all presets, in the order the docs list them.
-pub const PRESETS: [&str; 16] = [
+pub const PRESETS: [&str; 17] = [
     "bert-large",
     "gpt2-xl",
     "opt-350m",
@@ -179,6 +182,7 @@ pub const PRESETS: [&str; 16] = [
     "mixtral-8x22b",
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
+    "deepseek-v3",
     "megatron-gpt2-2.5b",
     "megatron-gpt2-8.3b",
     "gpt3-175b",
@@ -215,6 +219,7 @@ fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelC
         causal: true,
         max_tensor_parallel: 8,
         moe: None,
+        dense_layers: 0,
         mla: None,
     }
 }
@@ -375,6 +380,37 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         "mixtral-8x22b" => mixtral("mixtral-8x22b", (56, 6144, 48, 8, 16384), 32768, 65536),
         "qwen3-30b-a3b" => qwen3_moe("qwen3-30b-a3b", (48, 2048, 32, 4, 768), 6144),
         "qwen3-235b-a22b" => qwen3_moe("qwen3-235b-a22b", (94, 4096, 64, 4, 1536), 12288),
+        // DeepSeek-AI 2024 ("DeepSeek-V3 Technical Report", §4.2, and the released
+        // configuration): 61 layers, 7,168 wide, 128 heads of multi-head latent attention
+        // (query latent 1,536, key-value latent 512, heads of 128 + 64 rotary, values of
+        // 128), the first 3 blocks dense (18,432), the others 256 routed experts of 2,048
+        // (8 per token) and 1 shared, a 129,280-row vocabulary untied, 4,096-token
+        // pre-training sequences.
+        "deepseek-v3" => ModelConfig {
+            kv_heads: 128,
+            ffn: 18432,
+            vocab: 129280,
+            seq_len: 4096,
+            max_positions: 4096,
+            attention: AttentionKernel::Mla,
+            mla: Some(Mla {
+                q_lora_rank: Some(1536),
+                kv_lora_rank: 512,
+                qk_nope_head_dim: 128,
+                qk_rope_head_dim: 64,
+                v_head_dim: 128,
+            }),
+            moe: Some(Moe {
+                experts: 256,
+                experts_per_token: 8,
+                expert_ffn: 2048,
+                shared_experts: 1,
+                routing_imbalance: 1.0,
+                capacity_factor: None,
+            }),
+            dense_layers: 3,
+            ..llama("deepseek-v3", (61, 7168, 128, 128, 18432), 8)
+        },
         "megatron-gpt2-2.5b" => megatron("megatron-gpt2-2.5b", 54, 1920, 20, 1024, 4),
         "megatron-gpt2-8.3b" => megatron("megatron-gpt2-8.3b", 72, 3072, 24, 1024, 8),
         "gpt3-175b" => megatron("gpt3-175b", 96, 12288, 96, 2048, 8),
@@ -474,7 +510,27 @@ impl ModelConfig {
     pub fn inactive_parameters(&self) -> Option<u64> {
         self.moe.map(|m| {
             let idle = m.experts.saturating_sub(m.experts_per_token);
-            self.layers * idle * self.expert_parameters(m)
+            self.moe_layers() * idle * self.expert_parameters(m)
         })
+    }
+
+    /// Blocks with a Mixture-of-Experts FFN (all but the leading dense ones; 0 for a dense
+    /// model).
+    pub fn moe_layers(&self) -> u64 {
+        if self.moe.is_some() {
+            self.layers.saturating_sub(self.dense_layers)
+        } else {
+            0
+        }
+    }
+
+    /// Leading blocks with a dense FFN in a Mixture-of-Experts model (0 for a dense model,
+    /// whose blocks are all alike).
+    pub fn dense_blocks(&self) -> u64 {
+        if self.moe.is_some() {
+            self.dense_layers.min(self.layers)
+        } else {
+            0
+        }
     }
 }

@@ -110,6 +110,9 @@ mod tests {
             // The Qwen3 model cards: 30.5 B total, 3.3 B activated; 235 B, 22 B.
             ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9),
             ("qwen3-235b-a22b", 235e9, 22e9, 1e9),
+            // DeepSeek-AI 2024: 671 B total, 37 B activated per token (the main model; the
+            // multi-token-prediction module's 14 B are not in it).
+            ("deepseek-v3", 671e9, 37e9, 1e9),
         ];
         for (name, total, active, last_digit) in published {
             let cfg = preset(name).unwrap();

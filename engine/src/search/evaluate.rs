@@ -21,8 +21,9 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
 
-/// The layer times of a candidate, by (model, graph key): embedding, block and head.
-type Times = HashMap<(usize, GraphKey), [Timed; 3]>;
+/// The layer times of a candidate, by (model, graph key): embedding, block, head and dense
+/// block ([`ModelGraph::distinct`]).
+type Times = HashMap<(usize, GraphKey), [Timed; 4]>;
 
 /// A placement group's chains (one per width) and its best plan at each HBM size.
 type Placed = (Vec<Chain>, Vec<Option<Priced>>);
@@ -80,7 +81,7 @@ impl Ctx<'_> {
     /// The chain of `g`. With the Megatron memory model each layer keeps what
     /// recomputation `r` keeps and its backward includes the recomputation; with the
     /// reference's, the placement program handles (full) recomputation itself.
-    fn chain(&self, g: &ModelGraph, times: &[Timed; 3], r: Recomputation) -> Chain {
+    fn chain(&self, g: &ModelGraph, times: &[Timed; 4], r: Recomputation) -> Chain {
         let t = g.tensor_parallel;
         let megatron = self.input.training.memory_model == MemoryModel::Megatron;
         // A Mixture-of-Experts block's all-to-all exchanges (not operators of the chip):
@@ -100,9 +101,10 @@ impl Ctx<'_> {
                 LayerKind::Embedding => times[0],
                 LayerKind::Block => times[1],
                 LayerKind::Head => times[2],
+                LayerKind::DenseBlock => times[3],
             };
             let exchanged = exchange(l);
-            let (activation_bytes, again) = if megatron && l.kind == LayerKind::Block {
+            let (activation_bytes, again) = if megatron && l.kind.is_block() {
                 let again = match r {
                     Recomputation::None => 0.0,
                     Recomputation::Selective => timed.fwd.core_seconds,
@@ -154,10 +156,15 @@ impl Ctx<'_> {
                 } else {
                     2.0 * state.gradients
                 };
+                // One block's rematerialised activations, the larger kind's.
                 let transient = if run.recompute == Recomputation::None {
                     0.0
                 } else {
-                    (g.block.stash_bytes - g.block.kept_bytes(run.recompute)) as f64
+                    g.distinct()[1..]
+                        .iter()
+                        .filter(|l| l.kind.is_block())
+                        .map(|l| (l.stash_bytes - l.kept_bytes(run.recompute)) as f64)
+                        .fold(0.0, f64::max)
                 };
                 (
                     false,
@@ -250,7 +257,9 @@ impl Ctx<'_> {
     }
 
     /// Every distinct layer of every model scheduled on `c`, at every (micro-batch, width,
-    /// element size, sequence parallelism): embedding, block and head, forward and backward.
+    /// element size, sequence parallelism, expert-parallel width): embedding, block, head and
+    /// dense block (the block again when there is none: its schedules are reused), forward
+    /// and backward.
     fn layer_times(&self, c: &AcceleratorConfig) -> Result<Times, JobError> {
         let mut jobs: Vec<(usize, GraphKey)> = Vec::new();
         for (m, graphs) in self.graphs.iter().enumerate() {
@@ -260,20 +269,17 @@ impl Ctx<'_> {
         }
         let layer_graphs: Vec<&OpGraph> = jobs
             .iter()
-            .flat_map(|(m, key)| {
-                let g = &self.graphs[*m][key];
-                [&g.embedding, &g.block, &g.head]
-            })
+            .flat_map(|(m, key)| self.graphs[*m][key].distinct())
             .flat_map(|l| [&l.forward, &l.backward])
             .collect();
         let scheduled = self.schedules(&layer_graphs, c)?;
         let mut times = Times::new();
-        for (job, s) in jobs.iter().zip(scheduled.chunks_exact(6)) {
+        for (job, s) in jobs.iter().zip(scheduled.chunks_exact(8)) {
             let timed = |l: usize| Timed {
                 fwd: s[2 * l],
                 bwd: s[2 * l + 1],
             };
-            times.insert(*job, [timed(0), timed(1), timed(2)]);
+            times.insert(*job, [timed(0), timed(1), timed(2), timed(3)]);
         }
         Ok(times)
     }
@@ -443,11 +449,7 @@ impl Ctx<'_> {
                 "tensor-parallel width {t} is not among the layer graphs"
             )));
         };
-        let timing = [
-            timed[0].layer_timing(),
-            timed[1].layer_timing(),
-            timed[2].layer_timing(),
-        ];
+        let timing = timed.map(|t| t.layer_timing());
         let input = StepInput {
             model: self.input.models[run.model].config.clone(),
             plan,
@@ -584,13 +586,14 @@ impl Ctx<'_> {
             .collect();
         let tm = &times[&(m, key)];
         let layers = [
-            (LayerKind::Embedding, 1),
-            (LayerKind::Block, g.blocks),
-            (LayerKind::Head, 1),
+            (0, LayerKind::Embedding, 1),
+            (3, LayerKind::DenseBlock, g.dense_blocks),
+            (1, LayerKind::Block, g.main_blocks()),
+            (2, LayerKind::Head, 1),
         ]
         .iter()
-        .enumerate()
-        .map(|(k, &(layer, count))| LayerReport {
+        .filter(|(_, _, count)| *count > 0)
+        .map(|&(k, layer, count)| LayerReport {
             layer,
             count,
             forward_seconds: tm[k].fwd.seconds,
@@ -748,7 +751,7 @@ impl Ctx<'_> {
         run: &Run,
         plan: &Plan,
         g: &ModelGraph,
-        tm: &[Timed; 3],
+        tm: &[Timed; 4],
     ) -> (TimeBreakdown, MemoryBreakdown) {
         let tr = &self.input.training;
         let megatron = tr.memory_model == MemoryModel::Megatron;
@@ -767,18 +770,19 @@ impl Ctx<'_> {
         {
             let from_end = count - k;
             let (mut f, mut bw, mut r, mut tp) = (0.0, 0.0, 0.0, 0.0);
+            let kinds: Vec<LayerKind> = g.layers().map(|l| l.kind).collect();
             for i in slow.start..slow.end {
-                let (kind, timed) = if i == 0 {
-                    (LayerKind::Embedding, tm[0])
-                } else if i as u64 <= g.blocks {
-                    (LayerKind::Block, tm[1])
-                } else {
-                    (LayerKind::Head, tm[2])
+                let kind = kinds.get(i).copied().unwrap_or(LayerKind::Head);
+                let timed = match kind {
+                    LayerKind::Embedding => tm[0],
+                    LayerKind::Block => tm[1],
+                    LayerKind::Head => tm[2],
+                    LayerKind::DenseBlock => tm[3],
                 };
                 f += timed.fwd.seconds - timed.fwd.link_seconds;
                 bw += timed.bwd.seconds - timed.bwd.link_seconds;
                 tp += timed.fwd.link_seconds + timed.bwd.link_seconds;
-                let block = kind == LayerKind::Block;
+                let block = kind.is_block();
                 match (megatron, run.recompute) {
                     (_, Recomputation::None) => {}
                     (true, Recomputation::Selective) if block => r += timed.fwd.core_seconds,

@@ -248,7 +248,8 @@ impl GraphsShape {
             for g in keys.into_iter().map(|k| &map[k]) {
                 shape.widths += 1;
                 shape.chain_layers += g.blocks + 2;
-                for layer in [&g.embedding, &g.block, &g.head] {
+                let layers = [&g.embedding, &g.block, &g.head];
+                for layer in layers.into_iter().chain(g.dense_block.as_ref()) {
                     shape.bytes += size::<Layer>() + g.model.len() as u64;
                     for og in [&layer.forward, &layer.backward] {
                         shape.bytes += og.nodes.len() as u64 * size::<OpNode>()
@@ -273,6 +274,7 @@ fn memo_bytes(graphs: &[HashMap<GraphKey, ModelGraph>], space: &SpaceSpec, p: u6
         map.values().flat_map(|g| {
             [&g.embedding, &g.block, &g.head]
                 .into_iter()
+                .chain(g.dense_block.as_ref())
                 .flat_map(|l| [&l.forward, &l.backward])
         })
     }));

@@ -155,7 +155,8 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                             .unwrap();
                             schedule::solve(&inst, &input.schedule).unwrap().makespan
                         };
-                        let per_kind: Vec<(f64, f64)> = [&g.embedding, &g.block, &g.head]
+                        let per_kind: Vec<(f64, f64)> = g
+                            .distinct()
                             .iter()
                             .map(|l| (time(&l.forward), time(&l.backward)))
                             .collect();
@@ -167,6 +168,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                     LayerKind::Embedding => 0,
                                     LayerKind::Block => 1,
                                     LayerKind::Head => 2,
+                                    LayerKind::DenseBlock => 3,
                                 };
                                 ChainLayer {
                                     id: i as i64,

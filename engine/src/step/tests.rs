@@ -506,3 +506,53 @@ fn expert_layouts_that_cannot_run_are_refused() {
         "{text}"
     );
 }
+
+/// The dense leading blocks of a Mixture-of-Experts model sit where the plan puts the first
+/// blocks: on the first stages of a plain pipeline, or in device 0's (then 1's, …) first
+/// chunk of an interleaved one.
+#[test]
+fn dense_blocks_sit_on_the_stages_holding_the_first_blocks() {
+    let mut pl = plan(1, 4, 1);
+    assert_eq!(dense_per_stage(&pl, 16, 3), [3, 0, 0, 0]);
+    assert_eq!(dense_per_stage(&pl, 16, 6), [4, 2, 0, 0]);
+    pl.stage_layers = Some(vec![2, 5, 5, 4]);
+    assert_eq!(dense_per_stage(&pl, 16, 3), [2, 1, 0, 0]);
+    pl.stage_layers = None;
+    pl.interleaving = 2; // chunks of 2: device k holds chunks k and k + 4
+    assert_eq!(dense_per_stage(&pl, 16, 3), [2, 1, 0, 0]);
+    assert_eq!(dense_per_stage(&pl, 16, 9), [3, 2, 2, 2]);
+}
+
+/// DeepSeek-V3 (3 dense blocks, 58 MoE blocks, multi-head latent attention) on 2,048
+/// devices: each stage holds the parameters of its blocks of each kind exactly, the
+/// experts only in its MoE blocks, and the all-to-all only for those.
+#[test]
+fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
+    let mut pl = plan(2, 16, 64);
+    pl.sequence_parallel = true;
+    pl.distributed_optimizer = true;
+    pl.expert_parallel = 64;
+    let mut stage_layers = vec![4; 16];
+    (stage_layers[0], stage_layers[15]) = (3, 2);
+    pl.stage_layers = Some(stage_layers);
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("deepseek-v3").unwrap();
+    input.devices = 2048;
+    input.global_batch = 8192;
+    let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+    let g = graph(&input);
+    let dense = g.dense_block.as_ref().unwrap();
+    assert_eq!(g.dense_blocks, 3);
+    // Stage 0: the embedding and the 3 dense blocks; stage 1: 4 MoE blocks.
+    assert_eq!(
+        r.stages[0].parameters,
+        g.embedding.parameters + 3 * dense.parameters
+    );
+    assert_eq!(r.stages[0].expert_parameters, 0);
+    assert_eq!(r.stages[1].parameters, 4 * g.block.parameters);
+    assert_eq!(r.stages[1].expert_parameters, 4 * g.block.expert_parameters);
+    assert_eq!(g.block.expert_parameters, 4 * 3 * 7168 * 2048);
+    assert!(r.time.all_to_all_seconds > 0.0);
+    let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
+    assert_eq!(total, g.parameters_per_rank());
+}

@@ -301,6 +301,7 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         causal: m.causal.unwrap_or(b.causal),
         max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
         moe: merged_moe(m, &b),
+        dense_layers: m.dense_layers.unwrap_or(b.dense_layers),
         mla: merged_latent(m, &b),
     }
 }
@@ -452,6 +453,7 @@ fn check_experts(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ct
             ("experts_per_token", m.experts_per_token.is_some()),
             ("expert_ffn", m.expert_ffn.is_some()),
             ("shared_experts", m.shared_experts.is_some()),
+            ("dense_layers", m.dense_layers.is_some()),
             ("routing_imbalance", m.routing_imbalance.is_some()),
             ("capacity_factor", m.capacity_factor.is_some()),
         ];
@@ -475,6 +477,19 @@ fn check_experts(cfg: &ModelConfig, m: &RawModel, path: &FieldPath, ctx: &mut Ct
             &path.key("shared_experts"),
             format!("shared_experts = {} is out of range", moe.shared_experts),
             Some("use 0 to 64".into()),
+        );
+    }
+    if fine(ctx, path, &["layers", "dense_layers", "preset"]) && cfg.dense_layers >= cfg.layers {
+        ctx.mismatch(
+            &path.key("dense_layers"),
+            format!(
+                "{} dense leading blocks of {} leave no Mixture-of-Experts block",
+                cfg.dense_layers, cfg.layers
+            ),
+            Some(format!(
+                "use fewer than {} (or leave `experts` out for a dense model)",
+                cfg.layers
+            )),
         );
     }
     let fine_k = experts_ok && k_ok && fine(ctx, path, &["experts", "experts_per_token", "preset"]);
