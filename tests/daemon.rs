@@ -502,7 +502,12 @@ fn invalid_and_oversized_specs_are_answered_at_once_while_a_search_runs() {
     )
     .unwrap();
     let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
-    drop_spec(dir, "long.toml", &default_spec());
+    // Exhaustive: minutes of search, so that it is certainly still running when every
+    // bad spec has been answered (the converging default takes about a second, which a
+    // loaded machine can spend answering them).
+    let long = default_spec().replace("[search]\n", "[search]\nexhaustive = true\n");
+    assert_ne!(long, default_spec());
+    drop_spec(dir, "long.toml", &long);
     d.wait_state("default-bert-large", "running", 60);
     for i in 0..20 {
         drop_spec(

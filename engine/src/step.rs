@@ -307,6 +307,10 @@ pub struct StepReport {
     pub limiting: String,
     /// Schedules of the layers not proven optimal (their makespan is an upper bound).
     pub schedules_not_proven_optimal: u64,
+    /// The layer schedules the step rests on: forward and backward of each distinct layer
+    /// (6, or 8 with dense blocks beside MoE blocks).
+    #[serde(default)]
+    pub layer_schedules: u64,
     /// The largest relative gap of a layer schedule to its lower bound (0: all optimal).
     pub schedules_max_gap: f64,
 }
@@ -902,6 +906,8 @@ fn priced(
     let model_rate = model_flops / step / devices;
     // Energy: every operator of every layer on every device, per micro-batch.
     let [emb, blk, head, dns] = *timing;
+    // The layers timed once each (the fourth slot repeats the block without dense blocks).
+    let distinct = &timing[..if g.dense_block.is_some() { 4 } else { 3 }];
     let (again_main, again_dense) = pipeline.recompute_joules;
     let per_replica_micro_batch = emb.forward_joules
         + emb.backward_joules
@@ -937,8 +943,9 @@ fn priced(
             .map(|p| model_rate / p),
         energy_per_step_joules: energy,
         limiting: time.limiting().to_string(),
-        schedules_not_proven_optimal: timing.iter().map(|l| l.not_proven).sum(),
-        schedules_max_gap: timing.iter().map(|l| l.max_gap).fold(0.0, f64::max),
+        schedules_not_proven_optimal: distinct.iter().map(|l| l.not_proven).sum(),
+        layer_schedules: 2 * distinct.len() as u64,
+        schedules_max_gap: distinct.iter().map(|l| l.max_gap).fold(0.0, f64::max),
     })
 }
 

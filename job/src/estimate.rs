@@ -314,8 +314,9 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
     if r.schedules_not_proven_optimal > 0 {
         let _ = writeln!(
             o,
-            "note: {} of 6 layer schedules are not proven optimal, within {:.1}% of their lower bounds (the step time is an upper bound; --mip tries to close the gap)",
+            "note: {} of {} layer schedules are not proven optimal, within {:.1}% of their lower bounds (the step time is an upper bound; --mip tries to close the gap)",
             r.schedules_not_proven_optimal,
+            r.layer_schedules,
             100.0 * r.schedules_max_gap
         );
     }

@@ -555,4 +555,11 @@ fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
     assert!(r.time.all_to_all_seconds > 0.0);
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
     assert_eq!(total, g.parameters_per_rank());
+    // Four distinct layers, each scheduled forward and backward.
+    assert_eq!(r.layer_schedules, 8);
+    assert!(r.schedules_not_proven_optimal <= 8);
+    // Without dense blocks, three: the fourth slot is not counted twice.
+    let m = estimate_step(&mixtral(8, 1, true), &ReferenceModel::default()).unwrap();
+    assert_eq!(m.layer_schedules, 6);
+    assert!(m.schedules_not_proven_optimal <= 6);
 }
