@@ -910,52 +910,16 @@ impl<'a> Ctx<'a> {
         let tok = self.tokens();
         let bias = u64::from(cfg.biases);
         let name = |n: &str| format!("{prefix}{n}");
-        let mut params = 0;
         let copy = if prefix.is_empty() {
             "mlp_norm.copy_to_tp".to_string()
         } else {
             name("copy_to_tp")
         };
         let m = self.copy_to_tp(lb, &copy, mlp_in, tok * h);
-        let act_kind = self.activation_kind();
         let in_save = save(mlp_in, "out", self.rep(tok * h) * bpe);
-        let hidden = if cfg.gated_mlp {
-            params += 2 * h * f + 2 * bias * f;
-            let gate = lb.push(
-                &name("gate"),
-                self.gemm(tok, f, h),
-                vec![m],
-                vec![in_save.clone()],
-            );
-            let gate = self.bias(lb, &name("gate.bias"), gate, tok * f);
-            let up = lb.push(&name("up"), self.gemm(tok, f, h), vec![m], vec![in_save]);
-            let up = self.bias(lb, &name("up.bias"), up, tok * f);
-            let act = lb.push(
-                &name("activation"),
-                self.vector(act_kind, tok * f, 1),
-                vec![gate],
-                vec![save(gate, "out", tok * f * bpe)],
-            );
-            lb.push(
-                &name("gate_mul"),
-                self.vector(VectorKind::Mul, tok * f, 1),
-                vec![act, up],
-                vec![
-                    save(act, "out", tok * f * bpe),
-                    save(up, "out", tok * f * bpe),
-                ],
-            )
-        } else {
-            params += h * f + bias * f;
-            let fc1 = lb.push(&name("fc1"), self.gemm(tok, f, h), vec![m], vec![in_save]);
-            let fc1 = self.bias(lb, &name("fc1.bias"), fc1, tok * f);
-            lb.push(
-                &name("activation"),
-                self.vector(act_kind, tok * f, 1),
-                vec![fc1],
-                vec![save(fc1, "out", tok * f * bpe)],
-            )
-        };
+        let (hidden, mut params) = self.ffn_up(lb, prefix, (m, in_save), (tok, f), &|n, k| {
+            self.gemm(tok, n, k)
+        });
         params += f * h + bias * h;
         let down = lb.push(
             &name("fc2"),
@@ -966,6 +930,57 @@ impl<'a> Ctx<'a> {
         let y = self.reduce_from_tp(lb, &name("fc2.all_reduce"), down, tok * h * bpe);
         let y = self.bias(lb, &name("fc2.bias"), y, self.rep(tok * h));
         (y, params)
+    }
+
+    /// An FFN's first half over `tokens` tokens of input `x` (saved as `in_save` for the
+    /// weight gradients), `f` wide on this rank: gate and up projections, the activation and
+    /// their product with a gated MLP, else one projection and the activation; `proj(n, k)`
+    /// makes each projection (a tensor-parallel GEMM, or the experts' grouped GEMM), named
+    /// with `prefix`. Returns the hidden tensor and the projections' parameters.
+    fn ffn_up(
+        &self,
+        lb: &mut LayerBuilder,
+        prefix: &str,
+        (x, in_save): (Input, Saved),
+        (tokens, f): (u64, u64),
+        proj: &dyn Fn(u64, u64) -> FwdKind,
+    ) -> (Input, u64) {
+        let (h, bpe) = (self.h, self.bpe);
+        let bias = u64::from(self.cfg.biases);
+        let name = |n: &str| format!("{prefix}{n}");
+        let act_kind = self.activation_kind();
+        if self.cfg.gated_mlp {
+            let gate = lb.push(&name("gate"), proj(f, h), vec![x], vec![in_save.clone()]);
+            let gate = self.bias(lb, &name("gate.bias"), gate, tokens * f);
+            let up = lb.push(&name("up"), proj(f, h), vec![x], vec![in_save]);
+            let up = self.bias(lb, &name("up.bias"), up, tokens * f);
+            let act = lb.push(
+                &name("activation"),
+                self.vector(act_kind, tokens * f, 1),
+                vec![gate],
+                vec![save(gate, "out", tokens * f * bpe)],
+            );
+            let hidden = lb.push(
+                &name("gate_mul"),
+                self.vector(VectorKind::Mul, tokens * f, 1),
+                vec![act, up],
+                vec![
+                    save(act, "out", tokens * f * bpe),
+                    save(up, "out", tokens * f * bpe),
+                ],
+            );
+            (hidden, 2 * (h * f + bias * f))
+        } else {
+            let fc1 = lb.push(&name("fc1"), proj(f, h), vec![x], vec![in_save]);
+            let fc1 = self.bias(lb, &name("fc1.bias"), fc1, tokens * f);
+            let hidden = lb.push(
+                &name("activation"),
+                self.vector(act_kind, tokens * f, 1),
+                vec![fc1],
+                vec![save(fc1, "out", tokens * f * bpe)],
+            );
+            (hidden, h * f + bias * f)
+        }
     }
 
     fn activation_kind(&self) -> VectorKind {
@@ -1118,39 +1133,7 @@ impl<'a> Ctx<'a> {
             second: Operand::Experts,
         };
         let in_save = save(x, "out", tokens * h * bpe);
-        let mut params = 0;
-        let hidden = if cfg.gated_mlp {
-            params += 2 * (h * f + bias * f);
-            let gate = lb.push("expert_gate", grouped(f, h), vec![x], vec![in_save.clone()]);
-            let gate = self.bias(lb, "expert_gate.bias", gate, tokens * f);
-            let up = lb.push("expert_up", grouped(f, h), vec![x], vec![in_save]);
-            let up = self.bias(lb, "expert_up.bias", up, tokens * f);
-            let act = lb.push(
-                "expert_activation",
-                self.vector(self.activation_kind(), tokens * f, 1),
-                vec![gate],
-                vec![save(gate, "out", tokens * f * bpe)],
-            );
-            lb.push(
-                "expert_gate_mul",
-                self.vector(VectorKind::Mul, tokens * f, 1),
-                vec![act, up],
-                vec![
-                    save(act, "out", tokens * f * bpe),
-                    save(up, "out", tokens * f * bpe),
-                ],
-            )
-        } else {
-            params += h * f + bias * f;
-            let fc1 = lb.push("expert_fc1", grouped(f, h), vec![x], vec![in_save]);
-            let fc1 = self.bias(lb, "expert_fc1.bias", fc1, tokens * f);
-            lb.push(
-                "expert_activation",
-                self.vector(self.activation_kind(), tokens * f, 1),
-                vec![fc1],
-                vec![save(fc1, "out", tokens * f * bpe)],
-            )
-        };
+        let (hidden, mut params) = self.ffn_up(lb, "expert_", (x, in_save), (tokens, f), &grouped);
         params += f * h + bias * h;
         let y = lb.push(
             "expert_fc2",
