@@ -38,7 +38,9 @@
 //! * **Energy** is the latency model's joules of every operator the step runs, on every
 //!   device (compute only: no static power, no network energy).
 
-use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, OpGraph, Work, build};
+use crate::model::{
+    BuildOptions, DISTINCT_LAYERS, ExpertLayout, ModelConfig, ModelGraph, OpGraph, Work, build,
+};
 use crate::network::Network;
 use crate::operators::estimate;
 use crate::operators::instance_with;
@@ -789,14 +791,14 @@ pub fn estimate_step(
 }
 
 /// [`estimate_step`] of a plan whose layers are already timed: `g` is [`graph`]`(input)`,
-/// `timing` its embedding's, block's, head's and dense block's [`LayerTiming`] on the chip
-/// ([`ModelGraph::distinct`]), and `cost`
+/// `timing` its distinct layers' [`LayerTiming`] on the chip ([`ModelGraph::distinct`]:
+/// embedding, block, head, dense block, multi-token prediction), and `cost`
 /// answers for one operator (the optimizer step's). The search prices the plans it
 /// reports through this function, with its own memo of schedules and operator costs.
 pub fn estimate_timed_step(
     input: &StepInput,
     g: &ModelGraph,
-    timing: &[LayerTiming; 4],
+    timing: &[LayerTiming; DISTINCT_LAYERS],
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<StepReport, StepError> {
     check(input)?;
@@ -871,7 +873,7 @@ fn priced(
     input: &StepInput,
     g: &ModelGraph,
     (mut stages, worst): (Vec<StageSummary>, Worst),
-    timing: &[LayerTiming; 4],
+    timing: &[LayerTiming; DISTINCT_LAYERS],
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<StepReport, StepError> {
     let pl = &input.plan;
@@ -905,14 +907,19 @@ fn priced(
     let devices = input.devices as f64;
     let model_rate = model_flops / step / devices;
     // Energy: every operator of every layer on every device, per micro-batch.
-    let [emb, blk, head, dns] = *timing;
-    // The layers timed once each (the fourth slot repeats the block without dense blocks).
-    let distinct = &timing[..if g.dense_block.is_some() { 4 } else { 3 }];
-    let (again_main, again_dense) = pipeline.recompute_joules;
+    let [emb, blk, head, dns, mtp] = *timing;
+    // The layers the model has, timed once each (the others' slots repeat the block).
+    let distinct: Vec<&LayerTiming> = (0..DISTINCT_LAYERS)
+        .filter(|&k| g.has_slot(k))
+        .map(|k| &timing[k])
+        .collect();
+    let [again_main, again_dense, again_mtp] = pipeline.recompute_joules;
     let per_replica_micro_batch = emb.forward_joules
         + emb.backward_joules
         + g.main_blocks() as f64 * (blk.forward_joules + blk.backward_joules + again_main)
         + g.dense_blocks as f64 * (dns.forward_joules + dns.backward_joules + again_dense)
+        + u64::from(g.mtp.is_some()) as f64
+            * (mtp.forward_joules + mtp.backward_joules + again_mtp)
         + head.forward_joules
         + head.backward_joules;
     // A replica is t × p devices; its micro-batch joules are per rank of one layer.
@@ -974,11 +981,19 @@ fn stage_memory(
         if first {
             params += g.embedding.parameters;
         }
+        let mut experts = n * g.block.expert_parameters;
+        // The multi-token-prediction modules sit in the last stage, with the head.
+        let mtp = g.mtp.as_ref().filter(|_| last);
         if last {
             params += g.head.parameters;
             if first {
-                // One stage holds both ends: a tied output embedding is the input's.
+                // One stage holds both ends: a tied output embedding (or the copy of the
+                // input embedding multi-token prediction looks up) is the input's.
                 params -= g.head.shared_parameters;
+            }
+            if let Some(l) = mtp {
+                params += l.parameters;
+                experts += l.expert_parameters;
             }
         }
         let in_flight = (p - k).min(micro_batches) as f64
@@ -996,18 +1011,21 @@ fn stage_memory(
         }
         let mut activations = in_flight * per_micro_batch as f64;
         if last {
-            // The head's activations live from its forward to its backward, which follows.
+            // The head's activations live from its forward to its backward, which follows;
+            // so do the multi-token-prediction modules' that precede it.
             activations += g.head.stash_bytes as f64;
+            activations += mtp.map_or(0, |l| l.kept_bytes(pl.recomputation)) as f64;
         }
         if pl.recomputation != Recomputation::None {
             // One block's rematerialised activations (the larger kind's on the stage).
             activations += kinds
                 .iter()
                 .filter(|(_, c)| *c > 0)
-                .map(|(l, _)| (l.stash_bytes - l.kept_bytes(pl.recomputation)) as f64)
+                .map(|(l, _)| *l)
+                .chain(mtp)
+                .map(|l| (l.stash_bytes - l.kept_bytes(pl.recomputation)) as f64)
                 .fold(0.0, f64::max);
         }
-        let experts = n * g.block.expert_parameters;
         let [weights, gradients, optimizer, state_total] = state.bytes(params, experts);
         let memory = MemoryBreakdown {
             weights,
@@ -1037,7 +1055,7 @@ fn layer_timings(
     input: &StepInput,
     g: &ModelGraph,
     latency: &dyn LatencyModel,
-) -> Result<[LayerTiming; 4], StepError> {
+) -> Result<[LayerTiming; DISTINCT_LAYERS], StepError> {
     let c = &input.accelerator;
     let mut costs = Costs {
         model: latency,
@@ -1050,11 +1068,11 @@ fn layer_timings(
         .flat_map(|l| [&l.forward, &l.backward])
         .collect();
     costs.prefetch(&graphs, c)?;
-    let mut timing = [LayerTiming::default(); 4];
+    let mut timing = [LayerTiming::default(); DISTINCT_LAYERS];
     for (k, layer) in layers.into_iter().enumerate() {
-        if k == 3 && g.dense_block.is_none() {
-            // No dense blocks: the slot repeats the block and nothing reads it.
-            timing[3] = timing[1];
+        if !g.has_slot(k) {
+            // The model has no such layer: the slot repeats the block and nothing reads it.
+            timing[k] = timing[1];
             continue;
         }
         let f = costs.time(&layer.forward, c, &input.schedule)?;
@@ -1075,8 +1093,9 @@ struct PipelineTimes {
     all_to_all: f64,
     point_to_point: f64,
     bubble: f64,
-    /// The joules of recomputing one block: the repeated kind's, the dense kind's.
-    recompute_joules: (f64, f64),
+    /// The joules of recomputing one block: the repeated kind's, the dense kind's, the
+    /// multi-token-prediction modules'.
+    recompute_joules: [f64; 3],
     /// The slowest stage's memory-busy time per micro-batch (see
     /// [`StepReport::hbm_busy_seconds`]).
     memory: Option<f64>,
@@ -1090,7 +1109,7 @@ struct PipelineTimes {
 fn pipeline_times(
     input: &StepInput,
     g: &ModelGraph,
-    timing: &[LayerTiming; 4],
+    timing: &[LayerTiming; DISTINCT_LAYERS],
     stages: &mut [StageSummary],
 ) -> PipelineTimes {
     let pl = &input.plan;
@@ -1101,7 +1120,7 @@ fn pipeline_times(
         pl.interleaving,
         pl.micro_batch,
     );
-    let [emb, blk, head, dns] = *timing;
+    let [emb, blk, head, dns, mtp] = *timing;
     // One block's recomputation: (compute, communication, joules).
     let recompute_of = |l: &LayerTiming| match pl.recomputation {
         Recomputation::None => (0.0, 0.0, 0.0),
@@ -1112,7 +1131,7 @@ fn pipeline_times(
             l.forward_joules,
         ),
     };
-    let (again_main, again_dense) = (recompute_of(&blk), recompute_of(&dns));
+    let again = [recompute_of(&blk), recompute_of(&dns), recompute_of(&mtp)];
     // Point-to-point: per chunk, an activation forward and a gradient backward.
     let e = pl.precision.element_bytes();
     let p2p_tier = input.network.tier(t.saturating_mul(d).saturating_mul(p));
@@ -1124,30 +1143,40 @@ fn pipeline_times(
     };
     let blocks = pl.blocks_per_stage(input.model.layers);
     let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
-    // A block's all-to-all exchanges per micro-batch: dispatch and combine forward, their
+    // A layer's all-to-all exchanges per micro-batch: dispatch and combine forward, their
     // gradients backward, and forward again under full recomputation.
-    let exchanges = if pl.recomputation == Recomputation::Full {
+    let passes = if pl.recomputation == Recomputation::Full {
         6.0
     } else {
         4.0
     };
-    let all_to_all = g.block.all_to_all.map_or(0.0, |a| {
-        exchanges
-            * input
-                .network
-                .all_to_all_seconds(a.bytes as f64, a.group, a.stride)
-    });
-    // Per stage: each kind of block with what it recomputes and how many the stage holds.
+    let exchange = |l: Option<&crate::model::Layer>| {
+        l.and_then(|l| l.all_to_all)
+            .map_or(0.0, |a| a.seconds(&input.network, passes))
+    };
+    let exchanges = [
+        exchange(Some(&g.block)),
+        exchange(g.dense_block.as_ref()),
+        exchange(g.mtp.as_ref()),
+    ];
+    // Per stage, each kind of recomputed layer: its timing, what it recomputes, how many
+    // the stage holds, its all-to-all seconds (the repeated block, the dense block, the
+    // multi-token-prediction modules, which sit on the last stage).
     let kinds = |k: u64| {
         let nd = dense[k as usize];
         let n = blocks[k as usize].saturating_sub(nd);
-        [(blk, again_main, n as f64), (dns, again_dense, nd as f64)]
+        let nm = u64::from(g.mtp.is_some() && k + 1 == p);
+        [
+            (blk, again[0], n as f64, exchanges[0]),
+            (dns, again[1], nd as f64, exchanges[1]),
+            (mtp, again[2], nm as f64, exchanges[2]),
+        ]
     };
-    let main_blocks = |k: u64| kinds(k)[0].2;
+    let exchanged = |k: u64| kinds(k).iter().map(|(_, _, n, a)| n * a).sum::<f64>();
     // Per stage and micro-batch: (forward, backward, recompute, tp communication).
     let parts = |k: u64| -> (f64, f64, f64, f64) {
         let (mut f, mut bw, mut r, mut comm) = (0.0, 0.0, 0.0, 0.0);
-        for (l, again, n) in kinds(k) {
+        for (l, again, n, _) in kinds(k) {
             f += n * (l.forward - l.forward_communication);
             bw += n * (l.backward - l.backward_communication);
             r += n * again.0;
@@ -1165,7 +1194,7 @@ fn pipeline_times(
     // Per stage and micro-batch: the time the memory is busy, when every layer says.
     let memory = |k: u64| -> Option<f64> {
         let mut busy = 0.0;
-        for (l, _, n) in kinds(k) {
+        for (l, _, n, _) in kinds(k) {
             let recomputed = match pl.recomputation {
                 Recomputation::None => Some(0.0),
                 Recomputation::Selective => Some(l.attention_core_memory),
@@ -1185,8 +1214,7 @@ fn pipeline_times(
     let mut slowest = (0, 0.0);
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
-        let exchanged = main_blocks(s.stage) * all_to_all;
-        s.seconds_per_micro_batch = f + bw + r + comm + exchanged + p2p;
+        s.seconds_per_micro_batch = f + bw + r + comm + exchanged(s.stage) + p2p;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch);
         }
@@ -1196,7 +1224,7 @@ fn pipeline_times(
     // they recompute (all of the forward, or the attention core), the ends'.
     let work: [f64; Work::COUNT] = std::array::from_fn(|w| {
         let mut busy = 0.0;
-        for (l, _, n) in kinds(slowest.0) {
+        for (l, _, n, _) in kinds(slowest.0) {
             let again = match pl.recomputation {
                 Recomputation::None => 0.0,
                 Recomputation::Selective if w == Work::Attention as usize => l.attention_core,
@@ -1218,10 +1246,10 @@ fn pipeline_times(
         backward: bw,
         recomputation: r,
         communication: comm,
-        all_to_all: main_blocks(slowest.0) * all_to_all,
+        all_to_all: exchanged(slowest.0),
         point_to_point: p2p,
         bubble: (p - 1) as f64 / v as f64 * slowest.1,
-        recompute_joules: (again_main.2, again_dense.2),
+        recompute_joules: again.map(|a| a.2),
         memory: memory(slowest.0),
     }
 }
@@ -1280,7 +1308,9 @@ fn data_parallel_seconds(
     // The expert-data-parallel group: the ranks holding the same experts, EP × ETP apart.
     let expert_stride = pl.expert_parallel.max(1) * pl.expert_tensor_parallel.max(1);
     let mut dp = sync(dense, d, t) + sync(experts, pl.expert_data_parallel(), expert_stride);
-    if p > 1 && input.model.tied_embeddings && g.head.shared_parameters > 0 {
+    // The head's copy of the input embedding (tied, or looked up by multi-token
+    // prediction) has its gradient summed with the first stage's.
+    if p > 1 && g.head.shared_parameters > 0 {
         let bytes = g.head.shared_parameters as f64 * state.gradients;
         dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
     }
@@ -1343,7 +1373,8 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
         Recomputation::Full => l.forward.matmul_flops() - l.imbalance_matmul_flops,
     };
     let dense = g.dense_block.as_ref().map_or(0.0, &again);
-    let recomputed = again(&g.block) * g.main_blocks() as f64 + dense * g.dense_blocks as f64;
+    let mtp = g.mtp.as_ref().map_or(0.0, &again);
+    let recomputed = again(&g.block) * g.main_blocks() as f64 + dense * g.dense_blocks as f64 + mtp;
     let hardware_flops = run_flops + recomputed * per_micro_batch;
     (model_flops, hardware_flops)
 }

@@ -24,6 +24,10 @@ pub struct EstimateDoc<'a> {
     /// experts it is not routed to).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_parameters: Option<u64>,
+    /// The multi-token-prediction modules' parameters, trained with the model and not in
+    /// `parameters` (DeepSeek-V3's 671 B leave its module out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtp_parameters: Option<u64>,
     pub accelerator: AcceleratorConfig,
     pub plan: &'a step::StepPlan,
     pub devices: u64,
@@ -42,9 +46,20 @@ pub struct EstimateDoc<'a> {
     pub memory_bytes: Option<step::MemoryBreakdown>,
 }
 
-/// The model's parameters (all ranks; a tied embedding once).
+/// The model's parameters (all ranks; a tied embedding once), without its
+/// multi-token-prediction modules'.
 pub fn parameters(input: &StepInput) -> u64 {
-    let g = archplace_engine::model::build(
+    whole_model(input).model_parameters_per_rank()
+}
+
+/// The multi-token-prediction modules' parameters, when the model has them.
+pub fn mtp_parameters(input: &StepInput) -> Option<u64> {
+    Some(whole_model(input).mtp_parameters_per_rank()).filter(|&n| n > 0)
+}
+
+/// The model on one rank without tensor parallelism.
+fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
+    archplace_engine::model::build(
         &input.model,
         &archplace_engine::model::BuildOptions {
             micro_batch: 1,
@@ -54,8 +69,7 @@ pub fn parameters(input: &StepInput) -> u64 {
             sequence_parallel: false,
             experts: Default::default(),
         },
-    );
-    g.parameters_per_rank()
+    )
 }
 
 /// The parameters a token goes through, for a Mixture-of-Experts model.
@@ -83,6 +97,7 @@ pub fn document<'a>(
         model: &input.model.name,
         parameters: parameters(input),
         active_parameters: active_parameters(input),
+        mtp_parameters: mtp_parameters(input),
         accelerator: input.accelerator,
         plan: &input.plan,
         devices: input.devices,
@@ -195,9 +210,12 @@ fn experts_words(p: &step::StepPlan) -> String {
 /// The estimate as text for people.
 pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String {
     let mut o = String::new();
-    let active = active_parameters(input)
+    let mut active = active_parameters(input)
         .map(|a| format!(", {} active", thousands(a)))
         .unwrap_or_default();
+    if let Some(n) = mtp_parameters(input) {
+        let _ = write!(active, "; multi-token prediction {} more", thousands(n));
+    }
     let _ = writeln!(
         o,
         "{} ({} parameters{active}) on {} devices of {} buffer, {} HBM; latency model {latency_model}",

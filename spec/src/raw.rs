@@ -303,12 +303,15 @@ pub struct RawModel {
     /// Each expert takes at most this many times the mean tokens and drops the rest
     /// (default: dropless).
     pub capacity_factor: Option<f64>,
+    /// Multi-token-prediction modules after the last block (DeepSeek-V3: 1; default 0):
+    /// each predicts one token further ahead with one more block, in the head's stage.
+    pub mtp_depth: Option<u64>,
     /// A fixed parallelisation to compare the search's best plan against.
     pub baseline: Option<RawBaseline>,
 }
 
 /// The keys of a model table (for suggestions).
-pub const MODEL_KEYS: [&str; 41] = [
+pub const MODEL_KEYS: [&str; 42] = [
     "preset",
     "name",
     "layers",
@@ -349,6 +352,7 @@ pub const MODEL_KEYS: [&str; 41] = [
     "dense_layers",
     "routing_imbalance",
     "capacity_factor",
+    "mtp_depth",
     "baseline",
 ];
 

@@ -196,6 +196,9 @@ fn model(m: &ModelSpec) -> Value {
             t.insert("capacity_factor".into(), Value::Float(c));
         }
     }
+    if c.mtp_depth > 0 {
+        t.insert("mtp_depth".into(), int(c.mtp_depth));
+    }
     match c.head {
         Head::LanguageModel => {
             t.insert("head".into(), Value::String("language_model".into()));

@@ -51,6 +51,9 @@ struct ModelReport {
     parameters_total: u64,
     /// Those each token passes through: all of a dense model's.
     parameters_active: u64,
+    /// The multi-token-prediction modules', trained with the model but not in
+    /// `parameters_total` (0 without them).
+    parameters_mtp: u64,
     layers: Vec<LayerRow>,
     totals: Totals,
 }
@@ -78,14 +81,18 @@ fn row(l: &Layer, count: u64) -> LayerRow {
     }
 }
 
-fn report(g: &ModelGraph, (whole, active): (u64, u64)) -> ModelReport {
+fn report(g: &ModelGraph, Counts { whole, active, mtp }: Counts) -> ModelReport {
     let mut layers = vec![row(&g.embedding, 1)];
     if let Some(dense) = &g.dense_block {
         layers.push(row(dense, g.dense_blocks));
     }
-    layers.extend([row(&g.block, g.main_blocks()), row(&g.head, 1)]);
+    layers.push(row(&g.block, g.main_blocks()));
+    if let Some(m) = &g.mtp {
+        layers.push(row(m, 1));
+    }
+    layers.push(row(&g.head, 1));
     let totals = Totals {
-        layers: g.blocks + 2,
+        layers: g.layers().count() as u64,
         parameters_per_rank: g.parameters_per_rank(),
         parameter_bytes: g.layers().map(|l| l.parameter_bytes).sum(),
         stash_bytes: g.layers().map(|l| l.stash_bytes).sum(),
@@ -98,6 +105,7 @@ fn report(g: &ModelGraph, (whole, active): (u64, u64)) -> ModelReport {
         tensor_parallel: g.tensor_parallel,
         parameters_total: whole,
         parameters_active: active,
+        parameters_mtp: mtp,
         layers,
         totals,
     }
@@ -108,8 +116,16 @@ fn ops_text(c: &OpCounts) -> String {
 }
 
 fn print_table(r: &ModelReport) -> std::io::Result<()> {
+    let mtp = if r.parameters_mtp > 0 {
+        format!(
+            " (multi-token prediction: {} more)",
+            thousands(r.parameters_mtp)
+        )
+    } else {
+        String::new()
+    };
     outln!(
-        "{} — {} parameters in all, {} active per token; micro-batch {}, tensor-parallel width {} (per rank)",
+        "{} — {} parameters in all, {} active per token{mtp}; micro-batch {}, tensor-parallel width {} (per rank)",
         r.model,
         thousands(r.parameters_total),
         thousands(r.parameters_active),
@@ -317,12 +333,34 @@ fn models(args: &ModelArgs) -> Result<(Vec<ModelConfig>, u64, u64, u64)> {
     ))
 }
 
+/// A model's parameter counts: its own (the published convention), those a token goes
+/// through, its multi-token-prediction modules'.
+#[derive(Clone, Copy)]
+struct Counts {
+    whole: u64,
+    active: u64,
+    mtp: u64,
+}
+
+impl Counts {
+    /// From the model's graph without tensor parallelism.
+    fn of(cfg: &ModelConfig, g: &ModelGraph) -> Counts {
+        let whole = g.model_parameters_per_rank();
+        Counts {
+            whole,
+            active: whole - cfg.inactive_parameters().unwrap_or(0),
+            mtp: g.mtp_parameters_per_rank(),
+        }
+    }
+}
+
 /// One preset for `--preset list`.
 #[derive(Serialize)]
 struct PresetRow {
     preset: &'static str,
     parameters_total: u64,
     parameters_active: u64,
+    parameters_mtp: u64,
     layers: u64,
     hidden: u64,
     heads: u64,
@@ -344,11 +382,12 @@ fn list_presets(json: bool) -> Result<Exit> {
                 sequence_parallel: false,
                 experts: Default::default(),
             };
-            let total = build(&cfg, &opts).parameters_per_rank();
+            let c = Counts::of(&cfg, &build(&cfg, &opts));
             Some(PresetRow {
                 preset: name,
-                parameters_total: total,
-                parameters_active: total - cfg.inactive_parameters().unwrap_or(0),
+                parameters_total: c.whole,
+                parameters_active: c.active,
+                parameters_mtp: c.mtp,
                 layers: cfg.layers,
                 hidden: cfg.hidden,
                 heads: cfg.heads,
@@ -362,10 +401,11 @@ fn list_presets(json: bool) -> Result<Exit> {
         return Ok(Exit::Success);
     }
     outln!(
-        "  {:<20} {:>19} {:>19} {:>6} {:>7} {:>11} {:>7}",
+        "  {:<20} {:>19} {:>19} {:>16} {:>6} {:>7} {:>11} {:>7}",
         "preset",
         "parameters",
         "active per token",
+        "+ MTP modules",
         "layers",
         "hidden",
         "heads (kv)",
@@ -373,10 +413,15 @@ fn list_presets(json: bool) -> Result<Exit> {
     )?;
     for r in &rows {
         outln!(
-            "  {:<20} {:>19} {:>19} {:>6} {:>7} {:>11} {:>7}",
+            "  {:<20} {:>19} {:>19} {:>16} {:>6} {:>7} {:>11} {:>7}",
             r.preset,
             thousands(r.parameters_total),
             thousands(r.parameters_active),
+            if r.parameters_mtp > 0 {
+                thousands(r.parameters_mtp)
+            } else {
+                "-".to_string()
+            },
             r.layers,
             r.hidden,
             format!("{} ({})", r.heads, r.kv_heads),
@@ -403,11 +448,10 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             sequence_parallel: false,
             experts: Default::default(),
         };
-        let total = build(cfg, &opts(1)).parameters_per_rank();
-        let active = total - cfg.inactive_parameters().unwrap_or(0);
+        let counts = Counts::of(cfg, &build(cfg, &opts(1)));
         for t in cfg.tensor_parallel_widths() {
             graphs.push(build(cfg, &opts(t)));
-            whole.push((total, active));
+            whole.push(counts);
         }
     }
     if args.ops {

@@ -283,7 +283,7 @@ fn print_plan(
         )?;
     }
     outln!(
-        "    devices: t × p × d = {} × {} × {} = {}{}; blocks per stage: {}",
+        "    devices: t × p × d = {} × {} × {} = {}{}; blocks per stage: {}{}",
         m.tensor_parallel,
         m.pipeline_stages,
         m.data_parallel,
@@ -294,6 +294,14 @@ fn print_plan(
             format!(" of {}", thousands(cluster_devices))
         },
         stage_split(&m.stage_layers),
+        if m.layers
+            .iter()
+            .any(|l| l.layer == archplace_engine::model::LayerKind::Mtp)
+        {
+            " (the last with the multi-token-prediction modules)"
+        } else {
+            ""
+        },
     )?;
     let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;
     // Every part of the step (TimeBreakdown::parts), the all-to-all only when there is one.

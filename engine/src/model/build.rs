@@ -67,6 +67,18 @@ pub struct AllToAll {
     /// Ranks between two members of the group (ETP: the expert-tensor-parallel ranks sit
     /// between them).
     pub stride: u64,
+    /// Mixture-of-Experts FFNs in the layer, each exchanging so (1 in a block; the depth in
+    /// the multi-token-prediction modules).
+    pub count: u64,
+}
+
+impl AllToAll {
+    /// The layer's exchanges over `passes` (each a dispatch or a combine: forward,
+    /// backward, forward again under full recomputation) on `network`, in seconds.
+    pub fn seconds(&self, network: &crate::network::Network, passes: f64) -> f64 {
+        let one = network.all_to_all_seconds(self.bytes as f64, self.group, self.stride);
+        passes * self.count as f64 * one
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -78,6 +90,10 @@ pub enum LayerKind {
     /// A Mixture-of-Experts model's leading blocks with a dense FFN.
     DenseBlock,
     Head,
+    /// The multi-token-prediction modules, all of them (they sit in one pipeline stage, the
+    /// head's): per depth the embedding of the tokens one further ahead, the projection of
+    /// it and the previous depth's output, one block of the repeated kind and a norm.
+    Mtp,
 }
 
 impl LayerKind {
@@ -87,12 +103,30 @@ impl LayerKind {
             LayerKind::Block => "block",
             LayerKind::DenseBlock => "dense_block",
             LayerKind::Head => "head",
+            LayerKind::Mtp => "mtp",
         }
     }
 
-    /// A transformer block of either kind (what recomputation recomputes).
+    /// What recomputation recomputes: the blocks, and the multi-token-prediction modules,
+    /// each a block with a few operators around it (Megatron-Core checkpoints them under
+    /// full recomputation; selective recomputation is inside their block).
     pub fn is_block(self) -> bool {
-        matches!(self, LayerKind::Block | LayerKind::DenseBlock)
+        matches!(
+            self,
+            LayerKind::Block | LayerKind::DenseBlock | LayerKind::Mtp
+        )
+    }
+
+    /// The layer's place in [`ModelGraph::distinct`] (and in the arrays of timings that
+    /// follow its order).
+    pub fn slot(self) -> usize {
+        match self {
+            LayerKind::Embedding => 0,
+            LayerKind::Block => 1,
+            LayerKind::Head => 2,
+            LayerKind::DenseBlock => 3,
+            LayerKind::Mtp => 4,
+        }
     }
 }
 
@@ -146,7 +180,8 @@ impl Layer {
 }
 
 /// A model on one rank for one (micro-batch, tensor-parallel width): the pipeline of layers
-/// is `embedding, block × blocks, head`.
+/// is `embedding, block × blocks, head` (the first blocks dense ones, the
+/// multi-token-prediction modules before the head, when the model has them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelGraph {
     pub model: String,
@@ -160,7 +195,14 @@ pub struct ModelGraph {
     /// `blocks` are this layer, the rest `block`.
     pub dense_block: Option<Layer>,
     pub dense_blocks: u64,
+    /// The multi-token-prediction modules (one layer, `mtp_depth` deep), just before the
+    /// head and in its pipeline stage.
+    pub mtp: Option<Layer>,
+    pub mtp_depth: u64,
 }
+
+/// How many distinct layers [`ModelGraph::distinct`] lists.
+pub const DISTINCT_LAYERS: usize = 5;
 
 impl ModelGraph {
     /// The layers in pipeline order.
@@ -169,18 +211,45 @@ impl ModelGraph {
         std::iter::once(&self.embedding)
             .chain((0..self.dense_blocks).map(move |_| dense))
             .chain((self.dense_blocks..self.blocks).map(|_| &self.block))
+            .chain(self.mtp.as_ref())
             .chain(std::iter::once(&self.head))
     }
 
-    /// The distinct layers: embedding, block, head and, when the model has them, the dense
-    /// block (else the block again, so that there are always four).
-    pub fn distinct(&self) -> [&Layer; 4] {
+    /// The distinct layers, in the order of [`LayerKind::slot`]: embedding, block, head,
+    /// then the dense block and the multi-token-prediction modules when the model has
+    /// them (else the block again, so that there are always five).
+    pub fn distinct(&self) -> [&Layer; DISTINCT_LAYERS] {
         [
             &self.embedding,
             &self.block,
             &self.head,
             self.dense_block.as_ref().unwrap_or(&self.block),
+            self.mtp.as_ref().unwrap_or(&self.block),
         ]
+    }
+
+    /// Whether the model has the distinct layer of `slot` (the embedding, the block and
+    /// the head always; a dense block or the multi-token-prediction modules when it has
+    /// them).
+    pub fn has_slot(&self, slot: usize) -> bool {
+        match slot {
+            3 => self.dense_block.is_some(),
+            4 => self.mtp.is_some(),
+            _ => slot < DISTINCT_LAYERS,
+        }
+    }
+
+    /// The model's own parameters on one rank: [`parameters_per_rank`](Self::parameters_per_rank)
+    /// without the multi-token-prediction modules' (the count models are published by).
+    pub fn model_parameters_per_rank(&self) -> u64 {
+        self.parameters_per_rank() - self.mtp_parameters_per_rank()
+    }
+
+    /// Of [`parameters_per_rank`](Self::parameters_per_rank), the multi-token-prediction
+    /// modules': trained with the model, counted apart from it (as DeepSeek-V3's 671 B
+    /// are).
+    pub fn mtp_parameters_per_rank(&self) -> u64 {
+        self.mtp.as_ref().map_or(0, |l| l.parameters)
     }
 
     /// Blocks of the repeated kind (`block`).
@@ -188,7 +257,8 @@ impl ModelGraph {
         self.blocks - self.dense_blocks
     }
 
-    /// Parameters of the whole model on one rank, tied copies counted once.
+    /// Parameters of the whole model on one rank, tied copies counted once, with the
+    /// multi-token-prediction modules'.
     pub fn parameters_per_rank(&self) -> u64 {
         self.layers()
             .map(|l| l.parameters - l.shared_parameters)
@@ -223,10 +293,14 @@ impl ModelGraph {
     }
 }
 
-/// Builds the three distinct layers of `cfg` for `opts`.
+/// Builds the distinct layers of `cfg` for `opts`.
 pub fn build(cfg: &ModelConfig, opts: &BuildOptions) -> ModelGraph {
     let ctx = Ctx::new(cfg, opts);
     let dense_blocks = cfg.dense_blocks();
+    let mtp_depth = match cfg.head {
+        Head::LanguageModel => cfg.mtp_depth,
+        Head::Classifier { .. } => 0,
+    };
     ModelGraph {
         model: cfg.name.clone(),
         micro_batch: opts.micro_batch,
@@ -237,6 +311,8 @@ pub fn build(cfg: &ModelConfig, opts: &BuildOptions) -> ModelGraph {
         head: ctx.head(),
         dense_block: (dense_blocks > 0).then(|| ctx.block(None, LayerKind::DenseBlock)),
         dense_blocks,
+        mtp: (mtp_depth > 0).then(|| ctx.mtp(cfg.moe, mtp_depth)),
+        mtp_depth,
     }
 }
 
@@ -556,6 +632,116 @@ impl<'a> Ctx<'a> {
             imbalance_matmul_flops: ffn.imbalance_matmul_flops,
             ..self.layer(kind, lb, params, 0, self.rep(tok * h) * bpe)
         }
+    }
+
+    /// The multi-token-prediction modules (DeepSeek-AI 2024, §2.2; Megatron-Core's
+    /// `MultiTokenPredictionLayer`), `depth` of them in sequence. Module `k` looks up the
+    /// embedding of the tokens `k` ahead (vocabulary-parallel, in the head's copy of the
+    /// table), normalises it and the previous module's output (the last block's, for the
+    /// first), projects their concatenation from `2h` to `h` (column-parallel, the output
+    /// gathered over the tensor-parallel group), runs one block of the repeated kind (a
+    /// Mixture-of-Experts one in DeepSeek-V3) and a norm; the head turns every module's
+    /// output into logits and a loss. Operators are named `mtp<k>.<block's name>`.
+    fn mtp(&self, moe: Option<Moe>, depth: u64) -> Layer {
+        let (tok, h, bpe) = (self.tokens(), self.h, self.bpe);
+        let mut lb = LayerBuilder::default();
+        let mut x = Input::External;
+        let mut params = 0;
+        let mut ffn = Ffn::default();
+        for k in 1..=depth {
+            let start = lb.ops.len();
+            let y = self.mtp_input(&mut lb, x);
+            let (r1, attention_parameters) = self.attention(&mut lb, y);
+            let f = match moe {
+                Some(m) => self.moe_mlp(&mut lb, r1, m),
+                None => Ffn {
+                    parameters: self.mlp(&mut lb, r1),
+                    ..Ffn::default()
+                },
+            };
+            let out = Input::Op(lb.ops.len() - 1);
+            x = self.norm(&mut lb, "final_norm", out);
+            for op in &mut lb.ops[start..] {
+                op.name = format!("mtp{k}.{}", op.name);
+            }
+            params += 3 * self.norm_parameters() + 2 * h * h / self.t + attention_parameters;
+            params += f.parameters;
+            ffn.expert_parameters += f.expert_parameters;
+            ffn.imbalance_matmul_flops += f.imbalance_matmul_flops;
+            ffn.all_to_all = f.all_to_all.map(|a| AllToAll { count: depth, ..a });
+        }
+        Layer {
+            expert_parameters: ffn.expert_parameters,
+            all_to_all: ffn.all_to_all,
+            imbalance_matmul_flops: ffn.imbalance_matmul_flops,
+            ..self.layer(LayerKind::Mtp, lb, params, 0, self.rep(tok * h) * bpe)
+        }
+    }
+
+    /// A multi-token-prediction module's input to its block, from the previous depth's
+    /// output `x`: the embedding of the tokens one further ahead and `x`, each normed,
+    /// concatenated and projected.
+    fn mtp_input(&self, lb: &mut LayerBuilder, x: Input) -> Input {
+        let (tok, h, t, bpe) = (self.tokens(), self.h, self.t, self.bpe);
+        let words = lb.push(
+            "word_embedding",
+            self.vector(VectorKind::Embedding, tok * h, h),
+            vec![Input::External],
+            vec![],
+        );
+        let mut e = self.reduce_from_tp(lb, "word_embedding.all_reduce", words, tok * h * bpe);
+        if self.cfg.positions == Positions::Learned {
+            let p = lb.push(
+                "position_embedding",
+                self.vector(VectorKind::Embedding, tok * h, h),
+                vec![Input::External],
+                vec![],
+            );
+            e = lb.push(
+                "add_positions",
+                self.vector(VectorKind::Add, self.rep(tok * h), 1),
+                vec![e, p],
+                vec![],
+            );
+        }
+        let e = self.norm(lb, "enorm", e);
+        let hn = self.norm(lb, "hnorm", x);
+        // The concatenation is a copy, priced as an element-wise operator of its size.
+        let cat = lb.push(
+            "concat",
+            self.vector(VectorKind::Scale, self.rep(2 * tok * h), 1),
+            vec![e, hn],
+            vec![],
+        );
+        let xin = self.copy_to_tp(lb, "eh_proj.copy_to_tp", cat, 2 * tok * h);
+        let y = lb.push(
+            "eh_proj",
+            self.gemm(tok, h / t, 2 * h),
+            vec![xin],
+            vec![save(cat, "out", self.rep(2 * tok * h) * bpe)],
+        );
+        if t == 1 {
+            return y;
+        }
+        // The projection's output gathered over the tensor-parallel group (an all-gather:
+        // a ring all-reduce of half the tensor); with sequence parallelism scattered
+        // again, whose backward gathers the gradient.
+        let bytes = tok * h * bpe / 2;
+        let (group, link_bytes_per_second) = (t as u32, self.link);
+        let gather = if self.sp {
+            FwdKind::AllReduceBoth {
+                bytes,
+                group,
+                link_bytes_per_second,
+            }
+        } else {
+            FwdKind::AllReduceForward {
+                bytes,
+                group,
+                link_bytes_per_second,
+            }
+        };
+        lb.push("eh_proj.all_gather", gather, vec![y], vec![])
     }
 
     /// A block's attention, from the block's input `x` to the first residual (normed after
@@ -1102,6 +1288,7 @@ impl<'a> Ctx<'a> {
                 bytes: received * h * bpe,
                 group: ep,
                 stride: etp,
+                count: 1,
             }),
             imbalance_matmul_flops: (expert_flops - balanced).max(0.0),
         }
@@ -1147,10 +1334,14 @@ impl<'a> Ctx<'a> {
         (y, local * params, flops)
     }
 
+    /// The head: the final norm, then the logits and the loss of the model's tokens and,
+    /// with multi-token prediction, of each module's (Megatron-Core's output layer over
+    /// `1 + depth` times the tokens; the modules' outputs are normed already).
     fn head(&self) -> Layer {
         let cfg = self.cfg;
         let (b, h, t, bpe) = (self.b, self.h, self.t, self.bpe);
         let tok = self.tokens();
+        let predicted = tok * (1 + cfg.mtp_depth);
         let mut lb = LayerBuilder::default();
         let mut params = 0;
         let mut shared = 0;
@@ -1175,7 +1366,14 @@ impl<'a> Ctx<'a> {
                 params += v * e;
                 if cfg.tied_embeddings {
                     shared += v * e;
+                } else if cfg.mtp_depth > 0 {
+                    // The multi-token-prediction modules look up the input embedding: this
+                    // stage holds a copy of it, its gradient summed with the first stage's
+                    // (as a tied output embedding is).
+                    params += v * e;
+                    shared += v * e;
                 }
+                let tok = predicted;
                 let xin = self.copy_to_tp(&mut lb, "logits.copy_to_tp", x, tok * e);
                 let logits = lb.push(
                     "logits",

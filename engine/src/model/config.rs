@@ -163,6 +163,10 @@ pub struct ModelConfig {
     pub moe: Option<Moe>,
     /// With `moe`: the leading blocks whose FFN is dense, `ffn` wide (DeepSeek-V3: 3).
     pub dense_layers: u64,
+    /// Multi-token prediction (DeepSeek-V3, §2.2): modules after the last block, each
+    /// predicting one token further ahead with one more block of the repeated kind; 0 for
+    /// none. They train with the model and are not part of its published parameter count.
+    pub mtp_depth: u64,
     /// Multi-head latent attention's shapes (with `attention = Mla`).
     pub mla: Option<Mla>,
 }
@@ -220,6 +224,7 @@ fn gpt(name: &str, layers: u64, hidden: u64, heads: u64, seq_len: u64) -> ModelC
         max_tensor_parallel: 8,
         moe: None,
         dense_layers: 0,
+        mtp_depth: 0,
         mla: None,
     }
 }
@@ -385,7 +390,8 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
         // (query latent 1,536, key-value latent 512, heads of 128 + 64 rotary, values of
         // 128), the first 3 blocks dense (18,432), the others 256 routed experts of 2,048
         // (8 per token) and 1 shared, a 129,280-row vocabulary untied, 4,096-token
-        // pre-training sequences.
+        // pre-training sequences; trained with one multi-token-prediction module (§2.2,
+        // §4.2: "we set the MTP depth D to 1").
         "deepseek-v3" => ModelConfig {
             kv_heads: 128,
             ffn: 18432,
@@ -409,6 +415,7 @@ pub fn preset(name: &str) -> Option<ModelConfig> {
                 capacity_factor: None,
             }),
             dense_layers: 3,
+            mtp_depth: 1,
             ..llama("deepseek-v3", (61, 7168, 128, 128, 18432), 8)
         },
         "megatron-gpt2-2.5b" => megatron("megatron-gpt2-2.5b", 54, 1920, 20, 1024, 4),

@@ -6,7 +6,9 @@ pub mod build;
 pub mod config;
 pub mod graph;
 
-pub use build::{AllToAll, BuildOptions, ExpertLayout, Layer, LayerKind, ModelGraph, build};
+pub use build::{
+    AllToAll, BuildOptions, DISTINCT_LAYERS, ExpertLayout, Layer, LayerKind, ModelGraph, build,
+};
 pub use config::{
     Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, Mla, ModelConfig, Moe, Norm,
     NormPosition, PRESETS, Positions, preset,
@@ -36,7 +38,7 @@ mod tests {
 
     fn total_parameters(name: &str) -> u64 {
         let cfg = preset(name).unwrap();
-        build(&cfg, &opts(1, 1)).parameters_per_rank()
+        build(&cfg, &opts(1, 1)).model_parameters_per_rank()
     }
 
     /// Published parameter counts, within 0.5%.
@@ -297,6 +299,69 @@ mod tests {
                 .sum();
             assert_eq!(kept, 2 * tok * n * (192 + 192 + 128));
         }
+    }
+
+    /// DeepSeek-V3's multi-token-prediction module (DeepSeek-AI 2024, §2.2; depth 1): one
+    /// Mixture-of-Experts block, the `2h → h` projection and three norms (of the embedding,
+    /// of the hidden state, before the shared head), placed before the head; the head's
+    /// logits and loss cover twice the tokens, and it holds a copy of the untied input
+    /// embedding that the module looks up, counted once. As released (with its own copies
+    /// of the embedding and the output head) the module is the published 14 B (685 B − 671
+    /// B, each rounded to a unit).
+    #[test]
+    fn multi_token_prediction_matches_its_closed_form() {
+        let cfg = preset("deepseek-v3").unwrap();
+        let (h, s) = (7168_u64, cfg.seq_len);
+        for t in [1, 8] {
+            let g = build(&cfg, &opts(1, t));
+            let mtp = g.mtp.as_ref().unwrap();
+            let v = cfg.vocab_per_rank(t);
+            assert_eq!(g.mtp_depth, 1);
+            assert_eq!(mtp.kind, LayerKind::Mtp);
+            assert_eq!(mtp.parameters, g.block.parameters + 2 * h * h / t + 3 * h);
+            assert_eq!(mtp.expert_parameters, g.block.expert_parameters);
+            assert_eq!(mtp.all_to_all, g.block.all_to_all);
+            let projection = 2.0 * s as f64 * (h / t) as f64 * (2 * h) as f64;
+            assert_eq!(
+                mtp.forward.matmul_flops(),
+                g.block.forward.matmul_flops() + projection
+            );
+            let logits: f64 = g
+                .head
+                .forward
+                .nodes
+                .iter()
+                .filter(|n| n.name.starts_with("logits"))
+                .map(|n| n.matmul_flops())
+                .sum();
+            assert_eq!(logits, 2.0 * (2 * s) as f64 * v as f64 * h as f64);
+            assert_eq!(g.head.parameters, h + 2 * v * h);
+            assert_eq!(g.head.shared_parameters, v * h);
+            // In pipeline order: the blocks, the module, the head.
+            let kinds: Vec<LayerKind> = g.layers().map(|l| l.kind).collect();
+            assert_eq!(kinds.len() as u64, cfg.layers + 3);
+            assert_eq!(kinds[kinds.len() - 2], LayerKind::Mtp);
+            assert_eq!(
+                g.parameters_per_rank(),
+                g.model_parameters_per_rank() + mtp.parameters
+            );
+        }
+        let g = build(&cfg, &opts(1, 1));
+        let released = g.mtp_parameters_per_rank() + 2 * cfg.vocab * h;
+        assert!((13.0e9..14.5e9).contains(&(released as f64)), "{released}");
+        // Without the module the model is the same but for the head's tokens and copy.
+        let plain = build(
+            &ModelConfig {
+                mtp_depth: 0,
+                ..cfg.clone()
+            },
+            &opts(1, 1),
+        );
+        assert_eq!(
+            plain.model_parameters_per_rank(),
+            g.model_parameters_per_rank()
+        );
+        assert!(plain.mtp.is_none() && plain.head.shared_parameters == 0);
     }
 
     #[test]
@@ -589,7 +654,7 @@ mod tests {
             let cfg = preset(name).unwrap();
             for t in cfg.tensor_parallel_widths() {
                 let g = build(&cfg, &opts(1, t));
-                for layer in [&g.embedding, &g.block, &g.head] {
+                for layer in g.distinct() {
                     for graph in [&layer.forward, &layer.backward] {
                         assert!(!graph.nodes.is_empty(), "{name} t={t} {:?}", layer.kind);
                         for &(a, b) in &graph.edges {

@@ -6,7 +6,7 @@ use super::SearchError;
 use super::context::{Ctx, GraphKey, JobError, Run, layer_name};
 use super::record::{BaselineReport, Evaluated, LayerReport, ModelPlan, StageReport};
 use super::schedules::Timed;
-use crate::model::{LayerKind, ModelGraph, OpGraph};
+use crate::model::{DISTINCT_LAYERS, Layer, LayerKind, ModelGraph, OpGraph};
 use crate::placement::{
     self, Chain, Edge, Fixed, Layer as ChainLayer, MegatronMemory, MemoryRule, Plan, Resync,
     Runnable, Settings, StagePlan,
@@ -21,9 +21,9 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
 
-/// The layer times of a candidate, by (model, graph key): embedding, block, head and dense
-/// block ([`ModelGraph::distinct`]).
-type Times = HashMap<(usize, GraphKey), [Timed; 4]>;
+/// The layer times of a candidate, by (model, graph key), in the order of
+/// [`ModelGraph::distinct`].
+type Times = HashMap<(usize, GraphKey), [Timed; DISTINCT_LAYERS]>;
 
 /// A placement group's chains (one per width) and its best plan at each HBM size.
 type Placed = (Vec<Chain>, Vec<Option<Priced>>);
@@ -70,6 +70,21 @@ fn stage_blocks(stages: &[StagePlan], blocks: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The layers at each position of a placement's chain over `g`: one each, but the
+/// multi-token-prediction modules share the head's (Megatron-Core keeps them in its stage).
+fn chain_positions(g: &ModelGraph) -> Vec<Vec<&Layer>> {
+    let mut positions: Vec<Vec<&Layer>> = Vec::new();
+    let mut pending = None;
+    for l in g.layers() {
+        if l.kind == LayerKind::Mtp {
+            pending = Some(l);
+            continue;
+        }
+        positions.push(pending.take().into_iter().chain([l]).collect());
+    }
+    positions
+}
+
 /// `Some(list)` unless the list is Megatron-LM's even split (then `None`).
 fn uneven(list: Vec<u64>, blocks: u64) -> Option<Vec<u64>> {
     let p = list.len() as u64;
@@ -81,49 +96,51 @@ impl Ctx<'_> {
     /// The chain of `g`. With the Megatron memory model each layer keeps what
     /// recomputation `r` keeps and its backward includes the recomputation; with the
     /// reference's, the placement program handles (full) recomputation itself.
-    fn chain(&self, g: &ModelGraph, times: &[Timed; 4], r: Recomputation) -> Chain {
+    fn chain(&self, g: &ModelGraph, times: &[Timed; DISTINCT_LAYERS], r: Recomputation) -> Chain {
         let t = g.tensor_parallel;
         let megatron = self.input.training.memory_model == MemoryModel::Megatron;
         // A Mixture-of-Experts block's all-to-all exchanges (not operators of the chip):
         // dispatch and combine in each pass, as the step model counts them.
-        let exchange = |l: &crate::model::Layer| {
-            l.all_to_all.map_or(0.0, |a| {
-                2.0 * self.input.cluster.network.all_to_all_seconds(
-                    a.bytes as f64,
-                    a.group,
-                    a.stride,
-                )
-            })
+        let exchange = |l: &Layer| {
+            l.all_to_all
+                .map_or(0.0, |a| a.seconds(&self.input.cluster.network, 2.0))
         };
+        let positions = chain_positions(g);
         let mut layers = Vec::new();
-        for (i, l) in g.layers().enumerate() {
-            let timed = match l.kind {
-                LayerKind::Embedding => times[0],
-                LayerKind::Block => times[1],
-                LayerKind::Head => times[2],
-                LayerKind::DenseBlock => times[3],
-            };
-            let exchanged = exchange(l);
-            let (activation_bytes, again) = if megatron && l.kind.is_block() {
-                let again = match r {
-                    Recomputation::None => 0.0,
-                    Recomputation::Selective => timed.fwd.core_seconds,
-                    Recomputation::Full => timed.fwd.seconds + exchanged,
-                };
-                (l.kept_bytes(r), again)
-            } else {
-                (l.stash_bytes, 0.0)
-            };
-            layers.push(ChainLayer {
+        for (i, here) in positions.iter().enumerate() {
+            let mut node = ChainLayer {
                 id: i as i64,
-                parameter_bytes: l.parameter_bytes as f64,
-                activation_bytes: activation_bytes as f64,
-                forward: timed.fwd.seconds + exchanged,
-                backward: timed.bwd.seconds + exchanged + again,
-                tensor_parallel: l.tensor_parallel && t > 1,
-            });
+                parameter_bytes: 0.0,
+                activation_bytes: 0.0,
+                forward: 0.0,
+                backward: 0.0,
+                tensor_parallel: t > 1,
+            };
+            for l in here {
+                let timed = times[l.kind.slot()];
+                let exchanged = exchange(l);
+                let (activation_bytes, again) = if megatron && l.kind.is_block() {
+                    let again = match r {
+                        Recomputation::None => 0.0,
+                        Recomputation::Selective => timed.fwd.core_seconds,
+                        Recomputation::Full => timed.fwd.seconds + exchanged,
+                    };
+                    (l.kept_bytes(r), again)
+                } else {
+                    (l.stash_bytes, 0.0)
+                };
+                node.parameter_bytes += l.parameter_bytes as f64;
+                node.activation_bytes += activation_bytes as f64;
+                node.forward += timed.fwd.seconds + exchanged;
+                node.backward += timed.bwd.seconds + exchanged + again;
+                node.tensor_parallel &= l.tensor_parallel;
+            }
+            layers.push(node);
         }
-        let outputs: Vec<u64> = g.layers().map(|l| l.output_bytes).collect();
+        let outputs: Vec<u64> = positions
+            .iter()
+            .map(|here| here.last().map_or(0, |l| l.output_bytes))
+            .collect();
         let edges = (1..layers.len())
             .map(|v| Edge {
                 from: v - 1,
@@ -274,12 +291,12 @@ impl Ctx<'_> {
             .collect();
         let scheduled = self.schedules(&layer_graphs, c)?;
         let mut times = Times::new();
-        for (job, s) in jobs.iter().zip(scheduled.chunks_exact(8)) {
+        for (job, s) in jobs.iter().zip(scheduled.chunks_exact(2 * DISTINCT_LAYERS)) {
             let timed = |l: usize| Timed {
                 fwd: s[2 * l],
                 bwd: s[2 * l + 1],
             };
-            times.insert(*job, [timed(0), timed(1), timed(2), timed(3)]);
+            times.insert(*job, std::array::from_fn(timed));
         }
         Ok(times)
     }
@@ -586,14 +603,16 @@ impl Ctx<'_> {
             .collect();
         let tm = &times[&(m, key)];
         let layers = [
-            (0, LayerKind::Embedding, 1),
-            (3, LayerKind::DenseBlock, g.dense_blocks),
-            (1, LayerKind::Block, g.main_blocks()),
-            (2, LayerKind::Head, 1),
+            (LayerKind::Embedding, 1),
+            (LayerKind::DenseBlock, g.dense_blocks),
+            (LayerKind::Block, g.main_blocks()),
+            (LayerKind::Mtp, u64::from(g.mtp.is_some())),
+            (LayerKind::Head, 1),
         ]
         .iter()
-        .filter(|(_, _, count)| *count > 0)
-        .map(|&(k, layer, count)| LayerReport {
+        .filter(|(_, count)| *count > 0)
+        .map(|&(layer, count)| (layer.slot(), layer, count))
+        .map(|(k, layer, count)| LayerReport {
             layer,
             count,
             forward_seconds: tm[k].fwd.seconds,
@@ -751,7 +770,7 @@ impl Ctx<'_> {
         run: &Run,
         plan: &Plan,
         g: &ModelGraph,
-        tm: &[Timed; 4],
+        tm: &[Timed; DISTINCT_LAYERS],
     ) -> (TimeBreakdown, MemoryBreakdown) {
         let tr = &self.input.training;
         let megatron = tr.memory_model == MemoryModel::Megatron;
@@ -770,15 +789,10 @@ impl Ctx<'_> {
         {
             let from_end = count - k;
             let (mut f, mut bw, mut r, mut tp) = (0.0, 0.0, 0.0, 0.0);
-            let kinds: Vec<LayerKind> = g.layers().map(|l| l.kind).collect();
-            for i in slow.start..slow.end {
-                let kind = kinds.get(i).copied().unwrap_or(LayerKind::Head);
-                let timed = match kind {
-                    LayerKind::Embedding => tm[0],
-                    LayerKind::Block => tm[1],
-                    LayerKind::Head => tm[2],
-                    LayerKind::DenseBlock => tm[3],
-                };
+            let positions = chain_positions(g);
+            let here = positions.get(slow.start..slow.end).unwrap_or_default();
+            for kind in here.iter().flatten().map(|l| l.kind) {
+                let timed = tm[kind.slot()];
                 f += timed.fwd.seconds - timed.fwd.link_seconds;
                 bw += timed.bwd.seconds - timed.bwd.link_seconds;
                 tp += timed.fwd.link_seconds + timed.bwd.link_seconds;

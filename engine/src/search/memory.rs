@@ -249,7 +249,11 @@ impl GraphsShape {
                 shape.widths += 1;
                 shape.chain_layers += g.blocks + 2;
                 let layers = [&g.embedding, &g.block, &g.head];
-                for layer in layers.into_iter().chain(g.dense_block.as_ref()) {
+                for layer in layers
+                    .into_iter()
+                    .chain(g.dense_block.as_ref())
+                    .chain(g.mtp.as_ref())
+                {
                     shape.bytes += size::<Layer>() + g.model.len() as u64;
                     for og in [&layer.forward, &layer.backward] {
                         shape.bytes += og.nodes.len() as u64 * size::<OpNode>()
@@ -275,6 +279,7 @@ fn memo_bytes(graphs: &[HashMap<GraphKey, ModelGraph>], space: &SpaceSpec, p: u6
             [&g.embedding, &g.block, &g.head]
                 .into_iter()
                 .chain(g.dense_block.as_ref())
+                .chain(g.mtp.as_ref())
                 .flat_map(|l| [&l.forward, &l.backward])
         })
     }));

@@ -164,12 +164,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                             .layers()
                             .enumerate()
                             .map(|(i, l)| {
-                                let k = match l.kind {
-                                    LayerKind::Embedding => 0,
-                                    LayerKind::Block => 1,
-                                    LayerKind::Head => 2,
-                                    LayerKind::DenseBlock => 3,
-                                };
+                                let k = l.kind.slot();
                                 ChainLayer {
                                     id: i as i64,
                                     parameter_bytes: l.parameter_bytes as f64,
@@ -710,6 +705,65 @@ fn expert_parallelism_is_searched() {
         }
     }
     assert!(chose > 0, "no candidate split its experts");
+}
+
+/// Multi-token prediction in the search: the modules' layer shares the head's place in the
+/// placement's chain (it stays in the last stage, as the step model puts it), each plan lists
+/// it among its layers, and every plan is priced as `estimate` prices it.
+#[test]
+fn multi_token_prediction_is_searched_with_the_head() {
+    let (mut input, space) = tiny();
+    let mut cfg = tiny_model();
+    cfg.moe = Some(crate::model::Moe {
+        experts: 8,
+        experts_per_token: 2,
+        expert_ffn: 1024,
+        shared_experts: 0,
+        routing_imbalance: 1.0,
+        capacity_factor: None,
+    });
+    cfg.mtp_depth = 1;
+    cfg.tied_embeddings = false;
+    input.models[0].config = cfg;
+    input.models[0].baseline = None;
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.activation_recomputation = vec![Recomputation::Full];
+    input.training.sequence_parallel = vec![true];
+    input.training.distributed_optimizer = vec![true];
+    input.training.expert_parallel = vec![1, 2];
+    let r = whole(&input, &space);
+    assert_breakdowns_add_up(&r);
+    let mut plans = 0;
+    for b in &r.explored {
+        for pb in &b.plans {
+            plans += 1;
+            let mtp = pb.layers.iter().find(|l| l.layer == LayerKind::Mtp);
+            assert_eq!(mtp.map(|l| l.count), Some(1), "candidate {}", b.index);
+            let last = pb.stages.last().unwrap();
+            assert_eq!(last.last_layer, "head");
+            let plan = pb.plan.as_ref().unwrap();
+            let step_input = crate::step::StepInput {
+                model: input.models[0].config.clone(),
+                plan: plan.clone(),
+                accelerator: b.config,
+                hbm_bytes: b.hbm_bytes.unwrap(),
+                devices: input.cluster.devices,
+                global_batch: input.training.global_batch,
+                network: input.cluster.network,
+                peak_flops_per_second: None,
+                schedule: input.schedule,
+                execution: input.training.execution,
+            };
+            let e = crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap();
+            assert_eq!(
+                e.step_seconds, pb.time_per_batch_seconds,
+                "candidate {}",
+                b.index
+            );
+            assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+        }
+    }
+    assert!(plans > 0);
 }
 
 /// A supplier that evaluates with evaluators of its own (one per "worker", taking

@@ -523,9 +523,10 @@ fn dense_blocks_sit_on_the_stages_holding_the_first_blocks() {
     assert_eq!(dense_per_stage(&pl, 16, 9), [3, 2, 2, 2]);
 }
 
-/// DeepSeek-V3 (3 dense blocks, 58 MoE blocks, multi-head latent attention) on 2,048
-/// devices: each stage holds the parameters of its blocks of each kind exactly, the
-/// experts only in its MoE blocks, and the all-to-all only for those.
+/// DeepSeek-V3 (3 dense blocks, 58 MoE blocks, multi-head latent attention, one
+/// multi-token-prediction module) on 2,048 devices: each stage holds the parameters of its
+/// blocks of each kind exactly, the experts only in its MoE blocks (and the module's), and
+/// the all-to-all only for those.
 #[test]
 fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
     let mut pl = plan(2, 16, 64);
@@ -553,13 +554,78 @@ fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
     assert_eq!(r.stages[1].expert_parameters, 4 * g.block.expert_parameters);
     assert_eq!(g.block.expert_parameters, 4 * 3 * 7168 * 2048);
     assert!(r.time.all_to_all_seconds > 0.0);
+    // The last stage: 2 MoE blocks, the multi-token-prediction module (one more) and the
+    // head, with its copy of the input embedding.
+    let mtp = g.mtp.as_ref().unwrap();
+    assert_eq!(
+        r.stages[15].parameters,
+        2 * g.block.parameters + mtp.parameters + g.head.parameters
+    );
+    assert_eq!(
+        r.stages[15].expert_parameters,
+        3 * g.block.expert_parameters
+    );
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
-    assert_eq!(total, g.parameters_per_rank());
-    // Four distinct layers, each scheduled forward and backward.
-    assert_eq!(r.layer_schedules, 8);
-    assert!(r.schedules_not_proven_optimal <= 8);
+    assert_eq!(total, g.parameters_per_rank() + g.head.shared_parameters);
+    // Five distinct layers, each scheduled forward and backward.
+    assert_eq!(r.layer_schedules, 10);
+    assert!(r.schedules_not_proven_optimal <= 10);
     // Without dense blocks, three: the fourth slot is not counted twice.
     let m = estimate_step(&mixtral(8, 1, true), &ReferenceModel::default()).unwrap();
     assert_eq!(m.layer_schedules, 6);
     assert!(m.schedules_not_proven_optimal <= 6);
+}
+
+/// DeepSeek-V3's multi-token-prediction module runs in the last stage, with the head: the
+/// other stages are as without it; the last holds its parameters and the head's copy of the
+/// input embedding, keeps its activations (recomputed as a block's are) and spends its
+/// forward, backward, recomputation and all-to-all time.
+#[test]
+fn multi_token_prediction_runs_in_the_last_stage() {
+    let mut pl = plan(2, 16, 64);
+    pl.sequence_parallel = true;
+    pl.distributed_optimizer = true;
+    pl.expert_parallel = 64;
+    let mut stage_layers = vec![4; 16];
+    (stage_layers[0], stage_layers[15]) = (3, 2);
+    pl.stage_layers = Some(stage_layers);
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("deepseek-v3").unwrap();
+    input.devices = 2048;
+    input.global_batch = 8192;
+    let mut plain = input.clone();
+    plain.model.mtp_depth = 0;
+    let with = estimate_step(&input, &ReferenceModel::default()).unwrap();
+    let without = estimate_step(&plain, &ReferenceModel::default()).unwrap();
+    let (g, g0) = (graph(&input), graph(&plain));
+    let mtp = g.mtp.as_ref().unwrap();
+    for k in 0..15 {
+        let (a, b) = (&with.stages[k], &without.stages[k]);
+        assert_eq!(a.parameters, b.parameters, "stage {k}");
+        assert_eq!(a.seconds_per_micro_batch, b.seconds_per_micro_batch);
+        assert_eq!(a.memory_bytes.total, b.memory_bytes.total);
+    }
+    let (a, b) = (&with.stages[15], &without.stages[15]);
+    assert_eq!(
+        a.parameters - b.parameters,
+        mtp.parameters + g.head.shared_parameters
+    );
+    assert_eq!(
+        a.expert_parameters - b.expert_parameters,
+        mtp.expert_parameters
+    );
+    // Full recomputation: the module keeps its input; the one block rematerialised at a
+    // time is the larger of a block and the module.
+    let transient = |l: &crate::model::Layer| (l.stash_bytes - l.input_bytes) as f64;
+    let kept = mtp.input_bytes as f64 + (g.head.stash_bytes - g0.head.stash_bytes) as f64;
+    let more = kept + transient(mtp).max(transient(&g.block)) - transient(&g.block);
+    assert!(
+        rel(
+            a.memory_bytes.activations - b.memory_bytes.activations,
+            more
+        ) < 1e-12
+    );
+    assert!(a.seconds_per_micro_batch > b.seconds_per_micro_batch);
+    assert!(with.model_flops_per_step > without.model_flops_per_step);
+    assert!(with.hardware_flops_per_step > without.hardware_flops_per_step);
 }

@@ -162,6 +162,7 @@ fn model(
     check_counts(&cfg, path, ctx);
     check_experts(&cfg, m, path, ctx);
     check_latent(&cfg, m, path, ctx);
+    check_mtp(&cfg, path, ctx);
     check_shapes(&cfg, m, path, ctx);
     check_size(&cfg, training, path, ctx);
     check_placement(&cfg, cluster, m, path, ctx);
@@ -302,6 +303,7 @@ fn merged(m: &RawModel, b: ModelConfig) -> ModelConfig {
         max_tensor_parallel: m.max_tensor_parallel.unwrap_or(b.max_tensor_parallel),
         moe: merged_moe(m, &b),
         dense_layers: m.dense_layers.unwrap_or(b.dense_layers),
+        mtp_depth: m.mtp_depth.unwrap_or(b.mtp_depth),
         mla: merged_latent(m, &b),
     }
 }
@@ -443,6 +445,48 @@ fn merged_moe(m: &RawModel, b: &ModelConfig) -> Option<Moe> {
         routing_imbalance: m.routing_imbalance.unwrap_or(base.routing_imbalance),
         capacity_factor: m.capacity_factor.or(base.capacity_factor),
     })
+}
+
+/// The most multi-token-prediction modules a model may have: each is one more block in the
+/// head's layer graph, and published runs use one (DeepSeek-V3).
+const MAX_MTP_DEPTH: u64 = 8;
+
+/// Multi-token prediction: a few modules at most, on a language model whose embedding is
+/// as wide as its blocks (each module concatenates the two).
+fn check_mtp(cfg: &ModelConfig, path: &FieldPath, ctx: &mut Ctx<'_>) {
+    let d = cfg.mtp_depth;
+    if d == 0 || !ctx.fine(&path.key("mtp_depth")) {
+        return;
+    }
+    if d > MAX_MTP_DEPTH {
+        ctx.error(
+            &path.key("mtp_depth"),
+            format!("mtp_depth = {d} is out of range"),
+            Some(format!(
+                "use 0 to {MAX_MTP_DEPTH} (each depth is one more block in the last pipeline stage; DeepSeek-V3 uses 1)"
+            )),
+        );
+        return;
+    }
+    if matches!(cfg.head, Head::Classifier { .. }) && fine(ctx, path, &["head", "preset"]) {
+        ctx.mismatch(
+            &path.key("mtp_depth"),
+            format!("mtp_depth = {d} predicts further tokens; this model's head is a classifier"),
+            Some("use a language-model head, or leave `mtp_depth` out".into()),
+        );
+    }
+    if let Some(e) = cfg.embedding_dim.filter(|&e| e != cfg.hidden)
+        && fine(ctx, path, &["embedding_dim", "hidden", "preset"])
+    {
+        ctx.mismatch(
+            &path.key("mtp_depth"),
+            format!(
+                "multi-token prediction joins the embedding ({e} wide) to the hidden state ({} wide)",
+                cfg.hidden
+            ),
+            Some("leave `embedding_dim` out (the embedding as wide as the blocks), or leave `mtp_depth` out".into()),
+        );
+    }
 }
 
 /// The Mixture-of-Experts keys: given only with experts, each count in range, top-k at
@@ -706,8 +750,10 @@ fn check_size(cfg: &ModelConfig, tr: &Training, path: &FieldPath, ctx: &mut Ctx<
     let largest = tr.micro_batch_sizes.iter().copied().max().unwrap_or(1) as u128;
     let (s, n, h) = (cfg.seq_len as u128, cfg.heads as u128, cfg.hidden as u128);
     let widest = cfg.ffn.max(cfg.vocab).max(cfg.hidden) as u128;
+    // The head's logits cover the model's tokens and each multi-token-prediction module's.
+    let predicted = s * (1 + cfg.mtp_depth.min(MAX_MTP_DEPTH) as u128);
     if largest * n * s * s > MAX_ELEMENTS
-        || largest * s * widest > MAX_ELEMENTS
+        || largest * predicted * widest > MAX_ELEMENTS
         || largest * s * h > MAX_ELEMENTS
     {
         ctx.mismatch(
