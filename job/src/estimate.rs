@@ -316,7 +316,7 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
     }
     let _ = writeln!(
         o,
-        "\nmodel FLOPs {} per device{}; with recomputation {} per device",
+        "\nmodel FLOPs {} per device{}; with recomputation {} per device\n  (model FLOPs count attention unmasked, its backward twice its forward, as Megatron-LM's MFU does, and a balanced routing; those with recomputation are what the kernels run)",
         rate(r.model_flops_per_second_per_device),
         match r.model_flops_utilisation {
             Some(u) => format!(" (MFU {:.1}%)", 100.0 * u),
