@@ -1016,6 +1016,41 @@ fn estimate_explains_a_step_and_its_memory() {
     assert!(!text.contains("HBM busy"), "{text}");
 }
 
+/// The Mixture-of-Experts example answers with what a performance engineer reads first: the
+/// step, tokens per second per device, the all-to-all in the time breakdown and the memory
+/// by kind of state; the parameters a token goes through.
+#[test]
+fn estimate_of_the_mixtral_example_shows_its_all_to_all_and_memory() {
+    let _gate = crate::util::shared();
+    let spec = root().join("config/specs/estimate-mixtral-8x7b-h100.toml");
+    let spec = spec.display().to_string();
+    let o = run(&["--plugin-dir", &plugin_dir(), "estimate", &spec, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let step = v["step_seconds"].as_f64().unwrap();
+    let per_device = v["tokens_per_second_per_device"].as_f64().unwrap();
+    let tokens = v["global_batch"].as_f64().unwrap() * 4096.0;
+    let devices = v["devices"].as_f64().unwrap();
+    assert!(((per_device * step * devices - tokens) / tokens).abs() < 1e-9);
+    assert!(
+        v["time"]["all_to_all_seconds"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(v["operator_seconds"]["all_to_all"].as_f64().unwrap() > 0.0);
+    let m = &v["memory_bytes"];
+    let part = |k: &str| m[k].as_f64().unwrap();
+    assert_eq!(
+        part("total"),
+        part("weights") + part("gradients") + part("optimizer") + part("activations")
+    );
+    let (total, active) = (
+        v["parameters"].as_f64().unwrap(),
+        v["active_parameters"].as_f64().unwrap(),
+    );
+    assert!(active < total / 3.0, "{active} of {total}");
+    assert!(v.get("mtp_parameters").is_none());
+}
+
 #[test]
 fn estimate_answers_a_plan_that_cannot_run_with_the_numbers() {
     let _gate = crate::util::shared();

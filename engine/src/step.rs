@@ -67,7 +67,13 @@ pub struct StepPlan {
     pub sequence_parallel: bool,
     pub precision: Precision,
     pub optimizer: Optimizer,
+    /// The optimizer's state sharded over the data-parallel group (Megatron-LM's
+    /// distributed optimizer, ZeRO-1); implied by `sharding.zero_stage ≥ 1`.
     pub distributed_optimizer: bool,
+    /// How far data parallelism shards the state (ZeRO-2, ZeRO-3/FSDP) and whether its
+    /// traffic overlaps computation.
+    #[serde(flatten, default)]
+    pub sharding: Sharding,
     /// EP: ranks a Mixture-of-Experts model's experts are divided over (1 for a dense
     /// model). The expert groups fold into the `t × d` ranks of a pipeline stage
     /// (Megatron-Core's parallel folding): EP × ETP divides `t × d`, and the experts'
@@ -88,7 +94,66 @@ fn one() -> u64 {
     1
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// How data parallelism shards the training state beyond the optimizer's (ZeRO,
+/// Rajbhandari et al. 2020; PyTorch FSDP) and whether its traffic overlaps computation.
+/// Serialised flat into the plan, each key only when it is not its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sharding {
+    /// 0: every state replicated; 1: the optimizer's sharded (as `distributed_optimizer`
+    /// says); 2: the gradients too, each layer's reduce-scattered in every micro-batch's
+    /// backward pass; 3 (FSDP): the weights too, each layer's all-gathered before its
+    /// forward and backward passes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_stage: u64,
+    /// ZeRO-3: each layer's gathered weights are freed after its forward pass and gathered
+    /// again for backward (FSDP's `reshard_after_forward`, the default); `false` keeps a
+    /// stage's weights gathered from forward to backward: one gather less, the stage's
+    /// whole weights held.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub reshard_after_forward: bool,
+    /// The data-parallel traffic overlaps computation (Megatron-LM's
+    /// `--overlap-grad-reduce` and `--overlap-param-gather`, FSDP's prefetching): only what
+    /// the computation it can hide behind does not cover is exposed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub data_parallel_overlap: bool,
+}
+
+impl Default for Sharding {
+    /// Megatron-LM's defaults: nothing sharded beyond the optimizer's choice, no overlap.
+    fn default() -> Self {
+        Sharding {
+            zero_stage: 0,
+            reshard_after_forward: true,
+            data_parallel_overlap: false,
+        }
+    }
+}
+
 impl StepPlan {
+    /// The ZeRO stage in effect: `sharding.zero_stage`, at least 1 with the distributed
+    /// optimizer.
+    pub fn zero_stage(&self) -> u64 {
+        self.sharding
+            .zero_stage
+            .max(u64::from(self.distributed_optimizer))
+    }
+
     /// The expert-data-parallel width: the ranks of a pipeline stage over EP × ETP.
     pub fn expert_data_parallel(&self) -> u64 {
         let groups = self
@@ -144,9 +209,22 @@ pub struct TimeBreakdown {
     pub all_to_all_seconds: f64,
     pub pipeline_point_to_point_seconds: f64,
     pub pipeline_bubble_seconds: f64,
+    /// Once per step: the gradients' all-reduce (or reduce-scatter) and the updated
+    /// weights' all-gather, what overlap does not hide.
     pub data_parallel_communication_seconds: f64,
+    /// Every micro-batch at ZeRO-2/3: the layers' weights all-gathered (ZeRO-3) and their
+    /// gradients reduce-scattered over the data-parallel group, what overlap does not hide.
+    #[serde(default)]
+    pub fsdp_communication_seconds: f64,
     pub optimizer_step_seconds: f64,
 }
+
+/// The parts of [`TimeBreakdown::parts`] that only some plans have (a Mixture-of-Experts
+/// model's exchanges, ZeRO-2/3's traffic): shown only when not zero.
+pub const OPTIONAL_PARTS: [&str; 2] = [
+    "expert-parallel all-to-all",
+    "FSDP all-gather / reduce-scatter",
+];
 
 impl TimeBreakdown {
     pub fn total(&self) -> f64 {
@@ -154,7 +232,7 @@ impl TimeBreakdown {
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 9] {
+    pub fn parts(&self) -> [(&'static str, f64); 10] {
         [
             ("forward", self.forward_seconds),
             ("backward", self.backward_seconds),
@@ -172,6 +250,10 @@ impl TimeBreakdown {
             (
                 "data-parallel communication",
                 self.data_parallel_communication_seconds,
+            ),
+            (
+                "FSDP all-gather / reduce-scatter",
+                self.fsdp_communication_seconds,
             ),
             ("optimizer step", self.optimizer_step_seconds),
         ]
@@ -275,6 +357,11 @@ pub struct StageSummary {
 pub struct StepReport {
     pub step_seconds: f64,
     pub time: TimeBreakdown,
+    /// ZeRO-2/3's per-micro-batch traffic on the slowest device over the step, before
+    /// `data_parallel_overlap` hides part of it (`time.fsdp_communication_seconds` is what
+    /// stays exposed); 0 below ZeRO-2.
+    #[serde(default)]
+    pub fsdp_traffic_seconds: f64,
     /// The slowest device's time by kind of operator (overlapping; see
     /// [`OperatorSeconds`]).
     #[serde(default)]
@@ -349,6 +436,10 @@ pub enum StepError {
         layers: u64,
         interleaving: u64,
     },
+    #[error(
+        "zero_stage = {stage}: ZeRO has stages 0 (replicated), 1 (optimizer sharded), 2 (and gradients), 3 (and weights: FSDP)"
+    )]
+    ZeroStage { stage: u64 },
     #[error(
         "expert_parallel = {ep} and expert_tensor_parallel = {etp} split a Mixture-of-Experts model's experts; {model} is dense"
     )]
@@ -670,6 +761,11 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
     }
     let d = pl.data_parallel;
     found.extend(expert_problems(m, pl));
+    if pl.sharding.zero_stage > 3 {
+        found.push(StepError::ZeroStage {
+            stage: pl.sharding.zero_stage,
+        });
+    }
     let needed = t.saturating_mul(p).saturating_mul(d);
     if d == 0 || needed != input.devices {
         found.push(StepError::Devices {
@@ -819,9 +915,7 @@ struct StageState {
 
 impl StageState {
     fn of(pl: &StepPlan) -> StageState {
-        let state = |group| {
-            StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, group)
-        };
+        let state = |group| StateBytes::sharded(pl.precision, pl.optimizer, pl.zero_stage(), group);
         StageState {
             dense: state(pl.data_parallel),
             experts: state(pl.expert_data_parallel()),
@@ -879,7 +973,6 @@ fn priced(
     let pl = &input.plan;
     let (t, d, b) = (pl.tensor_parallel, pl.data_parallel, pl.micro_batch);
     let micro_batches = input.global_batch / (b * d);
-    let state = StateBytes::megatron(pl.precision, pl.optimizer, pl.distributed_optimizer, d);
     let pipeline = pipeline_times(input, g, timing, &mut stages);
     // Data-parallel synchronisation of the largest stage's gradients (every stage syncs
     // at once; the largest bounds the step): the dense parameters' over the data-parallel
@@ -887,7 +980,12 @@ fn priced(
     let largest = |f: fn(&StageSummary) -> u64| stages.iter().map(f).max().unwrap_or(0) as f64;
     let experts_max = largest(|s| s.expert_parameters);
     let dense_max = largest(|s| s.parameters - s.expert_parameters);
-    let dp = data_parallel_seconds(input, g, &state, (dense_max, experts_max));
+    let dp = data_parallel_seconds(
+        input,
+        g,
+        (dense_max, experts_max),
+        (pipeline.forward, pipeline.backward),
+    );
     let opt_cost = optimizer_step(input, cost, (dense_max, experts_max))?;
     let m = micro_batches as f64;
     let time = TimeBreakdown {
@@ -896,6 +994,7 @@ fn priced(
         recomputation_seconds: m * pipeline.recomputation,
         tensor_parallel_communication_seconds: m * pipeline.communication,
         all_to_all_seconds: m * pipeline.all_to_all,
+        fsdp_communication_seconds: m * pipeline.fsdp,
         pipeline_point_to_point_seconds: m * pipeline.point_to_point,
         pipeline_bubble_seconds: pipeline.bubble,
         data_parallel_communication_seconds: dp,
@@ -930,6 +1029,7 @@ fn priced(
     Ok(StepReport {
         step_seconds: step,
         time,
+        fsdp_traffic_seconds: m * pipeline.fsdp_traffic,
         operator_seconds: operators,
         hbm_busy_seconds: pipeline.memory.map(|busy| m * busy),
         memory_bytes: worst.1,
@@ -1027,12 +1127,23 @@ fn stage_memory(
                 .fold(0.0, f64::max);
         }
         let [weights, gradients, optimizer, state_total] = state.bytes(params, experts);
+        // The largest layer on the stage, for what ZeRO-2/3 hold unsharded while it runs.
+        let largest = kinds
+            .iter()
+            .filter(|(_, c)| *c > 0)
+            .map(|(l, _)| l.parameters)
+            .chain(first.then_some(g.embedding.parameters))
+            .chain(last.then_some(g.head.parameters))
+            .chain(mtp.map(|l| l.parameters))
+            .max()
+            .unwrap_or(0);
+        let (gathered, unsharded) = zero_buffers(pl, largest, params);
         let memory = MemoryBreakdown {
-            weights,
-            gradients,
+            weights: weights + gathered,
+            gradients: gradients + unsharded,
             optimizer,
             activations,
-            total: state_total + activations,
+            total: state_total + gathered + unsharded + activations,
         };
         stages.push(StageSummary {
             stage: k,
@@ -1091,6 +1202,10 @@ struct PipelineTimes {
     communication: f64,
     /// The expert-parallel all-to-all exchanges.
     all_to_all: f64,
+    /// ZeRO-2/3's gathers and reduce-scatters that computation does not hide, and all of
+    /// them.
+    fsdp: f64,
+    fsdp_traffic: f64,
     point_to_point: f64,
     bubble: f64,
     /// The joules of recomputing one block: the repeated kind's, the dense kind's, the
@@ -1113,52 +1228,13 @@ fn pipeline_times(
     stages: &mut [StageSummary],
 ) -> PipelineTimes {
     let pl = &input.plan;
-    let (t, p, d, v, b) = (
-        pl.tensor_parallel,
-        pl.pipeline_parallel,
-        pl.data_parallel,
-        pl.interleaving,
-        pl.micro_batch,
-    );
+    let (p, v) = (pl.pipeline_parallel, pl.interleaving);
     let [emb, blk, head, dns, mtp] = *timing;
-    // One block's recomputation: (compute, communication, joules).
-    let recompute_of = |l: &LayerTiming| match pl.recomputation {
-        Recomputation::None => (0.0, 0.0, 0.0),
-        Recomputation::Selective => (l.attention_core, 0.0, l.attention_core_joules),
-        Recomputation::Full => (
-            l.forward - l.forward_communication,
-            l.forward_communication,
-            l.forward_joules,
-        ),
-    };
-    let again = [recompute_of(&blk), recompute_of(&dns), recompute_of(&mtp)];
-    // Point-to-point: per chunk, an activation forward and a gradient backward.
-    let e = pl.precision.element_bytes();
-    let p2p_tier = input.network.tier(t.saturating_mul(d).saturating_mul(p));
-    let p2p_bytes = (b * input.model.seq_len * input.model.hidden * e) as f64 / t as f64;
-    let p2p = if p > 1 {
-        2.0 * v as f64 * (p2p_tier.latency_seconds + p2p_bytes / p2p_tier.bytes_per_second)
-    } else {
-        0.0
-    };
+    let again = [blk, dns, mtp].map(|l| recompute_of(pl.recomputation, &l));
+    let p2p = point_to_point_seconds(input);
     let blocks = pl.blocks_per_stage(input.model.layers);
     let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
-    // A layer's all-to-all exchanges per micro-batch: dispatch and combine forward, their
-    // gradients backward, and forward again under full recomputation.
-    let passes = if pl.recomputation == Recomputation::Full {
-        6.0
-    } else {
-        4.0
-    };
-    let exchange = |l: Option<&crate::model::Layer>| {
-        l.and_then(|l| l.all_to_all)
-            .map_or(0.0, |a| a.seconds(&input.network, passes))
-    };
-    let exchanges = [
-        exchange(Some(&g.block)),
-        exchange(g.dense_block.as_ref()),
-        exchange(g.mtp.as_ref()),
-    ];
+    let exchanges = all_to_all_seconds(input, g);
     // Per stage, each kind of recomputed layer: its timing, what it recomputes, how many
     // the stage holds, its all-to-all seconds (the repeated block, the dense block, the
     // multi-token-prediction modules, which sit on the last stage).
@@ -1211,12 +1287,27 @@ fn pipeline_times(
         }
         Some(busy)
     };
-    let mut slowest = (0, 0.0);
+    // ZeRO-2/3's traffic per micro-batch: all of it, what the stage's computation does not
+    // hide.
+    let fsdp = |s: &StageSummary, busy: f64| {
+        let traffic = fsdp_seconds(
+            input,
+            s.parameters - s.expert_parameters,
+            s.expert_parameters,
+        );
+        if pl.sharding.data_parallel_overlap {
+            (traffic, (traffic - busy).max(0.0))
+        } else {
+            (traffic, traffic)
+        }
+    };
+    let mut slowest = (0, 0.0, (0.0, 0.0));
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
-        s.seconds_per_micro_batch = f + bw + r + comm + exchanged(s.stage) + p2p;
+        let sharded = fsdp(s, f + bw + r);
+        s.seconds_per_micro_batch = f + bw + r + comm + exchanged(s.stage) + sharded.1 + p2p;
         if s.seconds_per_micro_batch > slowest.1 {
-            slowest = (s.stage, s.seconds_per_micro_batch);
+            slowest = (s.stage, s.seconds_per_micro_batch, sharded);
         }
     }
     let (f, bw, r, comm) = parts(slowest.0);
@@ -1247,11 +1338,61 @@ fn pipeline_times(
         recomputation: r,
         communication: comm,
         all_to_all: exchanged(slowest.0),
+        fsdp: slowest.2.1,
+        fsdp_traffic: slowest.2.0,
         point_to_point: p2p,
         bubble: (p - 1) as f64 / v as f64 * slowest.1,
         recompute_joules: again.map(|a| a.2),
         memory: memory(slowest.0),
     }
+}
+
+/// What recomputing one layer of timing `l` costs under `r`: (compute, communication,
+/// joules).
+fn recompute_of(r: Recomputation, l: &LayerTiming) -> (f64, f64, f64) {
+    match r {
+        Recomputation::None => (0.0, 0.0, 0.0),
+        Recomputation::Selective => (l.attention_core, 0.0, l.attention_core_joules),
+        Recomputation::Full => (
+            l.forward - l.forward_communication,
+            l.forward_communication,
+            l.forward_joules,
+        ),
+    }
+}
+
+/// A device's pipeline point-to-point time per micro-batch: per model chunk, an activation
+/// forward and a gradient backward, on the tier the pipeline spans.
+fn point_to_point_seconds(input: &StepInput) -> f64 {
+    let pl = &input.plan;
+    let (t, p, d) = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel);
+    if p <= 1 {
+        return 0.0;
+    }
+    let e = pl.precision.element_bytes();
+    let tier = input.network.tier(t.saturating_mul(d).saturating_mul(p));
+    let bytes = (pl.micro_batch * input.model.seq_len * input.model.hidden * e) as f64 / t as f64;
+    2.0 * pl.interleaving as f64 * (tier.latency_seconds + bytes / tier.bytes_per_second)
+}
+
+/// The all-to-all seconds per micro-batch of one layer of each recomputed kind (the
+/// repeated block, the dense block, the multi-token-prediction modules): dispatch and
+/// combine forward, their gradients backward, and forward again under full recomputation.
+fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
+    let passes = if input.plan.recomputation == Recomputation::Full {
+        6.0
+    } else {
+        4.0
+    };
+    let exchange = |l: Option<&crate::model::Layer>| {
+        l.and_then(|l| l.all_to_all)
+            .map_or(0.0, |a| a.seconds(&input.network, passes))
+    };
+    [
+        exchange(Some(&g.block)),
+        exchange(g.dense_block.as_ref()),
+        exchange(g.mtp.as_ref()),
+    ]
 }
 
 /// Dense blocks per pipeline stage (device): the model's first `dense` blocks, where the
@@ -1285,36 +1426,110 @@ pub fn dense_per_stage(pl: &StepPlan, layers: u64, dense: u64) -> Vec<u64> {
         .collect()
 }
 
-/// The data-parallel synchronisation of `params_max` parameters' gradients (all-reduce,
-/// or reduce-scatter and all-gather with the distributed optimizer), and the tied
-/// embedding's all-reduce between the first and the last stage.
+/// The data-parallel synchronisation once per step of the largest stage's `dense` and
+/// `experts` parameters: by ZeRO stage, the gradients all-reduced (0), reduce-scattered and
+/// the updated weights all-gathered (1), the weights only all-gathered (2: the gradients
+/// were reduce-scattered every micro-batch), nothing (3: the optimizer updates its shard and
+/// every pass gathers); with `data_parallel_overlap` the gradients' part hides behind one
+/// micro-batch's backward pass and the weights' behind one forward pass (`hide`: those of
+/// the slowest stage). Then the tied (or multi-token-prediction) embedding copy's
+/// all-reduce between the first and the last stage, never hidden.
 fn data_parallel_seconds(
     input: &StepInput,
     g: &ModelGraph,
-    state: &StateBytes,
     (dense, experts): (f64, f64),
+    hide: (f64, f64),
 ) -> f64 {
     let pl = &input.plan;
     let (t, p, d) = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel);
     let net = &input.network;
+    let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let zero = pl.zero_stage();
+    // (gradients, weights) of `params` over `group` ranks `stride` apart.
     let sync = |params: f64, group: u64, stride: u64| {
-        if pl.distributed_optimizer {
-            net.ring_seconds(params * state.gradients, 1.0, group, stride)
-                + net.ring_seconds(params * state.weights, 1.0, group, stride)
-        } else {
-            net.ring_seconds(params * state.gradients, 2.0, group, stride)
+        let ring =
+            |bytes: f64, passes: f64| net.ring_seconds(params * bytes, passes, group, stride);
+        match zero {
+            0 => (ring(gradient_bytes, 2.0), 0.0),
+            1 => (ring(gradient_bytes, 1.0), ring(weight_bytes, 1.0)),
+            2 => (0.0, ring(weight_bytes, 1.0)),
+            _ => (0.0, 0.0),
         }
     };
     // The expert-data-parallel group: the ranks holding the same experts, EP × ETP apart.
     let expert_stride = pl.expert_parallel.max(1) * pl.expert_tensor_parallel.max(1);
-    let mut dp = sync(dense, d, t) + sync(experts, pl.expert_data_parallel(), expert_stride);
+    let (gd, wd) = sync(dense, d, t);
+    let (ge, we) = sync(experts, pl.expert_data_parallel(), expert_stride);
+    let (mut gradients, mut weights) = (gd + ge, wd + we);
+    if pl.sharding.data_parallel_overlap {
+        let (forward, backward) = hide;
+        gradients = (gradients - backward).max(0.0);
+        weights = (weights - forward).max(0.0);
+    }
+    let mut dp = gradients + weights;
     // The head's copy of the input embedding (tied, or looked up by multi-token
     // prediction) has its gradient summed with the first stage's.
     if p > 1 && g.head.shared_parameters > 0 {
-        let bytes = g.head.shared_parameters as f64 * state.gradients;
+        let bytes = g.head.shared_parameters as f64 * gradient_bytes;
         dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
     }
     dp
+}
+
+/// ZeRO-2/3's traffic in one micro-batch of a stage holding `dense` and `experts`
+/// parameters: at ZeRO-3 every layer's weights all-gathered before its forward pass and,
+/// resharded after it, again before its backward pass; at ZeRO-2 and 3 its gradients
+/// reduce-scattered after its backward pass — over the data-parallel group (`t` ranks
+/// apart) and, the experts', over the expert-data-parallel group (`EP × ETP` apart).
+pub fn fsdp_seconds(input: &StepInput, dense: u64, experts: u64) -> f64 {
+    let pl = &input.plan;
+    let zero = pl.zero_stage();
+    if zero < 2 {
+        return 0.0;
+    }
+    let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let net = &input.network;
+    let expert_stride = pl.expert_parallel.max(1) * pl.expert_tensor_parallel.max(1);
+    let once = |bytes: f64| {
+        net.ring_seconds(
+            dense as f64 * bytes,
+            1.0,
+            pl.data_parallel,
+            pl.tensor_parallel,
+        ) + net.ring_seconds(
+            experts as f64 * bytes,
+            1.0,
+            pl.expert_data_parallel(),
+            expert_stride,
+        )
+    };
+    let gathers = match (zero, pl.sharding.reshard_after_forward) {
+        (3, true) => 2.0,
+        (3, false) => 1.0,
+        _ => 0.0,
+    };
+    gathers * once(weight_bytes) + once(gradient_bytes)
+}
+
+/// What a device holds beyond its state's shards while it works at ZeRO-2/3, in bytes of
+/// (weights, gradients): one layer's unsharded gradient before its reduce-scatter and, at
+/// ZeRO-3, two layers' gathered weights (the one running and the next, prefetched) — or,
+/// not resharded after forward, all of the stage's `parameters` gathered from forward to
+/// backward. `largest` is the stage's largest layer on this rank.
+fn zero_buffers(pl: &StepPlan, largest: u64, parameters: u64) -> (f64, f64) {
+    let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let zero = pl.zero_stage();
+    let gradients = if zero >= 2 {
+        largest as f64 * gradient_bytes
+    } else {
+        0.0
+    };
+    let weights = match (zero, pl.sharding.reshard_after_forward) {
+        (3, true) => 2.0 * largest as f64 * weight_bytes,
+        (3, false) => parameters as f64 * weight_bytes,
+        _ => 0.0,
+    };
+    (weights, gradients)
 }
 
 /// The optimizer step: memory-bound element-wise work over the parameters this device
@@ -1329,7 +1544,7 @@ fn optimizer_step(
 ) -> Result<OpCost, StepError> {
     let pl = &input.plan;
     let c = &input.accelerator;
-    let updated = if pl.distributed_optimizer {
+    let updated = if pl.zero_stage() >= 1 {
         dense / pl.data_parallel as f64 + experts / pl.expert_data_parallel() as f64
     } else {
         dense + experts

@@ -156,25 +156,52 @@ pub struct StateBytes {
 
 impl StateBytes {
     /// Megatron-LM's bytes per parameter for `precision` and `optimizer`, with the
-    /// optimizer's part sharded over `data_parallel` devices when `distributed`.
+    /// optimizer's part sharded over `data_parallel` devices when `distributed` (ZeRO-1).
     pub fn megatron(
         precision: Precision,
         optimizer: Optimizer,
         distributed: bool,
         data_parallel: u64,
     ) -> StateBytes {
+        StateBytes::sharded(precision, optimizer, u64::from(distributed), data_parallel)
+    }
+
+    /// The one place that decides how data parallelism shards each state (ZeRO,
+    /// Rajbhandari et al. 2020): bytes per parameter of a device whose data-parallel group
+    /// of `group` ranks holds the state at `zero_stage` — the optimizer's part (master
+    /// weights, gradient copy, moments) sharded from stage 1 (Megatron-LM's distributed
+    /// optimizer), the gradients from stage 2, the weights from stage 3 (FSDP). What a
+    /// device holds besides its shards while it works (a layer's gathered weights and
+    /// unsharded gradient) is the step model's: see `step::zero_buffers`.
+    pub fn sharded(
+        precision: Precision,
+        optimizer: Optimizer,
+        zero_stage: u64,
+        group: u64,
+    ) -> StateBytes {
         // Plain SGD in mixed precision still updates fp32 master weights.
         let own = (precision.optimizer_own_bytes() + 4 * optimizer.moments()) as f64;
-        let shards = if distributed {
-            data_parallel.max(1) as f64
-        } else {
-            1.0
+        let over = |stage: u64| {
+            if zero_stage >= stage {
+                group.max(1) as f64
+            } else {
+                1.0
+            }
         };
         StateBytes {
-            weights: precision.element_bytes() as f64,
-            gradients: precision.gradient_bytes() as f64,
-            optimizer: own / shards,
+            weights: precision.element_bytes() as f64 / over(3),
+            gradients: precision.gradient_bytes() as f64 / over(2),
+            optimizer: own / over(1),
         }
+    }
+
+    /// The bytes of one unsharded weight and one unsharded gradient, what a data-parallel
+    /// all-gather of weights and a reduction of gradients move per parameter.
+    pub fn unsharded(precision: Precision) -> (f64, f64) {
+        (
+            precision.element_bytes() as f64,
+            precision.gradient_bytes() as f64,
+        )
     }
 
     /// The reference's: weights and gradients at `bytes_per_element`, the optimizer as
@@ -265,6 +292,40 @@ mod tests {
             for d in [1, 2, 8, 64] {
                 let s = StateBytes::megatron(p, Optimizer::Adam, true, d);
                 assert_eq!(s.total(), fixed + sharded / d as f64, "{p:?} d={d}");
+            }
+        }
+    }
+
+    /// ZeRO's bytes per parameter (Rajbhandari et al. 2020, §5.1: for stages 0–3,
+    /// `(2 + 2 + K)Ψ`, `(2 + 2 + K/N_d)Ψ`, `(2 + (2 + K)/N_d)Ψ`, `(2 + 2 + K)Ψ/N_d` with
+    /// `Ψ` parameters, `N_d` ranks and `K` bytes of optimizer state), with Megatron-LM's bytes
+    /// per state (the fp32 gradients of bf16 training, the fp32 gradient copy of fp16
+    /// training) for every precision: each stage shards one more state, exactly.
+    #[test]
+    fn zero_stages_shard_one_more_state_each() {
+        // (precision, weight bytes, gradient bytes, optimizer bytes) per parameter.
+        let cases = [
+            // fp32 master weights, an fp32 copy of the gradients, two fp32 moments.
+            (Precision::Fp16Mixed, 2.0, 2.0, 16.0),
+            // fp32 gradient accumulation; fp32 master weights and moments.
+            (Precision::Bf16Mixed, 2.0, 4.0, 12.0),
+            (Precision::Fp32, 4.0, 4.0, 8.0),
+        ];
+        for (p, w, g, o) in cases {
+            for d in [1_u64, 2, 8, 64] {
+                let n = d as f64;
+                let want = [w + g + o, w + g + o / n, w + (g + o) / n, (w + g + o) / n];
+                for (stage, want) in want.into_iter().enumerate() {
+                    let s = StateBytes::sharded(p, Optimizer::Adam, stage as u64, d);
+                    assert!(
+                        (s.total() - want).abs() < 1e-12,
+                        "{p:?} stage {stage} d {d}"
+                    );
+                }
+                assert_eq!(
+                    StateBytes::sharded(p, Optimizer::Adam, 1, d),
+                    StateBytes::megatron(p, Optimizer::Adam, true, d)
+                );
             }
         }
     }

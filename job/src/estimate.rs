@@ -177,12 +177,20 @@ pub fn describe_plan(input: &StepInput) -> String {
         if p.sequence_parallel { "on" } else { "off" },
         p.precision.name(),
         p.optimizer,
-        if p.distributed_optimizer {
-            ", distributed"
-        } else {
-            ""
+        match (p.zero_stage(), p.sharding.reshard_after_forward) {
+            (0, _) => "",
+            (1, _) => ", distributed",
+            (2, _) => ", ZeRO-2 (optimizer state and gradients sharded)",
+            (_, true) =>
+                ", ZeRO-3 (FSDP: every state sharded, weights gathered per layer in forward and again in backward)",
+            (_, false) =>
+                ", ZeRO-3 (FSDP: every state sharded, weights gathered per layer and kept from forward to backward)",
         },
-    ) + &experts_words(p)
+    ) + if p.sharding.data_parallel_overlap {
+        "; data-parallel traffic overlapped with computation"
+    } else {
+        ""
+    } + &experts_words(p)
         + &format!(
             "; operators {}, tensor-parallel collectives {}",
             input.execution.operators.name(),
@@ -237,8 +245,8 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         thousands(r.tokens_per_second_per_device.round() as u64),
     );
     for (name, s) in r.time.parts() {
-        if name == "expert-parallel all-to-all" && s == 0.0 {
-            continue; // A dense model, or experts on every rank.
+        if step::OPTIONAL_PARTS.contains(&name) && s == 0.0 {
+            continue; // A dense model or experts on every rank; no ZeRO-2/3.
         }
         let _ = writeln!(
             o,
@@ -251,6 +259,14 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         let _ = writeln!(
             o,
             "  (tensor-parallel communication: the time computation does not hide; forward and backward are the cores' busy time)"
+        );
+    }
+    if r.fsdp_traffic_seconds > 0.0 && input.plan.sharding.data_parallel_overlap {
+        let _ = writeln!(
+            o,
+            "  (FSDP all-gathers and reduce-scatters: {} of traffic, {} of it behind computation)",
+            seconds(r.fsdp_traffic_seconds),
+            seconds(r.fsdp_traffic_seconds - r.time.fsdp_communication_seconds),
         );
     }
     let _ = writeln!(o, "  limiting: {}", r.limiting);

@@ -184,6 +184,17 @@ pub struct RawPlan {
     /// Shard the optimizer state over the data-parallel group (default: the first of
     /// `[training]`'s list).
     pub distributed_optimizer: Option<bool>,
+    /// ZeRO stage (default: 1 with the distributed optimizer, else 0): 0 replicates every
+    /// state over the data-parallel group, 1 shards the optimizer's (the distributed
+    /// optimizer), 2 the gradients too (reduce-scattered every micro-batch), 3 the weights
+    /// too (FSDP: each layer's gathered before its forward and backward passes).
+    pub zero_stage: Option<u64>,
+    /// With `zero_stage = 3`: free each layer's gathered weights after its forward pass and
+    /// gather them again for backward (default true, FSDP's `reshard_after_forward`).
+    pub reshard_after_forward: Option<bool>,
+    /// Data-parallel traffic overlaps computation (default false): the gradients'
+    /// reduction hides behind backward, the weights' gathers behind forward.
+    pub data_parallel_overlap: Option<bool>,
     /// Ranks a Mixture-of-Experts model's experts are divided over (EP; default 1). The
     /// expert groups fold into the tensor × data-parallel ranks of a pipeline stage.
     pub expert_parallel: Option<u64>,

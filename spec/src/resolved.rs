@@ -395,6 +395,16 @@ pub fn plan_table(p: &StepPlan) -> Table {
         "distributed_optimizer".into(),
         Value::Boolean(p.distributed_optimizer),
     );
+    let z = &p.sharding;
+    if z.zero_stage > 0 {
+        t.insert("zero_stage".into(), int(z.zero_stage));
+    }
+    if z.zero_stage == 3 && !z.reshard_after_forward {
+        t.insert("reshard_after_forward".into(), Value::Boolean(false));
+    }
+    if z.data_parallel_overlap {
+        t.insert("data_parallel_overlap".into(), Value::Boolean(true));
+    }
     if p.expert_parallel != 1 || p.expert_tensor_parallel != 1 {
         t.insert("expert_parallel".into(), int(p.expert_parallel));
         t.insert(

@@ -304,12 +304,12 @@ fn print_plan(
         },
     )?;
     let share = |x: f64| 100.0 * x / m.time_per_batch_seconds;
-    // Every part of the step (TimeBreakdown::parts), the all-to-all only when there is one.
+    // Every part of the step (TimeBreakdown::parts), the optional ones only when present.
     let parts: Vec<String> = m
         .time
         .parts()
         .iter()
-        .filter(|(name, s)| *name != "expert-parallel all-to-all" || *s > 0.0)
+        .filter(|(name, s)| !archplace_engine::step::OPTIONAL_PARTS.contains(name) || *s > 0.0)
         .map(|(name, s)| format!("{name} {:.0}%", share(*s)))
         .collect();
     outln!("    limited by {}: {}", m.limiting, parts.join(", "))?;

@@ -427,6 +427,7 @@ impl Ctx<'_> {
             precision: tr.precision(run.precision),
             optimizer: tr.optimizer,
             distributed_optimizer: run.distributed,
+            sharding: Default::default(),
             expert_parallel: run.expert_parallel,
             expert_tensor_parallel: self.input.models[run.model]
                 .config
@@ -719,6 +720,7 @@ impl Ctx<'_> {
                 precision: tr.precision(run.precision),
                 optimizer: tr.optimizer,
                 distributed_optimizer: run.distributed,
+                sharding: Default::default(),
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
                 stage_layers: uneven(list, blocks),

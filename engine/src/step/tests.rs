@@ -16,6 +16,7 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         precision: Precision::Bf16Mixed,
         optimizer: Optimizer::Adam,
         distributed_optimizer: false,
+        sharding: Sharding::default(),
         expert_parallel: 1,
         expert_tensor_parallel: 1,
         stage_layers: None,
@@ -628,4 +629,112 @@ fn multi_token_prediction_runs_in_the_last_stage() {
     assert!(a.seconds_per_micro_batch > b.seconds_per_micro_batch);
     assert!(with.model_flops_per_step > without.model_flops_per_step);
     assert!(with.hardware_flops_per_step > without.hardware_flops_per_step);
+}
+
+/// Pure FSDP (ZeRO-3, t = p = 1) of Llama-3-8B over 16 devices of a flat 50 GB/s network:
+/// every state is a sixteenth per device, plus the largest layer's gathered weights twice
+/// (running and prefetched) and its unsharded gradient; every micro-batch gathers the whole
+/// model's weights twice (forward and, resharded, backward) and reduce-scatters its
+/// gradients, `(d − 1)/d` of the bytes each; nothing is left to synchronise once per step.
+/// Kept gathered from forward to backward: one gather less, the whole model's weights held.
+#[test]
+fn pure_fsdp_shards_every_state_and_gathers_every_layer() {
+    let mut pl = plan(1, 1, 16);
+    pl.recomputation = Recomputation::Selective;
+    pl.distributed_optimizer = true;
+    pl.sharding.zero_stage = 3;
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("llama3-8b").unwrap();
+    input.global_batch = 64;
+    input.network = Network::flat(50e9);
+    let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+    let g = graph(&input);
+    let params = g.parameters_per_rank() as f64;
+    let largest = g.distinct().iter().map(|l| l.parameters).max().unwrap() as f64;
+    assert_eq!(largest, g.head.parameters as f64);
+    let m = r.memory_bytes;
+    let d = 16.0;
+    // bf16 mixed precision, Adam: 2, 4 and 12 bytes per parameter.
+    assert!(rel(m.weights, params * 2.0 / d + 2.0 * largest * 2.0) < 1e-12);
+    assert!(rel(m.gradients, params * 4.0 / d + largest * 4.0) < 1e-12);
+    assert!(rel(m.optimizer, params * 12.0 / d) < 1e-12);
+    let ring = |bytes: f64| (d - 1.0) / d * bytes / 50e9;
+    let per_micro_batch = 2.0 * ring(params * 2.0) + ring(params * 4.0);
+    let micro_batches = 64.0 / 16.0;
+    assert!(
+        rel(
+            r.time.fsdp_communication_seconds,
+            micro_batches * per_micro_batch
+        ) < 1e-12
+    );
+    assert_eq!(r.time.data_parallel_communication_seconds, 0.0);
+    // Kept gathered between the passes.
+    let mut kept = input.clone();
+    kept.plan.sharding.reshard_after_forward = false;
+    let k = estimate_step(&kept, &ReferenceModel::default()).unwrap();
+    assert!(rel(k.memory_bytes.weights, params * 2.0 / d + params * 2.0) < 1e-12);
+    let once = ring(params * 2.0) + ring(params * 4.0);
+    assert!(rel(k.time.fsdp_communication_seconds, micro_batches * once) < 1e-12);
+    // Overlapped: only what the micro-batch's computation does not cover.
+    let mut overlapped = input.clone();
+    overlapped.plan.sharding.data_parallel_overlap = true;
+    let o = estimate_step(&overlapped, &ReferenceModel::default()).unwrap();
+    let busy = (r.time.forward_seconds + r.time.backward_seconds + r.time.recomputation_seconds)
+        / micro_batches;
+    let exposed = (per_micro_batch - busy).max(0.0);
+    assert!((o.time.fsdp_communication_seconds - micro_batches * exposed).abs() < 1e-9);
+    assert!(o.step_seconds < r.step_seconds);
+}
+
+/// Each ZeRO stage shards one more state of every pipeline stage, exactly (a middle stage of
+/// GPT-3 on t = 8, p = 16, d = 8: its 6 blocks), and holds one block's gradient (stage 2
+/// and 3) and two blocks' gathered weights (stage 3) besides; the once-per-step traffic is
+/// the fp32 gradients' all-reduce (0), their reduce-scatter and the bf16 weights' all-gather
+/// (1), the all-gather (2), none (3).
+#[test]
+fn zero_stages_shard_one_more_state_of_each_pipeline_stage() {
+    let mut reports = Vec::new();
+    for zero in 0..=3 {
+        let mut pl = plan(8, 16, 8);
+        pl.distributed_optimizer = zero >= 1;
+        pl.sharding.zero_stage = zero;
+        let input = gpt3(pl, 1 << 20);
+        let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        let g = graph(&input);
+        let s = &r.stages[1];
+        let (params, block) = (s.parameters as f64, g.block.parameters as f64);
+        assert_eq!(s.parameters, 6 * g.block.parameters);
+        let over = |stage: u64| if zero >= stage { 8.0 } else { 1.0 };
+        let m = s.memory_bytes;
+        let gathered = if zero == 3 { 2.0 * block * 2.0 } else { 0.0 };
+        let unsharded = if zero >= 2 { block * 4.0 } else { 0.0 };
+        assert!(
+            rel(m.weights, params * 2.0 / over(3) + gathered) < 1e-12,
+            "zero {zero}"
+        );
+        assert!(rel(m.gradients, params * 4.0 / over(2) + unsharded) < 1e-12);
+        assert!(rel(m.optimizer, params * 12.0 / over(1)) < 1e-12);
+        assert_eq!(r.time.fsdp_communication_seconds > 0.0, zero >= 2);
+        reports.push(r);
+    }
+    let dp: Vec<f64> = reports
+        .iter()
+        .map(|r| r.time.data_parallel_communication_seconds)
+        .collect();
+    // The tied embedding's all-reduce between the first and the last stage is common to
+    // all; the rest is the largest stage's, over 8 ranks 8 apart: one per node, so on the
+    // inter-node tier (25 GB/s, 10 µs).
+    let tied = dp[3];
+    assert!(tied > 0.0);
+    let largest = reports[0]
+        .stages
+        .iter()
+        .map(|s| s.parameters)
+        .max()
+        .unwrap() as f64;
+    let ring = |bytes: f64, passes: f64| passes * (7.0 / 8.0 * bytes / 25e9 + 7.0 * 10e-6);
+    let (w, g) = (2.0 * largest, 4.0 * largest);
+    assert!(rel(dp[0] - tied, ring(g, 2.0)) < 1e-9);
+    assert!(rel(dp[1] - tied, ring(g, 1.0) + ring(w, 1.0)) < 1e-9);
+    assert!(rel(dp[2] - tied, ring(w, 1.0)) < 1e-9);
 }

@@ -6,7 +6,7 @@ use super::models::Entry;
 use super::rules::{count_in, positive};
 use crate::raw::{RawFixedAccelerator, RawPlan, RawSpec};
 use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
-use archplace_engine::step::{self, StepError, StepInput, StepPlan};
+use archplace_engine::step::{self, Sharding, StepError, StepInput, StepPlan};
 use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
 use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
 use archplace_plugin_sdk::{AcceleratorConfig, gpus};
@@ -47,11 +47,13 @@ pub(super) fn estimate(
                 );
             }
             plan_counts(ctx, &pp, p);
+            plan_sharding(ctx, &pp, p);
             return None;
         }
     };
     let chip = accelerator(ctx, &ap, a);
     plan_counts(ctx, &pp, p);
+    plan_sharding(ctx, &pp, p);
     // `[accelerator]` and `[plan]` are `archplace estimate`'s, which takes one model: said
     // here, located, rather than by `estimate` after `validate` said the spec is fine.
     if raw.models.len() > 1 {
@@ -287,6 +289,27 @@ fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
     }
 }
 
+/// `[plan]`'s data-parallel sharding keys that contradict each other: a ZeRO stage that
+/// shards the optimizer's state with the distributed optimizer said off, resharding
+/// without ZeRO-3's gathered weights.
+fn plan_sharding(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
+    let zero = p.zero_stage.unwrap_or(0);
+    if zero >= 1 && p.distributed_optimizer == Some(false) {
+        ctx.mismatch(
+            &pp.key("distributed_optimizer"),
+            format!("zero_stage = {zero} shards the optimizer's state: that is the distributed optimizer"),
+            Some("leave `distributed_optimizer` out (or true) with a ZeRO stage of 1 to 3".into()),
+        );
+    }
+    if p.reshard_after_forward.is_some() && zero != 3 {
+        ctx.mismatch(
+            &pp.key("reshard_after_forward"),
+            format!("reshard_after_forward frees ZeRO-3's gathered weights; zero_stage is {zero}"),
+            Some("give zero_stage = 3, or leave `reshard_after_forward` out".into()),
+        );
+    }
+}
+
 /// The plan of `[plan]`: a choice it leaves out is the first value `[training]` lists.
 fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
     StepPlan {
@@ -318,10 +341,18 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .or_else(|| training.precisions.first().copied())
             .unwrap_or(Precision::Bf16Mixed),
         optimizer: training.optimizer,
+        // ZeRO-1 and up shard the optimizer's state: that is the distributed optimizer (a
+        // plan saying otherwise is refused by `plan_sharding`).
         distributed_optimizer: p
             .distributed_optimizer
+            .or_else(|| p.zero_stage.filter(|&z| z >= 1).map(|_| true))
             .or_else(|| training.distributed_optimizer.first().copied())
             .unwrap_or(false),
+        sharding: Sharding {
+            zero_stage: p.zero_stage.unwrap_or(0),
+            reshard_after_forward: p.reshard_after_forward.unwrap_or(true),
+            data_parallel_overlap: p.data_parallel_overlap.unwrap_or(false),
+        },
         expert_parallel: p.expert_parallel.unwrap_or(1),
         // Left out: the model's default for the width (set with the model, below).
         expert_tensor_parallel: p.expert_tensor_parallel.unwrap_or(0),
@@ -461,6 +492,7 @@ fn plan_fits(
             StepError::MoeSequenceParallel { .. } => {
                 ("sequence_parallel", vec![pp.key("tensor_parallel")])
             }
+            StepError::ZeroStage { .. } => ("zero_stage", vec![]),
             StepError::Interleaving { .. } => (
                 "interleaving",
                 vec![
