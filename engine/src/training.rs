@@ -235,6 +235,13 @@ pub struct Training {
     pub precisions: Vec<Precision>,
     /// Distributed-optimizer choices to try.
     pub distributed_optimizer: Vec<bool>,
+    /// ZeRO stages to try (`[training] zero_stage`); empty: those `distributed_optimizer`
+    /// gives (0 without it, 1 with it).
+    pub zero_stages: Vec<u64>,
+    /// ZeRO-3 frees each layer's gathered weights after forward (FSDP's default).
+    pub reshard_after_forward: bool,
+    /// Data-parallel traffic overlaps computation.
+    pub data_parallel_overlap: bool,
     /// Sequence-parallelism choices to try (they matter for widths above 1).
     pub sequence_parallel: Vec<bool>,
     /// Model chunks per device to try (1: plain 1F1B; above 1: interleaved 1F1B with

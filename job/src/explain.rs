@@ -358,6 +358,7 @@ fn differences(
                     p.precision.map_or("-".into(), |x| x.name().to_string()),
                 ),
                 ("distributed optimizer", p.distributed_optimizer.to_string()),
+                ("ZeRO stage", p.zero_stage.to_string()),
                 ("sequence parallel", p.sequence_parallel.to_string()),
             ]
         };

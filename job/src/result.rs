@@ -174,6 +174,9 @@ pub struct PlanLine {
     pub precision: Option<Precision>,
     #[serde(default)]
     pub distributed_optimizer: bool,
+    /// The ZeRO stage (1: the distributed optimizer).
+    #[serde(default)]
+    pub zero_stage: u64,
     #[serde(default)]
     pub sequence_parallel: bool,
     #[serde(default = "one")]
@@ -215,6 +218,7 @@ impl From<&ModelPlan> for PlanLine {
             recomputation: p.recomputation,
             precision: p.precision,
             distributed_optimizer: p.distributed_optimizer,
+            zero_stage: p.zero_stage,
             sequence_parallel: p.sequence_parallel,
             expert_parallel: p.expert_parallel,
             expert_tensor_parallel: p.expert_tensor_parallel,

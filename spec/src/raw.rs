@@ -397,6 +397,15 @@ pub struct RawTraining {
     /// Shard the optimizer state over the data-parallel group (ZeRO-1), one value or a
     /// list to try (default false).
     pub distributed_optimizer: Option<OneOrMany<bool>>,
+    /// ZeRO stages to try, one value or a list of 0 … 3 (instead of
+    /// `distributed_optimizer`: 0 replicates every state, 1 shards the optimizer's, 2 the
+    /// gradients too, 3 the weights too, FSDP). Needs the megatron memory model.
+    pub zero_stage: Option<OneOrMany<u64>>,
+    /// With ZeRO-3: free each layer's gathered weights after forward and gather them again
+    /// for backward (default true).
+    pub reshard_after_forward: Option<bool>,
+    /// Data-parallel traffic overlaps computation (default false).
+    pub data_parallel_overlap: Option<bool>,
     /// Sequence parallelism (norm and dropout regions split over the tensor-parallel
     /// group), one value or a list to try (default false). Needs the megatron memory model.
     pub sequence_parallel: Option<OneOrMany<bool>>,

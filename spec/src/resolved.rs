@@ -235,9 +235,21 @@ fn training(tr: &Training) -> Table {
                 "precision".into(),
                 Value::Array(tr.precisions.iter().map(name).collect()),
             );
+            if tr.zero_stages.is_empty() {
+                t.insert(
+                    "distributed_optimizer".into(),
+                    bools(&tr.distributed_optimizer),
+                );
+            } else {
+                t.insert("zero_stage".into(), ints(&tr.zero_stages));
+            }
             t.insert(
-                "distributed_optimizer".into(),
-                bools(&tr.distributed_optimizer),
+                "reshard_after_forward".into(),
+                Value::Boolean(tr.reshard_after_forward),
+            );
+            t.insert(
+                "data_parallel_overlap".into(),
+                Value::Boolean(tr.data_parallel_overlap),
             );
             t.insert("sequence_parallel".into(), bools(&tr.sequence_parallel));
             t.insert(

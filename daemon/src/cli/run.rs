@@ -249,10 +249,11 @@ fn print_plan(
             Some(p) => format!(
                 ", {}{}{}",
                 p.name(),
-                if m.distributed_optimizer {
-                    ", distributed optimizer"
-                } else {
-                    ""
+                match m.zero_stage {
+                    2 => ", ZeRO-2",
+                    3 => ", ZeRO-3 (FSDP)",
+                    _ if m.distributed_optimizer => ", distributed optimizer",
+                    _ => "",
                 },
                 if m.sequence_parallel {
                     ", sequence parallel"

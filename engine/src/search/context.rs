@@ -53,7 +53,8 @@ impl<'a> Ctx<'a> {
 pub(crate) type GraphKey = (u64, u64, u64, bool, u64);
 
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
-/// precision (index into the training's list) and distributed optimizer.
+/// precision (index into the training's list), ZeRO stage, sequence parallelism and
+/// expert-parallel width.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Run {
     pub(super) hbm: usize,
@@ -61,7 +62,8 @@ pub(super) struct Run {
     pub(super) micro_batch: u64,
     pub(super) recompute: Recomputation,
     pub(super) precision: usize,
-    pub(super) distributed: bool,
+    /// The ZeRO stage (1: the distributed optimizer).
+    pub(super) zero: u64,
     /// Sequence parallelism for the widths above 1.
     pub(super) sequence_parallel: bool,
     /// The experts' expert-parallel width (1 for a dense model).
@@ -134,12 +136,28 @@ impl Training {
         }
     }
 
-    /// Distributed-optimizer choices worth a separate run.
-    pub(super) fn distributed_choices(&self) -> Vec<bool> {
+    /// ZeRO stages worth a separate run: `zero_stages`, or the distributed-optimizer
+    /// choices as stages 0 and 1.
+    pub(super) fn zero_choices(&self) -> Vec<u64> {
         match self.memory_model {
-            MemoryModel::Reference => vec![false],
-            MemoryModel::Megatron if self.distributed_optimizer.is_empty() => vec![false],
-            MemoryModel::Megatron => self.distributed_optimizer.clone(),
+            MemoryModel::Reference => vec![0],
+            MemoryModel::Megatron if !self.zero_stages.is_empty() => self.zero_stages.clone(),
+            MemoryModel::Megatron if self.distributed_optimizer.is_empty() => vec![0],
+            MemoryModel::Megatron => self
+                .distributed_optimizer
+                .iter()
+                .map(|&d| u64::from(d))
+                .collect(),
+        }
+    }
+
+    /// The sharding a plan of ZeRO stage `zero` has (stage 1 is said by
+    /// `distributed_optimizer` alone, so that plans without ZeRO-2/3 read as before).
+    pub(super) fn sharding(&self, zero: u64) -> crate::step::Sharding {
+        crate::step::Sharding {
+            zero_stage: if zero >= 2 { zero } else { 0 },
+            reshard_after_forward: self.reshard_after_forward,
+            data_parallel_overlap: self.data_parallel_overlap,
         }
     }
 }

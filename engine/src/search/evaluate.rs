@@ -96,9 +96,11 @@ impl Ctx<'_> {
     /// The chain of `g`. With the Megatron memory model each layer keeps what
     /// recomputation `r` keeps and its backward includes the recomputation; with the
     /// reference's, the placement program handles (full) recomputation itself.
-    fn chain(&self, g: &ModelGraph, times: &[Timed; DISTINCT_LAYERS], r: Recomputation) -> Chain {
+    fn chain(&self, g: &ModelGraph, times: &[Timed; DISTINCT_LAYERS], run: &Run) -> Chain {
+        let r = run.recompute;
         let t = g.tensor_parallel;
         let megatron = self.input.training.memory_model == MemoryModel::Megatron;
+        let fsdp = self.fsdp_layer_seconds(run);
         // A Mixture-of-Experts block's all-to-all exchanges (not operators of the chip):
         // dispatch and combine in each pass, as the step model counts them.
         let exchange = |l: &Layer| {
@@ -131,8 +133,9 @@ impl Ctx<'_> {
                 };
                 node.parameter_bytes += l.parameter_bytes as f64;
                 node.activation_bytes += activation_bytes as f64;
-                node.forward += timed.fwd.seconds + exchanged;
-                node.backward += timed.bwd.seconds + exchanged + again;
+                let (gather, scatter) = fsdp(l.parameters);
+                node.forward += timed.fwd.seconds + exchanged + gather.0;
+                node.backward += timed.bwd.seconds + exchanged + again + gather.1 + scatter;
                 node.tensor_parallel &= l.tensor_parallel;
             }
             layers.push(node);
@@ -155,6 +158,30 @@ impl Ctx<'_> {
         }
     }
 
+    /// ZeRO-2/3's traffic of a layer of `parameters` per micro-batch as the placement
+    /// program sees it: ((gather before forward, gather before backward), reduce-scatter
+    /// after backward), each `bytes / bandwidth` of the inter-node tier — at least the
+    /// ring's `(d − 1)/d` share whatever `d` the program picks, so a proposal; the plans
+    /// are priced by the step model. Hidden (zero) with `data_parallel_overlap`.
+    fn fsdp_layer_seconds(&self, run: &Run) -> impl Fn(u64) -> ((f64, f64), f64) + use<> {
+        let tr = &self.input.training;
+        let bandwidth = self.input.cluster.network.inter_node.bytes_per_second;
+        let (w, g) = StateBytes::unsharded(tr.precision(run.precision));
+        let zero = if tr.data_parallel_overlap || tr.memory_model == MemoryModel::Reference {
+            0
+        } else {
+            run.zero
+        };
+        let reshard = tr.reshard_after_forward;
+        move |parameters: u64| {
+            let bytes = |per: f64| parameters as f64 * per / bandwidth;
+            let gather = if zero == 3 { bytes(w) } else { 0.0 };
+            let again = if reshard { gather } else { 0.0 };
+            let scatter = if zero >= 2 { bytes(g) } else { 0.0 };
+            ((gather, again), scatter)
+        }
+    }
+
     fn settings(&self, run: &Run, g: &ModelGraph) -> Settings {
         let tr = &self.input.training;
         let (recompute, memory) = match tr.memory_model {
@@ -167,11 +194,24 @@ impl Ctx<'_> {
             MemoryModel::Megatron => {
                 let precision = tr.precision(run.precision);
                 let e = precision.element_bytes() as f64;
-                let state = StateBytes::megatron(precision, tr.optimizer, false, 1);
-                let sync = if run.distributed {
-                    state.gradients + state.weights
-                } else {
-                    2.0 * state.gradients
+                let full = StateBytes::sharded(precision, tr.optimizer, 0, 1);
+                let zero = run.zero;
+                // Per parameter: the states ZeRO shards (over the data-parallel group) and
+                // those every replica holds whole; ZeRO-3 without resharding holds its
+                // stage's weights gathered besides their shards.
+                let part = |on: bool, bytes: f64| if on { bytes } else { 0.0 };
+                let reshard = tr.reshard_after_forward;
+                let sharded = part(zero >= 3, full.weights)
+                    + part(zero >= 2, full.gradients)
+                    + part(zero >= 1, full.optimizer);
+                let replicated = part(zero < 3 || !reshard, full.weights)
+                    + part(zero < 2, full.gradients)
+                    + part(zero < 1, full.optimizer);
+                let sync = match zero {
+                    0 => 2.0 * full.gradients,
+                    1 => full.gradients + full.weights,
+                    2 => full.weights,
+                    _ => 0.0,
                 };
                 // One block's rematerialised activations, the larger kind's.
                 let transient = if run.recompute == Recomputation::None {
@@ -183,13 +223,19 @@ impl Ctx<'_> {
                         .map(|l| (l.stash_bytes - l.kept_bytes(run.recompute)) as f64)
                         .fold(0.0, f64::max)
                 };
+                // ZeRO-2/3: the largest layer's unsharded gradient and (resharding ZeRO-3)
+                // two layers' gathered weights, held besides the shards.
+                let largest = g.distinct().iter().map(|l| l.parameters).max().unwrap_or(0) as f64;
+                let buffers = largest
+                    * (part(zero >= 2, full.gradients)
+                        + part(zero >= 3 && reshard, 2.0 * full.weights));
                 (
                     false,
                     MemoryRule::Megatron(MegatronMemory {
-                        replicated_per_parameter_byte: (state.weights + state.gradients) / e,
-                        optimizer_per_parameter_byte: state.optimizer / e,
-                        distributed: run.distributed,
-                        transient_bytes: transient,
+                        replicated_per_parameter_byte: replicated / e,
+                        optimizer_per_parameter_byte: sharded / e,
+                        distributed: zero >= 1,
+                        transient_bytes: transient + buffers,
                         sync_per_parameter_byte: sync / e,
                     }),
                 )
@@ -302,7 +348,7 @@ impl Ctx<'_> {
     }
 
     /// The placement runs of a candidate, at the first HBM size: every (model,
-    /// micro-batch, recomputation, precision, distributed optimizer, sequence parallelism,
+    /// micro-batch, recomputation, precision, ZeRO stage, sequence parallelism,
     /// expert-parallel width). One run of the placement program serves every width and HBM
     /// size.
     fn groups(&self) -> Vec<Run> {
@@ -317,7 +363,7 @@ impl Ctx<'_> {
             {
                 for &recompute in &tr.activation_recomputation {
                     for precision in tr.precision_indices() {
-                        for distributed in tr.distributed_choices() {
+                        for zero in tr.zero_choices() {
                             for sequence_parallel in tr.sequence_parallel_choices() {
                                 groups.push(Run {
                                     hbm: 0,
@@ -325,7 +371,7 @@ impl Ctx<'_> {
                                     micro_batch,
                                     recompute,
                                     precision,
-                                    distributed,
+                                    zero,
                                     sequence_parallel,
                                     expert_parallel,
                                 });
@@ -360,7 +406,7 @@ impl Ctx<'_> {
         keys.sort_unstable();
         let chains: Vec<Chain> = keys
             .iter()
-            .map(|key| self.chain(&self.graphs[m][key], &times[&(m, *key)], run.recompute))
+            .map(|key| self.chain(&self.graphs[m][key], &times[&(m, *key)], run))
             .collect();
         // Each width has its own settings (what recomputation rematerialises depends on it).
         let t = Instant::now();
@@ -426,8 +472,8 @@ impl Ctx<'_> {
             sequence_parallel: run.sequence_parallel && t > 1,
             precision: tr.precision(run.precision),
             optimizer: tr.optimizer,
-            distributed_optimizer: run.distributed,
-            sharding: Default::default(),
+            distributed_optimizer: run.zero >= 1,
+            sharding: tr.sharding(run.zero),
             expert_parallel: run.expert_parallel,
             expert_tensor_parallel: self.input.models[run.model]
                 .config
@@ -646,7 +692,8 @@ impl Ctx<'_> {
                 MemoryModel::Megatron => Some(tr.precision(run.precision)),
                 MemoryModel::Reference => None,
             },
-            distributed_optimizer: run.distributed,
+            distributed_optimizer: run.zero >= 1,
+            zero_stage: run.zero,
             sequence_parallel: run.sequence_parallel && t > 1,
             expert_parallel: run.expert_parallel,
             expert_tensor_parallel: model.config.expert_tensor_parallel(t),
@@ -719,8 +766,8 @@ impl Ctx<'_> {
                 sequence_parallel: run.sequence_parallel && t > 1,
                 precision: tr.precision(run.precision),
                 optimizer: tr.optimizer,
-                distributed_optimizer: run.distributed,
-                sharding: Default::default(),
+                distributed_optimizer: run.zero >= 1,
+                sharding: tr.sharding(run.zero),
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
                 stage_layers: uneven(list, blocks),
@@ -832,7 +879,7 @@ impl Ctx<'_> {
             let (weights, gradients, optimizer) = if megatron {
                 let precision = tr.precision(run.precision);
                 let n = s.parameter_bytes / precision.element_bytes() as f64;
-                let state = StateBytes::megatron(precision, tr.optimizer, run.distributed, d);
+                let state = StateBytes::sharded(precision, tr.optimizer, run.zero, d);
                 (n * state.weights, n * state.gradients, n * state.optimizer)
             } else {
                 let p = s.parameter_bytes;

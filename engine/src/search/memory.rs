@@ -319,7 +319,7 @@ fn candidate_bytes(input: &SearchInput, shape: &GraphsShape) -> u64 {
     let choices = (input.cluster.hbm_bytes.len()
         * tr.activation_recomputation.len().max(1)
         * tr.precision_indices().len().max(1)
-        * tr.distributed_choices().len().max(1)
+        * tr.zero_choices().len().max(1)
         * tr.sequence_parallel_choices().len().max(1)) as u64;
     let chain_bytes = size::<placement::Layer>() + size::<placement::Edge>();
     choices

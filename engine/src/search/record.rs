@@ -58,6 +58,10 @@ pub struct ModelPlan {
     pub precision: Option<Precision>,
     #[serde(default)]
     pub distributed_optimizer: bool,
+    /// The ZeRO stage (1 is the distributed optimizer; 2 and 3 shard the gradients and the
+    /// weights too).
+    #[serde(default)]
+    pub zero_stage: u64,
     /// Sequence parallelism (only with a tensor-parallel width above 1).
     #[serde(default)]
     pub sequence_parallel: bool,

@@ -46,6 +46,9 @@ fn tiny() -> (SearchInput, Space) {
             optimizer: Optimizer::Adam,
             precisions: vec![Precision::Bf16Mixed],
             distributed_optimizer: vec![false],
+            zero_stages: vec![],
+            reshard_after_forward: true,
+            data_parallel_overlap: false,
             sequence_parallel: vec![false],
             pipeline_interleaving: vec![1],
             expert_parallel: vec![1],
@@ -761,6 +764,69 @@ fn multi_token_prediction_is_searched_with_the_head() {
                 b.index
             );
             assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+        }
+    }
+    assert!(plans > 0);
+}
+
+/// ZeRO stages are a search dimension: with stages 2 and 3 listed beside 0 and 1 no
+/// candidate's best plan gets slower, and a search of ZeRO-3 alone (FSDP) reports only
+/// ZeRO-3 plans, each priced by the step model exactly as `estimate` prices it, fitting its
+/// memory.
+#[test]
+fn zero_stages_are_searched() {
+    let (mut input, space) = tiny();
+    input.models[0].baseline = None;
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.zero_stages = vec![0, 1];
+    let low = whole(&input, &space);
+    input.training.zero_stages = vec![0, 1, 2, 3];
+    let all = whole(&input, &space);
+    assert_breakdowns_add_up(&all);
+    for (a, b) in low.explored.iter().zip(&all.explored) {
+        for (pa, pb) in a.plans.iter().zip(&b.plans) {
+            assert!(
+                pb.time_per_batch_seconds <= pa.time_per_batch_seconds * (1.0 + 1e-12),
+                "candidate {}",
+                b.index
+            );
+            assert_eq!(pb.plan.as_ref().unwrap().zero_stage(), pb.zero_stage);
+        }
+    }
+    input.training.zero_stages = vec![3];
+    let fsdp = whole(&input, &space);
+    assert_breakdowns_add_up(&fsdp);
+    let mut plans = 0;
+    for b in &fsdp.explored {
+        for pb in &b.plans {
+            plans += 1;
+            assert_eq!(pb.zero_stage, 3);
+            assert!(pb.distributed_optimizer);
+            let plan = pb.plan.as_ref().unwrap();
+            let hbm = b.hbm_bytes.unwrap();
+            assert!(pb.memory_bytes.total <= hbm as f64);
+            let step_input = crate::step::StepInput {
+                model: input.models[0].config.clone(),
+                plan: plan.clone(),
+                accelerator: b.config,
+                hbm_bytes: hbm,
+                devices: input.cluster.devices,
+                global_batch: input.training.global_batch,
+                network: input.cluster.network,
+                peak_flops_per_second: None,
+                schedule: input.schedule,
+                execution: input.training.execution,
+            };
+            let e = crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap();
+            assert_eq!(
+                e.step_seconds, pb.time_per_batch_seconds,
+                "candidate {}",
+                b.index
+            );
+            assert_eq!(e.time, pb.time, "candidate {}", b.index);
+            if pb.data_parallel > 1 {
+                assert!(pb.time.fsdp_communication_seconds > 0.0);
+            }
         }
     }
     assert!(plans > 0);

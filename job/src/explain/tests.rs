@@ -24,6 +24,7 @@ fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
         recomputation: Recomputation::None,
         precision: None,
         distributed_optimizer: false,
+        zero_stage: 0,
         sequence_parallel: false,
         expert_parallel: 1,
         expert_tensor_parallel: 1,

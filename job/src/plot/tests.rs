@@ -123,6 +123,7 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         recomputation: archplace_engine::training::Recomputation::Full,
         precision: None,
         distributed_optimizer: false,
+        zero_stage: 0,
         sequence_parallel: false,
         expert_parallel: 1,
         expert_tensor_parallel: 1,

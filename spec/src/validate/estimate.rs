@@ -312,6 +312,9 @@ fn plan_sharding(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
 
 /// The plan of `[plan]`: a choice it leaves out is the first value `[training]` lists.
 fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
+    let zero = p
+        .zero_stage
+        .or_else(|| training.zero_stages.first().copied());
     StepPlan {
         tensor_parallel: p.tensor_parallel.unwrap_or(1),
         pipeline_parallel: p.pipeline_parallel.unwrap_or(1),
@@ -345,13 +348,17 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
         // plan saying otherwise is refused by `plan_sharding`).
         distributed_optimizer: p
             .distributed_optimizer
-            .or_else(|| p.zero_stage.filter(|&z| z >= 1).map(|_| true))
+            .or_else(|| zero.filter(|&z| z >= 1).map(|_| true))
             .or_else(|| training.distributed_optimizer.first().copied())
             .unwrap_or(false),
         sharding: Sharding {
-            zero_stage: p.zero_stage.unwrap_or(0),
-            reshard_after_forward: p.reshard_after_forward.unwrap_or(true),
-            data_parallel_overlap: p.data_parallel_overlap.unwrap_or(false),
+            zero_stage: zero.unwrap_or(0),
+            reshard_after_forward: p
+                .reshard_after_forward
+                .unwrap_or(training.reshard_after_forward),
+            data_parallel_overlap: p
+                .data_parallel_overlap
+                .unwrap_or(training.data_parallel_overlap),
         },
         expert_parallel: p.expert_parallel.unwrap_or(1),
         // Left out: the model's default for the width (set with the model, below).

@@ -2,7 +2,7 @@
 //! memory model and how a layer's operators share the chip.
 
 use super::rules::{count_in, duplicates};
-use crate::raw::{OneOrMany, RawRecomputation, RawSpec};
+use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
@@ -66,6 +66,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         t.distributed_optimizer.as_ref(),
         "distributed optimizer",
     );
+    let zero_stages = zero_stages(ctx, &path, t, reference);
     let sequence_parallel = switch(
         ctx,
         "sequence_parallel",
@@ -88,6 +89,9 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         optimizer,
         precisions,
         distributed_optimizer,
+        zero_stages,
+        reshard_after_forward: t.reshard_after_forward.unwrap_or(true),
+        data_parallel_overlap: t.data_parallel_overlap.unwrap_or(false),
         sequence_parallel,
         pipeline_interleaving,
         expert_parallel,
@@ -221,6 +225,52 @@ fn interleaving(
 
 /// `expert_parallel`: widths from 1 to 16,384 (which ones a model takes is checked with
 /// the models).
+/// `zero_stage`: stages 0 to 3, not beside `distributed_optimizer` (which says 0 or 1),
+/// not with the reference memory model (it shards nothing).
+fn zero_stages(ctx: &mut Ctx<'_>, path: &FieldPath, t: &RawTraining, reference: bool) -> Vec<u64> {
+    let at = path.key("zero_stage");
+    let Some(given) = t.zero_stage.as_ref() else {
+        return Vec::new();
+    };
+    let stages = choices(
+        ctx,
+        &at,
+        Some(given),
+        0,
+        "use 0 to 3, or a list such as [1, 3]",
+    )
+    .unwrap_or_default();
+    for (i, &v) in stages.iter().enumerate() {
+        let here = if matches!(given, OneOrMany::Many(_)) {
+            at.index(i)
+        } else {
+            at.clone()
+        };
+        if v > 3 && ctx.fine(&here) {
+            ctx.error(
+                &here,
+                format!("zero_stage = {v}: ZeRO has stages 0 to 3"),
+                Some("use 0 (replicated), 1 (optimizer sharded), 2 (and gradients) or 3 (and weights: FSDP)".into()),
+            );
+        }
+    }
+    if t.distributed_optimizer.is_some() {
+        ctx.mismatch(
+            &at,
+            "`zero_stage` and `distributed_optimizer` both say how the state is sharded",
+            Some("give one: zero_stage = [0, 1] is distributed_optimizer = [false, true]".into()),
+        );
+    }
+    if reference && stages.iter().any(|&v| v > 0) {
+        ctx.mismatch(
+            &at,
+            "the reference memory model shards no state",
+            Some("use memory_model = \"megatron\"".into()),
+        );
+    }
+    stages
+}
+
 fn expert_parallel(
     ctx: &mut Ctx<'_>,
     path: &FieldPath,
