@@ -132,6 +132,25 @@ pub struct Sharding {
     /// the computation it can hide behind does not cover is exposed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub data_parallel_overlap: bool,
+    /// Hybrid sharding (HSDP; Megatron-LM's distributed-optimizer instances): the state is
+    /// sharded over groups of this many data-parallel ranks and replicated across the
+    /// `d / group` groups, whose shards' gradients are all-reduced once per step; `None`:
+    /// sharded over the whole data-parallel group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharding_group: Option<u64>,
+}
+
+/// A group of ranks a collective runs over: how many, and how many ranks apart.
+pub type RankGroup = (u64, u64);
+
+/// Where a plan's state is sharded and replicated: the dense parameters' shard group and
+/// the groups holding copies of each shard, the same for the experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardGroups {
+    pub dense: RankGroup,
+    pub dense_replicas: RankGroup,
+    pub experts: RankGroup,
+    pub expert_replicas: RankGroup,
 }
 
 impl Default for Sharding {
@@ -141,6 +160,7 @@ impl Default for Sharding {
             zero_stage: 0,
             reshard_after_forward: true,
             data_parallel_overlap: false,
+            sharding_group: None,
         }
     }
 }
@@ -152,6 +172,30 @@ impl StepPlan {
         self.sharding
             .zero_stage
             .max(u64::from(self.distributed_optimizer))
+    }
+
+    /// The groups the state is sharded over and replicated across: the data-parallel group
+    /// (`t` ranks apart) split into `sharding_group`-rank groups, the replicas of a shard
+    /// `t × sharding_group` apart; the experts over their expert-data-parallel group
+    /// (`EP × ETP` apart) split the same number of ways when it divides it.
+    pub fn shard_groups(&self) -> ShardGroups {
+        let (t, d) = (self.tensor_parallel.max(1), self.data_parallel.max(1));
+        let group = self.sharding.sharding_group.unwrap_or(d).clamp(1, d);
+        let replicas = (d / group).max(1);
+        let edp = self.expert_data_parallel();
+        let stride = self.expert_parallel.max(1) * self.expert_tensor_parallel.max(1);
+        let expert_replicas = if edp.is_multiple_of(replicas) {
+            replicas
+        } else {
+            1
+        };
+        let expert_group = edp / expert_replicas;
+        ShardGroups {
+            dense: (group, t),
+            dense_replicas: (replicas, t * group),
+            experts: (expert_group, stride),
+            expert_replicas: (expert_replicas, stride * expert_group),
+        }
     }
 
     /// The expert-data-parallel width: the ranks of a pipeline stage over EP × ETP.
@@ -440,6 +484,10 @@ pub enum StepError {
         "zero_stage = {stage}: ZeRO has stages 0 (replicated), 1 (optimizer sharded), 2 (and gradients), 3 (and weights: FSDP)"
     )]
     ZeroStage { stage: u64 },
+    #[error(
+        "sharding_group = {group} shards the state over groups of data-parallel ranks: it must divide data_parallel = {d}, with a ZeRO stage of 1 to 3 (it is {zero})"
+    )]
+    ShardingGroup { group: u64, d: u64, zero: u64 },
     #[error(
         "expert_parallel = {ep} and expert_tensor_parallel = {etp} split a Mixture-of-Experts model's experts; {model} is dense"
     )]
@@ -766,6 +814,15 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
             stage: pl.sharding.zero_stage,
         });
     }
+    if let Some(group) = pl.sharding.sharding_group
+        && (group == 0 || !d.is_multiple_of(group) || pl.zero_stage() == 0)
+    {
+        found.push(StepError::ShardingGroup {
+            group,
+            d,
+            zero: pl.zero_stage(),
+        });
+    }
     let needed = t.saturating_mul(p).saturating_mul(d);
     if d == 0 || needed != input.devices {
         found.push(StepError::Devices {
@@ -916,9 +973,10 @@ struct StageState {
 impl StageState {
     fn of(pl: &StepPlan) -> StageState {
         let state = |group| StateBytes::sharded(pl.precision, pl.optimizer, pl.zero_stage(), group);
+        let groups = pl.shard_groups();
         StageState {
-            dense: state(pl.data_parallel),
-            experts: state(pl.expert_data_parallel()),
+            dense: state(groups.dense.0),
+            experts: state(groups.experts.0),
         }
     }
 
@@ -1445,21 +1503,22 @@ fn data_parallel_seconds(
     let net = &input.network;
     let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
     let zero = pl.zero_stage();
-    // (gradients, weights) of `params` over `group` ranks `stride` apart.
-    let sync = |params: f64, group: u64, stride: u64| {
-        let ring =
-            |bytes: f64, passes: f64| net.ring_seconds(params * bytes, passes, group, stride);
+    // (gradients, weights) of `params` sharded over `group` and replicated over
+    // `replicas`: each shard's gradients all-reduced across its replicas (hybrid sharding).
+    let sync = |params: f64, (n, stride): RankGroup, (r, apart): RankGroup| {
+        let ring = |bytes: f64, passes: f64| net.ring_seconds(params * bytes, passes, n, stride);
+        let shards = net.ring_seconds(params * gradient_bytes / n as f64, 2.0, r, apart);
         match zero {
             0 => (ring(gradient_bytes, 2.0), 0.0),
-            1 => (ring(gradient_bytes, 1.0), ring(weight_bytes, 1.0)),
-            2 => (0.0, ring(weight_bytes, 1.0)),
-            _ => (0.0, 0.0),
+            1 => (ring(gradient_bytes, 1.0) + shards, ring(weight_bytes, 1.0)),
+            2 => (shards, ring(weight_bytes, 1.0)),
+            _ => (shards, 0.0),
         }
     };
-    // The expert-data-parallel group: the ranks holding the same experts, EP × ETP apart.
-    let expert_stride = pl.expert_parallel.max(1) * pl.expert_tensor_parallel.max(1);
-    let (gd, wd) = sync(dense, d, t);
-    let (ge, we) = sync(experts, pl.expert_data_parallel(), expert_stride);
+    // The experts' groups: the ranks holding the same experts, EP × ETP apart.
+    let groups = pl.shard_groups();
+    let (gd, wd) = sync(dense, groups.dense, groups.dense_replicas);
+    let (ge, we) = sync(experts, groups.experts, groups.expert_replicas);
     let (mut gradients, mut weights) = (gd + ge, wd + we);
     if pl.sharding.data_parallel_overlap {
         let (forward, backward) = hide;
@@ -1489,19 +1548,12 @@ pub fn fsdp_seconds(input: &StepInput, dense: u64, experts: u64) -> f64 {
     }
     let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
     let net = &input.network;
-    let expert_stride = pl.expert_parallel.max(1) * pl.expert_tensor_parallel.max(1);
+    let groups = pl.shard_groups();
     let once = |bytes: f64| {
-        net.ring_seconds(
-            dense as f64 * bytes,
-            1.0,
-            pl.data_parallel,
-            pl.tensor_parallel,
-        ) + net.ring_seconds(
-            experts as f64 * bytes,
-            1.0,
-            pl.expert_data_parallel(),
-            expert_stride,
-        )
+        let (n, stride) = groups.dense;
+        let (ne, expert_stride) = groups.experts;
+        net.ring_seconds(dense as f64 * bytes, 1.0, n, stride)
+            + net.ring_seconds(experts as f64 * bytes, 1.0, ne, expert_stride)
     };
     let gathers = match (zero, pl.sharding.reshard_after_forward) {
         (3, true) => 2.0,
@@ -1544,8 +1596,9 @@ fn optimizer_step(
 ) -> Result<OpCost, StepError> {
     let pl = &input.plan;
     let c = &input.accelerator;
+    let groups = pl.shard_groups();
     let updated = if pl.zero_stage() >= 1 {
-        dense / pl.data_parallel as f64 + experts / pl.expert_data_parallel() as f64
+        dense / groups.dense.0 as f64 + experts / groups.experts.0 as f64
     } else {
         dense + experts
     };

@@ -186,11 +186,22 @@ pub fn describe_plan(input: &StepInput) -> String {
             (_, false) =>
                 ", ZeRO-3 (FSDP: every state sharded, weights gathered per layer and kept from forward to backward)",
         },
-    ) + if p.sharding.data_parallel_overlap {
-        "; data-parallel traffic overlapped with computation"
-    } else {
-        ""
-    } + &experts_words(p)
+    ) + &p
+        .sharding
+        .sharding_group
+        .map(|n| {
+            format!(
+                " over groups of {n} data-parallel ranks, replicated {} times (hybrid sharding)",
+                p.data_parallel / n.max(1)
+            )
+        })
+        .unwrap_or_default()
+        + if p.sharding.data_parallel_overlap {
+            "; data-parallel traffic overlapped with computation"
+        } else {
+            ""
+        }
+        + &experts_words(p)
         + &format!(
             "; operators {}, tensor-parallel collectives {}",
             input.execution.operators.name(),

@@ -13,7 +13,17 @@
 //!   SXM 80 GB HBM3 at 3.35 TB/s, 989 TFLOP/s dense BF16 (1,979 with sparsity), NVLink
 //!   900 GB/s; NVIDIA DGX H100 user guide: 8 GPUs per node, one 400 Gb/s NDR InfiniBand
 //!   adapter per GPU. Its clock is the one that gives the datasheet's peak:
-//!   989.4 TFLOP/s / (2 × 132 × 2,048) = 1.83 GHz.
+//!   989.4 TFLOP/s / (2 × 132 × 2,048) = 1.83 GHz. FP8: 3,958 TFLOP/s with sparsity, 1,979
+//!   dense (the datasheet's footnote: its sparse figures are twice the dense ones).
+//! * H200: NVIDIA H200 Tensor Core GPU datasheet (2024): the H100's GH100 die and compute
+//!   (FP8 3,958 and BF16 1,979 TFLOP/s with sparsity: 1,979 and 989 dense), 141 GB of HBM3e
+//!   at 4.8 TB/s, NVLink 900 GB/s; NVIDIA DGX H200 datasheet: 8 GPUs per node, eight 400
+//!   Gb/s ConnectX-7 adapters (one per GPU). SMs, MAC arrays, L2 and clock are the H100's.
+//! * H800: the H100 SXM with NVLink cut to 400 GB/s (NVIDIA's export variant, 2023; the
+//!   die, compute and 80 GB of HBM3 at 3.35 TB/s as the H100's); the node as DeepSeek-AI
+//!   2024 describe theirs (DeepSeek-V3 technical report, §3.1 and §3.2.2): 8 GPUs on
+//!   NVLink/NVSwitch, InfiniBand at 50 GB/s per GPU, NVLink achieving 160 GB/s — 0.8 of the
+//!   200 GB/s a GPU sends.
 //!
 //! Measured, not datasheet (each is a single-GPU microbenchmark, nothing end-to-end):
 //! * The largest fraction of peak a 16-bit GEMM reaches: S. Bekman, "Machine Learning
@@ -54,6 +64,9 @@ pub struct Gpu {
     pub fp32_lanes_per_sm: u32,
     pub clock_hz: f64,
     pub peak_dense_16bit_flops_per_second: f64,
+    /// Dense FP8 tensor-core peak where the chip has FP8 (half the datasheets' figure with
+    /// 2:4 sparsity).
+    pub peak_dense_fp8_flops_per_second: Option<f64>,
     pub l2_bytes: u64,
     pub hbm_bytes: u64,
     pub hbm_bytes_per_second: f64,
@@ -85,49 +98,72 @@ const GIB: u64 = 1 << 30;
 const CUBLAS_TILES: &[(u32, u32)] = &[(256, 128), (128, 128), (256, 64), (128, 64), (64, 64)];
 
 /// The presets, by name.
-pub const GPUS: [Gpu; 2] = [
-    Gpu {
-        name: "a100-sxm-80gb",
-        streaming_multiprocessors: 108,
-        mac_width: 32,
-        mac_depth: 32,
-        fp32_lanes_per_sm: 64,
-        clock_hz: 1.41e9,
-        peak_dense_16bit_flops_per_second: 312e12,
-        l2_bytes: 40 * MIB,
-        hbm_bytes: 80 * GIB,
-        hbm_bytes_per_second: 2.039e12,
-        nvlink_bytes_per_second: 300e9,
-        infiniband_bytes_per_second: 25e9,
-        nvlink_collective_fraction: 200.0 / 300.0,
-        node_size: 8,
-        l2_bytes_per_second: Some(5120.0 * 1.41e9),
-        max_memory_fraction: Some(1.80 / 2.039),
-        max_matmul_fraction: 267.9 / 312.0,
-        gemm_tiles: CUBLAS_TILES,
-    },
-    Gpu {
-        name: "h100-sxm-80gb",
-        streaming_multiprocessors: 132,
-        mac_width: 64,
-        mac_depth: 32,
-        fp32_lanes_per_sm: 128,
-        clock_hz: 1.83e9,
-        peak_dense_16bit_flops_per_second: 989.4e12,
-        l2_bytes: 50 * MIB,
-        hbm_bytes: 80 * GIB,
-        hbm_bytes_per_second: 3.35e12,
-        nvlink_bytes_per_second: 450e9,
-        infiniband_bytes_per_second: 50e9,
-        nvlink_collective_fraction: 370.0 / 450.0,
-        node_size: 8,
-        // The H100 whitepaper gives no L2 bandwidth figure.
-        l2_bytes_per_second: None,
-        max_memory_fraction: None,
-        max_matmul_fraction: 792.1 / 989.0,
-        gemm_tiles: CUBLAS_TILES,
-    },
-];
+pub const GPUS: [Gpu; 4] = [A100, H100, H200, H800];
+
+const A100: Gpu = Gpu {
+    name: "a100-sxm-80gb",
+    streaming_multiprocessors: 108,
+    mac_width: 32,
+    mac_depth: 32,
+    fp32_lanes_per_sm: 64,
+    clock_hz: 1.41e9,
+    peak_dense_16bit_flops_per_second: 312e12,
+    peak_dense_fp8_flops_per_second: None,
+    l2_bytes: 40 * MIB,
+    hbm_bytes: 80 * GIB,
+    hbm_bytes_per_second: 2.039e12,
+    nvlink_bytes_per_second: 300e9,
+    infiniband_bytes_per_second: 25e9,
+    nvlink_collective_fraction: 200.0 / 300.0,
+    node_size: 8,
+    l2_bytes_per_second: Some(5120.0 * 1.41e9),
+    max_memory_fraction: Some(1.80 / 2.039),
+    max_matmul_fraction: 267.9 / 312.0,
+    gemm_tiles: CUBLAS_TILES,
+};
+
+const H100: Gpu = Gpu {
+    name: "h100-sxm-80gb",
+    streaming_multiprocessors: 132,
+    mac_width: 64,
+    mac_depth: 32,
+    fp32_lanes_per_sm: 128,
+    clock_hz: 1.83e9,
+    peak_dense_16bit_flops_per_second: 989.4e12,
+    peak_dense_fp8_flops_per_second: Some(1979e12),
+    l2_bytes: 50 * MIB,
+    hbm_bytes: 80 * GIB,
+    hbm_bytes_per_second: 3.35e12,
+    nvlink_bytes_per_second: 450e9,
+    infiniband_bytes_per_second: 50e9,
+    nvlink_collective_fraction: 370.0 / 450.0,
+    node_size: 8,
+    // The H100 whitepaper gives no L2 bandwidth figure.
+    l2_bytes_per_second: None,
+    max_memory_fraction: None,
+    max_matmul_fraction: 792.1 / 989.0,
+    gemm_tiles: CUBLAS_TILES,
+};
+
+/// The H100's die with more and faster HBM; its GEMM fraction is the H100's measured one
+/// (no H200 figure is cited; the memory does not change a compute-bound GEMM), its HBM
+/// streaming fraction is not known.
+const H200: Gpu = Gpu {
+    name: "h200-sxm-141gb",
+    // As the other presets, the datasheet's GB read as GiB (an H100 reports 81,559 MiB of
+    // its "80 GB").
+    hbm_bytes: 141 * GIB,
+    hbm_bytes_per_second: 4.8e12,
+    ..H100
+};
+
+/// The H100 with a narrower NVLink and DeepSeek's measured share of it.
+const H800: Gpu = Gpu {
+    name: "h800-sxm-80gb",
+    nvlink_bytes_per_second: 200e9,
+    nvlink_collective_fraction: 160.0 / 200.0,
+    ..H100
+};
 
 /// The preset called `name`.
 pub fn gpu(name: &str) -> Option<&'static Gpu> {
@@ -156,5 +192,46 @@ mod tests {
             assert!(rel < 0.002, "{}: {peak:e}", g.name);
         }
         assert!(gpu("a100-sxm-80gb").is_some() && gpu("v100").is_none());
+    }
+
+    /// The Hopper variants differ from the H100 only where their datasheets do: the H200 in
+    /// its HBM (141 GB at 4.8 TB/s), the H800 in its NVLink (400 GB/s both ways) and the
+    /// share of it DeepSeek measured (160 GB/s); FP8 runs at twice the 16-bit rate (the
+    /// datasheets' 3,958 TFLOP/s with sparsity, 1,979 dense).
+    #[test]
+    fn hopper_variants_differ_where_their_datasheets_do() {
+        let h100 = gpu("h100-sxm-80gb").unwrap();
+        let h200 = gpu("h200-sxm-141gb").unwrap();
+        let h800 = gpu("h800-sxm-80gb").unwrap();
+        assert_eq!(
+            (h200.hbm_bytes, h200.hbm_bytes_per_second),
+            (141 * GIB, 4.8e12)
+        );
+        assert_eq!(
+            Gpu {
+                name: h100.name,
+                hbm_bytes: h100.hbm_bytes,
+                hbm_bytes_per_second: h100.hbm_bytes_per_second,
+                ..*h200
+            },
+            *h100
+        );
+        assert_eq!(2.0 * h800.nvlink_bytes_per_second, 400e9);
+        assert_eq!(
+            h800.nvlink_bytes_per_second * h800.nvlink_collective_fraction,
+            160e9
+        );
+        assert_eq!(h800.hbm_bytes, h100.hbm_bytes);
+        for g in [h100, h200, h800] {
+            let fp8 = g.peak_dense_fp8_flops_per_second.unwrap();
+            assert_eq!(fp8, 1979e12);
+            assert!((fp8 / g.peak_dense_16bit_flops_per_second - 2.0).abs() < 0.001);
+        }
+        assert!(
+            gpu("a100-sxm-80gb")
+                .unwrap()
+                .peak_dense_fp8_flops_per_second
+                .is_none()
+        );
     }
 }

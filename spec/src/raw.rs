@@ -139,7 +139,8 @@ impl RawRecomputation {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawFixedAccelerator {
-    /// A GPU as its datasheet describes it: "a100-sxm-80gb" or "h100-sxm-80gb" (one tensor
+    /// A GPU as its datasheet describes it: "a100-sxm-80gb", "h100-sxm-80gb",
+    /// "h200-sxm-141gb" or "h800-sxm-80gb" (one tensor
     /// core and one vector core per SM, L2 as the buffer; docs/training-model.md).
     pub preset: Option<String>,
     pub tensor_cores: Option<u32>,
@@ -195,6 +196,9 @@ pub struct RawPlan {
     /// Data-parallel traffic overlaps computation (default false): the gradients'
     /// reduction hides behind backward, the weights' gathers behind forward.
     pub data_parallel_overlap: Option<bool>,
+    /// Hybrid sharding (HSDP): shard the state over groups of this many data-parallel
+    /// ranks, replicated across the groups (default: the whole data-parallel group).
+    pub sharding_group: Option<u64>,
     /// Ranks a Mixture-of-Experts model's experts are divided over (EP; default 1). The
     /// expert groups fold into the tensor × data-parallel ranks of a pipeline stage.
     pub expert_parallel: Option<u64>,
@@ -438,7 +442,8 @@ pub struct RawTraining {
 pub struct RawCluster {
     /// Number of accelerators (default 1024).
     pub devices: Option<u64>,
-    /// Nodes of 8 of a GPU ("a100-sxm-80gb", "h100-sxm-80gb"), DGX-style: sets `node_size`,
+    /// Nodes of 8 of a GPU ("a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb",
+    /// "h800-sxm-80gb"), DGX-style: sets `node_size`,
     /// the intra-node (NVLink) and inter-node (one InfiniBand adapter per GPU) bandwidths
     /// and the default `hbm`; any key given overrides the preset's.
     pub preset: Option<String>,

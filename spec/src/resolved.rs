@@ -417,6 +417,9 @@ pub fn plan_table(p: &StepPlan) -> Table {
     if z.data_parallel_overlap {
         t.insert("data_parallel_overlap".into(), Value::Boolean(true));
     }
+    if let Some(g) = z.sharding_group {
+        t.insert("sharding_group".into(), int(g));
+    }
     if p.expert_parallel != 1 || p.expert_tensor_parallel != 1 {
         t.insert("expert_parallel".into(), int(p.expert_parallel));
         t.insert(

@@ -575,33 +575,11 @@ impl<'a> Ctx<'a> {
         }
         if cfg.positions == Positions::Learned {
             params += cfg.max_positions * h;
-            let p = lb.push(
-                "position_embedding",
-                self.vector(VectorKind::Embedding, tok * h, h),
-                vec![Input::External],
-                vec![],
-            );
-            x = lb.push(
-                "add_positions",
-                self.vector(VectorKind::Add, self.rep(tok * h), 1),
-                vec![x, p],
-                vec![],
-            );
+            x = self.add_lookup(&mut lb, ("position_embedding", "add_positions"), x);
         }
         if cfg.token_types > 0 {
             params += cfg.token_types * h;
-            let p = lb.push(
-                "token_type_embedding",
-                self.vector(VectorKind::Embedding, tok * h, h),
-                vec![Input::External],
-                vec![],
-            );
-            x = lb.push(
-                "add_token_types",
-                self.vector(VectorKind::Add, self.rep(tok * h), 1),
-                vec![x, p],
-                vec![],
-            );
+            x = self.add_lookup(&mut lb, ("token_type_embedding", "add_token_types"), x);
         }
         if cfg.norm_position == NormPosition::Post && cfg.token_types > 0 {
             // BERT normalises its embeddings.
@@ -610,6 +588,24 @@ impl<'a> Ctx<'a> {
         }
         self.dropout(&mut lb, "embedding_dropout", x, self.rep(tok * h));
         self.layer(LayerKind::Embedding, lb, params, 0, self.rep(tok * h) * bpe)
+    }
+
+    /// `x` plus the rows of a replicated table looked up for the layer's tokens (learned
+    /// positions, token types): the lookup, then the sum, named `names`.
+    fn add_lookup(&self, lb: &mut LayerBuilder, names: (&str, &str), x: Input) -> Input {
+        let (tok, h) = (self.tokens(), self.h);
+        let rows = lb.push(
+            names.0,
+            self.vector(VectorKind::Embedding, tok * h, h),
+            vec![Input::External],
+            vec![],
+        );
+        lb.push(
+            names.1,
+            self.vector(VectorKind::Add, self.rep(tok * h), 1),
+            vec![x, rows],
+            vec![],
+        )
     }
 
     /// A block with a Mixture-of-Experts FFN of `moe`, or a dense one.
@@ -691,18 +687,7 @@ impl<'a> Ctx<'a> {
         );
         let mut e = self.reduce_from_tp(lb, "word_embedding.all_reduce", words, tok * h * bpe);
         if self.cfg.positions == Positions::Learned {
-            let p = lb.push(
-                "position_embedding",
-                self.vector(VectorKind::Embedding, tok * h, h),
-                vec![Input::External],
-                vec![],
-            );
-            e = lb.push(
-                "add_positions",
-                self.vector(VectorKind::Add, self.rep(tok * h), 1),
-                vec![e, p],
-                vec![],
-            );
+            e = self.add_lookup(lb, ("position_embedding", "add_positions"), e);
         }
         let e = self.norm(lb, "enorm", e);
         let hn = self.norm(lb, "hnorm", x);

@@ -158,6 +158,7 @@ impl Training {
             zero_stage: if zero >= 2 { zero } else { 0 },
             reshard_after_forward: self.reshard_after_forward,
             data_parallel_overlap: self.data_parallel_overlap,
+            sharding_group: None,
         }
     }
 }

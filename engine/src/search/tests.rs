@@ -633,6 +633,28 @@ fn interleaving_is_searched() {
     );
 }
 
+/// `archplace estimate` of a plan the search reported for candidate `b` (its chip and
+/// HBM), in the search's model, training and cluster.
+fn estimate_of(
+    input: &SearchInput,
+    b: &crate::search::Evaluated,
+    plan: &crate::step::StepPlan,
+) -> crate::step::StepReport {
+    let step_input = crate::step::StepInput {
+        model: input.models[0].config.clone(),
+        plan: plan.clone(),
+        accelerator: b.config,
+        hbm_bytes: b.hbm_bytes.unwrap(),
+        devices: input.cluster.devices,
+        global_batch: input.training.global_batch,
+        network: input.cluster.network,
+        peak_flops_per_second: None,
+        schedule: input.schedule,
+        execution: input.training.execution,
+    };
+    crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap()
+}
+
 /// Expert parallelism is a search dimension: with widths listed, no candidate's best plan
 /// of a tiny Mixture-of-Experts model gets slower, every plan splitting experts folds them
 /// into its stages' `t × d` ranks, is priced by the step model exactly as `estimate` prices
@@ -684,20 +706,7 @@ fn expert_parallelism_is_searched() {
                 let hbm = b.hbm_bytes.unwrap();
                 assert!(pb.memory_bytes.total <= hbm as f64);
                 // `archplace estimate` of the plan gives the search's step.
-                let step_input = crate::step::StepInput {
-                    model: input.models[0].config.clone(),
-                    plan: plan.clone(),
-                    accelerator: b.config,
-                    hbm_bytes: hbm,
-                    devices: input.cluster.devices,
-                    global_batch: input.training.global_batch,
-                    network: input.cluster.network,
-                    peak_flops_per_second: None,
-                    schedule: input.schedule,
-                    execution: input.training.execution,
-                };
-                let r =
-                    crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap();
+                let r = estimate_of(&input, b, plan);
                 assert_eq!(
                     r.step_seconds, pb.time_per_batch_seconds,
                     "candidate {}",
@@ -745,19 +754,7 @@ fn multi_token_prediction_is_searched_with_the_head() {
             let last = pb.stages.last().unwrap();
             assert_eq!(last.last_layer, "head");
             let plan = pb.plan.as_ref().unwrap();
-            let step_input = crate::step::StepInput {
-                model: input.models[0].config.clone(),
-                plan: plan.clone(),
-                accelerator: b.config,
-                hbm_bytes: b.hbm_bytes.unwrap(),
-                devices: input.cluster.devices,
-                global_batch: input.training.global_batch,
-                network: input.cluster.network,
-                peak_flops_per_second: None,
-                schedule: input.schedule,
-                execution: input.training.execution,
-            };
-            let e = crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap();
+            let e = estimate_of(&input, b, plan);
             assert_eq!(
                 e.step_seconds, pb.time_per_batch_seconds,
                 "candidate {}",
@@ -805,19 +802,7 @@ fn zero_stages_are_searched() {
             let plan = pb.plan.as_ref().unwrap();
             let hbm = b.hbm_bytes.unwrap();
             assert!(pb.memory_bytes.total <= hbm as f64);
-            let step_input = crate::step::StepInput {
-                model: input.models[0].config.clone(),
-                plan: plan.clone(),
-                accelerator: b.config,
-                hbm_bytes: hbm,
-                devices: input.cluster.devices,
-                global_batch: input.training.global_batch,
-                network: input.cluster.network,
-                peak_flops_per_second: None,
-                schedule: input.schedule,
-                execution: input.training.execution,
-            };
-            let e = crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap();
+            let e = estimate_of(&input, b, plan);
             assert_eq!(
                 e.step_seconds, pb.time_per_batch_seconds,
                 "candidate {}",

@@ -524,12 +524,9 @@ fn dense_blocks_sit_on_the_stages_holding_the_first_blocks() {
     assert_eq!(dense_per_stage(&pl, 16, 9), [3, 2, 2, 2]);
 }
 
-/// DeepSeek-V3 (3 dense blocks, 58 MoE blocks, multi-head latent attention, one
-/// multi-token-prediction module) on 2,048 devices: each stage holds the parameters of its
-/// blocks of each kind exactly, the experts only in its MoE blocks (and the module's), and
-/// the all-to-all only for those.
-#[test]
-fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
+/// DeepSeek-V3 on 2,048 devices: t = 2, 16 stages of 3, 4 × 14 and 2 blocks, d = 64,
+/// EP = 64, sequence parallelism, the distributed optimizer.
+fn deepseek_v3_on_2048_devices() -> StepInput {
     let mut pl = plan(2, 16, 64);
     pl.sequence_parallel = true;
     pl.distributed_optimizer = true;
@@ -541,6 +538,16 @@ fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
     input.model = preset("deepseek-v3").unwrap();
     input.devices = 2048;
     input.global_batch = 8192;
+    input
+}
+
+/// DeepSeek-V3 (3 dense blocks, 58 MoE blocks, multi-head latent attention, one
+/// multi-token-prediction module) on 2,048 devices: each stage holds the parameters of its
+/// blocks of each kind exactly, the experts only in its MoE blocks (and the module's), and
+/// the all-to-all only for those.
+#[test]
+fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
+    let input = deepseek_v3_on_2048_devices();
     let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
     let g = graph(&input);
     let dense = g.dense_block.as_ref().unwrap();
@@ -583,17 +590,7 @@ fn deepseek_v3_stages_hold_their_dense_and_moe_blocks() {
 /// forward, backward, recomputation and all-to-all time.
 #[test]
 fn multi_token_prediction_runs_in_the_last_stage() {
-    let mut pl = plan(2, 16, 64);
-    pl.sequence_parallel = true;
-    pl.distributed_optimizer = true;
-    pl.expert_parallel = 64;
-    let mut stage_layers = vec![4; 16];
-    (stage_layers[0], stage_layers[15]) = (3, 2);
-    pl.stage_layers = Some(stage_layers);
-    let mut input = gpt3(pl, 1 << 20);
-    input.model = preset("deepseek-v3").unwrap();
-    input.devices = 2048;
-    input.global_batch = 8192;
+    let input = deepseek_v3_on_2048_devices();
     let mut plain = input.clone();
     plain.model.mtp_depth = 0;
     let with = estimate_step(&input, &ReferenceModel::default()).unwrap();
@@ -737,4 +734,42 @@ fn zero_stages_shard_one_more_state_of_each_pipeline_stage() {
     assert!(rel(dp[0] - tied, ring(g, 2.0)) < 1e-9);
     assert!(rel(dp[1] - tied, ring(g, 1.0) + ring(w, 1.0)) < 1e-9);
     assert!(rel(dp[2] - tied, ring(w, 1.0)) < 1e-9);
+}
+
+/// Hybrid sharding (HSDP): Llama-3-8B on two nodes of 8, ZeRO-3 sharded within each node
+/// (`sharding_group = 8`) and replicated across the two: every state an eighth per device,
+/// the gathers and reduce-scatters inside the node (NVLink), and once per step each shard's
+/// gradients all-reduced between the two nodes (InfiniBand).
+#[test]
+fn hybrid_sharding_shards_within_a_node_and_replicates_across() {
+    let mut pl = plan(1, 1, 16);
+    pl.recomputation = Recomputation::Selective;
+    pl.distributed_optimizer = true;
+    pl.sharding.zero_stage = 3;
+    pl.sharding.sharding_group = Some(8);
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("llama3-8b").unwrap();
+    input.global_batch = 64;
+    let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+    let g = graph(&input);
+    let params = g.parameters_per_rank() as f64;
+    let largest = g.head.parameters as f64;
+    let m = r.memory_bytes;
+    assert!(rel(m.weights, params * 2.0 / 8.0 + 2.0 * largest * 2.0) < 1e-12);
+    assert!(rel(m.gradients, params * 4.0 / 8.0 + largest * 4.0) < 1e-12);
+    assert!(rel(m.optimizer, params * 12.0 / 8.0) < 1e-12);
+    // Inside a node: 300 GB/s, 5 µs; between nodes: 25 GB/s, 10 µs.
+    let nvlink = |bytes: f64| 7.0 / 8.0 * bytes / 300e9 + 7.0 * 5e-6;
+    let per_micro_batch = 2.0 * nvlink(params * 2.0) + nvlink(params * 4.0);
+    assert!(rel(r.time.fsdp_communication_seconds, 4.0 * per_micro_batch) < 1e-12);
+    let across = 2.0 * (0.5 * params * 4.0 / 8.0 / 25e9 + 10e-6);
+    assert!(rel(r.time.data_parallel_communication_seconds, across) < 1e-12);
+    // A group that does not divide the data-parallel ranks, or no sharding, is refused.
+    for (group, zero) in [(5, 3), (8, 0)] {
+        let mut bad = input.clone();
+        bad.plan.sharding.sharding_group = Some(group);
+        bad.plan.sharding.zero_stage = zero;
+        bad.plan.distributed_optimizer = zero >= 1;
+        assert!(matches!(check(&bad), Err(StepError::ShardingGroup { .. })));
+    }
 }

@@ -359,6 +359,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             data_parallel_overlap: p
                 .data_parallel_overlap
                 .unwrap_or(training.data_parallel_overlap),
+            sharding_group: p.sharding_group,
         },
         expert_parallel: p.expert_parallel.unwrap_or(1),
         // Left out: the model's default for the width (set with the model, below).
@@ -500,6 +501,10 @@ fn plan_fits(
                 ("sequence_parallel", vec![pp.key("tensor_parallel")])
             }
             StepError::ZeroStage { .. } => ("zero_stage", vec![]),
+            StepError::ShardingGroup { .. } => (
+                "sharding_group",
+                vec![pp.key("data_parallel"), pp.key("zero_stage")],
+            ),
             StepError::Interleaving { .. } => (
                 "interleaving",
                 vec![
