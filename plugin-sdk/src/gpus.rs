@@ -24,6 +24,25 @@
 //!   2024 describe theirs (DeepSeek-V3 technical report, §3.1 and §3.2.2): 8 GPUs on
 //!   NVLink/NVSwitch, InfiniBand at 50 GB/s per GPU, NVLink achieving 160 GB/s — 0.8 of the
 //!   200 GB/s a GPU sends.
+//! * B200: NVIDIA HGX B200 specifications (2024), per GPU of the 8: dense FP16/BF16 2.25,
+//!   FP8 4.5, FP4 9 PFLOP/s (the sheet's 36, 72 and 144 PFLOP/s for eight with sparsity,
+//!   halved); NVIDIA DGX B200 datasheet: 1,440 GB of HBM3e at 64 TB/s for eight (180 GB at
+//!   8 TB/s each), fifth-generation NVLink at 1.8 TB/s per GPU (14.4 TB/s for eight), eight
+//!   400 Gb/s ConnectX-7 adapters. Measured, not datasheet (Chips and Cheese, "Nvidia's
+//!   B200: Keeping the CUDA Juggernaut Rolling", 2025): 148 SMs (74 enabled on each of two
+//!   dies), 126 MB of L2, clocks near the H100 SXM's; 128 FP32 lanes per SM, Hopper's
+//!   (assumed: not published for the B200). The SM's MAC array is then 64 × 64 (twice Hopper's
+//!   64 × 32 per SM: 4,096 dense 16-bit FMA per clock give the datasheet's peak at 2.25
+//!   PFLOP/s / (2 × 148 × 4,096) = 1.856 GHz, near the H100's 1.83).
+//! * GB200: NVIDIA GB200 NVL72 specifications (2024), per GPU of the 72: dense FP16/BF16
+//!   2.5, FP8 5, FP4 10 PFLOP/s (the rack's 360, 720 and 1,440 PFLOP/s with sparsity,
+//!   halved), 13.4 TB of HBM3e at 576 TB/s (186 GB at 8 TB/s each), NVLink 130 TB/s (1.8 TB/s
+//!   each) across all 72 GPUs: one NVLink domain; NVIDIA's DGX GB200 user guide and
+//!   multi-node NVLink tuning guide: compute trays of 4 GPUs with ConnectX-7 adapters (400
+//!   Gb/s per GPU) for InfiniBand between racks. The B200 die at the clock that gives the
+//!   higher power budget's peak: 2.5 PFLOP/s / (2 × 148 × 4,096) = 2.06 GHz.
+//! * No measured Blackwell GEMM fraction or NVLink 5 collective share is cited: the
+//!   Blackwell presets take the H100's (80.1%, 0.82), an assumption each.
 //!
 //! Measured, not datasheet (each is a single-GPU microbenchmark, nothing end-to-end):
 //! * The largest fraction of peak a 16-bit GEMM reaches: S. Bekman, "Machine Learning
@@ -67,6 +86,8 @@ pub struct Gpu {
     /// Dense FP8 tensor-core peak where the chip has FP8 (half the datasheets' figure with
     /// 2:4 sparsity).
     pub peak_dense_fp8_flops_per_second: Option<f64>,
+    /// Dense FP4 tensor-core peak where the chip has FP4 (Blackwell).
+    pub peak_dense_fp4_flops_per_second: Option<f64>,
     pub l2_bytes: u64,
     pub hbm_bytes: u64,
     pub hbm_bytes_per_second: f64,
@@ -98,7 +119,7 @@ const GIB: u64 = 1 << 30;
 const CUBLAS_TILES: &[(u32, u32)] = &[(256, 128), (128, 128), (256, 64), (128, 64), (64, 64)];
 
 /// The presets, by name.
-pub const GPUS: [Gpu; 4] = [A100, H100, H200, H800];
+pub const GPUS: [Gpu; 6] = [A100, H100, H200, H800, B200, GB200];
 
 const A100: Gpu = Gpu {
     name: "a100-sxm-80gb",
@@ -109,6 +130,7 @@ const A100: Gpu = Gpu {
     clock_hz: 1.41e9,
     peak_dense_16bit_flops_per_second: 312e12,
     peak_dense_fp8_flops_per_second: None,
+    peak_dense_fp4_flops_per_second: None,
     l2_bytes: 40 * MIB,
     hbm_bytes: 80 * GIB,
     hbm_bytes_per_second: 2.039e12,
@@ -131,6 +153,7 @@ const H100: Gpu = Gpu {
     clock_hz: 1.83e9,
     peak_dense_16bit_flops_per_second: 989.4e12,
     peak_dense_fp8_flops_per_second: Some(1979e12),
+    peak_dense_fp4_flops_per_second: None,
     l2_bytes: 50 * MIB,
     hbm_bytes: 80 * GIB,
     hbm_bytes_per_second: 3.35e12,
@@ -164,6 +187,63 @@ const H800: Gpu = Gpu {
     nvlink_collective_fraction: 160.0 / 200.0,
     ..H100
 };
+
+/// The HGX/DGX B200 (1,000 W): two dies of 74 SMs, each SM's tensor cores 4,096 dense
+/// 16-bit FMA per clock.
+const B200: Gpu = Gpu {
+    name: "b200-sxm-180gb",
+    streaming_multiprocessors: 148,
+    mac_width: 64,
+    mac_depth: 64,
+    fp32_lanes_per_sm: 128,
+    clock_hz: 2.25e15 / (2.0 * 148.0 * 4096.0),
+    peak_dense_16bit_flops_per_second: 2.25e15,
+    peak_dense_fp8_flops_per_second: Some(4.5e15),
+    peak_dense_fp4_flops_per_second: Some(9e15),
+    l2_bytes: 126 * MIB,
+    hbm_bytes: 180 * GIB,
+    hbm_bytes_per_second: 8e12,
+    nvlink_bytes_per_second: 900e9,
+    infiniband_bytes_per_second: 50e9,
+    node_size: 8,
+    l2_bytes_per_second: None,
+    max_memory_fraction: None,
+    ..H100
+};
+
+/// A GB200 NVL72's GPU (1,200 W): the B200 die at a higher clock, 72 on one NVLink
+/// domain.
+const GB200: Gpu = Gpu {
+    name: "gb200",
+    clock_hz: 2.5e15 / (2.0 * 148.0 * 4096.0),
+    peak_dense_16bit_flops_per_second: 2.5e15,
+    peak_dense_fp8_flops_per_second: Some(5e15),
+    peak_dense_fp4_flops_per_second: Some(10e15),
+    hbm_bytes: 186 * GIB,
+    node_size: 72,
+    ..B200
+};
+
+/// Cluster presets that are not a GPU's name: a system named by its NVLink domain.
+const SYSTEMS: [(&str, &str); 1] = [("gb200-nvl72", "gb200")];
+
+/// The GPU of the cluster preset `name`: a GPU's name (nodes of its `node_size`, DGX-style)
+/// or a system's (`gb200-nvl72`: GB200s, 72 to an NVLink domain).
+pub fn system(name: &str) -> Option<&'static Gpu> {
+    let gpu_name = SYSTEMS
+        .iter()
+        .find(|(system, _)| *system == name)
+        .map_or(name, |(_, gpu_name)| gpu_name);
+    gpu(gpu_name)
+}
+
+/// The cluster preset names, for messages and the schema.
+pub fn system_names() -> Vec<&'static str> {
+    GPUS.iter()
+        .map(|g| g.name)
+        .chain(SYSTEMS.iter().map(|(s, _)| *s))
+        .collect()
+}
 
 /// The preset called `name`.
 pub fn gpu(name: &str) -> Option<&'static Gpu> {
@@ -233,5 +313,29 @@ mod tests {
                 .peak_dense_fp8_flops_per_second
                 .is_none()
         );
+    }
+
+    /// The Blackwell presets: the datasheets' dense peaks (half their sparse figures) per
+    /// GPU, their HBM, NVLink 5 at 900 GB/s each way, and the GB200's 72-GPU NVLink
+    /// domain, reached by its system name too.
+    #[test]
+    fn blackwell_presets_hold_their_datasheet_figures() {
+        let b200 = gpu("b200-sxm-180gb").unwrap();
+        let gb200 = gpu("gb200").unwrap();
+        for (g, bf16, sparse_fp8) in [(b200, 2.25e15, 72e15 / 8.0), (gb200, 2.5e15, 720e15 / 72.0)]
+        {
+            assert_eq!(g.peak_dense_16bit_flops_per_second, bf16);
+            assert_eq!(g.peak_dense_fp8_flops_per_second, Some(sparse_fp8 / 2.0));
+            assert_eq!(g.peak_dense_fp4_flops_per_second, Some(4.0 * bf16));
+            assert_eq!(g.streaming_multiprocessors, 148);
+            assert_eq!(g.nvlink_bytes_per_second, 900e9);
+            assert_eq!(g.hbm_bytes_per_second, 8e12);
+        }
+        assert_eq!((b200.hbm_bytes, b200.node_size), (180 * GIB, 8));
+        assert_eq!((gb200.hbm_bytes, gb200.node_size), (186 * GIB, 72));
+        assert_eq!(system("gb200-nvl72"), Some(gb200));
+        assert_eq!(system("h100-sxm-80gb"), gpu("h100-sxm-80gb"));
+        assert!(system("nvl72").is_none());
+        assert!(system_names().contains(&"gb200-nvl72"));
     }
 }

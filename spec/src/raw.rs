@@ -140,7 +140,7 @@ impl RawRecomputation {
 #[serde(deny_unknown_fields)]
 pub struct RawFixedAccelerator {
     /// A GPU as its datasheet describes it: "a100-sxm-80gb", "h100-sxm-80gb",
-    /// "h200-sxm-141gb" or "h800-sxm-80gb" (one tensor
+    /// "h200-sxm-141gb", "h800-sxm-80gb", "b200-sxm-180gb" or "gb200" (one tensor
     /// core and one vector core per SM, L2 as the buffer; docs/training-model.md).
     pub preset: Option<String>,
     pub tensor_cores: Option<u32>,
@@ -442,8 +442,9 @@ pub struct RawTraining {
 pub struct RawCluster {
     /// Number of accelerators (default 1024).
     pub devices: Option<u64>,
-    /// Nodes of 8 of a GPU ("a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb",
-    /// "h800-sxm-80gb"), DGX-style: sets `node_size`,
+    /// Nodes of a GPU preset (8 each, DGX-style: "a100-sxm-80gb", "h100-sxm-80gb",
+    /// "h200-sxm-141gb", "h800-sxm-80gb", "b200-sxm-180gb"; "gb200" or "gb200-nvl72": 72 on
+    /// one NVLink domain): sets `node_size`,
     /// the intra-node (NVLink) and inter-node (one InfiniBand adapter per GPU) bandwidths
     /// and the default `hbm`; any key given overrides the preset's.
     pub preset: Option<String>,

@@ -77,13 +77,14 @@ pub fn json_schema() -> Value {
                 .iter()
                 .map(|g| g.name)
                 .collect();
-            for def in ["Cluster", "FixedAccelerator"] {
+            let systems = archplace_plugin_sdk::gpus::system_names();
+            for (def, names) in [("Cluster", &systems), ("FixedAccelerator", &gpus)] {
                 if let Some(Value::Object(p)) = defs
                     .get_mut(def)
                     .and_then(|d| d.get_mut("properties"))
                     .and_then(|p| p.get_mut("preset"))
                 {
-                    p.insert("enum".into(), json!(gpus));
+                    p.insert("enum".into(), json!(names));
                 }
             }
         }

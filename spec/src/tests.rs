@@ -1091,3 +1091,27 @@ fn flash_attention_refuses_a_head_dimension_its_kernels_do_not_take() {
     // Unfused attention takes any head dimension.
     parse(&custom.replace("\"flash\"", "\"unfused\""), "ok.toml").unwrap();
 }
+
+/// `gb200-nvl72` is a cluster of GB200s, 72 to an NVLink domain: 1,024 devices are not whole
+/// racks, 16 devices sit in one rack's domain, 144 fill two.
+#[test]
+fn an_nvl72_cluster_is_racks_of_72_on_nvlink() {
+    let with = |devices: u64| {
+        GOOD.replace(
+            "devices = 1024\nlink_bandwidth = \"4 GiB/s\"\nhbm = [\"32 GiB\", \"64 GiB\", \"80 GiB\"]",
+            &format!("devices = {devices}\npreset = \"gb200-nvl72\""),
+        )
+        .replace("baseline = { pipeline = 32, data = 8, tensor = 4 }", "")
+    };
+    let d = errors(&with(1024));
+    let e = find(&d, "cluster.node_size");
+    assert!(e.message.contains("72 devices per node"), "{e:?}");
+    for devices in [16, 144] {
+        let s = parse(&with(devices), "t.toml").unwrap();
+        let n = s.cluster.network;
+        assert_eq!(n.node_size, 72);
+        assert_eq!(n.intra_node.bytes_per_second, 900e9 * (370.0 / 450.0));
+        assert_eq!(n.inter_node.bytes_per_second, 50e9);
+        assert_eq!(s.cluster.hbm_bytes, vec![186 << 30]);
+    }
+}

@@ -32,7 +32,7 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         Some("e.g. \"50 GB/s\""),
     )
     .unwrap_or(0.0);
-    let preset = c.preset.as_deref().and_then(gpus::gpu);
+    let preset = c.preset.as_deref().and_then(gpus::system);
     let hbm_text: Vec<String> = c.hbm.clone().unwrap_or_else(|| match preset {
         Some(g) => vec![format_bytes(g.hbm_bytes)],
         None => vec!["32 GiB".into(), "64 GiB".into(), "80 GiB".into()],
@@ -95,13 +95,13 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
     ];
     let preset = match &c.preset {
         None => None,
-        Some(name) => match gpus::gpu(name) {
+        Some(name) => match gpus::system(name) {
             Some(g) => Some(g),
             None => {
                 ctx.error(
                     &path.key("preset"),
                     format!("no GPU preset `{name}`"),
-                    Some(format!("presets: {}", gpus::names())),
+                    Some(format!("presets: {}", gpus::system_names().join(", "))),
                 );
                 return None;
             }
@@ -113,13 +113,17 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
     };
     let mut ok = true;
     let devices_known = ctx.fine(&path.key("devices"));
+    // Fewer devices than a node holds are part of one node (16 GPUs of a GB200 NVL72 rack
+    // all on its NVLink); more must fill whole nodes.
     if node_size == 0
-        || (devices_known && (node_size > devices || !devices.is_multiple_of(node_size)))
+        || (devices_known && devices > node_size && !devices.is_multiple_of(node_size))
     {
         ctx.mismatch(
             &path.key("node_size"),
             format!("{node_size} devices per node do not make whole nodes of {devices} devices"),
-            Some("use a divisor of `devices`, e.g. 8".into()),
+            Some(format!(
+                "use a divisor of `devices` (or at least {devices}: one node), e.g. 8"
+            )),
         );
         ok = false;
     }
