@@ -30,6 +30,7 @@ fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
         link_bytes_per_second: 4 << 30,
         sequence_parallel: false,
         experts: Default::default(),
+        context_parallel: 1,
     }
 }
 
@@ -253,6 +254,8 @@ fn step(c: &mut Criterion) {
             sharding: Default::default(),
             expert_parallel: 1,
             expert_tensor_parallel: 1,
+            context_parallel: 1,
+            context_exchange: Default::default(),
             stage_layers: None,
         },
         accelerator: REFERENCE_CONFIG,
@@ -315,6 +318,8 @@ fn step_moe(c: &mut Criterion) {
             sharding: Default::default(),
             expert_parallel: 64,
             expert_tensor_parallel: 1,
+            context_parallel: 1,
+            context_exchange: Default::default(),
             stage_layers: Some(stage_layers),
         },
         accelerator: REFERENCE_CONFIG,

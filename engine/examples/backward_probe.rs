@@ -40,6 +40,7 @@ fn main() {
             link_bytes_per_second: 4 << 30,
             sequence_parallel: false,
             experts: Default::default(),
+            context_parallel: 1,
         },
     );
     let opts = ScheduleOptions {

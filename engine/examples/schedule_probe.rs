@@ -62,6 +62,7 @@ fn probe_gpt3_layer_schedules() {
                         link_bytes_per_second: 4 << 30,
                         sequence_parallel: false,
                         experts: Default::default(),
+                        context_parallel: 1,
                     },
                 ),
             ));

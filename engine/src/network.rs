@@ -72,6 +72,18 @@ impl Network {
 }
 
 impl Network {
+    /// Seconds of one step of a ring over `n` ranks spaced `stride` apart in which every
+    /// rank sends `bytes` to the next one and receives as much from the previous one, all
+    /// at once (ring attention's exchange of keys and values): one message on the slowest
+    /// hop, which crosses nodes when the ring spans them.
+    pub fn ring_step_seconds(&self, bytes: f64, n: u64, stride: u64) -> f64 {
+        if n <= 1 || bytes <= 0.0 {
+            return 0.0;
+        }
+        let tier = self.tier(n.saturating_mul(stride.max(1)));
+        bytes / tier.bytes_per_second + tier.latency_seconds
+    }
+
     /// Seconds of an all-to-all over a group of `n` ranks spaced `stride` apart, each rank
     /// holding a buffer of `bytes` of which `1/n` goes to every rank: it sends (and
     /// receives) `(n − 1)/n` of it, every message posted at once (NCCL's grouped sends and

@@ -2,7 +2,8 @@
 //! goes, its memory per device and what fills it, throughput, FLOP rates and energy.
 //!
 //! The plan is trained as Megatron-LM trains it (Narayanan et al. 2021, Korthikanti et al.
-//! 2022): ranks are ordered tensor-parallel first, then data-parallel, then pipeline; the
+//! 2022): ranks are ordered tensor-parallel first, then context-parallel (each sequence
+//! split over CP ranks, docs/training-model.md), then data-parallel, then pipeline; the
 //! blocks are split evenly over `pipeline × interleaving` model chunks, the embedding on
 //! the first stage and the head on the last; micro-batches run in the 1F1B schedule, or
 //! the interleaved one with `interleaving > 1` virtual stages per device.
@@ -39,7 +40,8 @@
 //!   device (compute only: no static power, no network energy).
 
 use crate::model::{
-    BuildOptions, DISTINCT_LAYERS, ExpertLayout, ModelConfig, ModelGraph, OpGraph, Work, build,
+    AttentionKernel, BuildOptions, DISTINCT_LAYERS, ExpertLayout, ModelConfig, ModelGraph, OpGraph,
+    Work, build,
 };
 use crate::network::Network;
 use crate::operators::estimate;
@@ -83,6 +85,16 @@ pub struct StepPlan {
     /// ETP: ranks each expert's FFN is split over.
     #[serde(default = "one")]
     pub expert_tensor_parallel: u64,
+    /// CP: ranks each sequence is split over (context parallelism; Megatron-Core's
+    /// `--context-parallel-size`), between the tensor-parallel and the data-parallel ranks:
+    /// a stage has `t × CP × d` ranks. Each holds `2·CP` load-balanced chunks' two (chunk
+    /// `i` and `2·CP − 1 − i`), so causal attention costs every rank the same; weights are
+    /// replicated over CP and their gradients reduced over the `CP × d` ranks together.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub context_parallel: u64,
+    /// How the context-parallel ranks exchange keys and values.
+    #[serde(flatten, default)]
+    pub context_exchange: ContextExchange,
     /// Transformer blocks per pipeline stage, first to last (the embedding goes with the
     /// first stage, the head with the last), as Megatron-LM's uneven pipelines give them;
     /// `None`: an even split over `pipeline × interleaving` chunks.
@@ -96,6 +108,10 @@ fn one() -> u64 {
 
 fn yes() -> bool {
     true
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -140,6 +156,73 @@ pub struct Sharding {
     pub sharding_group: Option<u64>,
 }
 
+/// How a context-parallel group exchanges the keys and values of its ranks' chunks of the
+/// sequence (Megatron-Core's `--cp-comm-type`, Transformer Engine's implementations).
+/// Serialised flat into the plan, each key only when it is not its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextExchange {
+    /// Ring (`p2p`, the default) or gather (`all_gather`).
+    #[serde(
+        rename = "context_parallel_exchange",
+        default,
+        skip_serializing_if = "ContextMethod::is_ring"
+    )]
+    pub method: ContextMethod,
+    /// With the ring: each step's transfer of the next chunk's keys and values runs while
+    /// the attention of the chunk at hand computes (Transformer Engine's default); `false`
+    /// runs them one after the other.
+    #[serde(
+        rename = "context_parallel_overlap",
+        default = "yes",
+        skip_serializing_if = "is_true"
+    )]
+    pub overlap: bool,
+}
+
+impl Default for ContextExchange {
+    fn default() -> Self {
+        ContextExchange {
+            method: ContextMethod::Ring,
+            overlap: true,
+        }
+    }
+}
+
+/// The two ways a context-parallel group shares keys and values.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextMethod {
+    /// Ring attention: `CP − 1` steps, each passing the keys and values a rank holds to the
+    /// next rank (and, backward, their gradients with them) while attending to the chunk
+    /// at hand (`--cp-comm-type p2p`).
+    #[default]
+    Ring,
+    /// The keys and values all-gathered before attention (and their gradients
+    /// reduce-scattered after it), not overlapped (`--cp-comm-type all_gather`).
+    AllGather,
+}
+
+impl ContextMethod {
+    pub const ALL: [ContextMethod; 2] = [ContextMethod::Ring, ContextMethod::AllGather];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ContextMethod::Ring => "ring",
+            ContextMethod::AllGather => "all_gather",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn is_ring(&self) -> bool {
+        *self == ContextMethod::Ring
+    }
+}
+
 /// A group of ranks a collective runs over: how many, and how many ranks apart.
 pub type RankGroup = (u64, u64);
 
@@ -175,11 +258,11 @@ impl StepPlan {
     }
 
     /// The groups the state is sharded over and replicated across: the data-parallel group
-    /// (`t` ranks apart) split into `sharding_group`-rank groups, the replicas of a shard
+    /// with the context-parallel ranks (`CP × d` ranks, `t` apart) split into `sharding_group`-rank groups, the replicas of a shard
     /// `t × sharding_group` apart; the experts over their expert-data-parallel group
     /// (`EP × ETP` apart) split the same number of ways when it divides it.
     pub fn shard_groups(&self) -> ShardGroups {
-        let (t, d) = (self.tensor_parallel.max(1), self.data_parallel.max(1));
+        let (t, d) = (self.tensor_parallel.max(1), self.gradient_group());
         let group = self.sharding.sharding_group.unwrap_or(d).clamp(1, d);
         let replicas = (d / group).max(1);
         let edp = self.expert_data_parallel();
@@ -204,7 +287,24 @@ impl StepPlan {
             .expert_parallel
             .max(1)
             .saturating_mul(self.expert_tensor_parallel.max(1));
-        (self.tensor_parallel.saturating_mul(self.data_parallel) / groups).max(1)
+        (self.stage_ranks() / groups).max(1)
+    }
+
+    /// The ranks of one pipeline stage: `t × CP × d`.
+    pub fn stage_ranks(&self) -> u64 {
+        self.tensor_parallel
+            .saturating_mul(self.context_parallel)
+            .saturating_mul(self.data_parallel)
+    }
+
+    /// The ranks holding the same weights, over which their gradients are reduced (and the
+    /// state sharded): the data-parallel ranks and, for each, its context-parallel ranks
+    /// (`CP × d`, `t` apart), as Megatron-Core folds CP into data parallelism for the
+    /// gradients.
+    pub fn gradient_group(&self) -> u64 {
+        self.context_parallel
+            .max(1)
+            .saturating_mul(self.data_parallel.max(1))
     }
 
     /// Blocks per pipeline stage (a device's chunks), for a model of `layers` blocks.
@@ -251,6 +351,10 @@ pub struct TimeBreakdown {
     /// backward and recomputed) over the expert-parallel group, not overlapped.
     #[serde(default)]
     pub all_to_all_seconds: f64,
+    /// The context-parallel exchanges of keys and values (and their gradients) that
+    /// attention does not hide: forward, backward and recomputed.
+    #[serde(default)]
+    pub context_parallel_communication_seconds: f64,
     pub pipeline_point_to_point_seconds: f64,
     pub pipeline_bubble_seconds: f64,
     /// Once per step: the gradients' all-reduce (or reduce-scatter) and the updated
@@ -264,9 +368,11 @@ pub struct TimeBreakdown {
 }
 
 /// The parts of [`TimeBreakdown::parts`] that only some plans have (a Mixture-of-Experts
-/// model's exchanges, ZeRO-2/3's traffic): shown only when not zero.
-pub const OPTIONAL_PARTS: [&str; 2] = [
+/// model's exchanges, context parallelism's, ZeRO-2/3's traffic): shown only when not
+/// zero.
+pub const OPTIONAL_PARTS: [&str; 3] = [
     "expert-parallel all-to-all",
+    "context-parallel communication",
     "FSDP all-gather / reduce-scatter",
 ];
 
@@ -276,7 +382,7 @@ impl TimeBreakdown {
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 10] {
+    pub fn parts(&self) -> [(&'static str, f64); 11] {
         [
             ("forward", self.forward_seconds),
             ("backward", self.backward_seconds),
@@ -286,6 +392,10 @@ impl TimeBreakdown {
                 self.tensor_parallel_communication_seconds,
             ),
             ("expert-parallel all-to-all", self.all_to_all_seconds),
+            (
+                "context-parallel communication",
+                self.context_parallel_communication_seconds,
+            ),
             (
                 "pipeline point-to-point",
                 self.pipeline_point_to_point_seconds,
@@ -335,10 +445,17 @@ pub struct OperatorSeconds {
     pub tensor_parallel: f64,
     /// The expert-parallel all-to-all exchanges.
     pub all_to_all: f64,
+    /// The context-parallel exchanges of keys and values, their whole duration (ring
+    /// attention overlaps them with the attention kernels).
+    #[serde(default)]
+    pub context_parallel: f64,
 }
 
 impl OperatorSeconds {
-    fn of(work: &[f64; Work::COUNT], all_to_all: f64) -> OperatorSeconds {
+    fn of(
+        work: &[f64; Work::COUNT],
+        (all_to_all, context_parallel): (f64, f64),
+    ) -> OperatorSeconds {
         let at = |w: Work| work[w as usize];
         OperatorSeconds {
             attention: at(Work::Attention),
@@ -349,11 +466,12 @@ impl OperatorSeconds {
             vector: at(Work::Vector),
             tensor_parallel: at(Work::Collective),
             all_to_all,
+            context_parallel,
         }
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 8] {
+    pub fn parts(&self) -> [(&'static str, f64); 9] {
         [
             ("attention", self.attention),
             ("router", self.router),
@@ -363,6 +481,7 @@ impl OperatorSeconds {
             ("vector kernels", self.vector),
             ("tensor-parallel collectives", self.tensor_parallel),
             ("all-to-all", self.all_to_all),
+            ("context-parallel exchanges", self.context_parallel),
         ]
     }
 }
@@ -485,7 +604,7 @@ pub enum StepError {
     )]
     ZeroStage { stage: u64 },
     #[error(
-        "sharding_group = {group} shards the state over groups of data-parallel ranks: it must divide data_parallel = {d}, with a ZeRO stage of 1 to 3 (it is {zero})"
+        "sharding_group = {group} shards the state over groups of data-parallel ranks: it must divide the {d} ranks holding the same weights (data_parallel × context_parallel), with a ZeRO stage of 1 to 3 (it is {zero})"
     )]
     ShardingGroup { group: u64, d: u64, zero: u64 },
     #[error(
@@ -499,12 +618,13 @@ pub enum StepError {
     )]
     ExpertTensorParallel { etp: u64, expert_ffn: u64 },
     #[error(
-        "the expert groups, EP × ETP = {ep} × {etp}, must divide the t × d = {t} × {d} = {ranks} ranks of a pipeline stage they fold into"
+        "the expert groups, EP × ETP = {ep} × {etp}, must divide the t × CP × d = {t} × {cp} × {d} = {ranks} ranks of a pipeline stage they fold into"
     )]
     ExpertFolding {
         ep: u64,
         etp: u64,
         t: u64,
+        cp: u64,
         d: u64,
         ranks: u64,
     },
@@ -512,9 +632,24 @@ pub enum StepError {
         "a Mixture-of-Experts model with tensor parallelism (t = {t}) needs sequence parallelism, as Megatron-Core requires: its routers take each rank's shard of the tokens"
     )]
     MoeSequenceParallel { t: u64 },
-    #[error("t = {t} × p = {p} × d = {d} is {needed} devices; the cluster has {devices}")]
+    #[error(
+        "context-parallel width {cp} must be at least 1 and split the sequence ({seq} tokens) into {chunks} equal chunks (2 per rank for causal attention, whose chunks are paired for balance)"
+    )]
+    ContextParallel { cp: u64, seq: u64, chunks: u64 },
+    #[error(
+        "context parallelism (CP = {cp}) needs a fused attention kernel (attention = \"flash\" or \"mla\"), as Megatron-Core's does; {model} has attention = \"{attention}\""
+    )]
+    ContextParallelAttention {
+        cp: u64,
+        model: String,
+        attention: String,
+    },
+    #[error(
+        "t = {t} × CP = {cp} × p = {p} × d = {d} is {needed} devices; the cluster has {devices}"
+    )]
     Devices {
         t: u64,
+        cp: u64,
         p: u64,
         d: u64,
         needed: u64,
@@ -809,24 +944,26 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
     }
     let d = pl.data_parallel;
     found.extend(expert_problems(m, pl));
+    found.extend(context_problems(m, pl));
     if pl.sharding.zero_stage > 3 {
         found.push(StepError::ZeroStage {
             stage: pl.sharding.zero_stage,
         });
     }
     if let Some(group) = pl.sharding.sharding_group
-        && (group == 0 || !d.is_multiple_of(group) || pl.zero_stage() == 0)
+        && (group == 0 || !pl.gradient_group().is_multiple_of(group) || pl.zero_stage() == 0)
     {
         found.push(StepError::ShardingGroup {
             group,
-            d,
+            d: pl.gradient_group(),
             zero: pl.zero_stage(),
         });
     }
-    let needed = t.saturating_mul(p).saturating_mul(d);
+    let needed = pl.stage_ranks().saturating_mul(p);
     if d == 0 || needed != input.devices {
         found.push(StepError::Devices {
             t,
+            cp: pl.context_parallel,
             p,
             d,
             needed,
@@ -881,19 +1018,43 @@ fn expert_problems(m: &ModelConfig, pl: &StepPlan) -> Vec<StepError> {
             expert_ffn: moe.expert_ffn,
         });
     }
-    let ranks = t.saturating_mul(d);
+    let ranks = pl.stage_ranks();
     let groups = ep.saturating_mul(etp);
     if groups == 0 || ranks == 0 || !ranks.is_multiple_of(groups) {
         found.push(StepError::ExpertFolding {
             ep,
             etp,
             t,
+            cp: pl.context_parallel,
             d,
             ranks,
         });
     }
     if t > 1 && !pl.sequence_parallel {
         found.push(StepError::MoeSequenceParallel { t });
+    }
+    found
+}
+
+/// The plan's context parallelism against the model: CP splits the sequence into `2·CP`
+/// equal chunks (causal) or `CP` (bidirectional), and needs a fused attention kernel.
+fn context_problems(m: &ModelConfig, pl: &StepPlan) -> Vec<StepError> {
+    let cp = pl.context_parallel;
+    let mut found = Vec::new();
+    let chunks = cp.saturating_mul(if m.causal { 2 } else { 1 });
+    if cp == 0 || !m.seq_len.is_multiple_of(chunks) {
+        found.push(StepError::ContextParallel {
+            cp,
+            seq: m.seq_len,
+            chunks,
+        });
+    }
+    if cp > 1 && m.attention == AttentionKernel::Unfused {
+        found.push(StepError::ContextParallelAttention {
+            cp,
+            model: m.name.clone(),
+            attention: m.attention.name().into(),
+        });
     }
     found
 }
@@ -920,6 +1081,7 @@ pub fn graph(input: &StepInput) -> ModelGraph {
                     .tier(pl.expert_tensor_parallel.max(1))
                     .bytes_per_second as u64,
             },
+            context_parallel: pl.context_parallel.max(1),
         },
     )
 }
@@ -1052,6 +1214,7 @@ fn priced(
         recomputation_seconds: m * pipeline.recomputation,
         tensor_parallel_communication_seconds: m * pipeline.communication,
         all_to_all_seconds: m * pipeline.all_to_all,
+        context_parallel_communication_seconds: m * pipeline.context,
         fsdp_communication_seconds: m * pipeline.fsdp,
         pipeline_point_to_point_seconds: m * pipeline.point_to_point,
         pipeline_bubble_seconds: pipeline.bubble,
@@ -1059,7 +1222,10 @@ fn priced(
         optimizer_step_seconds: opt_cost.seconds,
     };
     let step = time.total();
-    let operators = OperatorSeconds::of(&pipeline.work.map(|w| m * w), m * pipeline.all_to_all);
+    let operators = OperatorSeconds::of(
+        &pipeline.work.map(|w| m * w),
+        (m * pipeline.all_to_all, m * pipeline.context_traffic),
+    );
     let (model_flops, hardware_flops) = step_flops(input, g);
     let devices = input.devices as f64;
     let model_rate = model_flops / step / devices;
@@ -1079,10 +1245,10 @@ fn priced(
             * (mtp.forward_joules + mtp.backward_joules + again_mtp)
         + head.forward_joules
         + head.backward_joules;
-    // A replica is t × p devices; its micro-batch joules are per rank of one layer.
+    // A replica is t × CP × p devices; its micro-batch joules are per rank of one layer.
     let total_micro_batches = (input.global_batch / b) as f64;
-    let energy =
-        per_replica_micro_batch * t as f64 * total_micro_batches + opt_cost.joules * devices;
+    let ranks = (t * pl.context_parallel) as f64;
+    let energy = per_replica_micro_batch * ranks * total_micro_batches + opt_cost.joules * devices;
     let samples = input.global_batch as f64 / step;
     Ok(StepReport {
         step_seconds: step,
@@ -1260,6 +1426,9 @@ struct PipelineTimes {
     communication: f64,
     /// The expert-parallel all-to-all exchanges.
     all_to_all: f64,
+    /// The context-parallel exchanges attention does not hide, and all of them.
+    context: f64,
+    context_traffic: f64,
     /// ZeRO-2/3's gathers and reduce-scatters that computation does not hide, and all of
     /// them.
     fsdp: f64,
@@ -1293,6 +1462,11 @@ fn pipeline_times(
     let blocks = pl.blocks_per_stage(input.model.layers);
     let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
     let exchanges = all_to_all_seconds(input, g);
+    let kv = [
+        kv_exchange_seconds(input, Some(&g.block), &blk),
+        kv_exchange_seconds(input, g.dense_block.as_ref(), &dns),
+        kv_exchange_seconds(input, g.mtp.as_ref(), &mtp),
+    ];
     // Per stage, each kind of recomputed layer: its timing, what it recomputes, how many
     // the stage holds, its all-to-all seconds (the repeated block, the dense block, the
     // multi-token-prediction modules, which sit on the last stage).
@@ -1307,6 +1481,15 @@ fn pipeline_times(
         ]
     };
     let exchanged = |k: u64| kinds(k).iter().map(|(_, _, n, a)| n * a).sum::<f64>();
+    // The context-parallel exchanges per stage and micro-batch: (exposed, all).
+    let contexts = |k: u64| {
+        kinds(k)
+            .iter()
+            .zip(&kv)
+            .fold((0.0, 0.0), |(e, a), ((_, _, n, _), x)| {
+                (e + n * x.0, a + n * x.1)
+            })
+    };
     // Per stage and micro-batch: (forward, backward, recompute, tp communication).
     let parts = |k: u64| -> (f64, f64, f64, f64) {
         let (mut f, mut bw, mut r, mut comm) = (0.0, 0.0, 0.0, 0.0);
@@ -1363,7 +1546,8 @@ fn pipeline_times(
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
         let sharded = fsdp(s, f + bw + r);
-        s.seconds_per_micro_batch = f + bw + r + comm + exchanged(s.stage) + sharded.1 + p2p;
+        s.seconds_per_micro_batch =
+            f + bw + r + comm + exchanged(s.stage) + contexts(s.stage).0 + sharded.1 + p2p;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch, sharded);
         }
@@ -1396,6 +1580,8 @@ fn pipeline_times(
         recomputation: r,
         communication: comm,
         all_to_all: exchanged(slowest.0),
+        context: contexts(slowest.0).0,
+        context_traffic: contexts(slowest.0).1,
         fsdp: slowest.2.1,
         fsdp_traffic: slowest.2.0,
         point_to_point: p2p,
@@ -1423,13 +1609,14 @@ fn recompute_of(r: Recomputation, l: &LayerTiming) -> (f64, f64, f64) {
 /// forward and a gradient backward, on the tier the pipeline spans.
 fn point_to_point_seconds(input: &StepInput) -> f64 {
     let pl = &input.plan;
-    let (t, p, d) = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel);
+    let (t, p) = (pl.tensor_parallel, pl.pipeline_parallel);
     if p <= 1 {
         return 0.0;
     }
     let e = pl.precision.element_bytes();
-    let tier = input.network.tier(t.saturating_mul(d).saturating_mul(p));
-    let bytes = (pl.micro_batch * input.model.seq_len * input.model.hidden * e) as f64 / t as f64;
+    let tier = input.network.tier(pl.stage_ranks().saturating_mul(p));
+    let bytes = (pl.micro_batch * input.model.seq_len * input.model.hidden * e) as f64
+        / (t * pl.context_parallel) as f64;
     2.0 * pl.interleaving as f64 * (tier.latency_seconds + bytes / tier.bytes_per_second)
 }
 
@@ -1451,6 +1638,58 @@ fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
         exchange(g.dense_block.as_ref()),
         exchange(g.mtp.as_ref()),
     ]
+}
+
+/// The context-parallel exchanges of one `layer` (timed `l`) per micro-batch: what the
+/// attention kernels do not hide of its forward, backward and recomputed passes, summed,
+/// and their whole time. Ring attention (`CP − 1` steps per attention) passes a rank's
+/// keys and values on in each step — backward with their gradients, twice the bytes —
+/// while the kernel attends to the chunk at hand, `1/CP` of the attention's time: each
+/// step exposes what its transfer takes beyond that (all of it without overlap). The
+/// all-gather collects every rank's keys and values before attention (backward again, and
+/// the gradients reduce-scattered), not overlapped. Recomputation that reruns the
+/// attention (full; selective, which recomputes the core) exchanges again.
+fn kv_exchange_seconds(
+    input: &StepInput,
+    layer: Option<&crate::model::Layer>,
+    l: &LayerTiming,
+) -> (f64, f64) {
+    let Some(x) = layer.and_then(|l| l.kv_exchange) else {
+        return (0.0, 0.0);
+    };
+    let pl = &input.plan;
+    let net = &input.network;
+    let (cp, count) = (x.group, x.count.max(1) as f64);
+    let steps = cp.saturating_sub(1) as f64;
+    let bytes = x.bytes as f64;
+    // Per attention and pass: (exposed, all).
+    let pass = |attention: f64, bytes: f64| match pl.context_exchange.method {
+        ContextMethod::Ring => {
+            let step = net.ring_step_seconds(bytes, cp, x.stride);
+            let hidden = if pl.context_exchange.overlap {
+                attention / count / cp as f64
+            } else {
+                0.0
+            };
+            (steps * (step - hidden).max(0.0), steps * step)
+        }
+        ContextMethod::AllGather => {
+            let gather = net.ring_seconds(cp as f64 * bytes, 1.0, cp, x.stride);
+            (gather, gather)
+        }
+    };
+    let attention = Work::Attention as usize;
+    let forward = pass(l.forward_work[attention], bytes);
+    let backward = pass(l.backward_work[attention], 2.0 * bytes);
+    let again = match pl.recomputation {
+        Recomputation::Full => forward,
+        Recomputation::Selective if l.attention_core > 0.0 => forward,
+        _ => (0.0, 0.0),
+    };
+    (
+        count * (forward.0 + backward.0 + again.0),
+        count * (forward.1 + backward.1 + again.1),
+    )
 }
 
 /// Dense blocks per pipeline stage (device): the model's first `dense` blocks, where the
@@ -1499,7 +1738,7 @@ fn data_parallel_seconds(
     hide: (f64, f64),
 ) -> f64 {
     let pl = &input.plan;
-    let (t, p, d) = (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel);
+    let p = pl.pipeline_parallel;
     let net = &input.network;
     let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
     let zero = pl.zero_stage();
@@ -1530,7 +1769,7 @@ fn data_parallel_seconds(
     // prediction) has its gradient summed with the first stage's.
     if p > 1 && g.head.shared_parameters > 0 {
         let bytes = g.head.shared_parameters as f64 * gradient_bytes;
-        dp += net.ring_seconds(bytes, 2.0, 2, t * d * (p - 1));
+        dp += net.ring_seconds(bytes, 2.0, 2, pl.stage_ranks() * (p - 1));
     }
     dp
 }
@@ -1623,9 +1862,10 @@ fn optimizer_step(
 /// again). The graph's are one rank's, a t-th of the model's.
 fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     let pl = &input.plan;
-    let t = pl.tensor_parallel as f64;
+    // The graph is one rank's of the t × CP ranks that share a micro-batch.
+    let ranks = (pl.tensor_parallel * pl.context_parallel) as f64;
     let total_micro_batches = (input.global_batch / pl.micro_batch) as f64;
-    let per_micro_batch = t * total_micro_batches;
+    let per_micro_batch = ranks * total_micro_batches;
     let model_flops = g.model_flops_per_micro_batch() * per_micro_batch;
     let run_flops = g.matmul_flops_per_micro_batch(false) * per_micro_batch;
     // What recomputation runs again, per block of each kind, times how many there are.

@@ -68,6 +68,7 @@ fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
             link_bytes_per_second: 1,
             sequence_parallel: false,
             experts: Default::default(),
+            context_parallel: 1,
         },
     )
 }
@@ -151,8 +152,9 @@ fn joules(j: f64) -> String {
 pub fn describe_plan(input: &StepInput) -> String {
     let p = &input.plan;
     format!(
-        "t = {}, p = {}, d = {}, micro-batch {}, {}, recomputation {}, sequence parallel {}, {}, {:?} optimizer{}",
+        "t = {}{}, p = {}, d = {}, micro-batch {}, {}, recomputation {}, sequence parallel {}, {}, {:?} optimizer{}",
         p.tensor_parallel,
+        context_words(p),
         p.pipeline_parallel,
         p.data_parallel,
         p.micro_batch,
@@ -192,7 +194,7 @@ pub fn describe_plan(input: &StepInput) -> String {
         .map(|n| {
             format!(
                 " over groups of {n} data-parallel ranks, replicated {} times (hybrid sharding)",
-                p.data_parallel / n.max(1)
+                p.gradient_group() / n.max(1)
             )
         })
         .unwrap_or_default()
@@ -211,6 +213,19 @@ pub fn describe_plan(input: &StepInput) -> String {
                 "not overlapped"
             }
         )
+}
+
+/// The context parallelism, when the plan splits sequences.
+fn context_words(p: &step::StepPlan) -> String {
+    if p.context_parallel == 1 {
+        return String::new();
+    }
+    let how = match (p.context_exchange.method, p.context_exchange.overlap) {
+        (step::ContextMethod::Ring, true) => "ring attention, transfers overlapped",
+        (step::ContextMethod::Ring, false) => "ring attention, transfers not overlapped",
+        (step::ContextMethod::AllGather, _) => "keys and values all-gathered",
+    };
+    format!(", CP = {} ({how})", p.context_parallel)
 }
 
 /// The expert layout, when the plan splits experts.
@@ -270,6 +285,15 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         let _ = writeln!(
             o,
             "  (tensor-parallel communication: the time computation does not hide; forward and backward are the cores' busy time)"
+        );
+    }
+    let kv = r.operator_seconds.context_parallel;
+    if kv > 0.0 && kv > r.time.context_parallel_communication_seconds {
+        let _ = writeln!(
+            o,
+            "  (context-parallel exchanges: {} of traffic, {} of it behind attention)",
+            seconds(kv),
+            seconds(kv - r.time.context_parallel_communication_seconds),
         );
     }
     if r.fsdp_traffic_seconds > 0.0 && input.plan.sharding.data_parallel_overlap {

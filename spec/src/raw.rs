@@ -4,6 +4,7 @@
 //! every problem can be reported with its location.
 
 use archplace_engine::model::{Activation, AttentionKernel, Norm, NormPosition, Positions};
+use archplace_engine::step::ContextMethod;
 use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -205,6 +206,16 @@ pub struct RawPlan {
     /// Ranks each expert's FFN is split over (ETP; default: `tensor_parallel` for a
     /// Mixture-of-Experts model, as Megatron-Core defaults it, 1 for a dense one).
     pub expert_tensor_parallel: Option<u64>,
+    /// Ranks each sequence is split over (CP, context parallelism; default 1), between the
+    /// tensor- and the data-parallel ranks: devices = t × CP × p × d. Needs FlashAttention
+    /// (or MLA); the sequence must split into 2·CP equal chunks (causal models).
+    pub context_parallel: Option<u64>,
+    /// How the context-parallel ranks share keys and values: "ring" (default; Megatron's
+    /// `--cp-comm-type p2p`) or "all_gather".
+    pub context_parallel_exchange: Option<ContextMethod>,
+    /// With the ring: each step's transfer overlaps the attention of the chunk at hand
+    /// (default true).
+    pub context_parallel_overlap: Option<bool>,
     /// Transformer blocks of each pipeline stage, first to last, e.g. [9, 10, 10, 9]
     /// (default: an even split). The embedding goes with the first stage, the head with
     /// the last.

@@ -8,7 +8,7 @@ use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
 use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::space::{AreaBudget, SpaceSpec};
-use archplace_engine::step::StepPlan;
+use archplace_engine::step::{ContextMethod, StepPlan};
 use archplace_engine::training::{Cluster, MemoryModel, Training};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::Serialize;
@@ -426,6 +426,19 @@ pub fn plan_table(p: &StepPlan) -> Table {
             "expert_tensor_parallel".into(),
             int(p.expert_tensor_parallel),
         );
+    }
+    if p.context_parallel != 1 {
+        t.insert("context_parallel".into(), int(p.context_parallel));
+        t.insert(
+            "context_parallel_exchange".into(),
+            Value::String(p.context_exchange.method.name().into()),
+        );
+        if p.context_exchange.method == ContextMethod::Ring {
+            t.insert(
+                "context_parallel_overlap".into(),
+                Value::Boolean(p.context_exchange.overlap),
+            );
+        }
     }
     if let Some(list) = &p.stage_layers {
         t.insert(

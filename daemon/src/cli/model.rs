@@ -381,6 +381,7 @@ fn list_presets(json: bool) -> Result<Exit> {
                 link_bytes_per_second: 4 << 30,
                 sequence_parallel: false,
                 experts: Default::default(),
+                context_parallel: 1,
             };
             let c = Counts::of(&cfg, &build(&cfg, &opts));
             Some(PresetRow {
@@ -447,6 +448,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             link_bytes_per_second: link,
             sequence_parallel: false,
             experts: Default::default(),
+            context_parallel: 1,
         };
         let counts = Counts::of(cfg, &build(cfg, &opts(1)));
         for t in cfg.tensor_parallel_widths() {

@@ -24,6 +24,10 @@ pub struct BuildOptions {
     pub sequence_parallel: bool,
     /// How a Mixture-of-Experts model's experts are laid out (ignored by dense models).
     pub experts: ExpertLayout,
+    /// CP: ranks each sequence is split over (context parallelism): every layer works on
+    /// `seq / CP` tokens of each sequence, attention against the whole sequence (the
+    /// `2·CP` load-balanced chunks of Megatron-Core, so each rank does `1/CP` of it).
+    pub context_parallel: u64,
 }
 
 /// How the experts of a Mixture-of-Experts model are laid out over the ranks of a pipeline
@@ -79,6 +83,24 @@ impl AllToAll {
         let one = network.all_to_all_seconds(self.bytes as f64, self.group, self.stride);
         passes * self.count as f64 * one
     }
+}
+
+/// The keys and values a context-parallel rank shares with its group in each attention of
+/// a layer: what one step of ring attention passes to the next rank (the rank's chunks'
+/// keys and values; backward their gradients with them), or what an all-gather collects
+/// from every rank. The step model prices them on the tier the group lives on, with the
+/// plan's way of exchanging ([`crate::step::ContextExchange`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KvExchange {
+    /// The rank's keys and values of one attention, in bytes.
+    pub bytes: u64,
+    /// CP: the ranks exchanging.
+    pub group: u64,
+    /// Ranks between two members of the group (the tensor-parallel ranks sit between them).
+    pub stride: u64,
+    /// Attentions in the layer (1 in a block; the depth in the multi-token-prediction
+    /// modules).
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -155,6 +177,9 @@ pub struct Layer {
     /// The expert-parallel exchanges of each micro-batch (Mixture-of-Experts blocks with
     /// `EP > 1`).
     pub all_to_all: Option<AllToAll>,
+    /// The context-parallel exchanges of keys and values of each micro-batch (blocks with
+    /// `CP > 1`).
+    pub kv_exchange: Option<KvExchange>,
     /// The matrix FLOPs of the forward pass that the busiest rank runs beyond its share of a
     /// balanced routing (its experts get more tokens than the mean): the time is the
     /// busiest rank's, a FLOPs count is the model's (backward runs twice these).
@@ -327,6 +352,8 @@ struct Ctx<'a> {
     /// Sequence parallelism is on (and `t > 1`).
     sp: bool,
     experts: ExpertLayout,
+    /// CP; `s` is the rank's share of the sequence, `seq / CP`.
+    cp: u64,
 }
 
 /// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
@@ -361,14 +388,38 @@ impl<'a> Ctx<'a> {
         Ctx {
             cfg,
             b: o.micro_batch,
-            s: cfg.seq_len,
+            s: cfg.seq_len / o.context_parallel.max(1),
             h: cfg.hidden,
             t: o.tensor_parallel,
             bpe: o.bytes_per_element,
             link: o.link_bytes_per_second,
             sp: o.sequence_parallel && o.tensor_parallel > 1,
             experts: o.experts,
+            cp: o.context_parallel.max(1),
         }
+    }
+
+    /// The keys and values this rank exchanges with its context-parallel group in each of
+    /// `count` attentions, `None` without context parallelism: the rank's tokens' keys
+    /// and values (the latent attention's after their up-projection, every head's), on its
+    /// tensor-parallel share of the heads.
+    fn kv_exchange(&self, count: u64) -> Option<KvExchange> {
+        if self.cp <= 1 {
+            return None;
+        }
+        let cfg = self.cfg;
+        let per_token = match (cfg.attention, cfg.mla) {
+            (AttentionKernel::Mla, Some(m)) => {
+                cfg.heads / self.t * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+            }
+            _ => cfg.kv_heads / self.t * 2 * cfg.head_dim(),
+        };
+        Some(KvExchange {
+            bytes: self.tokens() * per_token * self.bpe,
+            group: self.cp,
+            stride: self.t,
+            count,
+        })
     }
 
     /// Elements of a tensor of the sequence-parallel region (norms, dropouts, residuals)
@@ -542,6 +593,7 @@ impl<'a> Ctx<'a> {
             tensor_parallel: self.t > 1,
             expert_parameters: 0,
             all_to_all: None,
+            kv_exchange: None,
             imbalance_matmul_flops: 0.0,
             kept: lb.kept_tensors(),
             forward: lb.forward(),
@@ -625,6 +677,7 @@ impl<'a> Ctx<'a> {
         Layer {
             expert_parameters: ffn.expert_parameters,
             all_to_all: ffn.all_to_all,
+            kv_exchange: self.kv_exchange(1),
             imbalance_matmul_flops: ffn.imbalance_matmul_flops,
             ..self.layer(kind, lb, params, 0, self.rep(tok * h) * bpe)
         }
@@ -669,6 +722,7 @@ impl<'a> Ctx<'a> {
         Layer {
             expert_parameters: ffn.expert_parameters,
             all_to_all: ffn.all_to_all,
+            kv_exchange: self.kv_exchange(depth),
             imbalance_matmul_flops: ffn.imbalance_matmul_flops,
             ..self.layer(LayerKind::Mtp, lb, params, 0, self.rep(tok * h) * bpe)
         }
@@ -821,7 +875,7 @@ impl<'a> Ctx<'a> {
         };
         let context = if cfg.attention == AttentionKernel::Flash {
             let core = Attention {
-                batch: b,
+                batch: b * self.cp,
                 heads: n,
                 kv_heads: cfg.kv_heads / t,
                 seq: s,
@@ -844,7 +898,12 @@ impl<'a> Ctx<'a> {
     /// A fused attention kernel over the queries and keys of `qk` (their saved parts and
     /// element counts) and the values of `v`: Q, K and V are kept (as unfused), the output
     /// and its log-sum-exp (fp32, one per query row and head) too; no s × s tensor, no
-    /// dropout mask (the kernel regenerates it from its random state).
+    /// dropout mask (the kernel regenerates it from its random state). With context
+    /// parallelism the core is `b·CP` sequences of the rank's `s/CP` tokens: ring attention's
+    /// `CP` steps each attend the rank's queries to one chunk pair's keys (the first step
+    /// causally to its own, the others to half of their queries or keys), as many score
+    /// entries as a causal attention over `s/CP` — `1/CP` of the whole sequence's, the
+    /// same on every rank thanks to the load-balanced chunks.
     fn flash(
         &self,
         lb: &mut LayerBuilder,
@@ -866,7 +925,9 @@ impl<'a> Ctx<'a> {
         let tok = self.tokens();
         let heads_dv = core.heads * core.value_dim;
         lb.save_output(out, "out", tok * heads_dv * bpe);
-        lb.save_output(out, "log_sum_exp", core.statistics() * 4);
+        // One statistic per query row of this rank's tokens: the `1/CP` of the core's
+        // rows its own queries are.
+        lb.save_output(out, "log_sum_exp", core.statistics() / self.cp * 4);
         out
     }
 
@@ -952,7 +1013,7 @@ impl<'a> Ctx<'a> {
             vec![],
         );
         let core = Attention {
-            batch: b,
+            batch: b * self.cp,
             heads: n,
             kv_heads: n,
             seq: s,

@@ -55,6 +55,17 @@ pub enum AttentionKernel {
     Mla,
 }
 
+impl AttentionKernel {
+    /// The name a spec writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Unfused => "unfused",
+            AttentionKernel::Flash => "flash",
+            AttentionKernel::Mla => "mla",
+        }
+    }
+}
+
 /// The shapes of multi-head latent attention: queries through a `q_lora_rank` latent
 /// (`None`: projected directly), keys and values through a `kv_lora_rank` latent shared by
 /// all heads, each query and key head `qk_nope_head_dim + qk_rope_head_dim` wide (the

@@ -7,7 +7,8 @@ pub mod config;
 pub mod graph;
 
 pub use build::{
-    AllToAll, BuildOptions, DISTINCT_LAYERS, ExpertLayout, Layer, LayerKind, ModelGraph, build,
+    AllToAll, BuildOptions, DISTINCT_LAYERS, ExpertLayout, KvExchange, Layer, LayerKind,
+    ModelGraph, build,
 };
 pub use config::{
     Activation, AttentionKernel, Head, MAX_FLASH_HEAD_DIM, Mla, ModelConfig, Moe, Norm,
@@ -33,6 +34,7 @@ mod tests {
             link_bytes_per_second: 4 << 30,
             sequence_parallel,
             experts: Default::default(),
+            context_parallel: 1,
         }
     }
 

@@ -113,6 +113,7 @@ mod tests {
                 link_bytes_per_second: 1,
                 sequence_parallel: false,
                 experts: Default::default(),
+                context_parallel: 1,
             },
         );
         let ops = OpSet::of([&g.block.forward]);

@@ -238,6 +238,7 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                                     .bytes_per_second
                                     as u64,
                             },
+                            context_parallel: 1,
                         };
                         map.entry((b, t, e, sp, ep))
                             .or_insert_with(|| build(&m.config, &opts));

@@ -478,6 +478,8 @@ impl Ctx<'_> {
             expert_tensor_parallel: self.input.models[run.model]
                 .config
                 .expert_tensor_parallel(t),
+            context_parallel: 1,
+            context_exchange: Default::default(),
             stage_layers,
         }
     }
@@ -770,6 +772,8 @@ impl Ctx<'_> {
                 sharding: tr.sharding(run.zero),
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
+                context_parallel: 1,
+                context_exchange: Default::default(),
                 stage_layers: uneven(list, blocks),
             };
             let needed = t.saturating_mul(bl.pipeline).saturating_mul(bl.data);

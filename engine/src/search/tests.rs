@@ -146,6 +146,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 link_bytes_per_second: 4 << 30,
                                 sequence_parallel: false,
                                 experts: Default::default(),
+                                context_parallel: 1,
                             },
                         );
                         let time = |graph: &OpGraph| {

@@ -19,6 +19,8 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         sharding: Sharding::default(),
         expert_parallel: 1,
         expert_tensor_parallel: 1,
+        context_parallel: 1,
+        context_exchange: Default::default(),
         stage_layers: None,
     }
 }
@@ -96,6 +98,7 @@ fn stages_hold_the_model() {
             link_bytes_per_second: 1,
             sequence_parallel: false,
             experts: Default::default(),
+            context_parallel: 1,
         },
     );
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
@@ -772,4 +775,190 @@ fn hybrid_sharding_shards_within_a_node_and_replicates_across() {
         bad.plan.distributed_optimizer = zero >= 1;
         assert!(matches!(check(&bad), Err(StepError::ShardingGroup { .. })));
     }
+}
+
+/// Llama 3 8B (FlashAttention, causal, 8 key/value heads of 128) at 32K tokens on t = 2,
+/// p = 2, d = 2 and `cp` context-parallel ranks, sequence parallelism and the distributed
+/// optimizer, no recomputation, 8 sequences per step.
+fn llama3_long(cp: u64) -> StepInput {
+    let mut pl = plan(2, 2, 2);
+    pl.sequence_parallel = true;
+    pl.context_parallel = cp;
+    pl.recomputation = Recomputation::None;
+    pl.distributed_optimizer = true;
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("llama3-8b").unwrap();
+    input.model.seq_len = 32768;
+    input.devices = 8 * cp;
+    input.global_batch = 8;
+    input
+}
+
+/// Context parallelism splits every sequence over CP ranks: each keeps `1/CP` of the
+/// activations, exactly; the model's FLOPs per step are the same (the ranks' attention is
+/// `1/CP` of the whole sequence's each); weights are replicated over CP and the optimizer's
+/// state sharded over the `CP × d` ranks holding the same weights; each block exchanges its
+/// rank's keys and values, `b · s/CP · kv_heads/t · 2 · head_dim` elements.
+#[test]
+fn context_parallelism_divides_activations_and_keeps_the_model_flops() {
+    let one = estimate_step(&llama3_long(1), &ReferenceModel::default()).unwrap();
+    assert_eq!(one.time.context_parallel_communication_seconds, 0.0);
+    assert!(graph(&llama3_long(1)).block.kv_exchange.is_none());
+    for cp in [2, 4, 8] {
+        let input = llama3_long(cp);
+        let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        let at = format!("cp {cp}");
+        assert_eq!(r.stages.len(), one.stages.len());
+        for (s, s1) in r.stages.iter().zip(&one.stages) {
+            let (m, m1) = (s.memory_bytes, s1.memory_bytes);
+            assert!(
+                rel(m.activations * cp as f64, m1.activations) < 1e-12,
+                "{at}"
+            );
+            assert_eq!(m.weights, m1.weights, "{at}");
+            assert_eq!(s.parameters, s1.parameters, "{at}");
+            let sharded = StateBytes::megatron(Precision::Bf16Mixed, Optimizer::Adam, true, 2 * cp);
+            assert!(
+                rel(m.optimizer, sharded.optimizer * s.parameters as f64) < 1e-12,
+                "{at}"
+            );
+        }
+        assert!(
+            rel(r.model_flops_per_step, one.model_flops_per_step) < 1e-12,
+            "{at}"
+        );
+        // The FLOPs run count the diagonal of every causal chunk pair: `CP` diagonals of
+        // `s/CP` entries instead of one of `s`, `(CP − 1)/s` more of the attention's.
+        assert!(
+            r.hardware_flops_per_step >= one.hardware_flops_per_step
+                && rel(r.hardware_flops_per_step, one.hardware_flops_per_step)
+                    < (cp - 1) as f64 / 32768.0,
+            "{at}"
+        );
+        let x = graph(&input).block.kv_exchange.unwrap();
+        assert_eq!(x.bytes, 32768 / cp * (8 / 2) * 2 * 128 * 2, "{at}");
+        assert_eq!((x.group, x.stride, x.count), (cp, 2, 1), "{at}");
+        assert_eq!(input.plan.shard_groups().dense, (2 * cp, 2), "{at}");
+        assert!(r.time.context_parallel_communication_seconds >= 0.0);
+        assert!(r.operator_seconds.context_parallel > 0.0, "{at}");
+    }
+}
+
+/// Ring attention's exchanges per micro-batch on the slowest stage: each of its blocks
+/// passes its keys and values on `CP − 1` times forward and, with their gradients, twice
+/// the bytes backward, each step one message on the ring's tier; the all-gather gathers
+/// `CP` ranks' keys and values forward and backward and reduce-scatters their gradients;
+/// full recomputation exchanges the forward's again; overlapped, only what the attention
+/// does not hide.
+#[test]
+fn context_parallel_exchanges_closed_form() {
+    for cp in [2, 4, 8] {
+        let mut input = llama3_long(cp);
+        input.plan.context_exchange.overlap = false;
+        let x = graph(&input).block.kv_exchange.unwrap();
+        let net = input.network;
+        let bytes = x.bytes as f64;
+        let (m, blocks) = (8.0 / 2.0, 16.0);
+        let steps = (cp - 1) as f64;
+        let ring = |b: f64| net.ring_step_seconds(b, cp, 2);
+        let serial = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        let want = m * blocks * steps * (ring(bytes) + ring(2.0 * bytes));
+        let got = serial.time.context_parallel_communication_seconds;
+        assert!(rel(got, want) < 1e-12, "cp {cp}: {got} vs {want}");
+        assert!(rel(serial.operator_seconds.context_parallel, want) < 1e-12);
+        // The ring's step on its tier: inside a node of 8 up to t × CP = 8, else the NIC.
+        let tier = if 2 * cp <= 8 { 300e9 } else { 25e9 };
+        let latency = if 2 * cp <= 8 { 5e-6 } else { 10e-6 };
+        assert!(rel(ring(bytes), bytes / tier + latency) < 1e-12);
+
+        let mut full = input.clone();
+        full.plan.recomputation = Recomputation::Full;
+        let f = estimate_step(&full, &ReferenceModel::default()).unwrap();
+        let want_full = m * blocks * steps * (2.0 * ring(bytes) + ring(2.0 * bytes));
+        assert!(rel(f.time.context_parallel_communication_seconds, want_full) < 1e-12);
+
+        let mut gather = input.clone();
+        gather.plan.context_exchange.method = ContextMethod::AllGather;
+        let g = estimate_step(&gather, &ReferenceModel::default()).unwrap();
+        let all = |b: f64| net.ring_seconds(cp as f64 * b, 1.0, cp, 2);
+        let want_gather = m * blocks * (all(bytes) + all(2.0 * bytes));
+        assert!(rel(g.time.context_parallel_communication_seconds, want_gather) < 1e-12);
+
+        let overlapped = estimate_step(&llama3_long(cp), &ReferenceModel::default()).unwrap();
+        let exposed = overlapped.time.context_parallel_communication_seconds;
+        assert!(exposed <= got, "cp {cp}: {exposed} > {got}");
+        assert_eq!(
+            overlapped.operator_seconds.context_parallel,
+            serial.operator_seconds.context_parallel
+        );
+        assert!(overlapped.step_seconds <= serial.step_seconds);
+        let parts: f64 = serial.time.parts().iter().map(|p| p.1).sum();
+        assert!(rel(parts, serial.step_seconds) < 1e-12);
+    }
+}
+
+/// Context parallelism that cannot run is refused with the numbers: a width that does not
+/// cut the sequence into `2·CP` chunks, unfused attention, a device count without CP's
+/// factor, a sharding group that does not divide `CP × d`.
+#[test]
+fn context_parallel_plans_that_cannot_run_are_refused() {
+    let mut odd = llama3_long(3);
+    odd.devices = 24;
+    assert!(matches!(
+        problems(&odd).as_slice(),
+        [StepError::ContextParallel {
+            cp: 3,
+            seq: 32768,
+            chunks: 6
+        }]
+    ));
+    let mut zero = llama3_long(1);
+    zero.plan.context_parallel = 0;
+    assert!(
+        problems(&zero)
+            .iter()
+            .any(|e| matches!(e, StepError::ContextParallel { cp: 0, .. }))
+    );
+    let mut unfused = llama3_long(2);
+    unfused.model.attention = AttentionKernel::Unfused;
+    let e = problems(&unfused);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [StepError::ContextParallelAttention { cp: 2, .. }]
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e[0].to_string().contains("attention = \"unfused\""),
+        "{}",
+        e[0]
+    );
+    let mut devices = llama3_long(2);
+    devices.devices = 8;
+    let e = problems(&devices);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [StepError::Devices {
+                cp: 2,
+                needed: 16,
+                ..
+            }]
+        ),
+        "{e:?}"
+    );
+    let mut group = llama3_long(2);
+    group.plan.sharding.sharding_group = Some(3);
+    let e = problems(&group);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [StepError::ShardingGroup { group: 3, d: 4, .. }]
+        ),
+        "{e:?}"
+    );
+    let mut fine = llama3_long(2);
+    fine.plan.sharding.sharding_group = Some(4);
+    assert!(problems(&fine).is_empty());
 }

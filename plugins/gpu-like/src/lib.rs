@@ -553,6 +553,13 @@ impl Plugin for GpuLike {
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         ops.iter().map(|op| self.cost(core, op)).collect()
     }
+
+    /// Fused attention as the one kernel it is (`attention_efficiency` of peak, or its
+    /// memory traffic), not the SDK's default of its unfused operators, whose `s × s`
+    /// scores would go through memory.
+    fn attention(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        self.latency(core, ops)
+    }
 }
 
 #[cfg(test)]
@@ -582,6 +589,51 @@ mod tests {
             kind: OpKind::Gemm(Gemm { batch: 1, m, n, k }),
             direction: Direction::Forward,
             fused: vec![],
+        }
+    }
+
+    /// `attention-detail` (what the host asks a fused kernel of) prices the kernel at
+    /// `attention_efficiency` of peak (and a launch) — Llama-3-70B's at 8K tokens on one tensor-parallel
+    /// rank of eight, compute-bound — far below its unfused operators, which move the
+    /// `s × s` scores through memory.
+    #[test]
+    fn fused_attention_is_one_kernel_at_the_attention_efficiency() {
+        let m = GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb")]).unwrap();
+        let h100 = CoreConfig {
+            kind: CoreKind::Tensor,
+            cores: 132,
+            width: 64,
+            depth: 32,
+            buffer_bytes: 50 << 20,
+        };
+        for direction in [Direction::Forward, Direction::Backward] {
+            let a = archplace_plugin_sdk::Attention {
+                batch: 1,
+                heads: 8,
+                kv_heads: 1,
+                seq: 8192,
+                head_dim: 128,
+                value_dim: 128,
+                causal: true,
+            };
+            let op = Op {
+                kind: OpKind::Attention(a),
+                direction,
+                fused: vec![],
+            };
+            let fused = m.attention(&h100, std::slice::from_ref(&op)).unwrap()[0];
+            let peak = 2.0 * (132 * 64 * 32) as f64 * m.clock_hz;
+            // The kernel's launch besides.
+            let want = a.flops(direction) / (peak * m.attention_efficiency) + m.launch_seconds;
+            assert!(
+                (fused.seconds - want).abs() / want < 1e-9,
+                "{direction:?}: {} vs {want}",
+                fused.seconds
+            );
+            let unfused =
+                archplace_plugin_sdk::unfused_attention(&[op], |parts| m.latency(&h100, parts))
+                    .unwrap()[0];
+            assert!(unfused.seconds > 1.5 * fused.seconds, "{direction:?}");
         }
     }
 

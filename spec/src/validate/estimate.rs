@@ -6,7 +6,9 @@ use super::models::Entry;
 use super::rules::{count_in, positive};
 use crate::raw::{RawFixedAccelerator, RawPlan, RawSpec};
 use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
-use archplace_engine::step::{self, Sharding, StepError, StepInput, StepPlan};
+use archplace_engine::step::{
+    self, ContextExchange, ContextMethod, Sharding, StepError, StepInput, StepPlan,
+};
 use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
 use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
 use archplace_plugin_sdk::{AcceleratorConfig, gpus};
@@ -270,6 +272,7 @@ fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
         ("micro_batch", p.micro_batch),
         ("interleaving", Some(p.interleaving.unwrap_or(1))),
         ("expert_parallel", Some(p.expert_parallel.unwrap_or(1))),
+        ("context_parallel", Some(p.context_parallel.unwrap_or(1))),
         (
             "expert_tensor_parallel",
             Some(p.expert_tensor_parallel.unwrap_or(1)),
@@ -299,6 +302,17 @@ fn plan_sharding(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
             &pp.key("distributed_optimizer"),
             format!("zero_stage = {zero} shards the optimizer's state: that is the distributed optimizer"),
             Some("leave `distributed_optimizer` out (or true) with a ZeRO stage of 1 to 3".into()),
+        );
+    }
+    let method = p.context_parallel_exchange.unwrap_or_default();
+    if p.context_parallel_overlap.is_some() && method != ContextMethod::Ring {
+        ctx.mismatch(
+            &pp.key("context_parallel_overlap"),
+            format!(
+                "context_parallel_overlap overlaps ring attention's steps with their transfers; context_parallel_exchange is \"{}\", which is not overlapped",
+                method.name()
+            ),
+            Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
         );
     }
     if p.reshard_after_forward.is_some() && zero != 3 {
@@ -364,6 +378,11 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
         expert_parallel: p.expert_parallel.unwrap_or(1),
         // Left out: the model's default for the width (set with the model, below).
         expert_tensor_parallel: p.expert_tensor_parallel.unwrap_or(0),
+        context_parallel: p.context_parallel.unwrap_or(1),
+        context_exchange: ContextExchange {
+            method: p.context_parallel_exchange.unwrap_or_default(),
+            overlap: p.context_parallel_overlap.unwrap_or(true),
+        },
         stage_layers: None,
     }
 }
@@ -478,9 +497,13 @@ fn plan_fits(
                 vec![
                     pp.key("tensor_parallel"),
                     pp.key("pipeline_parallel"),
+                    pp.key("context_parallel"),
                     devices.clone(),
                 ],
             ),
+            StepError::ContextParallel { .. } | StepError::ContextParallelAttention { .. } => {
+                ("context_parallel", vec![])
+            }
             StepError::Batch { .. } => (
                 "micro_batch",
                 vec![pp.key("data_parallel"), training.key("global_batch")],
@@ -494,6 +517,7 @@ fn plan_fits(
                 vec![
                     pp.key("expert_tensor_parallel"),
                     pp.key("tensor_parallel"),
+                    pp.key("context_parallel"),
                     pp.key("data_parallel"),
                 ],
             ),
@@ -503,7 +527,11 @@ fn plan_fits(
             StepError::ZeroStage { .. } => ("zero_stage", vec![]),
             StepError::ShardingGroup { .. } => (
                 "sharding_group",
-                vec![pp.key("data_parallel"), pp.key("zero_stage")],
+                vec![
+                    pp.key("data_parallel"),
+                    pp.key("context_parallel"),
+                    pp.key("zero_stage"),
+                ],
             ),
             StepError::Interleaving { .. } => (
                 "interleaving",
@@ -531,6 +559,8 @@ fn plan_fits(
                 | StepError::ExpertTensorParallel { .. }
                 | StepError::ExpertFolding { .. }
                 | StepError::MoeSequenceParallel { .. }
+                | StepError::ContextParallel { .. }
+                | StepError::ContextParallelAttention { .. }
         );
         if of_model != with_model || !ctx.fine(&at) || !ctx.all_fine(&related) {
             continue;
