@@ -962,3 +962,51 @@ fn context_parallel_plans_that_cannot_run_are_refused() {
     fine.plan.sharding.sharding_group = Some(4);
     assert!(problems(&fine).is_empty());
 }
+
+/// Context parallelism with the other splits: a Mixture-of-Experts model's expert groups
+/// fold into the `t × CP × d` ranks of a stage (EP 8 needs CP 2 on t = 2, d = 2), and
+/// multi-head latent attention exchanges every head's keys (`qk_nope + qk_rope` wide) and
+/// values (`v_head_dim`) after their up-projection.
+#[test]
+fn context_parallelism_folds_experts_and_exchanges_latent_keys() {
+    let mut moe = mixtral(8, 1, true);
+    moe.plan.data_parallel = 2;
+    moe.global_batch = 64;
+    moe.devices = 2 * 4 * 2;
+    let e = problems(&moe);
+    assert!(
+        matches!(e.as_slice(), [StepError::ExpertFolding { ranks: 4, .. }]),
+        "{e:?}"
+    );
+    moe.plan.context_parallel = 2;
+    moe.devices *= 2;
+    assert!(problems(&moe).is_empty(), "{:?}", problems(&moe));
+    assert_eq!(moe.plan.expert_data_parallel(), 1);
+    let r = estimate_step(&moe, &ReferenceModel::default()).unwrap();
+    assert!(r.time.all_to_all_seconds > 0.0);
+    // The all-to-all moves the rank's tokens: `b · s/(t·CP) · k · h` elements.
+    let g = graph(&moe);
+    let cfg = &moe.model;
+    let k = cfg.moe.unwrap().experts_per_token;
+    assert_eq!(
+        g.block.all_to_all.unwrap().bytes,
+        cfg.seq_len / (2 * 2) * k * cfg.hidden * 2
+    );
+
+    let mut mla = deepseek_v3_on_2048_devices();
+    mla.plan.context_parallel = 2;
+    mla.devices *= 2;
+    assert!(problems(&mla).is_empty(), "{:?}", problems(&mla));
+    let g = graph(&mla);
+    let m = mla.model.mla.unwrap();
+    let t = mla.plan.tensor_parallel;
+    let per_token = mla.model.heads / t * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim);
+    let x = g.block.kv_exchange.unwrap();
+    assert_eq!(
+        x.bytes,
+        mla.plan.micro_batch * mla.model.seq_len / 2 * per_token * 2
+    );
+    assert_eq!((x.group, x.stride), (2, t));
+    // Multi-token prediction's block exchanges too, once per depth.
+    assert_eq!(g.mtp.as_ref().unwrap().kv_exchange.unwrap().count, 1);
+}
