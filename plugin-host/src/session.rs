@@ -282,19 +282,28 @@ impl Session {
                 return Err(self.to_error(&fault));
             }
             // Counted only below the limit: a call in flight when another reached it
-            // faults past the limit, which holds as configured.
+            // faults past the limit, which holds as configured. The count, the log and the
+            // halt change under the log's lock, so that a call refused for the limit
+            // (`limit_reached`, which reads the log) always finds the fault that reached it.
+            let mut log = self
+                .fault_log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let Ok(before) = self
                 .faults
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                     (n < max).then_some(n + 1)
                 })
             else {
+                drop(log);
                 return Err(self.limit_reached(what));
             };
             let n = before + 1;
+            log.push(fault.clone());
             if n >= max {
                 self.halted.store(true, Ordering::SeqCst);
             }
+            drop(log);
             if let Some(t) = &self.telemetry {
                 t.fault(&self.loaded.info.name, fault.kind);
             }
@@ -306,9 +315,6 @@ impl Session {
                 "plugin fault during {what}: {}",
                 fault.message
             );
-            if let Ok(mut log) = self.fault_log.lock() {
-                log.push(fault.clone());
-            }
             if n >= max {
                 return Err(self.to_error(&Fault {
                     kind: fault.kind,
