@@ -666,13 +666,7 @@ impl<'a> Ctx<'a> {
         let mut lb = LayerBuilder::default();
         let x = Input::External;
         let (r1, attention_parameters) = self.attention(&mut lb, x);
-        let ffn = match moe {
-            Some(m) => self.moe_mlp(&mut lb, r1, m),
-            None => Ffn {
-                parameters: self.mlp(&mut lb, r1),
-                ..Ffn::default()
-            },
-        };
+        let ffn = self.ffn(&mut lb, r1, moe);
         let params = attention_parameters + ffn.parameters;
         Layer {
             expert_parameters: ffn.expert_parameters,
@@ -680,6 +674,18 @@ impl<'a> Ctx<'a> {
             kv_exchange: self.kv_exchange(1),
             imbalance_matmul_flops: ffn.imbalance_matmul_flops,
             ..self.layer(kind, lb, params, 0, self.rep(tok * h) * bpe)
+        }
+    }
+
+    /// A block's FFN from the first residual `r1`: a Mixture-of-Experts one of `moe`, or
+    /// the dense MLP.
+    fn ffn(&self, lb: &mut LayerBuilder, r1: Input, moe: Option<Moe>) -> Ffn {
+        match moe {
+            Some(m) => self.moe_mlp(lb, r1, m),
+            None => Ffn {
+                parameters: self.mlp(lb, r1),
+                ..Ffn::default()
+            },
         }
     }
 
@@ -701,13 +707,7 @@ impl<'a> Ctx<'a> {
             let start = lb.ops.len();
             let y = self.mtp_input(&mut lb, x);
             let (r1, attention_parameters) = self.attention(&mut lb, y);
-            let f = match moe {
-                Some(m) => self.moe_mlp(&mut lb, r1, m),
-                None => Ffn {
-                    parameters: self.mlp(&mut lb, r1),
-                    ..Ffn::default()
-                },
-            };
+            let f = self.ffn(&mut lb, r1, moe);
             let out = Input::Op(lb.ops.len() - 1);
             x = self.norm(&mut lb, "final_norm", out);
             for op in &mut lb.ops[start..] {

@@ -656,12 +656,10 @@ fn estimate_of(
     crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap()
 }
 
-/// Expert parallelism is a search dimension: with widths listed, no candidate's best plan
-/// of a tiny Mixture-of-Experts model gets slower, every plan splitting experts folds them
-/// into its stages' `t × d` ranks, is priced by the step model exactly as `estimate` prices
-/// it, and fits; at least one candidate prefers split experts.
-#[test]
-fn expert_parallelism_is_searched() {
+/// The tiny model as a Mixture-of-Experts one (8 experts of 1,024, top-2), changed by
+/// `edit`, searched with Megatron's memory, full recomputation, sequence parallelism and
+/// the distributed optimizer.
+fn tiny_moe(edit: impl FnOnce(&mut ModelConfig)) -> (SearchInput, Space) {
     let (mut input, space) = tiny();
     let mut cfg = tiny_model();
     cfg.moe = Some(crate::model::Moe {
@@ -672,12 +670,23 @@ fn expert_parallelism_is_searched() {
         routing_imbalance: 1.0,
         capacity_factor: None,
     });
+    edit(&mut cfg);
     input.models[0].config = cfg;
     input.models[0].baseline = None;
     input.training.memory_model = MemoryModel::Megatron;
     input.training.activation_recomputation = vec![Recomputation::Full];
     input.training.sequence_parallel = vec![true];
     input.training.distributed_optimizer = vec![true];
+    (input, space)
+}
+
+/// Expert parallelism is a search dimension: with widths listed, no candidate's best plan
+/// of a tiny Mixture-of-Experts model gets slower, every plan splitting experts folds them
+/// into its stages' `t × d` ranks, is priced by the step model exactly as `estimate` prices
+/// it, and fits; at least one candidate prefers split experts.
+#[test]
+fn expert_parallelism_is_searched() {
+    let (mut input, space) = tiny_moe(|_| {});
     let whole_experts = whole(&input, &space);
     input.training.expert_parallel = vec![1, 2, 4, 8];
     let split = whole(&input, &space);
@@ -725,24 +734,10 @@ fn expert_parallelism_is_searched() {
 /// it among its layers, and every plan is priced as `estimate` prices it.
 #[test]
 fn multi_token_prediction_is_searched_with_the_head() {
-    let (mut input, space) = tiny();
-    let mut cfg = tiny_model();
-    cfg.moe = Some(crate::model::Moe {
-        experts: 8,
-        experts_per_token: 2,
-        expert_ffn: 1024,
-        shared_experts: 0,
-        routing_imbalance: 1.0,
-        capacity_factor: None,
+    let (mut input, space) = tiny_moe(|cfg| {
+        cfg.mtp_depth = 1;
+        cfg.tied_embeddings = false;
     });
-    cfg.mtp_depth = 1;
-    cfg.tied_embeddings = false;
-    input.models[0].config = cfg;
-    input.models[0].baseline = None;
-    input.training.memory_model = MemoryModel::Megatron;
-    input.training.activation_recomputation = vec![Recomputation::Full];
-    input.training.sequence_parallel = vec![true];
-    input.training.distributed_optimizer = vec![true];
     input.training.expert_parallel = vec![1, 2];
     let r = whole(&input, &space);
     assert_breakdowns_add_up(&r);
