@@ -202,6 +202,7 @@ examples! {
     bert_large: "bert-large",
     custom_tiny: "custom-tiny",
     estimate_a100: "estimate-a100",
+    estimate_llama3_70b_h100: "estimate-llama3-70b-h100",
     estimate_llama3_70b_128k_cp_h100: "estimate-llama3-70b-128k-cp-h100",
     estimate_llama3_8b_fsdp_h100: "estimate-llama3-8b-fsdp-h100",
     estimate_mixtral_8x7b_h100: "estimate-mixtral-8x7b-h100",

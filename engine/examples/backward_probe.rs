@@ -36,7 +36,7 @@ fn main() {
         &BuildOptions {
             micro_batch: 2,
             tensor_parallel: 1,
-            bytes_per_element: 2,
+            numerics: Default::default(),
             link_bytes_per_second: 4 << 30,
             sequence_parallel: false,
             experts: Default::default(),

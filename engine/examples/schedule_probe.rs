@@ -58,7 +58,7 @@ fn probe_gpt3_layer_schedules() {
                     &BuildOptions {
                         micro_batch: b,
                         tensor_parallel: t,
-                        bytes_per_element: 2,
+                        numerics: Default::default(),
                         link_bytes_per_second: 4 << 30,
                         sequence_parallel: false,
                         experts: Default::default(),

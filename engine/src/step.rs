@@ -48,10 +48,10 @@ use crate::operators::estimate;
 use crate::operators::instance_with;
 use crate::options::ScheduleOptions;
 use crate::schedule::{self, Instance, Resource};
-use crate::training::{Optimizer, Precision, Recomputation, StateBytes};
+use crate::training::{Fp8Scaling, Optimizer, Precision, Recomputation, StateBytes};
 use archplace_plugin_sdk::{
-    AcceleratorConfig, CoreConfig, Direction, EstimateError, LatencyModel, Op, OpCost, OpKind,
-    VectorKind,
+    AcceleratorConfig, Cast, CoreConfig, Direction, EstimateError, LatencyModel, Op, OpCost,
+    OpKind, VectorKind,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -68,6 +68,9 @@ pub struct StepPlan {
     pub recomputation: Recomputation,
     pub sequence_parallel: bool,
     pub precision: Precision,
+    /// How an FP8 recipe's per-tensor scales are chosen (ignored without FP8).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub fp8_scaling: Fp8Scaling,
     pub optimizer: Optimizer,
     /// The optimizer's state sharded over the data-parallel group (Megatron-LM's
     /// distributed optimizer, ZeRO-1); implied by `sharding.zero_stage ≥ 1`.
@@ -108,6 +111,10 @@ fn one() -> u64 {
 
 fn yes() -> bool {
     true
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 fn is_one(n: &u64) -> bool {
@@ -364,16 +371,22 @@ pub struct TimeBreakdown {
     /// gradients reduce-scattered over the data-parallel group, what overlap does not hide.
     #[serde(default)]
     pub fsdp_communication_seconds: f64,
+    /// FP8 and MXFP8 recipes: the quantised GEMMs' weights cast once per step (at ZeRO-3
+    /// every time they are gathered); the casts of activations and gradients are operators
+    /// of the layers, in forward and backward.
+    #[serde(default)]
+    pub weight_cast_seconds: f64,
     pub optimizer_step_seconds: f64,
 }
 
 /// The parts of [`TimeBreakdown::parts`] that only some plans have (a Mixture-of-Experts
 /// model's exchanges, context parallelism's, ZeRO-2/3's traffic): shown only when not
 /// zero.
-pub const OPTIONAL_PARTS: [&str; 3] = [
+pub const OPTIONAL_PARTS: [&str; 4] = [
     "expert-parallel all-to-all",
     "context-parallel communication",
     "FSDP all-gather / reduce-scatter",
+    "FP8 weight casts",
 ];
 
 impl TimeBreakdown {
@@ -382,7 +395,7 @@ impl TimeBreakdown {
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 11] {
+    pub fn parts(&self) -> [(&'static str, f64); 12] {
         [
             ("forward", self.forward_seconds),
             ("backward", self.backward_seconds),
@@ -409,6 +422,7 @@ impl TimeBreakdown {
                 "FSDP all-gather / reduce-scatter",
                 self.fsdp_communication_seconds,
             ),
+            ("FP8 weight casts", self.weight_cast_seconds),
             ("optimizer step", self.optimizer_step_seconds),
         ]
     }
@@ -449,12 +463,17 @@ pub struct OperatorSeconds {
     /// attention overlaps them with the attention kernels).
     #[serde(default)]
     pub context_parallel: f64,
+    /// Quantising casts to FP8/MXFP8 run as kernels of their own: the activations' and
+    /// gradients' (those fused into a norm, an activation or a GEMM's epilogue are in that
+    /// kernel's part) and the weights' once per step.
+    #[serde(default)]
+    pub casts: f64,
 }
 
 impl OperatorSeconds {
     fn of(
         work: &[f64; Work::COUNT],
-        (all_to_all, context_parallel): (f64, f64),
+        (all_to_all, context_parallel, weight_casts): (f64, f64, f64),
     ) -> OperatorSeconds {
         let at = |w: Work| work[w as usize];
         OperatorSeconds {
@@ -467,11 +486,12 @@ impl OperatorSeconds {
             tensor_parallel: at(Work::Collective),
             all_to_all,
             context_parallel,
+            casts: at(Work::Cast) + weight_casts,
         }
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 9] {
+    pub fn parts(&self) -> [(&'static str, f64); 10] {
         [
             ("attention", self.attention),
             ("router", self.router),
@@ -482,6 +502,7 @@ impl OperatorSeconds {
             ("tensor-parallel collectives", self.tensor_parallel),
             ("all-to-all", self.all_to_all),
             ("context-parallel exchanges", self.context_parallel),
+            ("FP8 casts", self.casts),
         ]
     }
 }
@@ -508,6 +529,10 @@ pub struct StageSummary {
     /// group).
     #[serde(default)]
     pub expert_parameters: u64,
+    /// Of `parameters`, the weights of FP8/MXFP8 GEMMs, whose quantised copies it keeps
+    /// (in `memory_bytes.weights`) and casts every step.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub quantised_parameters: u64,
     /// Forward + backward + recomputation + point-to-point of one micro-batch.
     pub seconds_per_micro_batch: f64,
     /// Micro-batches whose activations it holds at its peak.
@@ -1070,7 +1095,7 @@ pub fn graph(input: &StepInput) -> ModelGraph {
         &BuildOptions {
             micro_batch: pl.micro_batch,
             tensor_parallel: t,
-            bytes_per_element: pl.precision.element_bytes(),
+            numerics: pl.precision.numerics(pl.fp8_scaling),
             link_bytes_per_second: input.network.tier(t).bytes_per_second as u64,
             sequence_parallel: pl.sequence_parallel,
             experts: ExpertLayout {
@@ -1207,6 +1232,8 @@ fn priced(
         (pipeline.forward, pipeline.backward),
     );
     let opt_cost = optimizer_step(input, cost, (dense_max, experts_max))?;
+    let quantised_max = largest(|s| s.quantised_parameters);
+    let casts = weight_casts(input, cost, quantised_max as u64, micro_batches)?;
     let m = micro_batches as f64;
     let time = TimeBreakdown {
         forward_seconds: m * pipeline.forward,
@@ -1219,12 +1246,17 @@ fn priced(
         pipeline_point_to_point_seconds: m * pipeline.point_to_point,
         pipeline_bubble_seconds: pipeline.bubble,
         data_parallel_communication_seconds: dp,
+        weight_cast_seconds: casts.seconds,
         optimizer_step_seconds: opt_cost.seconds,
     };
     let step = time.total();
     let operators = OperatorSeconds::of(
         &pipeline.work.map(|w| m * w),
-        (m * pipeline.all_to_all, m * pipeline.context_traffic),
+        (
+            m * pipeline.all_to_all,
+            m * pipeline.context_traffic,
+            casts.seconds,
+        ),
     );
     let (model_flops, hardware_flops) = step_flops(input, g);
     let devices = input.devices as f64;
@@ -1248,7 +1280,8 @@ fn priced(
     // A replica is t × CP × p devices; its micro-batch joules are per rank of one layer.
     let total_micro_batches = (input.global_batch / b) as f64;
     let ranks = (t * pl.context_parallel) as f64;
-    let energy = per_replica_micro_batch * ranks * total_micro_batches + opt_cost.joules * devices;
+    let energy = per_replica_micro_batch * ranks * total_micro_batches
+        + (opt_cost.joules + casts.joules) * devices;
     let samples = input.global_batch as f64 / step;
     Ok(StepReport {
         step_seconds: step,
@@ -1306,6 +1339,7 @@ fn stage_memory(
             params += g.embedding.parameters;
         }
         let mut experts = n * g.block.expert_parameters;
+        let mut quantised: u64 = kinds.iter().map(|(l, c)| c * l.quantised_parameters).sum();
         // The multi-token-prediction modules sit in the last stage, with the head.
         let mtp = g.mtp.as_ref().filter(|_| last);
         if last {
@@ -1318,6 +1352,7 @@ fn stage_memory(
             if let Some(l) = mtp {
                 params += l.parameters;
                 experts += l.expert_parameters;
+                quantised += l.quantised_parameters;
             }
         }
         let in_flight = (p - k).min(micro_batches) as f64
@@ -1362,12 +1397,13 @@ fn stage_memory(
             .max()
             .unwrap_or(0);
         let (gathered, unsharded) = zero_buffers(pl, largest, params);
+        let copies = quantised_copies(pl, g, quantised);
         let memory = MemoryBreakdown {
-            weights: weights + gathered,
+            weights: weights + gathered + copies,
             gradients: gradients + unsharded,
             optimizer,
             activations,
-            total: state_total + gathered + unsharded + activations,
+            total: state_total + gathered + copies + unsharded + activations,
         };
         stages.push(StageSummary {
             stage: k,
@@ -1376,12 +1412,70 @@ fn stage_memory(
             head: last,
             parameters: params,
             expert_parameters: experts,
+            quantised_parameters: quantised,
             seconds_per_micro_batch: 0.0,
             micro_batches_in_flight: in_flight,
             memory_bytes: memory,
         });
     }
     stages
+}
+
+/// Bytes of the quantised weight copies an FP8 recipe keeps on a stage with `quantised`
+/// such weights ([`Precision::weight_copy_bytes`]): all of them for the step, or at
+/// ZeRO-3, whose weights are gathered layer by layer, the largest layer's while it runs.
+fn quantised_copies(pl: &StepPlan, g: &ModelGraph, quantised: u64) -> f64 {
+    let per_weight = pl.precision.weight_copy_bytes();
+    if pl.zero_stage() >= 3 {
+        let largest = g
+            .layers()
+            .map(|l| l.quantised_parameters)
+            .max()
+            .unwrap_or(0)
+            .min(quantised);
+        largest as f64 * per_weight
+    } else {
+        quantised as f64 * per_weight
+    }
+}
+
+/// The FP8 recipes' weight casts on the busiest stage, `quantised` weights: once per step
+/// (Transformer Engine casts a weight at the first micro-batch and keeps the copies), at
+/// ZeRO-3 every time a layer's weights are gathered (forward, and backward unless they
+/// stay gathered). Seconds and joules per device; nothing without FP8.
+fn weight_casts(
+    input: &StepInput,
+    cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+    quantised: u64,
+    micro_batches: u64,
+) -> Result<OpCost, StepError> {
+    let pl = &input.plan;
+    if quantised == 0 || !pl.precision.is_quantised() {
+        return Ok(OpCost::new(0.0, 0.0));
+    }
+    let numerics = pl.precision.numerics(pl.fp8_scaling);
+    let op = Op::new(
+        OpKind::Cast(Cast {
+            elements: quantised,
+            to: numerics.gemms,
+            amax_pass: numerics.amax_pass,
+        }),
+        Direction::Forward,
+    )
+    .with_element(numerics.activations);
+    let c = &input.accelerator;
+    let one = cost(&c.vector_core(c.vector_cores), &op)?;
+    let times = if pl.zero_stage() >= 3 {
+        let gathers = if pl.sharding.reshard_after_forward {
+            2
+        } else {
+            1
+        };
+        (gathers * micro_batches) as f64
+    } else {
+        1.0
+    };
+    Ok(OpCost::new(times * one.seconds, times * one.joules))
 }
 
 /// The embedding's, a block's, the head's and a dense block's times on the chip
@@ -1854,6 +1948,7 @@ fn optimizer_step(
         },
         direction: Direction::Forward,
         fused: Vec::new(),
+        element: pl.precision.activation_element(),
     };
     Ok(cost(&c.vector_core(c.vector_cores), &op)?)
 }

@@ -9,6 +9,7 @@
 //! With the distributed optimizer (ZeRO-1) everything the optimizer owns — master weights,
 //! its gradient copy, moments — is sharded over the data-parallel group.
 
+use archplace_plugin_sdk::ElementType;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -55,31 +56,85 @@ pub enum Precision {
     Fp16Mixed,
     /// fp32 throughout.
     Fp32,
+    /// bf16 mixed precision with the blocks' GEMMs in FP8 (Transformer Engine's "hybrid"
+    /// format: E4M3 forward, E5M2 for gradients; one scale per tensor), as NVIDIA trains
+    /// on Hopper: every GEMM input cast to FP8, the FP8 copies of the weights kept for the
+    /// step, the GEMMs' saved inputs kept in FP8.
+    Fp8Hybrid,
+    /// bf16 mixed precision with the blocks' GEMMs in MXFP8 (Blackwell: E4M3 in blocks of
+    /// 32 elements, one E8M0 scale per block, row- and column-wise copies).
+    Mxfp8,
 }
 
 impl Precision {
-    pub const ALL: [Precision; 3] = [Precision::Bf16Mixed, Precision::Fp16Mixed, Precision::Fp32];
+    pub const ALL: [Precision; 5] = [
+        Precision::Bf16Mixed,
+        Precision::Fp16Mixed,
+        Precision::Fp32,
+        Precision::Fp8Hybrid,
+        Precision::Mxfp8,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Precision::Bf16Mixed => "bf16-mixed",
             Precision::Fp16Mixed => "fp16-mixed",
             Precision::Fp32 => "fp32",
+            Precision::Fp8Hybrid => "fp8-hybrid",
+            Precision::Mxfp8 => "mxfp8",
         }
     }
 
-    /// Bytes of one weight, activation or activation gradient element.
+    /// Bytes of one weight, activation or activation gradient element (the FP8 recipes'
+    /// are bf16; their GEMMs' inputs are [`Precision::gemm_element`]).
     pub fn element_bytes(self) -> u64 {
         match self {
-            Precision::Bf16Mixed | Precision::Fp16Mixed => 2,
+            Precision::Bf16Mixed
+            | Precision::Fp16Mixed
+            | Precision::Fp8Hybrid
+            | Precision::Mxfp8 => 2,
             Precision::Fp32 => 4,
+        }
+    }
+
+    /// The element type of weights, activations and their gradients.
+    pub fn activation_element(self) -> ElementType {
+        match self {
+            Precision::Bf16Mixed | Precision::Fp8Hybrid | Precision::Mxfp8 => ElementType::Bf16,
+            Precision::Fp16Mixed => ElementType::Fp16,
+            Precision::Fp32 => ElementType::Fp32,
+        }
+    }
+
+    /// The element type the blocks' weight GEMMs multiply.
+    pub fn gemm_element(self) -> ElementType {
+        match self {
+            Precision::Fp8Hybrid => ElementType::Fp8,
+            Precision::Mxfp8 => ElementType::Mxfp8,
+            other => other.activation_element(),
+        }
+    }
+
+    /// Whether the blocks' GEMMs run in a quantised type (FP8, MXFP8).
+    pub fn is_quantised(self) -> bool {
+        self.gemm_element().is_quantised()
+    }
+
+    /// How the layer graphs of this precision type their data, with `scaling` for the
+    /// FP8 recipes' casts.
+    pub fn numerics(self, scaling: Fp8Scaling) -> Numerics {
+        Numerics {
+            bytes_per_element: self.element_bytes(),
+            activations: self.activation_element(),
+            gemms: self.gemm_element(),
+            amax_pass: self == Precision::Fp8Hybrid && scaling == Fp8Scaling::Current,
         }
     }
 
     /// Bytes of the gradient buffer the backward pass accumulates into, per parameter.
     fn gradient_bytes(self) -> u64 {
         match self {
-            Precision::Bf16Mixed | Precision::Fp32 => 4,
+            Precision::Bf16Mixed | Precision::Fp32 | Precision::Fp8Hybrid | Precision::Mxfp8 => 4,
             Precision::Fp16Mixed => 2,
         }
     }
@@ -88,9 +143,106 @@ impl Precision {
     /// (mixed precision) and, for fp16, an fp32 copy of the gradients.
     fn optimizer_own_bytes(self) -> u64 {
         match self {
-            Precision::Bf16Mixed => 4,
+            Precision::Bf16Mixed | Precision::Fp8Hybrid | Precision::Mxfp8 => 4,
             Precision::Fp16Mixed => 8,
             Precision::Fp32 => 0,
+        }
+    }
+
+    /// Bytes per weight of the quantised copies an FP8 recipe keeps of its GEMMs' weights
+    /// for the step (Transformer Engine casts each weight once per step and keeps both
+    /// layouts: the weight and its transpose in FP8 on Hopper, row- and column-wise MXFP8
+    /// blocks on Blackwell); 0 without FP8.
+    pub fn weight_copy_bytes(self) -> f64 {
+        if self.is_quantised() {
+            2.0 * self.gemm_element().bytes()
+        } else {
+            0.0
+        }
+    }
+}
+
+/// How a layer's data is typed: what its tensors take in memory and what each operator
+/// tells the latency model ([`archplace_plugin_sdk::Op::element`]).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+pub struct Numerics {
+    /// Bytes of one activation element: what saved tensors, collectives and pipeline
+    /// transfers move (the reference memory model's `bytes_per_element`).
+    pub bytes_per_element: u64,
+    /// The element type of the operators' data.
+    pub activations: ElementType,
+    /// The element type of the blocks' weight GEMMs (Transformer Engine's linear layers):
+    /// the activations' type, or FP8/MXFP8 — then each such GEMM's input is cast to it
+    /// (its output gradient too, backward), and it keeps its input in that type.
+    pub gemms: ElementType,
+    /// Per-tensor current scaling: every FP8 cast reads its input twice.
+    pub amax_pass: bool,
+}
+
+impl Numerics {
+    /// Every operator in the one type of `bytes_per_element` bytes (fp32 for 4, else
+    /// bf16), no FP8.
+    pub fn plain(bytes_per_element: u64) -> Numerics {
+        let element = if bytes_per_element == 4 {
+            ElementType::Fp32
+        } else {
+            ElementType::Bf16
+        };
+        Numerics {
+            bytes_per_element,
+            activations: element,
+            gemms: element,
+            amax_pass: false,
+        }
+    }
+
+    /// Whether the blocks' GEMMs are quantised.
+    pub fn quantised(&self) -> bool {
+        self.gemms.is_quantised()
+    }
+}
+
+impl Default for Numerics {
+    /// bf16 throughout.
+    fn default() -> Self {
+        Numerics::plain(2)
+    }
+}
+
+/// How FP8's per-tensor scales are chosen (Transformer Engine's recipes; MXFP8's block
+/// scales are always computed from the block being cast).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Fp8Scaling {
+    /// From the absolute maxima of earlier steps (`DelayedScaling`; Megatron-LM's
+    /// `--fp8-recipe delayed`): a cast reads its input once and records its maximum.
+    #[default]
+    Delayed,
+    /// From the tensor being cast (`Float8CurrentScaling`; `--fp8-recipe tensorwise`,
+    /// NVIDIA's "FP8-CS"): a cast reads its input twice, for the maximum and to cast.
+    Current,
+}
+
+impl Fp8Scaling {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Scaling::Delayed => "delayed",
+            Fp8Scaling::Current => "current",
         }
     }
 }
@@ -233,6 +385,8 @@ pub struct Training {
     /// Numeric formats to try (the Megatron memory model; the reference model uses
     /// `bytes_per_element`).
     pub precisions: Vec<Precision>,
+    /// How the FP8 recipe's per-tensor scales are chosen (`[training] fp8_scaling`).
+    pub fp8_scaling: Fp8Scaling,
     /// Distributed-optimizer choices to try.
     pub distributed_optimizer: Vec<bool>,
     /// ZeRO stages to try (`[training] zero_stage`); empty: those `distributed_optimizer`

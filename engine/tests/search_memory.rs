@@ -94,6 +94,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             ],
             optimizer: Optimizer::Adam,
             precisions: vec![Precision::Bf16Mixed],
+            fp8_scaling: Default::default(),
             distributed_optimizer: vec![false, true],
             zero_stages: vec![],
             reshard_after_forward: true,

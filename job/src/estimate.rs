@@ -64,7 +64,7 @@ fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
         &archplace_engine::model::BuildOptions {
             micro_batch: 1,
             tensor_parallel: 1,
-            bytes_per_element: 2,
+            numerics: Default::default(),
             link_bytes_per_second: 1,
             sequence_parallel: false,
             experts: Default::default(),
@@ -177,7 +177,7 @@ pub fn describe_plan(input: &StepInput) -> String {
         },
         p.recomputation.name(),
         if p.sequence_parallel { "on" } else { "off" },
-        p.precision.name(),
+        precision_words(p),
         p.optimizer,
         match (p.zero_stage(), p.sharding.reshard_after_forward) {
             (0, _) => "",
@@ -213,6 +213,30 @@ pub fn describe_plan(input: &StepInput) -> String {
                 "not overlapped"
             }
         )
+}
+
+/// The model FLOPs utilisation in words: against the dense 16-bit peak, also for an FP8
+/// recipe (as NVIDIA's tables count FP8 runs).
+fn utilisation_words(input: &StepInput, r: &StepReport) -> String {
+    match r.model_flops_utilisation {
+        Some(u) if input.plan.precision.is_quantised() => format!(
+            " (MFU {:.1}% of the 16-bit peak, as NVIDIA's tables count FP8 runs)",
+            100.0 * u
+        ),
+        Some(u) => format!(" (MFU {:.1}%)", 100.0 * u),
+        None => " (no MFU: give [accelerator] peak_flops)".to_string(),
+    }
+}
+
+/// The precision, with how an FP8 recipe scales.
+fn precision_words(p: &step::StepPlan) -> String {
+    match p.precision {
+        archplace_engine::training::Precision::Fp8Hybrid => {
+            format!("fp8-hybrid ({} scaling)", p.fp8_scaling.name())
+        }
+        archplace_engine::training::Precision::Mxfp8 => "mxfp8 (block scaling)".to_string(),
+        other => other.name().to_string(),
+    }
 }
 
 /// The context parallelism, when the plan splits sequences.
@@ -369,10 +393,7 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
         o,
         "\nmodel FLOPs {} per device{}; with recomputation {} per device\n  (model FLOPs count attention unmasked, its backward twice its forward, as Megatron-LM's MFU does, and a balanced routing; those with recomputation are what the kernels run)",
         rate(r.model_flops_per_second_per_device),
-        match r.model_flops_utilisation {
-            Some(u) => format!(" (MFU {:.1}%)", 100.0 * u),
-            None => " (no MFU: give [accelerator] peak_flops)".to_string(),
-        },
+        utilisation_words(input, r),
         rate(r.hardware_flops_per_second_per_device),
     );
     let _ = writeln!(
@@ -395,7 +416,8 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
 /// One operator for `archplace estimate op`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum OpRequest {
-    Gemm(Gemm),
+    /// A GEMM with inputs of an element type (bf16 unless asked).
+    Gemm(Gemm, archplace_plugin_sdk::ElementType),
     Vector {
         kind: VectorKind,
         elements: u64,
@@ -430,7 +452,7 @@ pub fn estimate_op(
     clock_hz: Option<f64>,
 ) -> Result<OpEstimate, EstimateError> {
     let (kind, core) = match request {
-        OpRequest::Gemm(g) => (
+        OpRequest::Gemm(g, _) => (
             OpKind::Gemm(g),
             accelerator.tensor_core(cores.unwrap_or(accelerator.tensor_cores)),
         ),
@@ -447,17 +469,17 @@ pub fn estimate_op(
             accelerator.vector_core(cores.unwrap_or(accelerator.vector_cores)),
         ),
     };
-    let op = Op {
-        kind,
-        direction,
-        fused: Vec::new(),
+    let op = Op::new(kind, direction);
+    let op = match request {
+        OpRequest::Gemm(_, element) => op.with_element(element),
+        OpRequest::Vector { .. } => op,
     };
     let cost = archplace_engine::operators::estimate(latency, &core, std::slice::from_ref(&op))?
         .first()
         .copied()
         .ok_or_else(|| EstimateError::Internal("no answer".into()))?;
     let flops = match request {
-        OpRequest::Gemm(g) if cost.seconds > 0.0 => Some(g.flops() / cost.seconds),
+        OpRequest::Gemm(g, _) if cost.seconds > 0.0 => Some(g.flops() / cost.seconds),
         _ => None,
     };
     Ok(OpEstimate {
@@ -483,14 +505,30 @@ pub fn op_words(op: &Op) -> String {
             } else {
                 String::new()
             };
+            let typed = if op.element == archplace_plugin_sdk::ElementType::Bf16 {
+                String::new()
+            } else {
+                format!(" in {}", op.element.name())
+            };
             format!(
-                "GEMM {batch}{}×{}×{} ({:.1} GFLOP)",
+                "GEMM {batch}{}×{}×{}{typed} ({:.1} GFLOP)",
                 g.m,
                 g.n,
                 g.k,
                 g.flops() / 1e9
             )
         }
+        OpKind::Cast(c) => format!(
+            "cast of {} {} elements to {}{}",
+            thousands(c.elements),
+            op.element.name(),
+            c.to.name(),
+            if c.amax_pass {
+                " (amax pass first)"
+            } else {
+                ""
+            }
+        ),
         OpKind::Vector {
             kind,
             elements,

@@ -32,6 +32,7 @@ fn thousand_ops() -> Vec<Op> {
                             kind: OpKind::Gemm(Gemm { batch, m, n, k }),
                             direction,
                             fused: vec![],
+                            element: archplace_plugin_sdk::ElementType::Bf16,
                         });
                     }
                 }

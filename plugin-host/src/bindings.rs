@@ -11,14 +11,14 @@ wasmtime::component::bindgen!({
 
 pub use self::archplace::cost_model::host::Level;
 pub use self::archplace::cost_model::types as wit;
-pub use self::exports::archplace::cost_model::{detail, model};
+pub use self::exports::archplace::cost_model::{detail, model, typed};
 use wasmtime::component::InstancePre;
 use wasmtime::{AsContextMut, Store};
 
-/// The name of the `detail` interface (added in 1.1) in a component's exports.
-fn detail_export() -> String {
+/// The name of interface `name` of this host's version in a component's exports.
+fn export_name(name: &str) -> String {
     format!(
-        "{}/detail@{}.{}.0",
+        "{}/{name}@{}.{}.0",
         sdk::WIT_PACKAGE,
         sdk::INTERFACE_VERSION.0,
         sdk::INTERFACE_VERSION.1
@@ -26,12 +26,14 @@ fn detail_export() -> String {
 }
 
 /// A component ready to instantiate, with the exports of the interface version it was
-/// built for: `model` always, `detail` from 1.1 on. (The world's generated `CostModelPre`
-/// would demand every export of the newest minor version, refusing older plugins.)
+/// built for: `model` always, `detail` from 1.1 on, `typed` from 1.2 on. (The world's
+/// generated `CostModelPre` would demand every export of the newest minor version,
+/// refusing older plugins.)
 pub struct PluginPre<T: 'static> {
     pre: InstancePre<T>,
     model: model::GuestIndices,
     detail: Option<detail::GuestIndices>,
+    typed: Option<typed::GuestIndices>,
 }
 
 impl<T: 'static> Clone for PluginPre<T> {
@@ -40,6 +42,7 @@ impl<T: 'static> Clone for PluginPre<T> {
             pre: self.pre.clone(),
             model: self.model.clone(),
             detail: self.detail.clone(),
+            typed: self.typed.clone(),
         }
     }
 }
@@ -50,26 +53,47 @@ impl<T: 'static> PluginPre<T> {
         self.detail.is_some()
     }
 
-    /// Finds the exports; `detail` is looked for only when `with_detail` (the plugin
-    /// says it implements 1.1 or later, which has it), and must then be there.
-    pub fn new(pre: InstancePre<T>, with_detail: bool) -> wasmtime::Result<Self> {
+    /// Whether the plugin exports interface 1.2's `typed` (element types, casts).
+    pub fn has_typed(&self) -> bool {
+        self.typed.is_some()
+    }
+
+    /// Finds the exports of interface `1.minor`: `detail` from 1.1 on and `typed` from
+    /// 1.2 on, each of which must then be there.
+    pub fn new(pre: InstancePre<T>, minor: u16) -> wasmtime::Result<Self> {
         let model = model::GuestIndices::new(&pre)?;
-        let detail = if with_detail {
+        let require = |name: &str, since: u16| -> wasmtime::Result<bool> {
+            if minor < since {
+                return Ok(false);
+            }
             if pre
                 .component()
-                .get_export_index(None, detail_export())
+                .get_export_index(None, export_name(name))
                 .is_none()
             {
                 return Err(wasmtime::format_err!(
-                    "it implements interface 1.1 or later but does not export `{}`",
-                    detail_export()
+                    "it implements interface 1.{since} or later but does not export `{}`",
+                    export_name(name)
                 ));
             }
+            Ok(true)
+        };
+        let detail = if require("detail", 1)? {
             Some(detail::GuestIndices::new(&pre)?)
         } else {
             None
         };
-        Ok(PluginPre { pre, model, detail })
+        let typed = if require("typed", 2)? {
+            Some(typed::GuestIndices::new(&pre)?)
+        } else {
+            None
+        };
+        Ok(PluginPre {
+            pre,
+            model,
+            detail,
+            typed,
+        })
     }
 
     pub fn instantiate(&self, store: &mut Store<T>) -> wasmtime::Result<Plugin> {
@@ -79,7 +103,15 @@ impl<T: 'static> PluginPre<T> {
             Some(t) => Some(t.load(store.as_context_mut(), &instance)?),
             None => None,
         };
-        Ok(Plugin { model, detail })
+        let typed = match &self.typed {
+            Some(t) => Some(t.load(store.as_context_mut(), &instance)?),
+            None => None,
+        };
+        Ok(Plugin {
+            model,
+            detail,
+            typed,
+        })
     }
 }
 
@@ -88,6 +120,51 @@ pub struct Plugin {
     pub model: model::Guest,
     /// Interface 1.1's operator details; `None` for a plugin of interface 1.0.
     pub detail: Option<detail::Guest>,
+    /// Interface 1.2's typed operators; `None` for a plugin of interface 1.0 or 1.1.
+    pub typed: Option<typed::Guest>,
+}
+
+pub fn element_to_wit(e: sdk::ElementType) -> typed::ElementType {
+    use sdk::ElementType as E;
+    use typed::ElementType as W;
+    match e {
+        E::Fp32 => W::Fp32,
+        E::Bf16 => W::Bf16,
+        E::Fp16 => W::Fp16,
+        E::Fp8 => W::Fp8,
+        E::Mxfp8 => W::Mxfp8,
+        E::Nvfp4 => W::Nvfp4,
+    }
+}
+
+pub fn element_from_wit(e: typed::ElementType) -> sdk::ElementType {
+    use sdk::ElementType as E;
+    use typed::ElementType as W;
+    match e {
+        W::Fp32 => E::Fp32,
+        W::Bf16 => E::Bf16,
+        W::Fp16 => E::Fp16,
+        W::Fp8 => E::Fp8,
+        W::Mxfp8 => E::Mxfp8,
+        W::Nvfp4 => E::Nvfp4,
+    }
+}
+
+/// An operator as `latency-typed` takes it, with its element type; `None` for fused
+/// attention (`attention-detail` prices it).
+pub fn typed_op_to_wit(o: &sdk::Op) -> Option<typed::TypedOp> {
+    let kind = match o.kind {
+        sdk::OpKind::Cast(c) => typed::TypedKind::Cast(typed::Cast {
+            elements: c.elements,
+            to: element_to_wit(c.to),
+            amax_pass: c.amax_pass,
+        }),
+        _ => typed::TypedKind::Op(op_to_wit(o)?),
+    };
+    Some(typed::TypedOp {
+        kind,
+        element: element_to_wit(o.element),
+    })
 }
 
 pub fn info_from_wit(i: wit::PluginInfo) -> sdk::ModelInfo {
@@ -192,8 +269,9 @@ fn direction_to_wit(d: sdk::Direction) -> wit::Direction {
     }
 }
 
-/// An operator as `latency` takes it; `None` for fused attention, which it cannot carry
-/// (`attention-detail` does).
+/// An operator as `latency` takes it (its element type left out: interface 1.2's
+/// `typed` carries it); `None` for fused attention, which it cannot carry
+/// (`attention-detail` does), and for a cast, which only `latency-typed` can.
 pub fn op_to_wit(o: &sdk::Op) -> Option<wit::Op> {
     Some(wit::Op {
         kind: match o.kind {
@@ -221,7 +299,7 @@ pub fn op_to_wit(o: &sdk::Op) -> Option<wit::Op> {
                 group,
                 link_bytes_per_second,
             }),
-            sdk::OpKind::Attention(_) => return None,
+            sdk::OpKind::Attention(_) | sdk::OpKind::Cast(_) => return None,
         },
         direction: direction_to_wit(o.direction),
         fused: o

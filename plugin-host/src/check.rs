@@ -60,6 +60,7 @@ pub fn golden_tensor_ops() -> Vec<Op> {
                 kind: OpKind::Gemm(Gemm { batch, m, n, k }),
                 direction,
                 fused: vec![],
+                element: archplace_plugin_sdk::ElementType::Bf16,
             });
         }
     }
@@ -81,6 +82,7 @@ pub fn golden_tensor_ops() -> Vec<Op> {
                 elements: 2048 * 4096,
             },
         ],
+        element: archplace_plugin_sdk::ElementType::Bf16,
     });
     ops.push(Op {
         kind: OpKind::AllReduce {
@@ -90,6 +92,7 @@ pub fn golden_tensor_ops() -> Vec<Op> {
         },
         direction: Direction::Forward,
         fused: vec![],
+        element: archplace_plugin_sdk::ElementType::Bf16,
     });
     for direction in [Direction::Forward, Direction::Backward] {
         ops.push(Op {
@@ -104,6 +107,7 @@ pub fn golden_tensor_ops() -> Vec<Op> {
             }),
             direction,
             fused: vec![],
+            element: archplace_plugin_sdk::ElementType::Bf16,
         });
     }
     ops
@@ -128,6 +132,7 @@ pub fn golden_vector_ops() -> Vec<Op> {
                 },
                 direction,
                 fused: vec![],
+                element: archplace_plugin_sdk::ElementType::Bf16,
             });
         }
     }

@@ -557,11 +557,12 @@ impl Host {
                     path: path.to_path_buf(),
                     message: format!("{e:#}"),
                 })?;
-        let pre =
-            PluginPre::new(pre, interface.minor >= 1).map_err(|e| PluginError::Interface {
+        let pre = PluginPre::new(pre, u16::try_from(interface.minor).unwrap_or(u16::MAX)).map_err(
+            |e| PluginError::Interface {
                 path: path.to_path_buf(),
                 message: format!("{e:#}"),
-            })?;
+            },
+        )?;
         let compile_seconds = t.elapsed().as_secs_f64();
         let shown = path.display().to_string();
         let info = inspect::probe_info(&self.engine, &pre, &self.options.limits, &shown).map_err(

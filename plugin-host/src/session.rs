@@ -9,8 +9,8 @@ use crate::inspect::{
 use crate::memo::Memo;
 use crate::store::{Slot, State, arm, classify, new_store};
 use archplace_plugin_sdk::{
-    AcceleratorConfig, AreaModel, CoreConfig, EstimateError, LatencyModel, ModelInfo, Op, OpCost,
-    OpKind, Parameter, ParameterError,
+    AcceleratorConfig, AreaModel, CoreConfig, ElementType, EstimateError, LatencyModel, ModelInfo,
+    Op, OpCost, OpKind, Parameter, ParameterError,
 };
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -55,6 +55,9 @@ pub struct Session {
     fault_log: Mutex<Vec<Fault>>,
     memo: Option<Arc<Memo>>,
     telemetry: Option<Arc<dyn super::Telemetry>>,
+    /// What the tensor cores multiply, as configured: asked once when the session opens
+    /// (interface 1.2's `tensor-element-types`; before 1.2, [`ElementType::UNTYPED`]).
+    tensor_types: Vec<ElementType>,
     /// Calls, items and faults so far.
     pub counters: Counters,
 }
@@ -93,6 +96,7 @@ impl Session {
             fault_log: Mutex::new(Vec::new()),
             memo,
             telemetry,
+            tensor_types: ElementType::UNTYPED.to_vec(),
             counters: Counters::default(),
         };
         let slot = s.instantiate().map_err(|e| match e {
@@ -110,7 +114,44 @@ impl Session {
             p.live = 1;
             p.idle.push(slot);
         }
+        let mut s = s;
+        if s.loaded.pre.has_typed() {
+            s.tensor_types = s.ask_tensor_types().map_err(|e| PluginError::Fault {
+                plugin: s.loaded.info.name.clone(),
+                during: "listing its tensor element types".into(),
+                fault: Fault {
+                    kind: FaultKind::BadOutput,
+                    message: e.to_string(),
+                },
+            })?;
+        }
         Ok(Arc::new(s))
+    }
+
+    /// Interface 1.2's `tensor-element-types`, each type once, in the SDK's order.
+    fn ask_tensor_types(&self) -> Result<Vec<ElementType>, EstimateError> {
+        let listed = self.call(
+            "tensor-element-types",
+            1,
+            |store, plugin| match &plugin.typed {
+                Some(t) => t.call_tensor_element_types(store),
+                None => Err(wasmtime::format_err!("the plugin has no `typed` interface")),
+            },
+            |types| {
+                if types.len() > 64 {
+                    return Err(bad_output(format!(
+                        "{} tensor element types listed",
+                        types.len()
+                    )));
+                }
+                Ok(())
+            },
+        )?;
+        let listed: Vec<ElementType> = listed.into_iter().map(bindings::element_from_wit).collect();
+        Ok(ElementType::ALL
+            .into_iter()
+            .filter(|e| listed.contains(e))
+            .collect())
     }
 
     /// The component this session runs.
@@ -410,10 +451,29 @@ impl Session {
         Ok(out)
     }
 
-    /// `latency-detail` (or 1.0's `latency`) of operators that are not fused attention.
+    /// `latency-typed` (1.2), `latency-detail` (1.1) or `latency` (1.0) of operators that
+    /// are not fused attention. Before 1.2 a plugin cannot be told an element type: a
+    /// quantised operator or a cast is refused (the spec's validation refuses FP8 training
+    /// with such a plugin before a search starts).
     fn operators(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         if ops.is_empty() {
             return Ok(Vec::new());
+        }
+        if self.loaded.pre.has_typed() {
+            return self.typed_operators(core, ops);
+        }
+        if let Some(op) = ops
+            .iter()
+            .find(|o| o.element.is_quantised() || matches!(o.kind, OpKind::Cast(_)))
+        {
+            return Err(EstimateError::Unsupported(format!(
+                "plugin `{}` implements interface {}.{}, which cannot be told an operator's element type (interface 1.2 can): {} of {:?}",
+                self.loaded.info.name,
+                self.loaded.info.interface_version.0,
+                self.loaded.info.interface_version.1,
+                op.element.name(),
+                op.kind
+            )));
         }
         let wcore = bindings::core_to_wit(core);
         let wops: Vec<wit::Op> = ops.iter().filter_map(bindings::op_to_wit).collect();
@@ -442,6 +502,29 @@ impl Session {
                             .collect()
                     })
                 }),
+            },
+            |r| check_details(r, n),
+        )?;
+        self.details(r)
+    }
+
+    /// `latency-typed` of operators that are not fused attention (interface 1.2).
+    fn typed_operators(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        let wcore = bindings::core_to_wit(core);
+        let wops: Vec<bindings::typed::TypedOp> =
+            ops.iter().filter_map(bindings::typed_op_to_wit).collect();
+        if wops.len() != ops.len() {
+            return Err(EstimateError::Internal(
+                "fused attention asked as a plain operator".into(),
+            ));
+        }
+        let n = ops.len();
+        let r = self.call(
+            "latency",
+            n,
+            |store, plugin| match &plugin.typed {
+                Some(t) => t.call_latency_typed(store, wcore, &wops),
+                None => Err(wasmtime::format_err!("the plugin has no `typed` interface")),
             },
             |r| check_details(r, n),
         )?;
@@ -604,6 +687,10 @@ impl AreaModel for Session {
 impl LatencyModel for Session {
     fn info(&self) -> ModelInfo {
         self.loaded.info.clone()
+    }
+
+    fn tensor_element_types(&self) -> Vec<ElementType> {
+        self.tensor_types.clone()
     }
 
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {

@@ -73,6 +73,7 @@ pub fn random_ops(rng: &mut Rng, n: usize) -> Vec<Op> {
                 kind,
                 direction,
                 fused,
+                element: archplace_plugin_sdk::ElementType::Bf16,
             }
         })
         .collect()

@@ -9,7 +9,7 @@
 
 use super::*;
 use archplace_plugin_sdk::testing::Rng;
-use archplace_plugin_sdk::{AcceleratorConfig, CoreConfig, LatencyModel, Op};
+use archplace_plugin_sdk::{AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op};
 use std::path::PathBuf;
 
 use crate::testing::{component, random_ops, target};
@@ -290,6 +290,8 @@ fn estimates_are_memoised_across_sessions_of_a_deterministic_plugin() {
     let first = LatencyModel::latency(a.as_ref(), &core, &ops).unwrap();
     assert_eq!(a.counters.memo_hits.load(Ordering::Relaxed), 0);
     let b = reference_session(&host);
+    // Opening asked the plugin its tensor element types (interface 1.2), once.
+    let opened = b.counters.calls.load(Ordering::Relaxed);
     let second = LatencyModel::latency(b.as_ref(), &core, &ops).unwrap();
     assert_eq!(
         b.counters.memo_hits.load(Ordering::Relaxed),
@@ -297,7 +299,7 @@ fn estimates_are_memoised_across_sessions_of_a_deterministic_plugin() {
     );
     assert_eq!(
         b.counters.calls.load(Ordering::Relaxed),
-        0,
+        opened,
         "no call into the plugin"
     );
     assert_eq!(first, second);
@@ -367,8 +369,8 @@ fn the_log_import_is_capped_in_rate_and_size() {
 fn a_plugin_built_for_a_later_minor_version_loads() {
     let host = host();
     let loaded = host.load_file(&component("future-minor")).unwrap();
-    assert_eq!(loaded.interface, semver::Version::new(1, 2, 0));
-    assert_eq!(loaded.info.interface_version, (1, 2));
+    assert_eq!(loaded.interface, semver::Version::new(1, 3, 0));
+    assert_eq!(loaded.info.interface_version, (1, 3));
     let s = host.open(&loaded, vec![], Default::default()).unwrap();
     let c = crate::check::golden_configs()[0];
     assert_eq!(s.area_uncached(&[c]).unwrap()[0], Ok(2e6));
@@ -385,8 +387,9 @@ fn a_plugin_built_for_a_later_minor_version_loads() {
 }
 
 /// A plugin built for interface 1.0 (before `detail`) loads in this host and answers; its
-/// operators' memory times are unknown. One of 1.1 (the reference) reports them: each
-/// GEMM's and vector operator's DRAM time, at most its time, the collective's none.
+/// operators' memory times are unknown. One of 1.1 or later (the reference, 1.2) reports
+/// them: each GEMM's and vector operator's DRAM time, at most its time, the collective's
+/// none.
 #[test]
 fn a_plugin_of_interface_1_0_loads_and_one_of_1_1_reports_memory_times() {
     let host = host();
@@ -402,7 +405,7 @@ fn a_plugin_of_interface_1_0_loads_and_one_of_1_1_reports_memory_times() {
     );
 
     let reference = reference_session(&host);
-    assert_eq!(reference.loaded().interface, semver::Version::new(1, 1, 0));
+    assert_eq!(reference.loaded().interface, semver::Version::new(1, 2, 0));
     let c = crate::check::golden_configs()[0];
     let native = archplace_reference_cost::ReferenceModel::default();
     for core in [c.tensor_core(c.tensor_cores), c.vector_core(1)] {
@@ -444,6 +447,7 @@ fn fused_attention_is_priced_by_the_plugin_or_as_its_unfused_operators() {
         }),
         direction,
         fused: vec![],
+        element: archplace_plugin_sdk::ElementType::Bf16,
     };
     let c = crate::check::golden_configs()[0];
     let core = c.tensor_core(c.tensor_cores);
@@ -474,7 +478,77 @@ fn fused_attention_is_priced_by_the_plugin_or_as_its_unfused_operators() {
     assert_eq!(got[1].seconds, 1e-6);
 }
 
-/// The 1.2 fixture's WIT is the SDK's with only the version and one added function, so the
+/// Interface 1.2 tells a plugin each operator's element type: the reference (16-bit
+/// words) lists fp32, bf16 and fp16 and refuses an FP8 GEMM as unsupported; a later minor
+/// version's plugin lists what it lists and answers per type; a plugin of 1.1 lists the
+/// untyped three and an FP8 operator or a cast is refused before it reaches the plugin,
+/// naming the interface version, while its 16-bit operators are priced as before.
+#[test]
+fn element_types_reach_a_plugin_of_interface_1_2_and_are_refused_before_it() {
+    use archplace_plugin_sdk::{Cast, Direction, ElementType, OpKind};
+    let host = host();
+    let c = crate::check::golden_configs()[0];
+    let core = c.tensor_core(c.tensor_cores);
+    let gemm = crate::check::golden_tensor_ops()[0].clone();
+    let fp8 = gemm.clone().with_element(ElementType::Fp8);
+    let reference = reference_session(&host);
+    assert_eq!(
+        LatencyModel::tensor_element_types(reference.as_ref()),
+        ElementType::UNTYPED.to_vec()
+    );
+    let e = reference
+        .latency_uncached(&core, std::slice::from_ref(&fp8))
+        .unwrap_err();
+    assert!(
+        matches!(&e, EstimateError::Unsupported(m) if m.contains("fp8")),
+        "{e}"
+    );
+
+    let future = session(&host, "future-minor");
+    assert_eq!(
+        LatencyModel::tensor_element_types(future.as_ref()),
+        vec![ElementType::Bf16, ElementType::Fp8]
+    );
+    let cast = Op::new(
+        OpKind::Cast(Cast {
+            elements: 1 << 20,
+            to: ElementType::Fp8,
+            amax_pass: false,
+        }),
+        Direction::Backward,
+    );
+    let got = future
+        .latency_uncached(&core, &[gemm.clone(), fp8.clone(), cast.clone()])
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|c| c.seconds).collect::<Vec<_>>(),
+        [1e-6, 0.5e-6, 1e-6]
+    );
+
+    let old = session(&host, "interface-1-1");
+    assert_eq!(old.loaded().interface, semver::Version::new(1, 1, 0));
+    assert_eq!(
+        LatencyModel::tensor_element_types(old.as_ref()),
+        ElementType::UNTYPED.to_vec()
+    );
+    assert_eq!(
+        old.latency_uncached(&core, &[gemm]).unwrap()[0].seconds,
+        1e-6
+    );
+    for op in [fp8, cast] {
+        let e = old.latency_uncached(&core, &[op]).unwrap_err();
+        assert!(
+            matches!(&e, EstimateError::Unsupported(m) if m.contains("interface 1.1") && m.contains("interface 1.2")),
+            "{e}"
+        );
+    }
+    assert!(
+        old.faults().is_empty(),
+        "a refusal is not the plugin's fault"
+    );
+}
+
+/// The 1.3 fixture's WIT is the SDK's with only the version and one added function, so the
 /// test above really is about a minor version.
 #[test]
 fn the_future_minor_fixture_only_adds_to_the_interface() {
@@ -486,10 +560,10 @@ fn the_future_minor_fixture_only_adds_to_the_interface() {
         .collect::<Vec<_>>()
         .join("\n");
     let expected = sdk
-        .replace("@1.1.0;", "@1.2.0;")
+        .replace("@1.2.0;", "@1.3.0;")
         .replace(
             "result<list<op-cost>, estimate-error>;\n",
-            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.2 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
+            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.3 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
         );
     assert_eq!(body.trim_end(), expected.trim_end());
 }

@@ -88,6 +88,10 @@ pub struct Gpu {
     pub peak_dense_fp8_flops_per_second: Option<f64>,
     /// Dense FP4 tensor-core peak where the chip has FP4 (Blackwell).
     pub peak_dense_fp4_flops_per_second: Option<f64>,
+    /// The tensor cores take block-scaled (OCP Microscaling) formats, MXFP8 among them,
+    /// at the FP8 rate: Blackwell's fifth-generation tensor cores (NVIDIA Blackwell
+    /// architecture technical brief, 2024); Hopper's take per-tensor-scaled FP8 only.
+    pub mx_formats: bool,
     pub l2_bytes: u64,
     pub hbm_bytes: u64,
     pub hbm_bytes_per_second: f64,
@@ -131,6 +135,7 @@ const A100: Gpu = Gpu {
     peak_dense_16bit_flops_per_second: 312e12,
     peak_dense_fp8_flops_per_second: None,
     peak_dense_fp4_flops_per_second: None,
+    mx_formats: false,
     l2_bytes: 40 * MIB,
     hbm_bytes: 80 * GIB,
     hbm_bytes_per_second: 2.039e12,
@@ -154,6 +159,7 @@ const H100: Gpu = Gpu {
     peak_dense_16bit_flops_per_second: 989.4e12,
     peak_dense_fp8_flops_per_second: Some(1979e12),
     peak_dense_fp4_flops_per_second: None,
+    mx_formats: false,
     l2_bytes: 50 * MIB,
     hbm_bytes: 80 * GIB,
     hbm_bytes_per_second: 3.35e12,
@@ -200,6 +206,7 @@ const B200: Gpu = Gpu {
     peak_dense_16bit_flops_per_second: 2.25e15,
     peak_dense_fp8_flops_per_second: Some(4.5e15),
     peak_dense_fp4_flops_per_second: Some(9e15),
+    mx_formats: true,
     l2_bytes: 126 * MIB,
     hbm_bytes: 180 * GIB,
     hbm_bytes_per_second: 8e12,

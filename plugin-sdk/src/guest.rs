@@ -2,8 +2,8 @@
 //! by [`export_plugin!`](crate::export_plugin). Only built for WebAssembly.
 
 use crate::{
-    AcceleratorConfig, CoreConfig, CoreKind, Direction, EstimateError, FusedOp, Gemm, ModelInfo,
-    Op, OpCost, OpKind, Parameter, ParameterError, VectorKind,
+    AcceleratorConfig, Cast, CoreConfig, CoreKind, Direction, ElementType, EstimateError, FusedOp,
+    Gemm, ModelInfo, Op, OpCost, OpKind, Parameter, ParameterError, VectorKind,
 };
 
 /// The generated WIT types, under short names for the macro.
@@ -14,6 +14,11 @@ pub mod wit {
 /// The records of the `detail` interface (added in 1.1).
 pub mod detail {
     pub use crate::bindings::exports::archplace::cost_model::detail::*;
+}
+
+/// The records of the `typed` interface (added in 1.2).
+pub mod typed {
+    pub use crate::bindings::exports::archplace::cost_model::typed::*;
 }
 
 pub fn info_to_wit(i: &ModelInfo) -> wit::PluginInfo {
@@ -113,37 +118,88 @@ fn vector_kind(k: wit::VectorKind) -> VectorKind {
 }
 
 pub fn ops_from_wit(ops: &[wit::Op]) -> Vec<Op> {
-    ops.iter()
-        .map(|o| Op {
-            kind: match o.kind {
-                wit::OpKind::Gemm(g) => OpKind::Gemm(Gemm {
-                    batch: g.batch,
-                    m: g.m,
-                    n: g.n,
-                    k: g.k,
-                }),
-                wit::OpKind::Vector(v) => OpKind::Vector {
-                    kind: vector_kind(v.kind),
-                    elements: v.elements,
-                    row: v.row,
-                },
-                wit::OpKind::AllReduce(a) => OpKind::AllReduce {
-                    bytes: a.bytes,
-                    group: a.group,
-                    link_bytes_per_second: a.link_bytes_per_second,
-                },
-            },
-            direction: direction_from_wit(o.direction),
-            fused: o
-                .fused
-                .iter()
-                .map(|f| FusedOp {
-                    kind: vector_kind(f.kind),
-                    elements: f.elements,
-                })
-                .collect(),
+    ops.iter().map(op_from_wit).collect()
+}
+
+fn element_from_wit(e: typed::ElementType) -> ElementType {
+    use typed::ElementType as W;
+    match e {
+        W::Fp32 => ElementType::Fp32,
+        W::Bf16 => ElementType::Bf16,
+        W::Fp16 => ElementType::Fp16,
+        W::Fp8 => ElementType::Fp8,
+        W::Mxfp8 => ElementType::Mxfp8,
+        W::Nvfp4 => ElementType::Nvfp4,
+    }
+}
+
+pub fn element_types_to_wit(types: &[ElementType]) -> Vec<typed::ElementType> {
+    use typed::ElementType as W;
+    types
+        .iter()
+        .map(|e| match e {
+            ElementType::Fp32 => W::Fp32,
+            ElementType::Bf16 => W::Bf16,
+            ElementType::Fp16 => W::Fp16,
+            ElementType::Fp8 => W::Fp8,
+            ElementType::Mxfp8 => W::Mxfp8,
+            ElementType::Nvfp4 => W::Nvfp4,
         })
         .collect()
+}
+
+/// The operators of `latency-typed`, each with its element type; a cast as
+/// [`OpKind::Cast`], forward.
+pub fn typed_ops_from_wit(ops: &[typed::TypedOp]) -> Vec<Op> {
+    ops.iter()
+        .map(|t| {
+            let op = match &t.kind {
+                typed::TypedKind::Op(o) => op_from_wit(o),
+                typed::TypedKind::Cast(c) => Op::new(
+                    OpKind::Cast(Cast {
+                        elements: c.elements,
+                        to: element_from_wit(c.to),
+                        amax_pass: c.amax_pass,
+                    }),
+                    Direction::Forward,
+                ),
+            };
+            op.with_element(element_from_wit(t.element))
+        })
+        .collect()
+}
+
+fn op_from_wit(o: &wit::Op) -> Op {
+    Op {
+        kind: match o.kind {
+            wit::OpKind::Gemm(g) => OpKind::Gemm(Gemm {
+                batch: g.batch,
+                m: g.m,
+                n: g.n,
+                k: g.k,
+            }),
+            wit::OpKind::Vector(v) => OpKind::Vector {
+                kind: vector_kind(v.kind),
+                elements: v.elements,
+                row: v.row,
+            },
+            wit::OpKind::AllReduce(a) => OpKind::AllReduce {
+                bytes: a.bytes,
+                group: a.group,
+                link_bytes_per_second: a.link_bytes_per_second,
+            },
+        },
+        direction: direction_from_wit(o.direction),
+        fused: o
+            .fused
+            .iter()
+            .map(|f| FusedOp {
+                kind: vector_kind(f.kind),
+                elements: f.elements,
+            })
+            .collect(),
+        element: ElementType::Bf16,
+    }
 }
 
 fn error_to_wit(e: EstimateError) -> wit::EstimateError {
@@ -197,6 +253,7 @@ pub fn attention_from_wit(ops: &[detail::Attention]) -> Vec<Op> {
             }),
             direction: direction_from_wit(a.direction),
             fused: Vec::new(),
+            element: ElementType::Bf16,
         })
         .collect()
 }

@@ -9,7 +9,7 @@
 //! field name.
 //!
 //! The same records cross the WebAssembly boundary through the WIT interface in
-//! `wit/cost-model.wit` (`archplace:cost-model@1.1.0`): a vendor implements [`Plugin`] on a
+//! `wit/cost-model.wit` (`archplace:cost-model@1.2.0`): a vendor implements [`Plugin`] on a
 //! type and calls [`export_plugin!`], and `cargo build --target wasm32-wasip2` makes a
 //! component that archplace loads in its sandbox. See the crate's README for the whole
 //! vendor workflow.
@@ -48,7 +48,7 @@ pub const WIT: &str = include_str!("../wit/cost-model.wit");
 
 /// Version of the cost-model interface described by this crate (major, minor).
 /// Minor versions only add; a host supports every minor of its major.
-pub const INTERFACE_VERSION: (u16, u16) = (1, 1);
+pub const INTERFACE_VERSION: (u16, u16) = (1, 2);
 
 /// One candidate accelerator: a number of tensor cores (each a `width × depth` MAC array),
 /// a number of vector cores (each `vector_width` lanes) and one on-chip global buffer
@@ -243,6 +243,102 @@ pub enum OpKind {
     /// leave the chip (interface 1.1; a model without a price of its own for it is asked
     /// for its unfused operators, [`Attention::unfused`]).
     Attention(Attention),
+    /// A quantising cast on vector cores, from the operator's element type to a
+    /// low-precision one (interface 1.2; see [`Cast`]).
+    Cast(Cast),
+}
+
+/// The element type of an operator's data (interface 1.2): for a GEMM, its two inputs
+/// (it accumulates in fp32 and writes its output in 16-bit); for a vector operator, what
+/// it reads and writes. Collectives carry their bytes and ignore it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ElementType {
+    Fp32,
+    #[default]
+    Bf16,
+    Fp16,
+    /// 8-bit floats (E4M3 forward, E5M2 for gradients: the same width and tensor-core
+    /// rate) with one fp32 scale per tensor (Micikevicius et al. 2022, "FP8 Formats for
+    /// Deep Learning").
+    Fp8,
+    /// 8-bit floats in blocks of 32 along the reduction, one 8-bit power-of-two (E8M0)
+    /// scale per block (OCP Microscaling Formats Specification v1.0, 2023).
+    Mxfp8,
+    /// 4-bit floats (E2M1) in blocks of 16, one FP8 (E4M3) scale per block (NVIDIA's
+    /// NVFP4, Blackwell).
+    Nvfp4,
+}
+
+impl ElementType {
+    /// Every type, in the order above.
+    pub const ALL: [ElementType; 6] = [
+        ElementType::Fp32,
+        ElementType::Bf16,
+        ElementType::Fp16,
+        ElementType::Fp8,
+        ElementType::Mxfp8,
+        ElementType::Nvfp4,
+    ];
+
+    /// What a model of interface 1.0 or 1.1 multiplies: it cannot be told a type, so it
+    /// prices what it assumes, 16- or 32-bit.
+    pub const UNTYPED: [ElementType; 3] = [ElementType::Fp32, ElementType::Bf16, ElementType::Fp16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ElementType::Fp32 => "fp32",
+            ElementType::Bf16 => "bf16",
+            ElementType::Fp16 => "fp16",
+            ElementType::Fp8 => "fp8",
+            ElementType::Mxfp8 => "mxfp8",
+            ElementType::Nvfp4 => "nvfp4",
+        }
+    }
+
+    /// Bytes of one element in memory, its share of the block scales included: MXFP8 one
+    /// byte per 32 elements, NVFP4 one per 16.
+    pub fn bytes(self) -> f64 {
+        match self {
+            ElementType::Fp32 => 4.0,
+            ElementType::Bf16 | ElementType::Fp16 => 2.0,
+            ElementType::Fp8 => 1.0,
+            ElementType::Mxfp8 => 1.0 + 1.0 / 32.0,
+            ElementType::Nvfp4 => 0.5 + 1.0 / 16.0,
+        }
+    }
+
+    /// Whether the type is one of the low-precision ones a cast produces.
+    pub fn is_quantised(self) -> bool {
+        matches!(
+            self,
+            ElementType::Fp8 | ElementType::Mxfp8 | ElementType::Nvfp4
+        )
+    }
+}
+
+/// A quantising cast (Transformer Engine's `cast_transpose`): reads `elements` values of
+/// the operator's element type and writes them as `to` with their scales, once in each
+/// layout the GEMMs of both passes need (the tensor and its transpose for FP8 on Hopper,
+/// whose FP8 GEMMs take one layout only; row- and column-wise blocks for MXFP8), taking
+/// the absolute maximum on the way; with `amax_pass` the values are read once more before,
+/// to take the maximum first (per-tensor current scaling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Cast {
+    pub elements: u64,
+    pub to: ElementType,
+    pub amax_pass: bool,
+}
+
+impl Cast {
+    /// Bytes the cast moves to and from memory when its input is `from`: the input read
+    /// (twice with an amax pass) and both layouts of the output written.
+    pub fn memory_bytes(&self, from: ElementType) -> f64 {
+        let reads = if self.amax_pass { 2.0 } else { 1.0 };
+        self.elements as f64 * (reads * from.bytes() + 2.0 * self.to.bytes())
+    }
 }
 
 /// Attention computed by one fused kernel, as FlashAttention does (Dao et al. 2022; Dao
@@ -338,6 +434,7 @@ impl Attention {
             kind: OpKind::Gemm(Gemm { batch: bh, m, n, k }),
             direction,
             fused: fused.to_vec(),
+            element: ElementType::Bf16,
         };
         match direction {
             Direction::Forward => vec![gemm(s, s, d, &softmax), gemm(s, dv, s, &[])],
@@ -358,6 +455,27 @@ pub struct Op {
     pub direction: Direction,
     /// Element-wise operators fused into this one, in order.
     pub fused: Vec<FusedOp>,
+    /// The type of its data ([`ElementType`]; interface 1.2 — a model of 1.0 or 1.1 is
+    /// never told it and prices the 16-bit or 32-bit format it assumes).
+    #[serde(default)]
+    pub element: ElementType,
+}
+
+impl Op {
+    /// An operator of `kind` in `direction`, nothing fused, in bf16.
+    pub fn new(kind: OpKind, direction: Direction) -> Op {
+        Op {
+            kind,
+            direction,
+            fused: Vec::new(),
+            element: ElementType::Bf16,
+        }
+    }
+
+    /// The same operator with data of type `element`.
+    pub fn with_element(self, element: ElementType) -> Op {
+        Op { element, ..self }
+    }
 }
 
 /// Cost of one operator on one core configuration.
@@ -514,6 +632,13 @@ pub trait Plugin: Sized + 'static {
             "`{}` provides no latency model",
             Self::info().name
         )))
+    }
+
+    /// The element types the tensor cores multiply, with the model's parameters
+    /// (interface 1.2): archplace refuses a training precision whose GEMMs need another.
+    /// By default fp32, bf16 and fp16, as a model that ignores [`Op::element`] prices them.
+    fn tensor_element_types(&self) -> Vec<ElementType> {
+        ElementType::UNTYPED.to_vec()
     }
 
     /// Seconds and joules of each fused attention kernel ([`OpKind::Attention`]) on
@@ -689,6 +814,32 @@ macro_rules! export_plugin {
                 }
             }
 
+            impl $crate::bindings::exports::archplace::cost_model::typed::Guest
+                for ArchplacePluginExport
+            {
+                fn tensor_element_types() -> ::std::vec::Vec<$crate::guest::typed::ElementType> {
+                    with_model(|m| {
+                        ::core::result::Result::Ok(<$ty as $crate::Plugin>::tensor_element_types(m))
+                    })
+                    .map(|types| $crate::guest::element_types_to_wit(&types))
+                    .unwrap_or_default()
+                }
+
+                fn latency_typed(
+                    core: $crate::guest::wit::CoreConfig,
+                    ops: ::std::vec::Vec<$crate::guest::typed::TypedOp>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<$crate::guest::detail::OpDetail>,
+                    $crate::guest::wit::EstimateError,
+                > {
+                    let core = $crate::guest::core_from_wit(&core);
+                    let ops = $crate::guest::typed_ops_from_wit(&ops);
+                    $crate::guest::details_to_wit(with_model(|m| {
+                        <$ty as $crate::Plugin>::latency(m, &core, &ops)
+                    }))
+                }
+            }
+
     $crate::bindings::export!(ArchplacePluginExport with_types_in $crate::bindings);
         };
     };
@@ -740,6 +891,11 @@ pub trait LatencyModel: Send + Sync {
     /// Cost of each operator on `core` (its `cores` field says how many cores the operator
     /// is spread over), in order.
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError>;
+    /// The element types its tensor cores multiply ([`Plugin::tensor_element_types`]; a
+    /// model of interface 1.0 or 1.1: [`ElementType::UNTYPED`]).
+    fn tensor_element_types(&self) -> Vec<ElementType> {
+        ElementType::UNTYPED.to_vec()
+    }
 }
 
 /// Severity of a plugin's log line.

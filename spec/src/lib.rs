@@ -342,13 +342,76 @@ pub fn resolve_cost_models(
     models: &dyn archplace_cost_port::CostModelSource,
     cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<archplace_cost_port::CostModels, Vec<Diagnostic>> {
-    resolve_in(
+    let resolved = resolve_in(
         &spec.cost_model,
         &spec.source_text,
         &spec.source_file,
         models,
         cancel,
-    )
+    )?;
+    let problems = precision_problems(spec, resolved.latency.as_ref());
+    if problems.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(problems)
+    }
+}
+
+/// The precisions `spec` trains in whose GEMMs' element type the latency model does not
+/// multiply (an FP8 recipe on a chip without FP8), or cannot be told (a plugin of
+/// interface 1.0 or 1.1): located at `[plan] precision` for an estimate, at `[training]
+/// precision` for a search.
+fn precision_problems(
+    spec: &Spec,
+    latency: &dyn archplace_plugin_sdk::LatencyModel,
+) -> Vec<Diagnostic> {
+    let (key, precisions) = match &spec.estimate {
+        // The plan's precision is `[training]`'s when `[plan]` leaves it out.
+        Some(e) if has_key(&spec.source_text, "plan.precision") => {
+            ("plan.precision", vec![e.plan.precision])
+        }
+        Some(e) => ("training.precision", vec![e.plan.precision]),
+        None => ("training.precision", spec.training.precisions.clone()),
+    };
+    let takes = latency.tensor_element_types();
+    let info = latency.info();
+    let (major, minor) = info.interface_version;
+    precisions
+        .into_iter()
+        .filter(|p| !takes.contains(&p.gemm_element()))
+        .map(|p| {
+            let e = p.gemm_element().name();
+            let (message, help) = if (major, minor) < (1, 2) {
+                (
+                    format!(
+                        "latency model `{}` implements cost-model interface {major}.{minor}, which cannot be told a GEMM's element type: precision {} runs the blocks' GEMMs in {e}, which needs interface 1.2 or later",
+                        info.name,
+                        p.name()
+                    ),
+                    "train in bf16-mixed with it, or use a latency model built for interface 1.2 or later (e.g. gpu-like)",
+                )
+            } else {
+                let list: Vec<&str> = takes.iter().map(|t| t.name()).collect();
+                (
+                    format!(
+                        "latency model `{}` {}, as configured, does not multiply {e}: its tensor cores take {}; precision {} needs {e}",
+                        info.name,
+                        info.version,
+                        list.join(", "),
+                        p.name()
+                    ),
+                    "use a precision it takes, or a chip with that format (gpu-like: a Hopper or Blackwell `preset`, or its `fp8_speedup` and `mx_formats` parameters)",
+                )
+            };
+            diagnostic_at_key(
+                &spec.source_text,
+                &spec.source_file,
+                key,
+                message,
+                Some(help.to_string()),
+            )
+        })
+        .collect()
 }
 
 /// Resolves `cost_model` (read from `source`, shown as `file`) through `models`, its
@@ -387,6 +450,13 @@ pub fn read_toml<T: DeserializeOwned>(source: &str, file: &str) -> (Option<T>, V
     let read = ctx.deserialize::<T>(&whole, &FieldPath::root());
     ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
     (read, ctx.diagnostics)
+}
+
+/// Whether the TOML document `source` writes `key` (dotted).
+fn has_key(source: &str, key: &str) -> bool {
+    let (doc, _) = DeTable::parse_recoverable(source);
+    let path = key.split('.').fold(FieldPath::root(), |p, k| p.key(k));
+    locate_key(doc.get_ref(), &path).is_some()
 }
 
 /// A problem with the value of `key` (dotted, e.g. `pool.nats`) in the TOML document

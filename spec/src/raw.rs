@@ -5,7 +5,7 @@
 
 use archplace_engine::model::{Activation, AttentionKernel, Norm, NormPosition, Positions};
 use archplace_engine::step::ContextMethod;
-use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation};
+use archplace_engine::training::{Fp8Scaling, MemoryModel, Optimizer, Precision, Recomputation};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -181,8 +181,13 @@ pub struct RawPlan {
     pub recomputation: Option<RawRecomputation>,
     /// Sequence parallelism (default false; only changes anything with t > 1).
     pub sequence_parallel: Option<bool>,
-    /// "bf16-mixed", "fp16-mixed" or "fp32" (default: the first of `[training]`'s list).
+    /// "bf16-mixed", "fp16-mixed", "fp32", "fp8-hybrid" or "mxfp8" (default: the first
+    /// of `[training]`'s list).
     pub precision: Option<Precision>,
+    /// With "fp8-hybrid": how the per-tensor scales are chosen, "delayed" (from earlier
+    /// steps' maxima) or "current" (from the tensor being cast: every cast reads it twice).
+    /// Default: `[training]`'s.
+    pub fp8_scaling: Option<Fp8Scaling>,
     /// Shard the optimizer state over the data-parallel group (default: the first of
     /// `[training]`'s list).
     pub distributed_optimizer: Option<bool>,
@@ -407,8 +412,14 @@ pub struct RawTraining {
     /// megatron memory model, sgd with the reference's.
     pub optimizer: Option<Optimizer>,
     /// Numeric format, one value or a list to try: "bf16-mixed" (default), "fp16-mixed",
-    /// "fp32". Sets the bytes per parameter and per activation element.
+    /// "fp32", "fp8-hybrid" (the blocks' GEMMs in FP8, per-tensor scaling: Hopper and
+    /// Blackwell) or "mxfp8" (in MXFP8, block scaling: Blackwell). Sets the bytes per
+    /// parameter and per activation element and the element type of every GEMM.
     pub precision: Option<OneOrMany<Precision>>,
+    /// With "fp8-hybrid": "delayed" (default: scales from earlier steps' maxima,
+    /// Transformer Engine's `DelayedScaling`) or "current" (from the tensor being cast,
+    /// NVIDIA's "FP8-CS": every cast reads its input twice).
+    pub fp8_scaling: Option<Fp8Scaling>,
     /// Shard the optimizer state over the data-parallel group (ZeRO-1), one value or a
     /// list to try (default false).
     pub distributed_optimizer: Option<OneOrMany<bool>>,

@@ -9,7 +9,7 @@ use archplace_cost_port::PluginRef;
 use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_engine::step::{ContextMethod, StepPlan};
-use archplace_engine::training::{Cluster, MemoryModel, Training};
+use archplace_engine::training::{Cluster, MemoryModel, Precision, Training};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::Serialize;
 use toml::{Table, Value};
@@ -235,6 +235,9 @@ fn training(tr: &Training) -> Table {
                 "precision".into(),
                 Value::Array(tr.precisions.iter().map(name).collect()),
             );
+            if tr.precisions.contains(&Precision::Fp8Hybrid) {
+                t.insert("fp8_scaling".into(), name(&tr.fp8_scaling));
+            }
             if tr.zero_stages.is_empty() {
                 t.insert(
                     "distributed_optimizer".into(),
@@ -403,6 +406,9 @@ pub fn plan_table(p: &StepPlan) -> Table {
         Value::Boolean(p.sequence_parallel),
     );
     t.insert("precision".into(), name(&p.precision));
+    if p.precision == Precision::Fp8Hybrid {
+        t.insert("fp8_scaling".into(), name(&p.fp8_scaling));
+    }
     t.insert(
         "distributed_optimizer".into(),
         Value::Boolean(p.distributed_optimizer),

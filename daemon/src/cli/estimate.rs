@@ -5,7 +5,7 @@ use super::{Exit, load_spec, print_json};
 use anyhow::{Context, Result, anyhow};
 use archplace_engine::step::estimate_step;
 use archplace_job::estimate::{self, OpRequest};
-use archplace_plugin_sdk::{Direction, VectorKind};
+use archplace_plugin_sdk::{Direction, ElementType, VectorKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -52,6 +52,10 @@ pub struct OpArgs {
     /// Row length of a row-wise vector operation (softmax, norms); default 1.
     #[arg(long)]
     pub row: Option<u64>,
+    /// The GEMM's input element type: fp32, bf16, fp16, fp8, mxfp8 or nvfp4 (a latency
+    /// model of interface 1.2 prices it at that type's rate; an older one cannot be told).
+    #[arg(long, default_value = "bf16")]
+    pub element: String,
     /// Cores to use (default: all of the kind).
     #[arg(long)]
     pub cores: Option<u32>,
@@ -128,7 +132,19 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
         .map(|e| e.accelerator)
         .ok_or(archplace_spec::EstimateSpecError::NoPlan)?;
     let request = match (&args.gemm, &args.vector) {
-        (Some(g), _) => OpRequest::Gemm(estimate::parse_gemm(g)?),
+        (Some(g), _) => {
+            let element = ElementType::ALL
+                .into_iter()
+                .find(|e| e.name() == args.element.trim())
+                .ok_or_else(|| {
+                    anyhow!(
+                        "--element `{}`: use one of {}",
+                        args.element,
+                        ElementType::ALL.map(|e| e.name()).join(", ")
+                    )
+                })?;
+            OpRequest::Gemm(estimate::parse_gemm(g)?, element)
+        }
         (None, Some(kind)) => {
             let kind: VectorKind = serde_json::from_value(serde_json::Value::String(kind.clone()))
                 .map_err(|_| {
@@ -156,7 +172,7 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
     };
     if let Some(c) = args.cores {
         let max = match request {
-            OpRequest::Gemm(_) => accelerator.tensor_cores,
+            OpRequest::Gemm(..) => accelerator.tensor_cores,
             OpRequest::Vector { .. } => accelerator.vector_cores,
         };
         if c == 0 || c > max {

@@ -219,12 +219,17 @@ struct BlockOps<'a> {
 }
 
 /// Bytes an operator reads and writes with `element_bytes` per element: a GEMM's two
-/// operands and its result; a vector operation's input and output; an all-reduce's buffer;
-/// a fused attention kernel's Q, K, V and output, and its fp32 log-sum-exp.
+/// operands (in its own element type) and its result; a vector operation's input and
+/// output; an all-reduce's buffer; a fused attention kernel's Q, K, V and output, and its
+/// fp32 log-sum-exp; a cast's input and its two quantised layouts.
 fn op_bytes(op: &archplace_plugin_sdk::Op, element_bytes: u64) -> u64 {
     use archplace_plugin_sdk::OpKind;
     match &op.kind {
-        OpKind::Gemm(g) => g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) * element_bytes,
+        OpKind::Gemm(g) => {
+            let inputs = (g.batch * (g.m * g.k + g.k * g.n)) as f64 * op.element.bytes();
+            inputs.ceil() as u64 + g.batch * g.m * g.n * element_bytes
+        }
+        OpKind::Cast(c) => c.memory_bytes(op.element).ceil() as u64,
         OpKind::Vector { elements, .. } => 2 * elements * element_bytes,
         OpKind::AllReduce { bytes, .. } => *bytes,
         OpKind::Attention(a) => {
@@ -377,7 +382,7 @@ fn list_presets(json: bool) -> Result<Exit> {
             let opts = BuildOptions {
                 micro_batch: 1,
                 tensor_parallel: 1,
-                bytes_per_element: 2,
+                numerics: Default::default(),
                 link_bytes_per_second: 4 << 30,
                 sequence_parallel: false,
                 experts: Default::default(),
@@ -444,7 +449,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
         let opts = |t: u64| BuildOptions {
             micro_batch: b,
             tensor_parallel: t,
-            bytes_per_element: e,
+            numerics: archplace_engine::model::Numerics::plain(e),
             link_bytes_per_second: link,
             sequence_parallel: false,
             experts: Default::default(),

@@ -6,7 +6,7 @@ use super::config::{
     Activation, AttentionKernel, Head, ModelConfig, Moe, Norm, NormPosition, Positions,
 };
 use super::graph::{FwdKind, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
-use crate::training::Recomputation;
+use crate::training::{Numerics, Recomputation};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
 
@@ -15,7 +15,8 @@ use serde::Serialize;
 pub struct BuildOptions {
     pub micro_batch: u64,
     pub tensor_parallel: u64,
-    pub bytes_per_element: u64,
+    /// How the layers' data is typed (bytes per activation element; FP8 GEMMs).
+    pub numerics: Numerics,
     /// Bandwidth of one device link, for tensor-parallel collectives.
     pub link_bytes_per_second: u64,
     /// Sequence parallelism (Korthikanti et al. 2022; only with `tensor_parallel > 1`): the
@@ -184,6 +185,10 @@ pub struct Layer {
     /// balanced routing (its experts get more tokens than the mean): the time is the
     /// busiest rank's, a FLOPs count is the model's (backward runs twice these).
     pub imbalance_matmul_flops: f64,
+    /// Of `parameters`, the weights of its quantised (FP8, MXFP8) GEMMs on this rank:
+    /// the step casts them once and keeps their quantised copies
+    /// ([`crate::training::Precision::weight_copy_bytes`]).
+    pub quantised_parameters: u64,
     /// The distinct tensors its forward pass keeps for the backward pass (they add up to
     /// `stash_bytes`).
     pub kept: Vec<KeptTensor>,
@@ -354,6 +359,7 @@ struct Ctx<'a> {
     experts: ExpertLayout,
     /// CP; `s` is the rank's share of the sequence, `seq / CP`.
     cp: u64,
+    numerics: Numerics,
 }
 
 /// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
@@ -391,7 +397,8 @@ impl<'a> Ctx<'a> {
             s: cfg.seq_len / o.context_parallel.max(1),
             h: cfg.hidden,
             t: o.tensor_parallel,
-            bpe: o.bytes_per_element,
+            bpe: o.numerics.bytes_per_element,
+            numerics: o.numerics,
             link: o.link_bytes_per_second,
             sp: o.sequence_parallel && o.tensor_parallel > 1,
             experts: o.experts,
@@ -576,12 +583,27 @@ impl<'a> Ctx<'a> {
     fn layer(
         &self,
         kind: LayerKind,
-        lb: LayerBuilder,
+        mut lb: LayerBuilder,
         parameters: u64,
         shared: u64,
         output_bytes: u64,
     ) -> Layer {
+        lb.element = self.numerics.activations;
+        // Transformer Engine's linear layers are the blocks' (and the multi-token-
+        // prediction modules') weight GEMMs; the routers, the embedding and the output
+        // layer stay in 16-bit, as Megatron-Core builds them.
+        let quantised_parameters = if self.numerics.quantised() && kind.is_block() {
+            lb.quantise(
+                self.numerics.gemms,
+                self.numerics.amax_pass,
+                self.bpe,
+                |op| op.name != "router" && !op.name.ends_with(".router"),
+            )
+        } else {
+            0
+        };
         Layer {
+            quantised_parameters,
             kind,
             parameters,
             shared_parameters: shared,
@@ -1192,12 +1214,15 @@ impl<'a> Ctx<'a> {
                 vec![gate],
                 vec![save(gate, "out", tokens * f * bpe)],
             );
+            // Megatron-LM fuses the gated activation (its `bias_swiglu` kernel, Transformer
+            // Engine's fused SwiGLU): backward recomputes the activation from the gate, so
+            // only the two projections' outputs are kept.
             let hidden = lb.push(
                 &name("gate_mul"),
                 self.vector(VectorKind::Mul, tokens * f, 1),
                 vec![act, up],
                 vec![
-                    save(act, "out", tokens * f * bpe),
+                    save(gate, "out", tokens * f * bpe),
                     save(up, "out", tokens * f * bpe),
                 ],
             );

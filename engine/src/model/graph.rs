@@ -13,7 +13,9 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
-use archplace_plugin_sdk::{Attention, Direction, FusedOp, Gemm, Op, OpKind, VectorKind};
+use archplace_plugin_sdk::{
+    Attention, Cast, Direction, ElementType, FusedOp, Gemm, Op, OpKind, VectorKind,
+};
 use serde::Serialize;
 
 /// Which resources an operator occupies while it runs (the layer schedule's view).
@@ -87,10 +89,13 @@ pub enum Work {
     Vector,
     /// Tensor- and expert-tensor-parallel collectives.
     Collective,
+    /// Quantising casts to FP8 or MXFP8 that run as kernels of their own (those fused into
+    /// a norm, an activation or a GEMM's epilogue are that kernel's time).
+    Cast,
 }
 
 impl Work {
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
 }
 
 impl OpNode {
@@ -100,6 +105,8 @@ impl OpNode {
         let n = self.name.as_str();
         if self.core == Core::Link {
             Work::Collective
+        } else if matches!(self.op.kind, OpKind::Cast(_)) {
+            Work::Cast
         } else if self.is_attention_core() || n.starts_with("flash_attention") {
             Work::Attention
         } else if n.starts_with("router") {
@@ -192,6 +199,12 @@ pub enum FwdKind {
         group: u32,
         link_bytes_per_second: u64,
     },
+    /// A quantising cast in forward (an FP8 GEMM's input), identity in backward (the
+    /// gradient flows to the unquantised tensor).
+    CastForward(Cast),
+    /// Identity in forward, a quantising cast in backward (an FP8 GEMM's output gradient,
+    /// cast before its two backward GEMMs read it).
+    CastBackward(Cast),
 }
 
 /// A tensor saved for the backward pass, identified by the operator that produced it (or
@@ -227,12 +240,17 @@ pub struct FwdOp {
     pub kind: FwdKind,
     pub inputs: Vec<Input>,
     pub saves: Vec<Saved>,
+    /// The element type of its data when not the layer's ([`LayerBuilder::element`]): a
+    /// quantised GEMM's, in both passes.
+    pub element: Option<ElementType>,
 }
 
 /// The unfused forward graph of a layer, written operator by operator.
 #[derive(Debug, Clone, Default)]
 pub struct LayerBuilder {
     pub ops: Vec<FwdOp>,
+    /// The element type of the layer's data (bf16 unless set).
+    pub element: ElementType,
 }
 
 impl LayerBuilder {
@@ -248,8 +266,115 @@ impl LayerBuilder {
             kind,
             inputs,
             saves,
+            element: None,
         });
         Input::Op(self.ops.len() - 1)
+    }
+
+    /// Runs the weight GEMMs `quantise` picks (by name and kind) in `to`: each one's
+    /// input is cast to it first (one cast per tensor, however many such GEMMs read it),
+    /// its output gradient is cast backward, and what it saves of its input for its weight
+    /// gradient is kept in `to`, `bytes_per_element` the layer's element bytes. Returns
+    /// the weights of those GEMMs, the parameters whose quantised copies the step keeps.
+    pub fn quantise(
+        &mut self,
+        to: ElementType,
+        amax_pass: bool,
+        bytes_per_element: u64,
+        quantise: impl Fn(&FwdOp) -> bool,
+    ) -> u64 {
+        let old = std::mem::take(&mut self.ops);
+        // What consumers of old operator i read (its cast gradient's node for a
+        // quantised GEMM), and where its own output is (for saves naming it).
+        let mut out_of: Vec<Input> = Vec::with_capacity(old.len());
+        let mut node_of: Vec<Input> = Vec::with_capacity(old.len());
+        let mut casts: Vec<(Input, Input)> = Vec::new();
+        let mut weights = 0;
+        let remap = |i: Input, to: &[Input]| match i {
+            Input::Op(p) => to[p],
+            Input::External => Input::External,
+        };
+        for (i, mut op) in old.into_iter().enumerate() {
+            op.inputs = op.inputs.iter().map(|&i| remap(i, &out_of)).collect();
+            // A save of the operator's own output names it at its new place, set below.
+            let own: Vec<bool> = op
+                .saves
+                .iter()
+                .map(|s| s.producer == Input::Op(i))
+                .collect();
+            for (s, &own) in op.saves.iter_mut().zip(&own) {
+                if !own {
+                    s.producer = remap(s.producer, &node_of);
+                }
+            }
+            let place = |op: &mut FwdOp, at: usize| {
+                for (s, &own) in op.saves.iter_mut().zip(&own) {
+                    if own {
+                        s.producer = Input::Op(at);
+                    }
+                }
+            };
+            let gemm = match op.kind {
+                FwdKind::Gemm {
+                    gemm,
+                    second: second @ (Operand::Weight | Operand::Experts),
+                } if quantise(&op) => Some((gemm, second)),
+                _ => None,
+            };
+            let Some((gemm, second)) = gemm else {
+                place(&mut op, self.ops.len());
+                self.ops.push(op);
+                let at = Input::Op(self.ops.len() - 1);
+                out_of.push(at);
+                node_of.push(at);
+                continue;
+            };
+            weights += match second {
+                Operand::Experts => gemm.batch * gemm.k * gemm.n,
+                _ => gemm.k * gemm.n,
+            };
+            let cast = |elements: u64| Cast {
+                elements,
+                to,
+                amax_pass,
+            };
+            let x = op.inputs.first().copied().unwrap_or(Input::External);
+            let cast_in = match casts.iter().find(|(from, _)| *from == x) {
+                Some(&(_, c)) => c,
+                None => {
+                    let c = self.push(
+                        &format!("{}.cast", op.name),
+                        FwdKind::CastForward(cast(gemm.batch * gemm.m * gemm.k)),
+                        vec![x],
+                        vec![],
+                    );
+                    casts.push((x, c));
+                    c
+                }
+            };
+            if let Some(first) = op.inputs.first_mut() {
+                *first = cast_in;
+            }
+            for s in &mut op.saves {
+                let elements = s.bytes / bytes_per_element.max(1);
+                s.bytes = (elements as f64 * to.bytes()).ceil() as u64;
+                s.part = "quantised";
+            }
+            op.element = Some(to);
+            let name = op.name.clone();
+            place(&mut op, self.ops.len());
+            self.ops.push(op);
+            let at = Input::Op(self.ops.len() - 1);
+            node_of.push(at);
+            let grad = self.push(
+                &format!("{name}.cast_gradient"),
+                FwdKind::CastBackward(cast(gemm.batch * gemm.m * gemm.n)),
+                vec![at],
+                vec![],
+            );
+            out_of.push(grad);
+        }
+        weights
     }
 
     /// Records that operator `op` saves (part of) its own output for the backward pass.
@@ -361,9 +486,11 @@ impl LayerBuilder {
                     }),
                 ),
                 FwdKind::Attention(a) => (Some(Core::Fused), Some(OpKind::Attention(a))),
-                FwdKind::AllReduceBackward { .. } => (None, None),
+                FwdKind::CastForward(c) => (Some(Core::Vector), Some(OpKind::Cast(c))),
+                FwdKind::AllReduceBackward { .. } | FwdKind::CastBackward(_) => (None, None),
             };
-            let id = g.add(&op.name, core, kind, Direction::Forward);
+            let element = op.element.unwrap_or(self.element);
+            let id = g.add(&op.name, core, kind, Direction::Forward, element);
             for input in &op.inputs {
                 match *input {
                     Input::Op(p) => g.edge(p, id),
@@ -403,114 +530,9 @@ impl LayerBuilder {
             // The layer's output (no consumer inside the layer) gets its gradient from the
             // next layer.
             let external = usize::from(consumers[i].is_empty());
-            let mut made = Vec::new();
-            match op.kind {
-                FwdKind::Gemm { gemm, second } => {
-                    let dx = Gemm {
-                        batch: gemm.batch,
-                        m: gemm.m,
-                        n: gemm.k,
-                        k: gemm.n,
-                    };
-                    let d_input = g.add(
-                        &format!("{}.grad_input", op.name),
-                        Some(Core::Tensor),
-                        Some(OpKind::Gemm(dx)),
-                        Direction::Backward,
-                    );
-                    made.push(d_input);
-                    let d_second = match second {
-                        Operand::Weight => Gemm {
-                            batch: 1,
-                            m: gemm.k,
-                            n: gemm.n,
-                            k: gemm.batch * gemm.m,
-                        },
-                        Operand::Activation | Operand::Experts => Gemm {
-                            batch: gemm.batch,
-                            m: gemm.k,
-                            n: gemm.n,
-                            k: gemm.m,
-                        },
-                    };
-                    let name = match second {
-                        Operand::Weight | Operand::Experts => format!("{}.grad_weight", op.name),
-                        Operand::Activation => format!("{}.grad_input2", op.name),
-                    };
-                    let d2 = g.add(
-                        &name,
-                        Some(Core::Tensor),
-                        Some(OpKind::Gemm(d_second)),
-                        Direction::Backward,
-                    );
-                    made.push(d2);
-                    grad_of[i][0] = Some(d_input);
-                    if op.inputs.len() > 1 {
-                        grad_of[i][1] = Some(d2);
-                    }
-                }
-                FwdKind::Vector {
-                    kind,
-                    elements,
-                    row,
-                } => {
-                    let node = g.add(
-                        &format!("{}.grad", op.name),
-                        Some(Core::Vector),
-                        Some(OpKind::Vector {
-                            kind,
-                            elements,
-                            row,
-                        }),
-                        Direction::Backward,
-                    );
-                    made.push(node);
-                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
-                }
-                FwdKind::Attention(a) => {
-                    let node = g.add(
-                        &format!("{}.grad", op.name),
-                        Some(Core::Fused),
-                        Some(OpKind::Attention(a)),
-                        Direction::Backward,
-                    );
-                    made.push(node);
-                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
-                }
-                FwdKind::AllReduceForward { .. } => {
-                    let node = g.add(
-                        &format!("{}.grad", op.name),
-                        None,
-                        None,
-                        Direction::Backward,
-                    );
-                    made.push(node);
-                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
-                }
-                FwdKind::AllReduceBackward {
-                    bytes,
-                    group,
-                    link_bytes_per_second,
-                }
-                | FwdKind::AllReduceBoth {
-                    bytes,
-                    group,
-                    link_bytes_per_second,
-                } => {
-                    let node = g.add(
-                        &format!("{}.grad", op.name),
-                        Some(Core::Link),
-                        Some(OpKind::AllReduce {
-                            bytes,
-                            group,
-                            link_bytes_per_second,
-                        }),
-                        Direction::Backward,
-                    );
-                    made.push(node);
-                    grad_of[i].iter_mut().for_each(|s| *s = Some(node));
-                }
-            }
+            let element = op.element.unwrap_or(self.element);
+            let (made, grads) = backward_nodes(&mut g, op, element);
+            grad_of[i] = grads;
             for &m in &made {
                 for &src in &incoming {
                     g.edge(src, m);
@@ -522,6 +544,153 @@ impl LayerBuilder {
     }
 }
 
+/// The backward nodes of forward operator `op` (its data of type `element`), added to `g`:
+/// the nodes made, and for each of its operands the node that produces its gradient.
+fn backward_nodes(
+    g: &mut RawGraph,
+    op: &FwdOp,
+    element: ElementType,
+) -> (Vec<usize>, Vec<Option<usize>>) {
+    let mut made = Vec::new();
+    let mut grads = vec![None; op.inputs.len()];
+    match op.kind {
+        FwdKind::Gemm { gemm, second } => {
+            let dx = Gemm {
+                batch: gemm.batch,
+                m: gemm.m,
+                n: gemm.k,
+                k: gemm.n,
+            };
+            let d_input = g.add(
+                &format!("{}.grad_input", op.name),
+                Some(Core::Tensor),
+                Some(OpKind::Gemm(dx)),
+                Direction::Backward,
+                element,
+            );
+            made.push(d_input);
+            let d_second = match second {
+                Operand::Weight => Gemm {
+                    batch: 1,
+                    m: gemm.k,
+                    n: gemm.n,
+                    k: gemm.batch * gemm.m,
+                },
+                Operand::Activation | Operand::Experts => Gemm {
+                    batch: gemm.batch,
+                    m: gemm.k,
+                    n: gemm.n,
+                    k: gemm.m,
+                },
+            };
+            let name = match second {
+                Operand::Weight | Operand::Experts => format!("{}.grad_weight", op.name),
+                Operand::Activation => format!("{}.grad_input2", op.name),
+            };
+            let d2 = g.add(
+                &name,
+                Some(Core::Tensor),
+                Some(OpKind::Gemm(d_second)),
+                Direction::Backward,
+                element,
+            );
+            made.push(d2);
+            grads[0] = Some(d_input);
+            if let Some(second) = grads.get_mut(1) {
+                *second = Some(d2);
+            }
+        }
+        FwdKind::Vector {
+            kind,
+            elements,
+            row,
+        } => {
+            let node = g.add(
+                &format!("{}.grad", op.name),
+                Some(Core::Vector),
+                Some(OpKind::Vector {
+                    kind,
+                    elements,
+                    row,
+                }),
+                Direction::Backward,
+                element,
+            );
+            made.push(node);
+            grads.iter_mut().for_each(|s| *s = Some(node));
+        }
+        FwdKind::Attention(a) => {
+            let node = g.add(
+                &format!("{}.grad", op.name),
+                Some(Core::Fused),
+                Some(OpKind::Attention(a)),
+                Direction::Backward,
+                element,
+            );
+            made.push(node);
+            grads.iter_mut().for_each(|s| *s = Some(node));
+        }
+        FwdKind::CastBackward(c) => {
+            let node = g.add(
+                &format!("{}.grad", op.name),
+                Some(Core::Vector),
+                Some(OpKind::Cast(c)),
+                Direction::Backward,
+                element,
+            );
+            made.push(node);
+            grads.iter_mut().for_each(|s| *s = Some(node));
+        }
+        FwdKind::CastForward(_) => {
+            let node = g.add(
+                &format!("{}.grad", op.name),
+                None,
+                None,
+                Direction::Backward,
+                element,
+            );
+            made.push(node);
+            grads.iter_mut().for_each(|s| *s = Some(node));
+        }
+        FwdKind::AllReduceForward { .. } => {
+            let node = g.add(
+                &format!("{}.grad", op.name),
+                None,
+                None,
+                Direction::Backward,
+                element,
+            );
+            made.push(node);
+            grads.iter_mut().for_each(|s| *s = Some(node));
+        }
+        FwdKind::AllReduceBackward {
+            bytes,
+            group,
+            link_bytes_per_second,
+        }
+        | FwdKind::AllReduceBoth {
+            bytes,
+            group,
+            link_bytes_per_second,
+        } => {
+            let node = g.add(
+                &format!("{}.grad", op.name),
+                Some(Core::Link),
+                Some(OpKind::AllReduce {
+                    bytes,
+                    group,
+                    link_bytes_per_second,
+                }),
+                Direction::Backward,
+                element,
+            );
+            made.push(node);
+            grads.iter_mut().for_each(|s| *s = Some(node));
+        }
+    }
+    (made, grads)
+}
+
 /// Fusion class of an operator (the reference's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
@@ -530,11 +699,20 @@ enum Class {
     Activation,
     Norm,
     Dropout,
+    /// A quantising cast with delayed scaling: written by the kernel before it where that
+    /// kernel is a GEMM's epilogue, a norm, an activation or an element-wise operator (as
+    /// Transformer Engine's fused layer-norm–linear and activation kernels write FP8
+    /// directly).
+    Cast,
     Other,
 }
 
 fn class_of(kind: &OpKind) -> Class {
     match kind {
+        // With current scaling the cast needs the whole tensor's maximum before it writes:
+        // it cannot be the epilogue of the kernel that makes the tensor.
+        OpKind::Cast(c) if c.amax_pass => Class::Other,
+        OpKind::Cast(_) => Class::Cast,
         OpKind::Gemm(_) => Class::Tensor,
         OpKind::Vector { kind, .. } => match kind {
             VectorKind::Add
@@ -559,9 +737,10 @@ fn fusable(u: Class, v: Class) -> bool {
     match u {
         Class::Tensor => matches!(
             v,
-            Class::Activation | Class::Injective | Class::Norm | Class::Dropout
+            Class::Activation | Class::Injective | Class::Norm | Class::Dropout | Class::Cast
         ),
-        Class::Injective => matches!(v, Class::Injective | Class::Dropout),
+        Class::Injective => matches!(v, Class::Injective | Class::Dropout | Class::Cast),
+        Class::Activation | Class::Norm => v == Class::Cast,
         _ => false,
     }
 }
@@ -591,6 +770,7 @@ impl RawGraph {
         core: Option<Core>,
         kind: Option<OpKind>,
         direction: Direction,
+        element: ElementType,
     ) -> usize {
         self.nodes.push(RawNode {
             name: name.to_string(),
@@ -599,6 +779,7 @@ impl RawGraph {
                 kind,
                 direction,
                 fused: Vec::new(),
+                element,
             }),
             external: 0,
             alive: true,
@@ -691,8 +872,11 @@ impl RawGraph {
                 if !fusable(class_of(&uop.kind), class_of(&vop.kind)) {
                     continue;
                 }
-                let OpKind::Vector { kind, elements, .. } = vop.kind else {
-                    continue;
+                // A fused cast is charged as the element-wise scaling it does.
+                let (kind, elements) = match vop.kind {
+                    OpKind::Vector { kind, elements, .. } => (kind, elements),
+                    OpKind::Cast(c) => (VectorKind::Scale, c.elements),
+                    _ => continue,
                 };
                 let mut absorbed = vec![FusedOp { kind, elements }];
                 absorbed.extend(vop.fused.iter().copied());
@@ -887,6 +1071,124 @@ mod tests {
         let bwd = b.backward();
         assert_eq!(bwd.count(Core::Link), 1);
         assert_eq!(bwd.nodes.last().unwrap().name, "f.grad");
+    }
+
+    /// A gated MLP quantised: the gate and up projections read one cast of their shared
+    /// input, the down projection its own; each of the three casts its output gradient
+    /// backward, before its two backward GEMMs, which run in the type too; the input each
+    /// keeps for its weight gradient is kept once, quantised; the weights are counted.
+    #[test]
+    fn quantising_casts_each_input_once_and_each_gradient_before_its_gemms() {
+        let mut b = LayerBuilder::default();
+        let norm = b.push(
+            "norm",
+            FwdKind::Vector {
+                kind: VectorKind::RmsNorm,
+                elements: 8,
+                row: 2,
+            },
+            vec![Input::External],
+            vec![],
+        );
+        let weight = |n: u64, k: u64| FwdKind::Gemm {
+            gemm: Gemm {
+                batch: 1,
+                m: 4,
+                n,
+                k,
+            },
+            second: Operand::Weight,
+        };
+        let keep = |x: Input, bytes: u64| Saved {
+            producer: x,
+            part: "out",
+            bytes,
+            attention_core: false,
+        };
+        let gate = b.push("gate", weight(6, 2), vec![norm], vec![keep(norm, 16)]);
+        let up = b.push("up", weight(6, 2), vec![norm], vec![keep(norm, 16)]);
+        let act = b.push(
+            "act",
+            vector(VectorKind::Silu),
+            vec![gate],
+            vec![keep(gate, 48)],
+        );
+        let mul = b.push("mul", vector(VectorKind::Mul), vec![act, up], vec![]);
+        b.push("down", weight(2, 6), vec![mul], vec![keep(mul, 48)]);
+        let weights = b.quantise(ElementType::Fp8, true, 2, |_| true);
+        assert_eq!(weights, 2 * 6 * 2 + 6 * 2);
+        let kinds: Vec<(&str, &str)> = b
+            .ops
+            .iter()
+            .map(|o| {
+                let k = match o.kind {
+                    FwdKind::CastForward(_) => "cast",
+                    FwdKind::CastBackward(_) => "cast gradient",
+                    FwdKind::Gemm { .. } => "gemm",
+                    _ => "vector",
+                };
+                (o.name.as_str(), k)
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("norm", "vector"),
+                ("gate.cast", "cast"),
+                ("gate", "gemm"),
+                ("gate.cast_gradient", "cast gradient"),
+                ("up", "gemm"),
+                ("up.cast_gradient", "cast gradient"),
+                ("act", "vector"),
+                ("mul", "vector"),
+                ("down.cast", "cast"),
+                ("down", "gemm"),
+                ("down.cast_gradient", "cast gradient"),
+            ]
+        );
+        // The up projection reads the gate's cast; the activation reads the gate's output
+        // through its (forward-identity) gradient cast, and keeps the GEMM's own output.
+        assert_eq!(b.ops[4].inputs, [Input::Op(1)]);
+        assert_eq!(b.ops[6].inputs, [Input::Op(3)]);
+        assert_eq!(b.ops[6].saves[0].producer, Input::Op(2));
+        // Kept: the normed input once and the product, each at 1 byte per element; the
+        // gate's output in bf16.
+        assert_eq!(b.stash_bytes(), 8 + 24 + 48);
+        let f = b.forward();
+        fn fp8(g: &OpGraph) -> Vec<&str> {
+            g.nodes
+                .iter()
+                .filter(|n| n.op.element == ElementType::Fp8)
+                .map(|n| n.name.as_str())
+                .collect()
+        }
+        assert_eq!(fp8(&f), ["gate+act", "up", "down"]);
+        // Current scaling: the casts stand alone (never an epilogue).
+        assert_eq!(
+            f.nodes
+                .iter()
+                .filter_map(|n| match n.op.kind {
+                    OpKind::Cast(c) if c.amax_pass => Some(c.elements),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+            [4 * 2, 4 * 6]
+        );
+        let g = b.backward();
+        let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+        // A node's name lists what is fused into it (`down.grad_input+mul.grad`).
+        let at = |n: &str| {
+            names
+                .iter()
+                .position(|x| x.split('+').next() == Some(n))
+                .unwrap_or_else(|| panic!("{n} not in {names:?}"))
+        };
+        for gemm in ["gate", "up", "down"] {
+            let cast = at(&format!("{gemm}.cast_gradient.grad"));
+            assert!(cast < at(&format!("{gemm}.grad_input")), "{names:?}");
+            assert!(cast < at(&format!("{gemm}.grad_weight")), "{names:?}");
+        }
+        assert_eq!(fp8(&g).len(), 6, "{names:?}");
     }
 
     #[test]

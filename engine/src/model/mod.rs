@@ -6,6 +6,7 @@ pub mod build;
 pub mod config;
 pub mod graph;
 
+pub use crate::training::Numerics;
 pub use build::{
     AllToAll, BuildOptions, DISTINCT_LAYERS, ExpertLayout, KvExchange, Layer, LayerKind,
     ModelGraph, build,
@@ -30,7 +31,7 @@ mod tests {
         BuildOptions {
             micro_batch: b,
             tensor_parallel: t,
-            bytes_per_element: 2,
+            numerics: Default::default(),
             link_bytes_per_second: 4 << 30,
             sequence_parallel,
             experts: Default::default(),

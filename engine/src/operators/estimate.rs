@@ -109,7 +109,7 @@ mod tests {
             &BuildOptions {
                 micro_batch: 1,
                 tensor_parallel: 1,
-                bytes_per_element: 2,
+                numerics: Default::default(),
                 link_bytes_per_second: 1,
                 sequence_parallel: false,
                 experts: Default::default(),

@@ -6,7 +6,7 @@ use super::estimator::Estimator;
 use super::input::SearchInput;
 use super::observe::{Observer, Stats};
 use super::schedules::{ScheduleMemo, SharedSchedules};
-use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, build};
+use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build};
 use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use std::sync::{Mutex, RwLock};
 pub(super) struct Ctx<'a> {
     pub(super) input: &'a SearchInput,
     pub(super) memo: ScheduleMemo,
-    /// graphs[model][(micro_batch, width, element bytes)]
+    /// graphs[model][(micro_batch, width, numerics, sequence parallelism, EP)]
     pub(super) graphs: Vec<HashMap<GraphKey, ModelGraph>>,
     pub(super) estimator: Estimator<'a>,
     pub(super) stats: Mutex<Stats>,
@@ -48,9 +48,10 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// A model's graph is built per (micro-batch, tensor-parallel width, element bytes,
-/// sequence parallelism — only ever true with a width above 1).
-pub(crate) type GraphKey = (u64, u64, u64, bool, u64);
+/// A model's graph is built per (micro-batch, tensor-parallel width, numerics (element
+/// bytes and types), sequence parallelism — only ever true with a width above 1 — and
+/// expert-parallel width).
+pub(crate) type GraphKey = (u64, u64, Numerics, bool, u64);
 
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
 /// precision (index into the training's list), ZeRO stage, sequence parallelism and
@@ -72,12 +73,12 @@ pub(super) struct Run {
 
 impl Run {
     /// The layer graphs' key of this run at tensor-parallel width `t`: micro-batch, width,
-    /// element bytes of its precision, sequence parallelism (only above width 1).
+    /// numerics of its precision, sequence parallelism (only above width 1).
     pub(super) fn graph_key(&self, t: u64, training: &Training) -> GraphKey {
         (
             self.micro_batch,
             t,
-            training.element_bytes(self.precision),
+            training.numerics(self.precision),
             self.sequence_parallel && t > 1,
             self.expert_parallel,
         )
@@ -119,11 +120,12 @@ impl Training {
             .unwrap_or(Precision::Bf16Mixed)
     }
 
-    /// Element bytes of the graphs for the precision at `index` of the list.
-    pub(super) fn element_bytes(&self, precision: usize) -> u64 {
+    /// How the graphs of the precision at `index` of the list type their data (the
+    /// reference memory model: its `bytes_per_element`, in one type).
+    pub(super) fn numerics(&self, precision: usize) -> Numerics {
         match self.memory_model {
-            MemoryModel::Reference => self.bytes_per_element,
-            MemoryModel::Megatron => self.precision(precision).element_bytes(),
+            MemoryModel::Reference => Numerics::plain(self.bytes_per_element),
+            MemoryModel::Megatron => self.precision(precision).numerics(self.fp8_scaling),
         }
     }
 
@@ -193,25 +195,25 @@ impl From<EstimateError> for JobError {
 }
 
 /// The layer graphs a search schedules: per model, one per (micro-batch, tensor-parallel
-/// width, element bytes, sequence parallelism, expert-parallel width) the training plan
+/// width, numerics, sequence parallelism, expert-parallel width) the training plan
 /// allows on the cluster.
 pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGraph>> {
     let mut graphs = Vec::new();
     for m in &input.models {
         let mut map = HashMap::new();
-        let mut element_bytes: Vec<u64> = input
+        let mut numerics: Vec<Numerics> = input
             .training
             .precision_indices()
-            .map(|p| input.training.element_bytes(p))
+            .map(|p| input.training.numerics(p))
             .collect();
-        element_bytes.sort_unstable();
-        element_bytes.dedup();
+        numerics.sort_unstable();
+        numerics.dedup();
         for &b in &input.training.micro_batch_sizes {
             for t in m.config.tensor_parallel_widths() {
                 if t > input.cluster.devices {
                     continue;
                 }
-                for (&e, ep) in element_bytes.iter().flat_map(|e| {
+                for (&e, ep) in numerics.iter().flat_map(|e| {
                     input
                         .training
                         .expert_parallel_choices(&m.config)
@@ -223,7 +225,7 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                         let opts = BuildOptions {
                             micro_batch: b,
                             tensor_parallel: t,
-                            bytes_per_element: e,
+                            numerics: e,
                             // Tensor-parallel collectives on the tier the group lives on.
                             link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
                                 as u64,

@@ -204,7 +204,15 @@ impl Ctx<'_> {
                 let sharded = part(zero >= 3, full.weights)
                     + part(zero >= 2, full.gradients)
                     + part(zero >= 1, full.optimizer);
+                // FP8 recipes keep quantised copies of the blocks' GEMM weights (per
+                // parameter of a block, the share those weights are of it); at ZeRO-3 only
+                // the layer at work has them.
+                let block = &g.block;
+                let quantised_share =
+                    block.quantised_parameters as f64 / block.parameters.max(1) as f64;
+                let copies = precision.weight_copy_bytes() * quantised_share;
                 let replicated = part(zero < 3 || !reshard, full.weights)
+                    + part(zero < 3, copies)
                     + part(zero < 2, full.gradients)
                     + part(zero < 1, full.optimizer);
                 let sync = match zero {
@@ -228,7 +236,8 @@ impl Ctx<'_> {
                 let largest = g.distinct().iter().map(|l| l.parameters).max().unwrap_or(0) as f64;
                 let buffers = largest
                     * (part(zero >= 2, full.gradients)
-                        + part(zero >= 3 && reshard, 2.0 * full.weights));
+                        + part(zero >= 3 && reshard, 2.0 * full.weights)
+                        + part(zero >= 3, precision.weight_copy_bytes()));
                 (
                     false,
                     MemoryRule::Megatron(MegatronMemory {
@@ -471,6 +480,7 @@ impl Ctx<'_> {
             recomputation: run.recompute,
             sequence_parallel: run.sequence_parallel && t > 1,
             precision: tr.precision(run.precision),
+            fp8_scaling: tr.fp8_scaling,
             optimizer: tr.optimizer,
             distributed_optimizer: run.zero >= 1,
             sharding: tr.sharding(run.zero),
@@ -767,6 +777,7 @@ impl Ctx<'_> {
                 recomputation: run.recompute,
                 sequence_parallel: run.sequence_parallel && t > 1,
                 precision: tr.precision(run.precision),
+                fp8_scaling: tr.fp8_scaling,
                 optimizer: tr.optimizer,
                 distributed_optimizer: run.zero >= 1,
                 sharding: tr.sharding(run.zero),

@@ -45,6 +45,7 @@ fn tiny() -> (SearchInput, Space) {
             activation_recomputation: vec![Recomputation::None, Recomputation::Full],
             optimizer: Optimizer::Adam,
             precisions: vec![Precision::Bf16Mixed],
+            fp8_scaling: Default::default(),
             distributed_optimizer: vec![false],
             zero_stages: vec![],
             reshard_after_forward: true,
@@ -142,7 +143,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                             &BuildOptions {
                                 micro_batch: b,
                                 tensor_parallel: t,
-                                bytes_per_element: 2,
+                                numerics: Default::default(),
                                 link_bytes_per_second: 4 << 30,
                                 sequence_parallel: false,
                                 experts: Default::default(),

@@ -14,6 +14,7 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         recomputation: Recomputation::Full,
         sequence_parallel: false,
         precision: Precision::Bf16Mixed,
+        fp8_scaling: Default::default(),
         optimizer: Optimizer::Adam,
         distributed_optimizer: false,
         sharding: Sharding::default(),
@@ -53,6 +54,57 @@ fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
     }
 }
 
+/// The reference model, typed: an FP8 or MXFP8 GEMM at half its 16-bit time, a cast at
+/// the price of the element-wise scaling it does (the reference template has no 8-bit
+/// datapath, so it refuses both itself).
+struct Typed(ReferenceModel);
+
+impl LatencyModel for Typed {
+    fn info(&self) -> archplace_plugin_sdk::ModelInfo {
+        self.0.info()
+    }
+    fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
+        let plain: Vec<Op> = ops
+            .iter()
+            .map(|o| {
+                let kind = match o.kind {
+                    OpKind::Cast(c) => OpKind::Vector {
+                        kind: VectorKind::Scale,
+                        elements: c.elements,
+                        row: 1,
+                    },
+                    k => k,
+                };
+                Op {
+                    kind,
+                    element: archplace_plugin_sdk::ElementType::Bf16,
+                    ..o.clone()
+                }
+            })
+            .collect();
+        let costs = self.0.latency(core, &plain)?;
+        Ok(ops
+            .iter()
+            .zip(costs)
+            .map(|(o, c)| {
+                let f = if o.element.is_quantised() && matches!(o.kind, OpKind::Gemm(_)) {
+                    0.5
+                } else {
+                    1.0
+                };
+                OpCost {
+                    seconds: f * c.seconds,
+                    joules: f * c.joules,
+                    memory_seconds: c.memory_seconds.map(|m| f * m),
+                }
+            })
+            .collect())
+    }
+    fn tensor_element_types(&self) -> Vec<archplace_plugin_sdk::ElementType> {
+        archplace_plugin_sdk::ElementType::ALL.to_vec()
+    }
+}
+
 fn rel(a: f64, b: f64) -> f64 {
     ((a - b) / b).abs()
 }
@@ -70,13 +122,18 @@ fn state_memory_is_bytes_per_parameter_times_parameters() {
                 pl.optimizer = optimizer;
                 pl.distributed_optimizer = distributed;
                 let input = gpt3(pl, 1 << 20);
-                let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+                let r = estimate_step(&input, &Typed(ReferenceModel::default())).unwrap();
                 let per = StateBytes::megatron(precision, optimizer, distributed, 8);
                 for s in &r.stages {
                     let m = s.memory_bytes;
                     let p = s.parameters as f64;
-                    assert_eq!(m.weights + m.gradients + m.optimizer, per.total() * p);
-                    assert_eq!(m.total, per.total() * p + m.activations);
+                    // FP8 recipes: plus both layouts of the GEMM weights' quantised copies.
+                    let copies = s.quantised_parameters as f64 * precision.weight_copy_bytes();
+                    assert_eq!(
+                        m.weights + m.gradients + m.optimizer,
+                        per.total() * p + copies
+                    );
+                    assert_eq!(m.total, per.total() * p + copies + m.activations);
                 }
             }
         }
@@ -94,7 +151,7 @@ fn stages_hold_the_model() {
         &BuildOptions {
             micro_batch: 1,
             tensor_parallel: 8,
-            bytes_per_element: 2,
+            numerics: Default::default(),
             link_bytes_per_second: 1,
             sequence_parallel: false,
             experts: Default::default(),
@@ -1009,4 +1066,159 @@ fn context_parallelism_folds_experts_and_exchanges_latent_keys() {
     assert_eq!((x.group, x.stride), (2, t));
     // Multi-token prediction's block exchanges too, once per depth.
     assert_eq!(g.mtp.as_ref().unwrap().kv_exchange.unwrap().count, 1);
+}
+
+/// The FP8 recipes in closed form on GPT-3 175B (h = 12,288, s = 2,048; dense, non-gated,
+/// unfused attention) at t = 8:
+/// * the quantised weights of a block are its four GEMMs' `12h²/t` (no bias, no norm), the
+///   stage's those of its blocks; with ZeRO-1 state bytes per parameter are bf16's
+///   (2 + 4 + 12/d) and the copies add 2 bytes (FP8: the weight and its transpose) or
+///   2 × 33/32 (MXFP8: row- and column-wise blocks) per quantised weight;
+/// * each block keeps its four GEMMs' inputs in the recipe's type instead of bf16: the
+///   two normed inputs (`sbh`, a t-th of it with sequence parallelism), the attention's
+///   context (`sbh/t`) and the GeLU's output (`4sbh/t`);
+/// * the step casts the quantised weights once (a cast of that many elements) and runs
+///   every quantised GEMM in the recipe's type, at half the 16-bit time with this model.
+#[test]
+fn fp8_recipes_closed_form() {
+    let (h, s, t) = (12_288u64, 2_048u64, 8u64);
+    for sp in [false, true] {
+        let mut pl = plan(t, 16, 8);
+        pl.sequence_parallel = sp;
+        pl.recomputation = Recomputation::None;
+        pl.distributed_optimizer = true;
+        let bf16 = graph(&gpt3(pl.clone(), 1 << 20));
+        let rep = |e: u64| if sp { e / t } else { e };
+        for (precision, bytes) in [(Precision::Fp8Hybrid, 1.0), (Precision::Mxfp8, 33.0 / 32.0)] {
+            let mut q = pl.clone();
+            q.precision = precision;
+            let g = graph(&gpt3(q.clone(), 1 << 20));
+            assert_eq!(g.block.quantised_parameters, 12 * h * h / t);
+            assert_eq!(
+                g.embedding.quantised_parameters + g.head.quantised_parameters,
+                0
+            );
+            assert_eq!(g.block.parameters, bf16.block.parameters);
+            // Elements kept in the recipe's type instead of bf16 (2 bytes).
+            let inputs = [rep(s * h), s * h / t, rep(s * h), 4 * s * h / t];
+            let quantised: u64 = inputs
+                .iter()
+                .map(|&e| (e as f64 * bytes).ceil() as u64)
+                .sum();
+            let bf16_bytes: u64 = inputs.iter().map(|&e| 2 * e).sum();
+            assert_eq!(
+                g.block.stash_bytes,
+                bf16.block.stash_bytes - bf16_bytes + quantised,
+                "{precision:?}, sequence parallel {sp}"
+            );
+            let kept: Vec<&str> = g
+                .block
+                .kept
+                .iter()
+                .filter(|k| k.part == "quantised")
+                .map(|k| k.needed_by[0].as_str())
+                .collect();
+            assert_eq!(kept, ["qkv", "attention_out", "fc1", "fc2"]);
+            // Every GEMM of the block but the attention core's runs in the recipe's type,
+            // forward and backward; those of the embedding and the head do not.
+            let typed = |graph: &OpGraph| {
+                graph
+                    .nodes
+                    .iter()
+                    .filter(|n| n.op.element == precision.gemm_element())
+                    .count()
+            };
+            assert_eq!(typed(&g.block.forward), 4);
+            assert_eq!(typed(&g.block.backward), 8);
+            assert_eq!(typed(&g.head.forward) + typed(&g.embedding.forward), 0);
+            let r = estimate_step(&gpt3(q.clone(), 1 << 20), &Typed(ReferenceModel::default()))
+                .unwrap();
+            let base = estimate_step(
+                &gpt3(pl.clone(), 1 << 20),
+                &Typed(ReferenceModel::default()),
+            )
+            .unwrap();
+            let stage = &r.stages[0];
+            assert_eq!(stage.quantised_parameters, stage.blocks * 12 * h * h / t);
+            let copies = stage.quantised_parameters as f64 * 2.0 * bytes;
+            assert_eq!(
+                stage.memory_bytes.weights,
+                base.stages[0].memory_bytes.weights + copies
+            );
+            // The weight casts: one cast of the busiest stage's quantised weights.
+            let most = r
+                .stages
+                .iter()
+                .map(|s| s.quantised_parameters)
+                .max()
+                .unwrap();
+            let cast = Op::new(
+                OpKind::Cast(Cast {
+                    elements: most,
+                    to: precision.gemm_element(),
+                    amax_pass: false,
+                }),
+                Direction::Forward,
+            );
+            let want = Typed(ReferenceModel::default())
+                .latency(
+                    &REFERENCE_CONFIG.vector_core(REFERENCE_CONFIG.vector_cores),
+                    &[cast],
+                )
+                .unwrap()[0]
+                .seconds;
+            assert_eq!(r.time.weight_cast_seconds, want);
+            assert_eq!(base.time.weight_cast_seconds, 0.0);
+            // With delayed scaling every cast of this model is some kernel's epilogue.
+            assert!(r.operator_seconds.casts >= r.time.weight_cast_seconds);
+            assert_eq!(base.operator_seconds.casts, 0.0);
+            assert!(r.operator_seconds.other_gemm < 0.6 * base.operator_seconds.other_gemm);
+            assert_eq!(r.model_flops_per_step, base.model_flops_per_step);
+        }
+    }
+}
+
+/// Current scaling reads every cast's input twice; it changes no memory and no GEMM.
+#[test]
+fn current_scaling_adds_an_amax_pass_to_every_cast() {
+    let mut pl = plan(8, 16, 8);
+    pl.precision = Precision::Fp8Hybrid;
+    let delayed = graph(&gpt3(pl.clone(), 1 << 20));
+    pl.fp8_scaling = Fp8Scaling::Current;
+    let current = graph(&gpt3(pl.clone(), 1 << 20));
+    assert_eq!(delayed.block.stash_bytes, current.block.stash_bytes);
+    let casts = |g: &OpGraph| -> Vec<Cast> {
+        g.nodes
+            .iter()
+            .filter_map(|n| match n.op.kind {
+                OpKind::Cast(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    };
+    for (d, c) in [
+        (&delayed.block.forward, &current.block.forward),
+        (&delayed.block.backward, &current.block.backward),
+    ] {
+        let (d, c) = (casts(d), casts(c));
+        assert!(d.iter().all(|c| !c.amax_pass) && c.iter().all(|c| c.amax_pass));
+    }
+    // Not fusable with current scaling: the four GEMM inputs (h = 12,288, s = 2,048,
+    // t = 8: the normed inputs whole, the context and the GeLU's output a t-th) and the
+    // four GEMMs' output gradients (QKV 3h/t, the projection's and fc2's h, fc1's 4h/t).
+    let (h, s, t) = (12_288u64, 2_048u64, 8u64);
+    let forward: u64 = casts(&current.block.forward)
+        .iter()
+        .map(|c| c.elements)
+        .sum();
+    assert_eq!(forward, s * h + s * h / t + s * h + 4 * s * h / t);
+    let backward: u64 = casts(&current.block.backward)
+        .iter()
+        .map(|c| c.elements)
+        .sum();
+    assert_eq!(backward, 3 * s * h / t + s * h + 4 * s * h / t + s * h);
+    // Without FP8 the setting does nothing.
+    pl.precision = Precision::Mxfp8;
+    let mx = graph(&gpt3(pl, 1 << 20));
+    assert!(casts(&mx.block.backward).iter().all(|c| !c.amax_pass));
 }

@@ -19,6 +19,14 @@
 //!   the on-chip memory; on-chip bandwidth bounds the rest;
 //! * vector kernels are memory-bound unless the element is expensive (softmax, GELU);
 //! * all-reduce is a ring with a per-step latency;
+//! * GEMMs run at the rate of their element type (interface 1.2): FP8 and MXFP8 at
+//!   `fp8_speedup` times the 16-bit peak where the chip has them (2 on Hopper and
+//!   Blackwell, their datasheets' dense FP8 over dense BF16; MXFP8 only with `mx_formats`,
+//!   Blackwell), fp32 on TF32 tensor cores at half the 16-bit peak (every NVIDIA datasheet
+//!   since the A100: 156 of 312, 495 of 989 TFLOP/s dense), each moving its own bytes per
+//!   element; the same `matrix_efficiency` for every type (no measured FP8 GEMM ceiling is
+//!   cited: an assumption). A quantising cast reads its input (twice with current
+//!   scaling) and writes both layouts of its output, memory-bound;
 //! * fused attention (FlashAttention) runs its products at `attention_efficiency` of peak
 //!   — default 0.6, within the 50–73% of A100 peak FlashAttention-2 reports forward (Dao
 //!   2023, §4.1; 45–63% backward) and below the 75% FlashAttention-3 reaches on H100 (Shah
@@ -29,14 +37,18 @@
 
 use archplace_plugin_sdk::units::{parse_area_um2, parse_bandwidth, parse_hertz, parse_seconds};
 use archplace_plugin_sdk::{
-    AcceleratorConfig, CoreConfig, CoreKind, EstimateError, ModelInfo, Op, OpCost, OpKind,
-    Parameter, ParameterError, Plugin, VectorKind,
+    AcceleratorConfig, CoreConfig, CoreKind, ElementType, EstimateError, ModelInfo, Op, OpCost,
+    OpKind, Parameter, ParameterError, Plugin, VectorKind,
 };
 
 archplace_plugin_sdk::export_plugin!(GpuLike);
 
-/// Bytes per element (bf16).
+/// Bytes per element of 16-bit data, the default type.
 const ELEMENT_BYTES: f64 = 2.0;
+
+/// The TF32 tensor cores' throughput over the 16-bit one (every NVIDIA datasheet since
+/// the A100's: 156 of 312, 494.7 of 989.4, 1.1 of 2.25 PFLOP/s dense).
+const TF32_SPEEDUP: f64 = 0.5;
 
 /// The model's parameters, in SI units.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +79,10 @@ pub struct GpuLike {
     pub sram_area_um2_per_byte: f64,
     pub uncore_area_um2: f64,
     pub max_area_um2: f64,
+    /// FP8 tensor-core throughput over the 16-bit one; 0: the chip has no FP8.
+    pub fp8_speedup: f64,
+    /// The tensor cores take MXFP8 (block-scaled FP8) at the FP8 rate.
+    pub mx_formats: bool,
 }
 
 impl Default for GpuLike {
@@ -89,6 +105,8 @@ impl Default for GpuLike {
             sram_area_um2_per_byte: 0.6,
             uncore_area_um2: 40.0e6,
             max_area_um2: 858.0e6,
+            fp8_speedup: 2.0,
+            mx_formats: true,
         }
     }
 }
@@ -99,10 +117,10 @@ struct Param {
     default: &'static str,
 }
 
-const PARAMETERS: [Param; 18] = [
+const PARAMETERS: [Param; 20] = [
     Param {
         name: "preset",
-        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only) and gemm_tiles (cuBLAS): a100-sxm-80gb, h100-sxm-80gb (parameters given override it)",
+        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only), gemm_tiles (cuBLAS), fp8_speedup and mx_formats (datasheet): a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200 (parameters given override it)",
         default: "none",
     },
     Param {
@@ -190,7 +208,25 @@ const PARAMETERS: [Param; 18] = [
         description: "largest chip the model describes (the reticle)",
         default: "858 mm2",
     },
+    Param {
+        name: "fp8_speedup",
+        description: "FP8 tensor-core throughput over the 16-bit one (2 on Hopper and Blackwell; 0: the chip has no FP8)",
+        default: "2",
+    },
+    Param {
+        name: "mx_formats",
+        description: "the tensor cores take block-scaled MXFP8 at the FP8 rate (Blackwell: true; Hopper: false)",
+        default: "true",
+    },
 ];
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("`{v}` is not true or false")),
+    }
+}
 
 fn parse_fraction(v: &str) -> Result<f64, String> {
     match v.trim().parse::<f64>() {
@@ -254,6 +290,10 @@ impl GpuLike {
                         .iter()
                         .map(|&(r, c)| (u64::from(r), u64::from(c)))
                         .collect();
+                    m.fp8_speedup = g
+                        .peak_dense_fp8_flops_per_second
+                        .map_or(0.0, |f| f / g.peak_dense_16bit_flops_per_second);
+                    m.mx_formats = g.mx_formats;
                 }
                 (other, None) => errors.push(ParameterError::new(
                     "preset",
@@ -273,11 +313,12 @@ impl GpuLike {
                     "matrix_efficiency" => m.matrix_efficiency = parse_fraction(v)?,
                     "memory_efficiency" => m.memory_efficiency = parse_fraction(v)?,
                     "attention_efficiency" => m.attention_efficiency = parse_fraction(v)?,
-                    "fused_epilogues" => {
-                        m.fused_epilogues = match v.trim() {
-                            "true" => true,
-                            "false" => false,
-                            _ => return Err(format!("`{v}` is not true or false")),
+                    "fused_epilogues" => m.fused_epilogues = parse_bool(v)?,
+                    "mx_formats" => m.mx_formats = parse_bool(v)?,
+                    "fp8_speedup" => {
+                        m.fp8_speedup = match v.trim().parse::<f64>() {
+                            Ok(x) if x.is_finite() && x >= 0.0 => x,
+                            _ => return Err(format!("`{v}` is not a non-negative number")),
                         }
                     }
                     "gemm_tiles" => m.gemm_tiles = parse_tiles(v)?,
@@ -364,12 +405,45 @@ impl GpuLike {
     /// (`(rows + columns) × k` elements) through its core's share of the on-chip
     /// bandwidth, and the fastest tile, laid either way round, is chosen.
     pub fn matrix_seconds(&self, core: &CoreConfig, g: archplace_plugin_sdk::Gemm) -> f64 {
+        self.typed_matrix_seconds(core, g, ElementType::Bf16, 1.0)
+    }
+
+    /// The tensor cores' throughput for inputs of `element` over their 16-bit one; an
+    /// error for a type the chip does not multiply.
+    pub fn tensor_speedup(&self, element: ElementType) -> Result<f64, EstimateError> {
+        let missing = || {
+            EstimateError::Unsupported(format!(
+                "the tensor cores do not multiply {} (fp8_speedup = {}, mx_formats = {})",
+                element.name(),
+                self.fp8_speedup,
+                self.mx_formats
+            ))
+        };
+        match element {
+            ElementType::Bf16 | ElementType::Fp16 => Ok(1.0),
+            ElementType::Fp32 => Ok(TF32_SPEEDUP),
+            ElementType::Fp8 if self.fp8_speedup > 0.0 => Ok(self.fp8_speedup),
+            ElementType::Mxfp8 if self.fp8_speedup > 0.0 && self.mx_formats => Ok(self.fp8_speedup),
+            _ => Err(missing()),
+        }
+    }
+
+    /// [`GpuLike::matrix_seconds`] for inputs of `element` at `speedup` times the 16-bit
+    /// rate, each tile streaming its operands at that type's bytes.
+    fn typed_matrix_seconds(
+        &self,
+        core: &CoreConfig,
+        g: archplace_plugin_sdk::Gemm,
+        element: ElementType,
+        speedup: f64,
+    ) -> f64 {
         let cores = u64::from(core.cores.max(1));
         let per_core_flops = 2.0
             * f64::from(core.width.max(1))
             * f64::from(core.depth.max(1))
             * self.clock_hz
-            * self.matrix_efficiency;
+            * self.matrix_efficiency
+            * speedup;
         let waves = |(tm, tn): (u64, u64)| {
             let tiles = g
                 .batch
@@ -388,7 +462,7 @@ impl GpuLike {
             .flat_map(|&(r, c)| [(r, c), (c, r)])
             .map(|(tm, tn)| {
                 let compute = 2.0 * (tm * tn) as f64 * k / per_core_flops;
-                let operands = ELEMENT_BYTES * (tm + tn) as f64 * k / per_core_bandwidth;
+                let operands = element.bytes() * (tm + tn) as f64 * k / per_core_bandwidth;
                 waves((tm, tn)) * compute.max(operands)
             })
             .fold(f64::INFINITY, f64::min)
@@ -419,9 +493,29 @@ impl GpuLike {
         } else {
             1.0
         };
+        // Bytes of one element of the operator's data (a GEMM's inputs; its output and
+        // everything else is 16-bit, or fp32 with fp32 data).
+        let element_bytes = op.element.bytes();
+        let output_bytes = if op.element == ElementType::Fp32 {
+            4.0
+        } else {
+            ELEMENT_BYTES
+        };
         // The last: the seconds of HBM traffic at the sustained bandwidth (interface 1.1),
         // `None` for collectives, which the links bound.
         let (seconds, flops, hbm_bytes, memory) = match op.kind {
+            OpKind::Cast(c) => {
+                if core.kind != CoreKind::Vector {
+                    return Err(EstimateError::Unsupported("a cast on tensor cores".into()));
+                }
+                // The maximum and the scaling: a few operations per element read.
+                let reads = if c.amax_pass { 2.0 } else { 1.0 };
+                let flops = reads * 2.0 * c.elements as f64;
+                let compute = flops / (lanes * self.clock_hz);
+                let bytes = c.memory_bytes(op.element);
+                let memory = bytes / self.sustained_hbm();
+                (compute.max(memory), flops, bytes, Some(memory))
+            }
             OpKind::Attention(a) => {
                 if core.kind != CoreKind::Tensor {
                     return Err(EstimateError::Unsupported(
@@ -433,7 +527,7 @@ impl GpuLike {
                 let compute = flops / (peak * self.attention_efficiency);
                 // The log-sum-exp statistics are fp32.
                 let bytes =
-                    ELEMENT_BYTES * a.memory_elements(op.direction) + 4.0 * a.statistics() as f64;
+                    output_bytes * a.memory_elements(op.direction) + 4.0 * a.statistics() as f64;
                 let memory = bytes / self.sustained_hbm();
                 (compute.max(memory), flops, bytes, Some(memory))
             }
@@ -442,11 +536,12 @@ impl GpuLike {
                     return Err(EstimateError::Unsupported("a GEMM on vector cores".into()));
                 }
                 let flops = g.flops();
-                let compute = self.matrix_seconds(core, g);
+                let speedup = self.tensor_speedup(op.element)?;
+                let compute = self.typed_matrix_seconds(core, g, op.element, speedup);
                 // Each GEMM of a batch has its own operands: one that overflows the
                 // on-chip memory re-reads them in proportion to the overflow.
                 let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
-                let one = ELEMENT_BYTES * (m * k + k * n + m * n);
+                let one = element_bytes * (m * k + k * n) + output_bytes * m * n;
                 let working_set = g.batch as f64 * one;
                 let reuse = (one / buffer).max(1.0).sqrt();
                 let hbm = working_set * reuse;
@@ -470,7 +565,7 @@ impl GpuLike {
                     // fuses bias, activation, dropout and residual into one): it reads
                     // and writes the GEMM's output once more.
                     let largest = op.fused.iter().map(|f| f.elements).max().unwrap_or(0);
-                    let bytes = 2.0 * ELEMENT_BYTES * largest as f64;
+                    let bytes = 2.0 * output_bytes * largest as f64;
                     let kernels = if op.fused.is_empty() {
                         0.0
                     } else {
@@ -498,8 +593,8 @@ impl GpuLike {
                 let compute = flops / (lanes * self.clock_hz);
                 // Read and write every element (twice as much backward); row-wise
                 // kernels that do not fit on chip read their rows twice.
-                let mut bytes = ELEMENT_BYTES * elements as f64 * 2.0 * backward;
-                if row > 1 && ELEMENT_BYTES * row as f64 > buffer / cores {
+                let mut bytes = element_bytes * elements as f64 * 2.0 * backward;
+                if row > 1 && element_bytes * row as f64 > buffer / cores {
                     bytes *= 1.5;
                 }
                 let memory = bytes / self.sustained_hbm();
@@ -560,6 +655,14 @@ impl Plugin for GpuLike {
     fn attention(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         self.latency(core, ops)
     }
+
+    /// 16-bit and TF32 always; FP8 with `fp8_speedup > 0`, MXFP8 also with `mx_formats`.
+    fn tensor_element_types(&self) -> Vec<ElementType> {
+        ElementType::ALL
+            .into_iter()
+            .filter(|&e| self.tensor_speedup(e).is_ok())
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -589,6 +692,85 @@ mod tests {
             kind: OpKind::Gemm(Gemm { batch: 1, m, n, k }),
             direction: Direction::Forward,
             fused: vec![],
+            element: ElementType::Bf16,
+        }
+    }
+
+    /// Each GEMM at its element type's rate (interface 1.2): on the H100 preset a large
+    /// compute-bound GEMM in FP8 takes half its bf16 time (the datasheets' 1,979 over 989
+    /// TFLOP/s dense), in fp32 (TF32) twice; MXFP8 only on Blackwell, FP8 not on the
+    /// A100; the types listed follow. A cast moves its input once (twice with an amax
+    /// pass) and both layouts of its output through HBM.
+    #[test]
+    fn gemms_run_at_their_element_types_rate_and_casts_are_memory_bound() {
+        let h100 = GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb")]).unwrap();
+        let core = CoreConfig {
+            kind: CoreKind::Tensor,
+            cores: 132,
+            width: 64,
+            depth: 32,
+            buffer_bytes: 50 << 20,
+        };
+        let big = gemm(16384, 16384, 16384);
+        let t = |m: &GpuLike, e: ElementType| {
+            m.cost(&core, &big.clone().with_element(e))
+                .map(|c| c.seconds - m.launch_seconds)
+        };
+        let bf16 = t(&h100, ElementType::Bf16).unwrap();
+        let fp8 = t(&h100, ElementType::Fp8).unwrap();
+        let tf32 = t(&h100, ElementType::Fp32).unwrap();
+        assert!((bf16 / fp8 - 1979.0 / 989.4).abs() < 0.01, "{bf16} {fp8}");
+        assert!((tf32 / bf16 - 2.0).abs() < 0.01, "{tf32} {bf16}");
+        assert!(matches!(
+            t(&h100, ElementType::Mxfp8),
+            Err(EstimateError::Unsupported(_))
+        ));
+        let types = |preset: &str| {
+            GpuLike::with_parameters(&[p("preset", preset)])
+                .unwrap()
+                .tensor_element_types()
+        };
+        use ElementType::*;
+        assert_eq!(types("a100-sxm-80gb"), [Fp32, Bf16, Fp16]);
+        assert_eq!(types("h800-sxm-80gb"), [Fp32, Bf16, Fp16, Fp8]);
+        assert_eq!(types("b200-sxm-180gb"), [Fp32, Bf16, Fp16, Fp8, Mxfp8]);
+        let no_fp8 =
+            GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb"), p("fp8_speedup", "0")])
+                .unwrap();
+        assert_eq!(no_fp8.tensor_element_types(), [Fp32, Bf16, Fp16]);
+        let b200 = GpuLike::with_parameters(&[p("preset", "b200-sxm-180gb")]).unwrap();
+        let blackwell = CoreConfig {
+            width: 64,
+            depth: 64,
+            cores: 148,
+            ..core
+        };
+        let mx = b200
+            .cost(&blackwell, &big.clone().with_element(Mxfp8))
+            .unwrap();
+        let b16 = b200.cost(&blackwell, &big).unwrap();
+        assert!(mx.seconds < 0.55 * b16.seconds, "{mx:?} {b16:?}");
+
+        let vector = CoreConfig {
+            kind: CoreKind::Vector,
+            cores: 132,
+            width: 128,
+            depth: 1,
+            buffer_bytes: 50 << 20,
+        };
+        for (amax_pass, to, bytes) in [(false, Fp8, 2.0 + 2.0), (true, Fp8, 4.0 + 2.0)] {
+            let cast = Op::new(
+                OpKind::Cast(archplace_plugin_sdk::Cast {
+                    elements: 1 << 28,
+                    to,
+                    amax_pass,
+                }),
+                Direction::Backward,
+            );
+            let c = h100.cost(&vector, &cast).unwrap();
+            let memory = bytes * (1u64 << 28) as f64 / h100.hbm_bytes_per_second;
+            assert!((c.memory_seconds.unwrap() - memory).abs() < 1e-12 * memory.max(1.0));
+            assert!((c.seconds - memory - h100.launch_seconds).abs() < 1e-9);
         }
     }
 
@@ -620,6 +802,7 @@ mod tests {
                 kind: OpKind::Attention(a),
                 direction,
                 fused: vec![],
+                element: ElementType::Bf16,
             };
             let fused = m.attention(&h100, std::slice::from_ref(&op)).unwrap()[0];
             let peak = 2.0 * (132 * 64 * 32) as f64 * m.clock_hz;

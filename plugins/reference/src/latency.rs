@@ -271,7 +271,17 @@ fn attention_cost(core: &CoreConfig, a: &Attention, direction: Direction, clock_
 
 /// Seconds and joules of one operator on `core`.
 pub fn op_cost(core: &CoreConfig, op: &Op, clock_hz: f64) -> Result<OpCost, EstimateError> {
+    // The template's words are 16-bit (`WORD_BYTES`): it describes no 8-bit datapath.
+    if op.element.is_quantised() || matches!(op.kind, OpKind::Cast(_)) {
+        return Err(EstimateError::Unsupported(format!(
+            "the reference template has no {} datapath (its words are {WORD_BYTES} bytes)",
+            op.element.name()
+        )));
+    }
     match op.kind {
+        OpKind::Cast(_) => Err(EstimateError::Unsupported(
+            "the reference template has no quantising casts".into(),
+        )),
         OpKind::Attention(a) => {
             check_core(core, CoreKind::Tensor, op)?;
             Ok(attention_cost(core, &a, op.direction, clock_hz))
@@ -451,6 +461,7 @@ mod tests {
             },
             direction: Direction::Forward,
             fused: vec![],
+            element: archplace_plugin_sdk::ElementType::Bf16,
         };
         let c = op_cost(&vc, &op, 1.0).unwrap();
         assert_eq!(c.seconds, 33_600.0);
@@ -462,6 +473,7 @@ mod tests {
             },
             direction: Direction::Forward,
             fused: vec![],
+            element: archplace_plugin_sdk::ElementType::Bf16,
         };
         assert_eq!(op_cost(&vc, &tanh, 1.0).unwrap().seconds, 3_628_800.0);
     }
@@ -477,6 +489,7 @@ mod tests {
             },
             direction: Direction::Forward,
             fused: vec![],
+            element: archplace_plugin_sdk::ElementType::Bf16,
         };
         let c = op_cost(&core, &op, 1.05e9).unwrap();
         assert!((c.seconds - 2.0 * 7.0 / 8.0 / 4.0).abs() < 1e-12);
@@ -495,6 +508,7 @@ mod tests {
             kind: OpKind::Gemm(g),
             direction: Direction::Forward,
             fused: vec![],
+            element: archplace_plugin_sdk::ElementType::Bf16,
         };
         let small = Op {
             fused: vec![FusedOp {
@@ -537,6 +551,7 @@ mod tests {
             }),
             direction: Direction::Forward,
             fused: vec![],
+            element: archplace_plugin_sdk::ElementType::Bf16,
         };
         assert!(matches!(
             op_cost(&vc, &op, 1.0),

@@ -69,6 +69,7 @@ pub(super) fn estimate(
         );
     }
     let mut plan = plan_of(p, training);
+    precision_on_chip(ctx, &pp, (a, p), plan.precision);
     // The plan against each model that is fine (estimate itself takes one).
     let fine: Vec<&Entry> = models
         .iter()
@@ -133,6 +134,65 @@ pub(super) fn estimate(
         peak_flops_per_second: peak,
         plan: template.plan,
     }))
+}
+
+/// An FP8 recipe on a GPU preset without that format (an A100 has no FP8, a Hopper no
+/// MXFP8), and `fp8_scaling` with a precision it does not apply to; located at the
+/// precision (`[plan]`'s, or `[training]`'s when the plan takes it from there).
+fn precision_on_chip(
+    ctx: &mut Ctx<'_>,
+    pp: &FieldPath,
+    (a, p): (&RawFixedAccelerator, &RawPlan),
+    precision: Precision,
+) {
+    let at = if p.precision.is_some() {
+        pp.key("precision")
+    } else {
+        FieldPath::root().key("training").key("precision")
+    };
+    if p.fp8_scaling.is_some() && precision != Precision::Fp8Hybrid {
+        ctx.mismatch(
+            &pp.key("fp8_scaling"),
+            format!(
+                "fp8_scaling chooses FP8's per-tensor scales; precision is {}{}",
+                precision.name(),
+                if precision == Precision::Mxfp8 {
+                    ", whose block scales come from each block"
+                } else {
+                    ""
+                }
+            ),
+            Some("leave `fp8_scaling` out, or use precision = \"fp8-hybrid\"".into()),
+        );
+    }
+    let Some(g) = a.preset.as_deref().and_then(gpus::gpu) else {
+        return;
+    };
+    let missing = match precision {
+        Precision::Fp8Hybrid if g.peak_dense_fp8_flops_per_second.is_none() => {
+            Some("FP8 tensor cores (its datasheet gives no FP8 rate)")
+        }
+        Precision::Mxfp8 if !g.mx_formats => Some(
+            "block-scaled MXFP8 tensor cores (Blackwell's; Hopper and earlier scale per tensor)",
+        ),
+        _ => None,
+    };
+    if let Some(what) = missing {
+        ctx.mismatch(
+            &at,
+            format!(
+                "precision {} needs {what}; [accelerator] preset {} has none",
+                precision.name(),
+                g.name
+            ),
+            Some(match precision {
+                Precision::Mxfp8 => {
+                    "use fp8-hybrid on Hopper, or a Blackwell preset (b200-sxm-180gb, gb200)".into()
+                }
+                _ => "use bf16-mixed on this GPU, or a Hopper or Blackwell preset".into(),
+            }),
+        );
+    }
 }
 
 /// `[accelerator]` as read: each value given, or its GPU preset's (0 or `None` where
@@ -357,6 +417,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .precision
             .or_else(|| training.precisions.first().copied())
             .unwrap_or(Precision::Bf16Mixed),
+        fp8_scaling: p.fp8_scaling.unwrap_or(training.fp8_scaling),
         optimizer: training.optimizer,
         // ZeRO-1 and up shard the optimizer's state: that is the distributed optimizer (a
         // plan saying otherwise is refused by `plan_sharding`).

@@ -39,6 +39,21 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         "e.g. \"bf16-mixed\"",
     );
     let precisions = precisions.unwrap_or_default();
+    if t.fp8_scaling.is_some() && !precisions.contains(&Precision::Fp8Hybrid) {
+        let listed: Vec<&str> = precisions.iter().map(|p| p.name()).collect();
+        ctx.mismatch(
+            &path.key("fp8_scaling"),
+            format!(
+                "fp8_scaling chooses FP8's per-tensor scales; precision is {} (no fp8-hybrid)",
+                if listed.is_empty() {
+                    "bf16-mixed".to_string()
+                } else {
+                    listed.join(", ")
+                }
+            ),
+            Some("leave `fp8_scaling` out, or train in precision = \"fp8-hybrid\"".into()),
+        );
+    }
     if reference && t.precision.is_some() {
         ctx.mismatch(
             &precision_path,
@@ -88,6 +103,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         activation_recomputation,
         optimizer,
         precisions,
+        fp8_scaling: t.fp8_scaling.unwrap_or_default(),
         distributed_optimizer,
         zero_stages,
         reshard_after_forward: t.reshard_after_forward.unwrap_or(true),
