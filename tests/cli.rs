@@ -1077,7 +1077,8 @@ fn estimate_of_the_fp8_example_shows_its_casts_and_refuses_an_untyped_plugin() {
     let bf16 = estimate(
         &base
             .replace("precision = \"fp8-hybrid\"", "precision = \"bf16-mixed\"")
-            .replace("fp8_scaling = \"current\"\n", ""),
+            .replace("fp8_scaling = \"current\"\n", "")
+            .replace("fp8_param_gather = true\n", ""),
     );
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
     let speedup =
@@ -1094,8 +1095,11 @@ fn estimate_of_the_fp8_example_shows_its_casts_and_refuses_an_untyped_plugin() {
     assert!(quantised > 0.0 && quantised < stage["parameters"].as_f64().unwrap());
     let weights =
         |v: &serde_json::Value| v["stages"][0]["memory_bytes"]["weights"].as_f64().unwrap();
-    // Weights in bf16 plus the FP8 copy and its transpose: 2 more bytes per GEMM weight.
-    assert_eq!(weights(&fp8), weights(&bf16) + 2.0 * quantised);
+    // FP8 parameters: each GEMM weight in FP8 with its transpose (2 bytes) instead of
+    // bf16 (2 bytes); without them the bf16 weight stays and the copies add 2 bytes.
+    assert_eq!(weights(&fp8), weights(&bf16));
+    let copies = estimate(&base.replace("fp8_param_gather = true\n", ""));
+    assert_eq!(weights(&copies), weights(&bf16) + 2.0 * quantised);
     assert!(
         fp8["memory_bytes"]["activations"].as_f64().unwrap()
             < bf16["memory_bytes"]["activations"].as_f64().unwrap()

@@ -71,6 +71,11 @@ pub struct StepPlan {
     /// How an FP8 recipe's per-tensor scales are chosen (ignored without FP8).
     #[serde(default, skip_serializing_if = "is_default")]
     pub fp8_scaling: Fp8Scaling,
+    /// FP8 parameters (Megatron-LM's `--fp8-param-gather`, which NVIDIA's FP8 recipes
+    /// set): the quantised GEMMs' weights are kept only in the recipe's type (no bf16
+    /// copy) and the distributed optimizer or FSDP all-gathers them in it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fp8_param_gather: bool,
     pub optimizer: Optimizer,
     /// The optimizer's state sharded over the data-parallel group (Megatron-LM's
     /// distributed optimizer, ZeRO-1); implied by `sharding.zero_stage ≥ 1`.
@@ -256,6 +261,12 @@ impl Default for Sharding {
 }
 
 impl StepPlan {
+    /// Whether the quantised GEMMs' weights are kept in the recipe's type only (FP8
+    /// parameters with an FP8 or MXFP8 precision).
+    pub fn fp8_weights(&self) -> bool {
+        self.fp8_param_gather && self.precision.is_quantised()
+    }
+
     /// The ZeRO stage in effect: `sharding.zero_stage`, at least 1 with the distributed
     /// optimizer.
     pub fn zero_stage(&self) -> u64 {
@@ -1397,7 +1408,7 @@ fn stage_memory(
             .max()
             .unwrap_or(0);
         let (gathered, unsharded) = zero_buffers(pl, largest, params);
-        let copies = quantised_copies(pl, g, quantised);
+        let copies = quantised_copies(pl, g, quantised) - bf16_dropped(pl, quantised);
         let memory = MemoryBreakdown {
             weights: weights + gathered + copies,
             gradients: gradients + unsharded,
@@ -1421,6 +1432,19 @@ fn stage_memory(
     stages
 }
 
+/// Bytes per parameter a data-parallel all-gather of weights moves: their 16-bit bytes,
+/// or with FP8 parameters (`fp8_param_gather`) the quantised GEMMs' weights in the
+/// recipe's type — the blocks' share of quantised weights, applied to every parameter (the
+/// embedding and the head, which are not, are a few percent of a stage's).
+fn gathered_weight_bytes(pl: &StepPlan, g: &ModelGraph) -> f64 {
+    let (weight_bytes, _) = StateBytes::unsharded(pl.precision);
+    if !pl.fp8_weights() {
+        return weight_bytes;
+    }
+    let share = g.block.quantised_parameters as f64 / g.block.parameters.max(1) as f64;
+    weight_bytes - share * (weight_bytes - pl.precision.gemm_element().bytes())
+}
+
 /// Bytes of the quantised weight copies an FP8 recipe keeps on a stage with `quantised`
 /// such weights ([`Precision::weight_copy_bytes`]): all of them for the step, or at
 /// ZeRO-3, whose weights are gathered layer by layer, the largest layer's while it runs.
@@ -1436,6 +1460,22 @@ fn quantised_copies(pl: &StepPlan, g: &ModelGraph, quantised: u64) -> f64 {
         largest as f64 * per_weight
     } else {
         quantised as f64 * per_weight
+    }
+}
+
+/// The bytes FP8 parameters save on a stage with `quantised` quantised weights: their
+/// 16-bit copy (of the device's shard at ZeRO-3), which the quantised copies replace.
+fn bf16_dropped(pl: &StepPlan, quantised: u64) -> f64 {
+    if !pl.fp8_weights() {
+        return 0.0;
+    }
+    let (weight_bytes, _) = StateBytes::unsharded(pl.precision);
+    if pl.zero_stage() >= 3 {
+        // The shard keeps them in the recipe's type; the layer at work has its copies.
+        let shard = pl.shard_groups().dense.0.max(1) as f64;
+        quantised as f64 * (weight_bytes - pl.precision.gemm_element().bytes()) / shard
+    } else {
+        quantised as f64 * weight_bytes
     }
 }
 
@@ -1627,6 +1667,7 @@ fn pipeline_times(
     let fsdp = |s: &StageSummary, busy: f64| {
         let traffic = fsdp_seconds(
             input,
+            g,
             s.parameters - s.expert_parameters,
             s.expert_parameters,
         );
@@ -1834,7 +1875,8 @@ fn data_parallel_seconds(
     let pl = &input.plan;
     let p = pl.pipeline_parallel;
     let net = &input.network;
-    let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let (_, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let weight_bytes = gathered_weight_bytes(pl, g);
     let zero = pl.zero_stage();
     // (gradients, weights) of `params` sharded over `group` and replicated over
     // `replicas`: each shard's gradients all-reduced across its replicas (hybrid sharding).
@@ -1873,13 +1915,14 @@ fn data_parallel_seconds(
 /// resharded after it, again before its backward pass; at ZeRO-2 and 3 its gradients
 /// reduce-scattered after its backward pass — over the data-parallel group (`t` ranks
 /// apart) and, the experts', over the expert-data-parallel group (`EP × ETP` apart).
-pub fn fsdp_seconds(input: &StepInput, dense: u64, experts: u64) -> f64 {
+pub fn fsdp_seconds(input: &StepInput, g: &ModelGraph, dense: u64, experts: u64) -> f64 {
     let pl = &input.plan;
     let zero = pl.zero_stage();
     if zero < 2 {
         return 0.0;
     }
-    let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let (_, gradient_bytes) = StateBytes::unsharded(pl.precision);
+    let weight_bytes = gathered_weight_bytes(pl, g);
     let net = &input.network;
     let groups = pl.shard_groups();
     let once = |bytes: f64| {

@@ -387,6 +387,8 @@ pub struct Training {
     pub precisions: Vec<Precision>,
     /// How the FP8 recipe's per-tensor scales are chosen (`[training] fp8_scaling`).
     pub fp8_scaling: Fp8Scaling,
+    /// FP8 parameters with an FP8 recipe (`[training] fp8_param_gather`).
+    pub fp8_param_gather: bool,
     /// Distributed-optimizer choices to try.
     pub distributed_optimizer: Vec<bool>,
     /// ZeRO stages to try (`[training] zero_stage`); empty: those `distributed_optimizer`

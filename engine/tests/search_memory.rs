@@ -95,6 +95,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             optimizer: Optimizer::Adam,
             precisions: vec![Precision::Bf16Mixed],
             fp8_scaling: Default::default(),
+            fp8_param_gather: false,
             distributed_optimizer: vec![false, true],
             zero_stages: vec![],
             reshard_after_forward: true,

@@ -188,6 +188,10 @@ pub struct RawPlan {
     /// steps' maxima) or "current" (from the tensor being cast: every cast reads it twice).
     /// Default: `[training]`'s.
     pub fp8_scaling: Option<Fp8Scaling>,
+    /// With "fp8-hybrid" or "mxfp8": keep the quantised GEMMs' weights in that type only and
+    /// all-gather them in it (Megatron-LM's `--fp8-param-gather`; needs the distributed
+    /// optimizer or ZeRO ≥ 1). Default: `[training]`'s.
+    pub fp8_param_gather: Option<bool>,
     /// Shard the optimizer state over the data-parallel group (default: the first of
     /// `[training]`'s list).
     pub distributed_optimizer: Option<bool>,
@@ -420,6 +424,11 @@ pub struct RawTraining {
     /// Transformer Engine's `DelayedScaling`) or "current" (from the tensor being cast,
     /// NVIDIA's "FP8-CS": every cast reads its input twice).
     pub fp8_scaling: Option<Fp8Scaling>,
+    /// With an FP8 recipe: keep the quantised GEMMs' weights in its type only, with no
+    /// bf16 copy, and all-gather them in it (Megatron-LM's `--fp8-param-gather`, which
+    /// NVIDIA's FP8 recipes set; default false). A search applies it to the plans that
+    /// shard the optimizer's state (it gathers from those shards).
+    pub fp8_param_gather: Option<bool>,
     /// Shard the optimizer state over the data-parallel group (ZeRO-1), one value or a
     /// list to try (default false).
     pub distributed_optimizer: Option<OneOrMany<bool>>,

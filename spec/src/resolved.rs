@@ -238,6 +238,12 @@ fn training(tr: &Training) -> Table {
             if tr.precisions.contains(&Precision::Fp8Hybrid) {
                 t.insert("fp8_scaling".into(), name(&tr.fp8_scaling));
             }
+            if tr.precisions.iter().any(|p| p.is_quantised()) {
+                t.insert(
+                    "fp8_param_gather".into(),
+                    Value::Boolean(tr.fp8_param_gather),
+                );
+            }
             if tr.zero_stages.is_empty() {
                 t.insert(
                     "distributed_optimizer".into(),
@@ -408,6 +414,12 @@ pub fn plan_table(p: &StepPlan) -> Table {
     t.insert("precision".into(), name(&p.precision));
     if p.precision == Precision::Fp8Hybrid {
         t.insert("fp8_scaling".into(), name(&p.fp8_scaling));
+    }
+    if p.precision.is_quantised() {
+        t.insert(
+            "fp8_param_gather".into(),
+            Value::Boolean(p.fp8_param_gather),
+        );
     }
     t.insert(
         "distributed_optimizer".into(),

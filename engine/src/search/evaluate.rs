@@ -210,7 +210,13 @@ impl Ctx<'_> {
                 let block = &g.block;
                 let quantised_share =
                     block.quantised_parameters as f64 / block.parameters.max(1) as f64;
-                let copies = precision.weight_copy_bytes() * quantised_share;
+                // With FP8 parameters the copies replace the 16-bit weights.
+                let copies = precision.weight_copy_bytes() * quantised_share
+                    - if tr.fp8_param_gather && zero >= 1 && precision.is_quantised() {
+                        full.weights * quantised_share
+                    } else {
+                        0.0
+                    };
                 let replicated = part(zero < 3 || !reshard, full.weights)
                     + part(zero < 3, copies)
                     + part(zero < 2, full.gradients)
@@ -481,6 +487,8 @@ impl Ctx<'_> {
             sequence_parallel: run.sequence_parallel && t > 1,
             precision: tr.precision(run.precision),
             fp8_scaling: tr.fp8_scaling,
+            // FP8 parameters are gathered from the optimizer's shards: plans with them.
+            fp8_param_gather: tr.fp8_param_gather && run.zero >= 1,
             optimizer: tr.optimizer,
             distributed_optimizer: run.zero >= 1,
             sharding: tr.sharding(run.zero),
@@ -778,6 +786,7 @@ impl Ctx<'_> {
                 sequence_parallel: run.sequence_parallel && t > 1,
                 precision: tr.precision(run.precision),
                 fp8_scaling: tr.fp8_scaling,
+                fp8_param_gather: tr.fp8_param_gather && run.zero >= 1,
                 optimizer: tr.optimizer,
                 distributed_optimizer: run.zero >= 1,
                 sharding: tr.sharding(run.zero),

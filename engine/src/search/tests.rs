@@ -46,6 +46,7 @@ fn tiny() -> (SearchInput, Space) {
             optimizer: Optimizer::Adam,
             precisions: vec![Precision::Bf16Mixed],
             fp8_scaling: Default::default(),
+            fp8_param_gather: false,
             distributed_optimizer: vec![false],
             zero_stages: vec![],
             reshard_after_forward: true,

@@ -15,6 +15,7 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         sequence_parallel: false,
         precision: Precision::Bf16Mixed,
         fp8_scaling: Default::default(),
+        fp8_param_gather: false,
         optimizer: Optimizer::Adam,
         distributed_optimizer: false,
         sharding: Sharding::default(),
@@ -1221,4 +1222,36 @@ fn current_scaling_adds_an_amax_pass_to_every_cast() {
     pl.precision = Precision::Mxfp8;
     let mx = graph(&gpt3(pl, 1 << 20));
     assert!(casts(&mx.block.backward).iter().all(|c| !c.amax_pass));
+}
+
+/// FP8 parameters (`fp8_param_gather`): the quantised weights' bf16 copy is gone (their
+/// FP8 copy and its transpose replace it: 2 bytes less per quantised weight, 2 more), and
+/// the distributed optimizer all-gathers those weights in FP8 — at the blocks' share of
+/// quantised weights, one byte instead of two — so the weights' all-gather shrinks by
+/// that share's half; the gradients' reduce-scatter does not change.
+#[test]
+fn fp8_parameters_drop_the_bf16_copy_and_gather_one_byte() {
+    let mut pl = plan(8, 16, 8);
+    pl.precision = Precision::Fp8Hybrid;
+    pl.distributed_optimizer = true;
+    let model = Typed(ReferenceModel::default());
+    let copies = estimate_step(&gpt3(pl.clone(), 1 << 20), &model).unwrap();
+    pl.fp8_param_gather = true;
+    let fp8 = estimate_step(&gpt3(pl.clone(), 1 << 20), &model).unwrap();
+    for (a, b) in copies.stages.iter().zip(&fp8.stages) {
+        let q = a.quantised_parameters as f64;
+        assert_eq!(b.memory_bytes.weights, a.memory_bytes.weights - 2.0 * q);
+        assert_eq!(b.memory_bytes.gradients, a.memory_bytes.gradients);
+    }
+    let g = graph(&gpt3(pl.clone(), 1 << 20));
+    let share = g.block.quantised_parameters as f64 / g.block.parameters as f64;
+    assert!((gathered_weight_bytes(&pl, &g) - (2.0 - share)).abs() < 1e-12);
+    assert!(share > 0.99, "{share}");
+    assert!(
+        fp8.time.data_parallel_communication_seconds
+            < copies.time.data_parallel_communication_seconds
+    );
+    // Without FP8 the setting changes nothing.
+    pl.precision = Precision::Bf16Mixed;
+    assert_eq!(gathered_weight_bytes(&pl, &g), 2.0);
 }

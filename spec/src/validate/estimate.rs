@@ -70,6 +70,17 @@ pub(super) fn estimate(
     }
     let mut plan = plan_of(p, training);
     precision_on_chip(ctx, &pp, (a, p), plan.precision);
+    if p.fp8_param_gather.is_none() && plan.zero_stage() == 0 {
+        // `[training]`'s applies to plans that shard the optimizer, as in a search.
+        plan.fp8_param_gather = false;
+    }
+    if plan.fp8_weights() && plan.zero_stage() == 0 {
+        ctx.mismatch(
+            &pp.key("fp8_param_gather"),
+            "fp8_param_gather all-gathers FP8 weights from the distributed optimizer's shards; the plan replicates the optimizer's state (zero_stage 0)",
+            Some("add distributed_optimizer = true (or a zero_stage of 1 to 3), or leave fp8_param_gather out".into()),
+        );
+    }
     // The plan against each model that is fine (estimate itself takes one).
     let fine: Vec<&Entry> = models
         .iter()
@@ -163,6 +174,16 @@ fn precision_on_chip(
                 }
             ),
             Some("leave `fp8_scaling` out, or use precision = \"fp8-hybrid\"".into()),
+        );
+    }
+    if p.fp8_param_gather == Some(true) && !precision.is_quantised() {
+        ctx.mismatch(
+            &pp.key("fp8_param_gather"),
+            format!(
+                "fp8_param_gather keeps the FP8 GEMMs' weights in FP8; precision is {}",
+                precision.name()
+            ),
+            Some("leave it out, or use precision = \"fp8-hybrid\" or \"mxfp8\"".into()),
         );
     }
     let Some(g) = a.preset.as_deref().and_then(gpus::gpu) else {
@@ -418,6 +439,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .or_else(|| training.precisions.first().copied())
             .unwrap_or(Precision::Bf16Mixed),
         fp8_scaling: p.fp8_scaling.unwrap_or(training.fp8_scaling),
+        fp8_param_gather: p.fp8_param_gather.unwrap_or(training.fp8_param_gather),
         optimizer: training.optimizer,
         // ZeRO-1 and up shard the optimizer's state: that is the distributed optimizer (a
         // plan saying otherwise is refused by `plan_sharding`).

@@ -39,6 +39,13 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         "e.g. \"bf16-mixed\"",
     );
     let precisions = precisions.unwrap_or_default();
+    if t.fp8_param_gather == Some(true) && !precisions.iter().any(|p| p.is_quantised()) {
+        ctx.mismatch(
+            &path.key("fp8_param_gather"),
+            "fp8_param_gather keeps the FP8 GEMMs' weights in FP8; no precision listed has FP8 GEMMs",
+            Some("leave it out, or train in \"fp8-hybrid\" or \"mxfp8\"".into()),
+        );
+    }
     if t.fp8_scaling.is_some() && !precisions.contains(&Precision::Fp8Hybrid) {
         let listed: Vec<&str> = precisions.iter().map(|p| p.name()).collect();
         ctx.mismatch(
@@ -104,6 +111,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         optimizer,
         precisions,
         fp8_scaling: t.fp8_scaling.unwrap_or_default(),
+        fp8_param_gather: t.fp8_param_gather.unwrap_or(false),
         distributed_optimizer,
         zero_stages,
         reshard_after_forward: t.reshard_after_forward.unwrap_or(true),
