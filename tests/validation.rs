@@ -49,9 +49,9 @@ const BOUNDS: [(&str, f64, f64); 7] = [
     ("Narayanan et al. 2021, Table 1", 0.165, 0.235),
     ("Megatron MoE model zoo, H100", 0.47, 0.74),
     ("Megatron-Core MoE guide (MCore v0.9), H100", 0.25, 0.25),
-    ("NeMo 24.07 performance summary, DGX-H100", 0.38, 0.75),
+    ("NeMo 24.07 performance summary, DGX-H100", 0.39, 0.76),
     ("NeMo long-sequence table, DGX-H100", 0.72, 0.85),
-    ("Megatron-Bridge 25.11 performance summary", 0.29, 0.49),
+    ("Megatron-Bridge 25.11 performance summary", 0.31, 0.49),
 ];
 
 struct Row<'a> {

@@ -1482,7 +1482,8 @@ fn bf16_dropped(pl: &StepPlan, quantised: u64) -> f64 {
 /// The FP8 recipes' weight casts on the busiest stage, `quantised` weights: once per step
 /// (Transformer Engine casts a weight at the first micro-batch and keeps the copies), at
 /// ZeRO-3 every time a layer's weights are gathered (forward, and backward unless they
-/// stay gathered). Seconds and joules per device; nothing without FP8.
+/// stay gathered); with FP8 parameters once per step, of the optimizer's shard only.
+/// Seconds and joules per device; nothing without FP8.
 fn weight_casts(
     input: &StepInput,
     cost: &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
@@ -1494,6 +1495,13 @@ fn weight_casts(
         return Ok(OpCost::new(0.0, 0.0));
     }
     let numerics = pl.precision.numerics(pl.fp8_scaling);
+    // FP8 parameters: the optimizer casts the shard it updated, once per step, and the
+    // weights travel in FP8 from there.
+    let (quantised, per_step) = if pl.fp8_weights() && pl.zero_stage() >= 1 {
+        (quantised.div_ceil(pl.shard_groups().dense.0.max(1)), true)
+    } else {
+        (quantised, false)
+    };
     let op = Op::new(
         OpKind::Cast(Cast {
             elements: quantised,
@@ -1505,7 +1513,7 @@ fn weight_casts(
     .with_element(numerics.activations);
     let c = &input.accelerator;
     let one = cost(&c.vector_core(c.vector_cores), &op)?;
-    let times = if pl.zero_stage() >= 3 {
+    let times = if pl.zero_stage() >= 3 && !per_step {
         let gathers = if pl.sharding.reshard_after_forward {
             2
         } else {

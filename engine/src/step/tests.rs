@@ -1251,6 +1251,24 @@ fn fp8_parameters_drop_the_bf16_copy_and_gather_one_byte() {
         fp8.time.data_parallel_communication_seconds
             < copies.time.data_parallel_communication_seconds
     );
+    // The optimizer casts the shard it updated: an eighth of the busiest stage's.
+    let most = copies
+        .stages
+        .iter()
+        .map(|s| s.quantised_parameters)
+        .max()
+        .unwrap();
+    let shard = Op::new(
+        OpKind::Cast(Cast {
+            elements: most.div_ceil(8),
+            to: archplace_plugin_sdk::ElementType::Fp8,
+            amax_pass: false,
+        }),
+        Direction::Forward,
+    );
+    let core = REFERENCE_CONFIG.vector_core(REFERENCE_CONFIG.vector_cores);
+    let want = model.latency(&core, &[shard]).unwrap()[0].seconds;
+    assert_eq!(fp8.time.weight_cast_seconds, want);
     // Without FP8 the setting changes nothing.
     pl.precision = Precision::Bf16Mixed;
     assert_eq!(gathered_weight_bytes(&pl, &g), 2.0);
