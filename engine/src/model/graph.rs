@@ -551,8 +551,18 @@ fn backward_nodes(
     op: &FwdOp,
     element: ElementType,
 ) -> (Vec<usize>, Vec<Option<usize>>) {
-    let mut made = Vec::new();
-    let mut grads = vec![None; op.inputs.len()];
+    // Every operator but a GEMM has one backward node, which gives all its operands'
+    // gradients.
+    let one = |g: &mut RawGraph, core: Option<Core>, kind: Option<OpKind>| {
+        let node = g.add(
+            &format!("{}.grad", op.name),
+            core,
+            kind,
+            Direction::Backward,
+            element,
+        );
+        (vec![node], vec![Some(node); op.inputs.len()])
+    };
     match op.kind {
         FwdKind::Gemm { gemm, second } => {
             let dx = Gemm {
@@ -568,7 +578,6 @@ fn backward_nodes(
                 Direction::Backward,
                 element,
             );
-            made.push(d_input);
             let d_second = match second {
                 Operand::Weight => Gemm {
                     batch: 1,
@@ -594,75 +603,30 @@ fn backward_nodes(
                 Direction::Backward,
                 element,
             );
-            made.push(d2);
-            grads[0] = Some(d_input);
-            if let Some(second) = grads.get_mut(1) {
-                *second = Some(d2);
-            }
+            // The first operand's gradient is the input gradient; a second operand's (an
+            // activation × activation GEMM's) the other one.
+            let grads = (0..op.inputs.len())
+                .map(|pos| Some(if pos == 0 { d_input } else { d2 }))
+                .collect();
+            (vec![d_input, d2], grads)
         }
         FwdKind::Vector {
             kind,
             elements,
             row,
-        } => {
-            let node = g.add(
-                &format!("{}.grad", op.name),
-                Some(Core::Vector),
-                Some(OpKind::Vector {
-                    kind,
-                    elements,
-                    row,
-                }),
-                Direction::Backward,
-                element,
-            );
-            made.push(node);
-            grads.iter_mut().for_each(|s| *s = Some(node));
-        }
-        FwdKind::Attention(a) => {
-            let node = g.add(
-                &format!("{}.grad", op.name),
-                Some(Core::Fused),
-                Some(OpKind::Attention(a)),
-                Direction::Backward,
-                element,
-            );
-            made.push(node);
-            grads.iter_mut().for_each(|s| *s = Some(node));
-        }
-        FwdKind::CastBackward(c) => {
-            let node = g.add(
-                &format!("{}.grad", op.name),
-                Some(Core::Vector),
-                Some(OpKind::Cast(c)),
-                Direction::Backward,
-                element,
-            );
-            made.push(node);
-            grads.iter_mut().for_each(|s| *s = Some(node));
-        }
-        FwdKind::CastForward(_) => {
-            let node = g.add(
-                &format!("{}.grad", op.name),
-                None,
-                None,
-                Direction::Backward,
-                element,
-            );
-            made.push(node);
-            grads.iter_mut().for_each(|s| *s = Some(node));
-        }
-        FwdKind::AllReduceForward { .. } => {
-            let node = g.add(
-                &format!("{}.grad", op.name),
-                None,
-                None,
-                Direction::Backward,
-                element,
-            );
-            made.push(node);
-            grads.iter_mut().for_each(|s| *s = Some(node));
-        }
+        } => one(
+            g,
+            Some(Core::Vector),
+            Some(OpKind::Vector {
+                kind,
+                elements,
+                row,
+            }),
+        ),
+        FwdKind::Attention(a) => one(g, Some(Core::Fused), Some(OpKind::Attention(a))),
+        FwdKind::CastBackward(c) => one(g, Some(Core::Vector), Some(OpKind::Cast(c))),
+        // Identities backward: contracted away.
+        FwdKind::CastForward(_) | FwdKind::AllReduceForward { .. } => one(g, None, None),
         FwdKind::AllReduceBackward {
             bytes,
             group,
@@ -672,23 +636,16 @@ fn backward_nodes(
             bytes,
             group,
             link_bytes_per_second,
-        } => {
-            let node = g.add(
-                &format!("{}.grad", op.name),
-                Some(Core::Link),
-                Some(OpKind::AllReduce {
-                    bytes,
-                    group,
-                    link_bytes_per_second,
-                }),
-                Direction::Backward,
-                element,
-            );
-            made.push(node);
-            grads.iter_mut().for_each(|s| *s = Some(node));
-        }
+        } => one(
+            g,
+            Some(Core::Link),
+            Some(OpKind::AllReduce {
+                bytes,
+                group,
+                link_bytes_per_second,
+            }),
+        ),
     }
-    (made, grads)
 }
 
 /// Fusion class of an operator (the reference's).
