@@ -1441,8 +1441,7 @@ fn gathered_weight_bytes(pl: &StepPlan, g: &ModelGraph) -> f64 {
     if !pl.fp8_weights() {
         return weight_bytes;
     }
-    let share = g.block.quantised_parameters as f64 / g.block.parameters.max(1) as f64;
-    weight_bytes - share * (weight_bytes - pl.precision.gemm_element().bytes())
+    weight_bytes - g.block.quantised_share() * (weight_bytes - pl.precision.gemm_element().bytes())
 }
 
 /// Bytes of the quantised weight copies an FP8 recipe keeps on a stage with `quantised`

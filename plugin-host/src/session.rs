@@ -81,7 +81,7 @@ impl Session {
         memo: Option<Arc<Memo>>,
         telemetry: Option<Arc<dyn super::Telemetry>>,
     ) -> Result<Arc<Session>, PluginError> {
-        let s = Session {
+        let mut s = Session {
             loaded,
             parameters,
             limits,
@@ -114,7 +114,6 @@ impl Session {
             p.live = 1;
             p.idle.push(slot);
         }
-        let mut s = s;
         if s.loaded.pre.has_typed() {
             s.tensor_types = s.ask_tensor_types().map_err(|e| PluginError::Fault {
                 plugin: s.loaded.info.name.clone(),

@@ -197,6 +197,11 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// The share of its parameters that are quantised GEMM weights (0 without FP8).
+    pub fn quantised_share(&self) -> f64 {
+        self.quantised_parameters as f64 / self.parameters.max(1) as f64
+    }
+
     /// Activations one micro-batch keeps in this layer from its forward pass until its
     /// backward pass under recomputation `r`. Recomputation applies to blocks only (as in
     /// Megatron-LM); the embedding and the head keep what they save.

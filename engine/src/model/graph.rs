@@ -294,26 +294,8 @@ impl LayerBuilder {
             Input::Op(p) => to[p],
             Input::External => Input::External,
         };
-        for (i, mut op) in old.into_iter().enumerate() {
+        for mut op in old {
             op.inputs = op.inputs.iter().map(|&i| remap(i, &out_of)).collect();
-            // A save of the operator's own output names it at its new place, set below.
-            let own: Vec<bool> = op
-                .saves
-                .iter()
-                .map(|s| s.producer == Input::Op(i))
-                .collect();
-            for (s, &own) in op.saves.iter_mut().zip(&own) {
-                if !own {
-                    s.producer = remap(s.producer, &node_of);
-                }
-            }
-            let place = |op: &mut FwdOp, at: usize| {
-                for (s, &own) in op.saves.iter_mut().zip(&own) {
-                    if own {
-                        s.producer = Input::Op(at);
-                    }
-                }
-            };
             let gemm = match op.kind {
                 FwdKind::Gemm {
                     gemm,
@@ -321,58 +303,58 @@ impl LayerBuilder {
                 } if quantise(&op) => Some((gemm, second)),
                 _ => None,
             };
-            let Some((gemm, second)) = gemm else {
-                place(&mut op, self.ops.len());
-                self.ops.push(op);
-                let at = Input::Op(self.ops.len() - 1);
-                out_of.push(at);
-                node_of.push(at);
-                continue;
-            };
-            weights += match second {
-                Operand::Experts => gemm.batch * gemm.k * gemm.n,
-                _ => gemm.k * gemm.n,
-            };
             let cast = |elements: u64| Cast {
                 elements,
                 to,
                 amax_pass,
             };
-            let x = op.inputs.first().copied().unwrap_or(Input::External);
-            let cast_in = match casts.iter().find(|(from, _)| *from == x) {
-                Some(&(_, c)) => c,
-                None => {
-                    let c = self.push(
-                        &format!("{}.cast", op.name),
-                        FwdKind::CastForward(cast(gemm.batch * gemm.m * gemm.k)),
-                        vec![x],
-                        vec![],
-                    );
-                    casts.push((x, c));
-                    c
+            if let Some((gemm, second)) = gemm {
+                weights += match second {
+                    Operand::Experts => gemm.batch * gemm.k * gemm.n,
+                    _ => gemm.k * gemm.n,
+                };
+                let x = op.inputs.first().copied().unwrap_or(Input::External);
+                let cast_in = match casts.iter().find(|(from, _)| *from == x) {
+                    Some(&(_, c)) => c,
+                    None => {
+                        let c = self.push(
+                            &format!("{}.cast", op.name),
+                            FwdKind::CastForward(cast(gemm.batch * gemm.m * gemm.k)),
+                            vec![x],
+                            vec![],
+                        );
+                        casts.push((x, c));
+                        c
+                    }
+                };
+                if let Some(first) = op.inputs.first_mut() {
+                    *first = cast_in;
                 }
-            };
-            if let Some(first) = op.inputs.first_mut() {
-                *first = cast_in;
+                for s in &mut op.saves {
+                    let elements = s.bytes / bytes_per_element.max(1);
+                    s.bytes = (elements as f64 * to.bytes()).ceil() as u64;
+                    s.part = "quantised";
+                }
+                op.element = Some(to);
             }
-            for s in &mut op.saves {
-                let elements = s.bytes / bytes_per_element.max(1);
-                s.bytes = (elements as f64 * to.bytes()).ceil() as u64;
-                s.part = "quantised";
-            }
-            op.element = Some(to);
-            let name = op.name.clone();
-            place(&mut op, self.ops.len());
-            self.ops.push(op);
-            let at = Input::Op(self.ops.len() - 1);
+            // Its place is known before its saves are renamed: one of them may be its own
+            // output.
+            let at = Input::Op(self.ops.len());
             node_of.push(at);
-            let grad = self.push(
-                &format!("{name}.cast_gradient"),
-                FwdKind::CastBackward(cast(gemm.batch * gemm.m * gemm.n)),
-                vec![at],
-                vec![],
-            );
-            out_of.push(grad);
+            for s in &mut op.saves {
+                s.producer = remap(s.producer, &node_of);
+            }
+            let name = op.name.clone();
+            self.ops.push(op);
+            out_of.push(match gemm {
+                Some((gemm, _)) => self.push(
+                    &format!("{name}.cast_gradient"),
+                    FwdKind::CastBackward(cast(gemm.batch * gemm.m * gemm.n)),
+                    vec![at],
+                    vec![],
+                ),
+                None => at,
+            });
         }
         weights
     }

@@ -207,9 +207,7 @@ impl Ctx<'_> {
                 // FP8 recipes keep quantised copies of the blocks' GEMM weights (per
                 // parameter of a block, the share those weights are of it); at ZeRO-3 only
                 // the layer at work has them.
-                let block = &g.block;
-                let quantised_share =
-                    block.quantised_parameters as f64 / block.parameters.max(1) as f64;
+                let quantised_share = g.block.quantised_share();
                 // With FP8 parameters the copies replace the 16-bit weights.
                 let copies = precision.weight_copy_bytes() * quantised_share
                     - if tr.fp8_param_gather && zero >= 1 && precision.is_quantised() {
