@@ -64,12 +64,47 @@ fn plan_table(plan: &Value) -> toml::Table {
     p
 }
 
+/// The spec's cluster at scale-up domain size `node_size` (one of its `node_size` list,
+/// with that size's intra-node bandwidth when it lists one per size).
+fn at_domain(spec: &mut toml::Table, node_size: u64) {
+    let Some(cluster) = spec.get_mut("cluster").and_then(|c| c.as_table_mut()) else {
+        return;
+    };
+    let sizes: Vec<u64> = match cluster.get("node_size") {
+        Some(toml::Value::Array(list)) => list
+            .iter()
+            .filter_map(|v| v.as_integer())
+            .map(|v| v as u64)
+            .collect(),
+        _ => return,
+    };
+    let k = sizes
+        .iter()
+        .position(|&n| n == node_size)
+        .expect("a listed size");
+    cluster.insert("node_size".into(), toml::Value::Integer(node_size as i64));
+    if let Some(toml::Value::Array(list)) = cluster.get("intra_node_bandwidth") {
+        let one = list[k].clone();
+        cluster.insert("intra_node_bandwidth".into(), one);
+    }
+}
+
 /// `estimate --mip --json` of `plan` on the chip; the plan's line of the result must agree.
-fn estimate_agrees(base: &toml::Table, chip: toml::Table, line: &Value, what: &str) {
+/// `node_size`: the scale-up domain size it was planned for, when the spec lists several.
+fn estimate_agrees_at(
+    base: &toml::Table,
+    chip: toml::Table,
+    line: &Value,
+    node_size: Option<u64>,
+    what: &str,
+) {
     let plan = &line["plan"];
     assert!(plan.is_object(), "{what}: the plan has no [plan]: {line}");
     let mut spec = base.clone();
     spec.remove("search");
+    if let Some(n) = node_size {
+        at_domain(&mut spec, n);
+    }
     // `estimate` takes one model: the plan's (by its name, or its preset's).
     if let Some(models) = spec.get_mut("models").and_then(|m| m.as_array_mut()) {
         models.retain(|m| {
@@ -113,10 +148,11 @@ fn estimate_agrees(base: &toml::Table, chip: toml::Table, line: &Value, what: &s
     }
     // A runnable plan: every device, an even split of the batch.
     let p = |k: &str| plan[k].as_u64().unwrap();
+    let cp = plan["context_parallel"].as_u64().unwrap_or(1);
     assert_eq!(
-        p("tensor_parallel") * p("pipeline_parallel") * p("data_parallel"),
+        p("tensor_parallel") * cp * p("pipeline_parallel") * p("data_parallel"),
         e["devices"].as_u64().unwrap(),
-        "{what}: t·p·d"
+        "{what}: t·CP·p·d"
     );
     let batch = base["training"]["global_batch"].as_integer().unwrap() as u64;
     assert_eq!(batch % (p("micro_batch") * p("data_parallel")), 0, "{what}");
@@ -140,15 +176,33 @@ fn every_reported_plan_is_estimated_the_same(name: &str) {
     let best = &result["best"];
     assert!(best.is_object(), "{name}: no chip fits the example's plan");
     let hbm = best["hbm_bytes"].as_u64().unwrap();
+    let size = |v: &Value| v["node_size"].as_u64();
     for m in best["models"].as_array().unwrap() {
-        estimate_agrees(&base, accelerator(&best["configuration"], hbm), m, name);
+        let chip = accelerator(&best["configuration"], hbm);
+        estimate_agrees_at(&base, chip, m, size(best), name);
     }
     let ties = result["near_ties"].as_array().unwrap();
     for (k, tie) in ties.iter().enumerate() {
         let hbm = tie["hbm_bytes"].as_u64().unwrap();
         for m in tie["plans"].as_array().unwrap() {
             let what = format!("{name}, near-tie {k}");
-            estimate_agrees(&base, accelerator(&tie["configuration"], hbm), m, &what);
+            let chip = accelerator(&tie["configuration"], hbm);
+            estimate_agrees_at(&base, chip, m, size(tie), &what);
+        }
+    }
+    // With several scale-up domain sizes: the best chip at each size, its plans.
+    for d in result["scale_up_domains"]["sizes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let Some(hbm) = d["hbm_bytes"].as_u64() else {
+            continue;
+        };
+        for m in d["plans"].as_array().unwrap() {
+            let what = format!("{name}, best at {} per node", d["node_size"]);
+            let chip = accelerator(&d["configuration"], hbm);
+            estimate_agrees_at(&base, chip, m, size(d), &what);
         }
     }
     // Every line of explored.jsonl: its plan is the one its numbers are of.
@@ -161,7 +215,8 @@ fn every_reported_plan_is_estimated_the_same(name: &str) {
         };
         for m in e["plans"].as_array().unwrap() {
             let what = format!("{name}, explored line {k}");
-            estimate_agrees(&base, accelerator(&e["configuration"], hbm), m, &what);
+            let chip = accelerator(&e["configuration"], hbm);
+            estimate_agrees_at(&base, chip, m, size(&e), &what);
             checked += 1;
         }
     }
@@ -215,6 +270,7 @@ examples! {
     megatron_gpt2_2_5b: "megatron-gpt2-2.5b",
     megatron_gpt2_8_3b: "megatron-gpt2-8.3b",
     mixtral_8x7b: "mixtral-8x7b",
+    mixtral_8x7b_domains: "mixtral-8x7b-domains",
     moe: "moe",
     opt_1_3b: "opt-1.3b",
     opt_350m: "opt-350m",

@@ -48,6 +48,7 @@ use crate::operators::estimate;
 use crate::operators::instance_with;
 use crate::options::ScheduleOptions;
 use crate::schedule::{self, Instance, Resource};
+pub use crate::training::{ContextExchange, ContextMethod};
 use crate::training::{Fp8Scaling, Optimizer, Precision, Recomputation, StateBytes};
 use archplace_plugin_sdk::{
     AcceleratorConfig, Cast, CoreConfig, Direction, EstimateError, LatencyModel, Op, OpCost,
@@ -166,73 +167,6 @@ pub struct Sharding {
     /// sharded over the whole data-parallel group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharding_group: Option<u64>,
-}
-
-/// How a context-parallel group exchanges the keys and values of its ranks' chunks of the
-/// sequence (Megatron-Core's `--cp-comm-type`, Transformer Engine's implementations).
-/// Serialised flat into the plan, each key only when it is not its default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContextExchange {
-    /// Ring (`p2p`, the default) or gather (`all_gather`).
-    #[serde(
-        rename = "context_parallel_exchange",
-        default,
-        skip_serializing_if = "ContextMethod::is_ring"
-    )]
-    pub method: ContextMethod,
-    /// With the ring: each step's transfer of the next chunk's keys and values runs while
-    /// the attention of the chunk at hand computes (Transformer Engine's default); `false`
-    /// runs them one after the other.
-    #[serde(
-        rename = "context_parallel_overlap",
-        default = "yes",
-        skip_serializing_if = "is_true"
-    )]
-    pub overlap: bool,
-}
-
-impl Default for ContextExchange {
-    fn default() -> Self {
-        ContextExchange {
-            method: ContextMethod::Ring,
-            overlap: true,
-        }
-    }
-}
-
-/// The two ways a context-parallel group shares keys and values.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ContextMethod {
-    /// Ring attention: `CP − 1` steps, each passing the keys and values a rank holds to the
-    /// next rank (and, backward, their gradients with them) while attending to the chunk
-    /// at hand (`--cp-comm-type p2p`).
-    #[default]
-    Ring,
-    /// The keys and values all-gathered before attention (and their gradients
-    /// reduce-scattered after it), not overlapped (`--cp-comm-type all_gather`).
-    AllGather,
-}
-
-impl ContextMethod {
-    pub const ALL: [ContextMethod; 2] = [ContextMethod::Ring, ContextMethod::AllGather];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ContextMethod::Ring => "ring",
-            ContextMethod::AllGather => "all_gather",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    fn is_ring(&self) -> bool {
-        *self == ContextMethod::Ring
-    }
 }
 
 /// A group of ranks a collective runs over: how many, and how many ranks apart.
@@ -1784,31 +1718,54 @@ fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
 
 /// The context-parallel exchanges of one `layer` (timed `l`) per micro-batch: what the
 /// attention kernels do not hide of its forward, backward and recomputed passes, summed,
-/// and their whole time. Ring attention (`CP − 1` steps per attention) passes a rank's
-/// keys and values on in each step — backward with their gradients, twice the bytes —
-/// while the kernel attends to the chunk at hand, `1/CP` of the attention's time: each
-/// step exposes what its transfer takes beyond that (all of it without overlap). The
-/// all-gather collects every rank's keys and values before attention (backward again, and
-/// the gradients reduce-scattered), not overlapped. Recomputation that reruns the
-/// attention (full; selective, which recomputes the core) exchanges again.
+/// and their whole time.
 fn kv_exchange_seconds(
     input: &StepInput,
     layer: Option<&crate::model::Layer>,
     l: &LayerTiming,
 ) -> (f64, f64) {
-    let Some(x) = layer.and_then(|l| l.kv_exchange) else {
-        return (0.0, 0.0);
-    };
     let pl = &input.plan;
-    let net = &input.network;
+    let passes = kv_exchange_passes(
+        &input.network,
+        pl.context_exchange,
+        pl.recomputation,
+        layer,
+        l,
+    );
+    (
+        passes.iter().map(|p| p.0).sum(),
+        passes.iter().map(|p| p.1).sum(),
+    )
+}
+
+/// The context-parallel exchanges of one `layer` (timed `l`) per micro-batch, per pass —
+/// forward, backward, recomputed forward — each (exposed, whole) seconds; the search's
+/// placement charges a layer's passes with them as the step model does. Ring attention
+/// (`CP − 1` steps per attention) passes a rank's keys and values on in each step —
+/// backward with their gradients, twice the bytes — while the kernel attends to the chunk
+/// at hand, `1/CP` of the attention's time: each step exposes what its transfer takes
+/// beyond that (all of it without overlap). The all-gather collects every rank's keys and
+/// values before attention (backward again, and the gradients reduce-scattered), not
+/// overlapped. Recomputation that reruns the attention (full; selective, which recomputes
+/// the core) exchanges again.
+pub(crate) fn kv_exchange_passes(
+    net: &Network,
+    exchange: ContextExchange,
+    recomputation: Recomputation,
+    layer: Option<&crate::model::Layer>,
+    l: &LayerTiming,
+) -> [(f64, f64); 3] {
+    let Some(x) = layer.and_then(|l| l.kv_exchange) else {
+        return [(0.0, 0.0); 3];
+    };
     let (cp, count) = (x.group, x.count.max(1) as f64);
     let steps = cp.saturating_sub(1) as f64;
     let bytes = x.bytes as f64;
     // Per attention and pass: (exposed, all).
-    let pass = |attention: f64, bytes: f64| match pl.context_exchange.method {
+    let pass = |attention: f64, bytes: f64| match exchange.method {
         ContextMethod::Ring => {
             let step = net.ring_step_seconds(bytes, cp, x.stride);
-            let hidden = if pl.context_exchange.overlap {
+            let hidden = if exchange.overlap {
                 attention / count / cp as f64
             } else {
                 0.0
@@ -1823,15 +1780,12 @@ fn kv_exchange_seconds(
     let attention = Work::Attention as usize;
     let forward = pass(l.forward_work[attention], bytes);
     let backward = pass(l.backward_work[attention], 2.0 * bytes);
-    let again = match pl.recomputation {
+    let again = match recomputation {
         Recomputation::Full => forward,
         Recomputation::Selective if l.attention_core > 0.0 => forward,
         _ => (0.0, 0.0),
     };
-    (
-        count * (forward.0 + backward.0 + again.0),
-        count * (forward.1 + backward.1 + again.1),
-    )
+    [forward, backward, again].map(|(exposed, all)| (count * exposed, count * all))
 }
 
 /// Dense blocks per pipeline stage (device): the model's first `dense` blocks, where the

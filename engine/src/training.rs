@@ -406,6 +406,11 @@ pub struct Training {
     /// Expert-parallel widths to try for Mixture-of-Experts models (each model takes those
     /// dividing its experts; dense models run 1).
     pub expert_parallel: Vec<u64>,
+    /// Context-parallel sizes to try (`[training] context_parallel`; each model takes
+    /// those its sequence splits into); empty: 1.
+    pub context_parallel: Vec<u64>,
+    /// How the context-parallel ranks exchange keys and values.
+    pub context_exchange: ContextExchange,
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,
@@ -424,6 +429,22 @@ pub struct Cluster {
     pub hbm_bytes: Vec<u64>,
     /// The network's tiers (one tier: [`crate::network::Network::flat`] of the link bandwidth).
     pub network: crate::network::Network,
+    /// Scale-up domain sizes a search tries (`[cluster] node_size` as a list): each a
+    /// network of its own node size and intra-node tier, the first of them `network`;
+    /// empty: `network` alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<crate::network::Network>,
+}
+
+impl Cluster {
+    /// The networks a search tries: every scale-up domain, or the one network.
+    pub fn networks(&self) -> &[crate::network::Network] {
+        if self.domains.is_empty() {
+            std::slice::from_ref(&self.network)
+        } else {
+            &self.domains
+        }
+    }
 }
 
 /// A fixed parallelisation to compare against (`docs/reference.md` §1.7).
@@ -432,6 +453,81 @@ pub struct Baseline {
     pub pipeline: u64,
     pub data: u64,
     pub tensor: u64,
+}
+
+/// How a context-parallel group exchanges the keys and values of its ranks' chunks of the
+/// sequence (Megatron-Core's `--cp-comm-type`, Transformer Engine's implementations).
+/// Serialised flat into the plan, each key only when it is not its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextExchange {
+    /// Ring (`p2p`, the default) or gather (`all_gather`).
+    #[serde(
+        rename = "context_parallel_exchange",
+        default,
+        skip_serializing_if = "ContextMethod::is_ring"
+    )]
+    pub method: ContextMethod,
+    /// With the ring: each step's transfer of the next chunk's keys and values runs while
+    /// the attention of the chunk at hand computes (Transformer Engine's default); `false`
+    /// runs them one after the other.
+    #[serde(
+        rename = "context_parallel_overlap",
+        default = "yes",
+        skip_serializing_if = "is_true"
+    )]
+    pub overlap: bool,
+}
+
+impl Default for ContextExchange {
+    fn default() -> Self {
+        ContextExchange {
+            method: ContextMethod::Ring,
+            overlap: true,
+        }
+    }
+}
+
+/// The two ways a context-parallel group shares keys and values.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextMethod {
+    /// Ring attention: `CP − 1` steps, each passing the keys and values a rank holds to the
+    /// next rank (and, backward, their gradients with them) while attending to the chunk
+    /// at hand (`--cp-comm-type p2p`).
+    #[default]
+    Ring,
+    /// The keys and values all-gathered before attention (and their gradients
+    /// reduce-scattered after it), not overlapped (`--cp-comm-type all_gather`).
+    AllGather,
+}
+
+impl ContextMethod {
+    pub const ALL: [ContextMethod; 2] = [ContextMethod::Ring, ContextMethod::AllGather];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ContextMethod::Ring => "ring",
+            ContextMethod::AllGather => "all_gather",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    pub(crate) fn is_ring(&self) -> bool {
+        *self == ContextMethod::Ring
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 #[cfg(test)]

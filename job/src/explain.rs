@@ -229,10 +229,11 @@ fn throughput(e: &ExploredLine) -> f64 {
 /// group's traffic crosses named when known).
 pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
     let t = &p.time;
-    // Ranks are ordered tensor-parallel first, then data-parallel, then pipeline: a group
-    // spans that many consecutive ranks.
+    // Ranks are ordered tensor-parallel first, then context-parallel, then data-parallel,
+    // then pipeline: a group spans that many consecutive ranks.
     let (tp, dp) = (p.tensor_parallel, p.data_parallel);
-    let all = tp
+    let tcp = tp.saturating_mul(p.context_parallel);
+    let all = tcp
         .saturating_mul(dp)
         .saturating_mul(p.pipeline_stages as u64);
     let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
@@ -260,13 +261,17 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
             t.all_to_all_seconds,
         ),
         (
+            format!("context-parallel network{}", tier_words(network, tcp)),
+            t.context_parallel_communication_seconds,
+        ),
+        (
             format!("pipeline network{}", tier_words(network, all)),
             t.pipeline_point_to_point_seconds,
         ),
         (
             format!(
                 "data-parallel network{}",
-                tier_words(network, tp.saturating_mul(dp))
+                tier_words(network, tcp.saturating_mul(dp))
             ),
             t.data_parallel_communication_seconds,
         ),

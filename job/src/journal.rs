@@ -168,6 +168,8 @@ mod tests {
             hbm_bytes: Some(1 << 34),
             plans: vec![],
             failure: None,
+            node_size: None,
+            domains: Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@
 #![warn(clippy::iter_over_hash_type)]
 
 pub mod chip;
+pub mod domains;
 pub mod estimate;
 pub mod explain;
 pub mod folder;

@@ -55,6 +55,9 @@ impl Configuration {
 pub struct Best {
     pub configuration: Configuration,
     pub hbm_bytes: u64,
+    /// With several scale-up domain sizes: the winner's (`scale_up_domains` compares them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_size: Option<u64>,
     /// Mean over the models of their throughput.
     pub mean_throughput_samples_per_second: f64,
     pub models: Vec<ModelPlan>,
@@ -65,6 +68,9 @@ pub struct Best {
 pub struct NearTie {
     pub configuration: Configuration,
     pub hbm_bytes: u64,
+    /// With several scale-up domain sizes: the size its plans are for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_size: Option<u64>,
     pub mean_throughput_samples_per_second: f64,
     /// Its throughput relative to the best's (≤ 1).
     pub relative_to_best: f64,
@@ -147,6 +153,10 @@ pub struct ResultDoc {
     /// Why the winner wins (`null` when no chip trained every model).
     #[serde(default)]
     pub explanation: Option<crate::explain::Explanation>,
+    /// With several scale-up domain sizes (`[cluster] node_size` a list): the best chip at
+    /// each, the winning size, by how much and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up_domains: Option<crate::domains::DomainComparison>,
     pub timings: Timings,
     pub work: Work,
 }
@@ -160,6 +170,21 @@ pub struct ExploredLine {
     pub mean_throughput_samples_per_second: Option<f64>,
     pub hbm_bytes: Option<u64>,
     pub plans: Vec<PlanLine>,
+    pub failure: Option<String>,
+    /// With several scale-up domain sizes: the size of the best (`plans` are its).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_size: Option<u64>,
+    /// With several scale-up domain sizes: the candidate's best at each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<DomainLine>,
+}
+
+/// A candidate at one scale-up domain size, in `explored.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DomainLine {
+    pub node_size: u64,
+    pub mean_throughput_samples_per_second: Option<f64>,
+    pub hbm_bytes: Option<u64>,
     pub failure: Option<String>,
 }
 
@@ -183,6 +208,8 @@ pub struct PlanLine {
     pub expert_parallel: u64,
     #[serde(default = "one")]
     pub expert_tensor_parallel: u64,
+    #[serde(default = "one")]
+    pub context_parallel: u64,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -222,6 +249,7 @@ impl From<&ModelPlan> for PlanLine {
             sequence_parallel: p.sequence_parallel,
             expert_parallel: p.expert_parallel,
             expert_tensor_parallel: p.expert_tensor_parallel,
+            context_parallel: p.context_parallel,
             tensor_parallel: p.tensor_parallel,
             data_parallel: p.data_parallel,
             pipeline_stages: p.pipeline_stages,
@@ -253,6 +281,17 @@ impl From<&Evaluated> for ExploredLine {
             hbm_bytes: e.hbm_bytes,
             plans: e.plans.iter().map(PlanLine::from).collect(),
             failure: e.failure.clone(),
+            node_size: e.node_size,
+            domains: e
+                .domains
+                .iter()
+                .map(|d| DomainLine {
+                    node_size: d.node_size,
+                    mean_throughput_samples_per_second: d.mean_throughput_samples_per_second,
+                    hbm_bytes: d.hbm_bytes,
+                    failure: d.failure.clone(),
+                })
+                .collect(),
         }
     }
 }
@@ -287,6 +326,7 @@ pub fn near_ties(outcome: &Outcome) -> Vec<NearTie> {
             NearTie {
                 configuration: Configuration::new(&e.config, e.area_um2),
                 hbm_bytes: e.hbm_bytes.unwrap_or(0),
+                node_size: e.node_size,
                 mean_throughput_samples_per_second: t,
                 relative_to_best: if top > 0.0 { t / top } else { 0.0 },
                 plans: e.plans.iter().map(PlanLine::from).collect(),

@@ -344,6 +344,7 @@ impl Prepared<'_> {
             best: outcome.best.as_ref().map(|b| Best {
                 configuration: Configuration::new(&b.config, b.area_um2),
                 hbm_bytes: b.hbm_bytes.unwrap_or(0),
+                node_size: b.node_size,
                 mean_throughput_samples_per_second: b
                     .mean_throughput_samples_per_second
                     .unwrap_or(0.0),
@@ -379,6 +380,7 @@ impl Prepared<'_> {
                 pool,
             },
             explanation: None,
+            scale_up_domains: crate::domains::compare(outcome),
         };
         if let Some(best) = &outcome.best {
             let lines: Vec<ExploredLine> = crate::explain::needed(&best.config, &outcome.explored)

@@ -452,6 +452,16 @@ pub struct RawTraining {
     /// (default 1): each model takes those dividing its experts, dense models 1. The
     /// experts' groups fold into the tensor × data-parallel ranks of a stage.
     pub expert_parallel: Option<OneOrMany<u64>>,
+    /// Context-parallel sizes to try, one value or a list (default 1): each sequence split
+    /// over CP ranks in `2·CP` load-balanced chunks (causal models; `CP` otherwise), between
+    /// the tensor-parallel and the data-parallel ranks. Each model takes the sizes that
+    /// divide the devices and split its sequence so; needs a fused attention kernel.
+    pub context_parallel: Option<OneOrMany<u64>>,
+    /// How context-parallel ranks exchange keys and values: "ring" (default, Megatron-Core's
+    /// `p2p`) or "all_gather". `[plan]` may say otherwise for `estimate`.
+    pub context_parallel_exchange: Option<ContextMethod>,
+    /// With the ring: each step's transfer runs while attention computes (default true).
+    pub context_parallel_overlap: Option<bool>,
     /// "megatron" (default: memory as Megatron-LM trains) or "reference" (the reference
     /// system's two copies of the parameters plus optimizer copies, for comparisons).
     pub memory_model: Option<MemoryModel>,
@@ -483,12 +493,15 @@ pub struct RawCluster {
     pub link_bandwidth: Option<String>,
     /// HBM sizes per device to try, e.g. ["32 GiB", "80 GiB"] (default 32, 64, 80 GiB).
     pub hbm: Option<Vec<String>>,
-    /// Devices per node. With it, the network has two tiers: `intra_node_*` inside a node,
-    /// `inter_node_*` between nodes (one NIC per device). Without it, one tier:
-    /// `link_bandwidth`.
-    pub node_size: Option<u64>,
-    /// Bandwidth per device inside a node, e.g. "300 GB/s" (NVLink-class).
-    pub intra_node_bandwidth: Option<String>,
+    /// Devices per node (the scale-up domain: NVLink-class links inside it). With it, the
+    /// network has two tiers: `intra_node_*` inside a node, `inter_node_*` between nodes
+    /// (one NIC per device). Without it, one tier: `link_bandwidth`. A list (e.g. `[8,
+    /// 72]`) makes the domain's size a design variable of a search: each candidate is
+    /// evaluated at every size, and the result names the best chip at each and why.
+    pub node_size: Option<OneOrMany<u64>>,
+    /// Bandwidth per device inside a node, e.g. "300 GB/s" (NVLink-class); with several
+    /// node sizes, one for all or a list with one per size.
+    pub intra_node_bandwidth: Option<OneOrMany<String>>,
     /// Bandwidth per device between nodes, e.g. "25 GB/s" (a 200 Gb/s NIC).
     pub inter_node_bandwidth: Option<String>,
     /// Latency of one message inside a node (default "5 us").

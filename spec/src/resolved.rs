@@ -265,6 +265,21 @@ fn training(tr: &Training) -> Table {
                 "pipeline_interleaving".into(),
                 ints(&tr.pipeline_interleaving),
             );
+            // Only with context parallelism (specs without it resolve as before).
+            if tr.context_parallel.iter().any(|&cp| cp > 1) {
+                t.insert("context_parallel".into(), ints(&tr.context_parallel));
+                let method = tr.context_exchange.method;
+                t.insert(
+                    "context_parallel_exchange".into(),
+                    Value::String(method.name().into()),
+                );
+                if method == ContextMethod::Ring {
+                    t.insert(
+                        "context_parallel_overlap".into(),
+                        Value::Boolean(tr.context_exchange.overlap),
+                    );
+                }
+            }
         }
         MemoryModel::Reference => {
             t.insert("bytes_per_element".into(), int(tr.bytes_per_element));
@@ -287,11 +302,26 @@ fn cluster(c: &Cluster) -> Table {
         t.insert("link_bandwidth".into(), rate(c.link_bytes_per_second));
     } else {
         let n = &c.network;
-        t.insert("node_size".into(), int(n.node_size));
-        t.insert(
-            "intra_node_bandwidth".into(),
-            rate(n.intra_node.bytes_per_second),
-        );
+        if c.domains.is_empty() {
+            t.insert("node_size".into(), int(n.node_size));
+            t.insert(
+                "intra_node_bandwidth".into(),
+                rate(n.intra_node.bytes_per_second),
+            );
+        } else {
+            // Scale-up domain sizes a search tries, each with its intra-node bandwidth.
+            let sizes: Vec<u64> = c.domains.iter().map(|d| d.node_size).collect();
+            t.insert("node_size".into(), ints(&sizes));
+            t.insert(
+                "intra_node_bandwidth".into(),
+                Value::Array(
+                    c.domains
+                        .iter()
+                        .map(|d| rate(d.intra_node.bytes_per_second))
+                        .collect(),
+                ),
+            );
+        }
         t.insert(
             "inter_node_bandwidth".into(),
             rate(n.inter_node.bytes_per_second),

@@ -283,9 +283,21 @@ fn print_plan(
             m.expert_tensor_parallel
         )?;
     }
+    if m.context_parallel > 1 {
+        outln!(
+            "    context parallelism: CP = {} (each sequence split over CP ranks)",
+            m.context_parallel
+        )?;
+    }
     outln!(
-        "    devices: t × p × d = {} × {} × {} = {}{}; blocks per stage: {}{}",
+        "    devices: t × {}p × d = {} × {}{} × {} = {}{}; blocks per stage: {}{}",
+        if m.context_parallel > 1 { "CP × " } else { "" },
         m.tensor_parallel,
+        if m.context_parallel > 1 {
+            format!("{} × ", m.context_parallel)
+        } else {
+            String::new()
+        },
         m.pipeline_stages,
         m.data_parallel,
         thousands(m.devices_used),
@@ -396,8 +408,10 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
     for m in &best.models {
         if let Some(plan) = &m.plan {
             outln!(
-                "  {} for `archplace estimate --mip` (the same numbers), in a spec with this model, [training] and [cluster]:",
-                m.model
+                "  {} for `archplace estimate --mip` (the same numbers), in a spec with this model, [training] and [cluster]{}:",
+                m.model,
+                best.node_size
+                    .map_or(String::new(), |n| format!(" (node_size = {n})"))
             )?;
             for line in
                 archplace_spec::estimate_toml(&best.configuration.chip, best.hbm_bytes, plan)
@@ -406,6 +420,11 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
             {
                 outln!("    {line}")?;
             }
+        }
+    }
+    if let Some(domains) = &doc.scale_up_domains {
+        for line in archplace_job::domains::render(domains).lines() {
+            outln!("{line}")?;
         }
     }
     // Why the winner wins: the chips it beat (near-ties first) and what each differs in.

@@ -6,7 +6,9 @@ use super::estimator::Estimator;
 use super::input::SearchInput;
 use super::observe::{Observer, Stats};
 use super::schedules::{ScheduleMemo, SharedSchedules};
-use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build};
+use crate::model::{
+    AttentionKernel, BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build,
+};
 use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
@@ -16,7 +18,7 @@ use std::sync::{Mutex, RwLock};
 pub(super) struct Ctx<'a> {
     pub(super) input: &'a SearchInput,
     pub(super) memo: ScheduleMemo,
-    /// graphs[model][(micro_batch, width, numerics, sequence parallelism, EP)]
+    /// graphs[model][(micro_batch, width, numerics, sequence parallelism, EP, CP, domain)]
     pub(super) graphs: Vec<HashMap<GraphKey, ModelGraph>>,
     pub(super) estimator: Estimator<'a>,
     pub(super) stats: Mutex<Stats>,
@@ -49,13 +51,14 @@ impl<'a> Ctx<'a> {
 }
 
 /// A model's graph is built per (micro-batch, tensor-parallel width, numerics (element
-/// bytes and types), sequence parallelism — only ever true with a width above 1 — and
-/// expert-parallel width).
-pub(crate) type GraphKey = (u64, u64, Numerics, bool, u64);
+/// bytes and types), sequence parallelism — only ever true with a width above 1 —,
+/// expert-parallel width, context-parallel size and scale-up domain (index into
+/// [`crate::training::Cluster::networks`]: its collectives' tiers)).
+pub(crate) type GraphKey = (u64, u64, Numerics, bool, u64, u64, usize);
 
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
-/// precision (index into the training's list), ZeRO stage, sequence parallelism and
-/// expert-parallel width.
+/// precision (index into the training's list), ZeRO stage, sequence parallelism,
+/// expert-parallel width and context-parallel size.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Run {
     pub(super) hbm: usize,
@@ -69,6 +72,11 @@ pub(super) struct Run {
     pub(super) sequence_parallel: bool,
     /// The experts' expert-parallel width (1 for a dense model).
     pub(super) expert_parallel: u64,
+    /// CP: ranks each sequence is split over; the placement program places the model over
+    /// `devices / CP` (a stage's ranks are `t × CP × d`).
+    pub(super) context_parallel: u64,
+    /// The scale-up domain (index into [`crate::training::Cluster::networks`]).
+    pub(super) domain: usize,
 }
 
 impl Run {
@@ -81,6 +89,8 @@ impl Run {
             training.numerics(self.precision),
             self.sequence_parallel && t > 1,
             self.expert_parallel,
+            self.context_parallel,
+            self.domain,
         )
     }
 }
@@ -101,6 +111,18 @@ impl Training {
             }
             None => vec![1],
         }
+    }
+
+    /// The context-parallel sizes a run of `cfg` on `devices` tries: those of the list
+    /// [`context_parallel_fits`] (the validator makes sure one does), 1 when none does.
+    pub fn context_parallel_choices(&self, cfg: &ModelConfig, devices: u64) -> Vec<u64> {
+        let sizes: Vec<u64> = self
+            .context_parallel
+            .iter()
+            .copied()
+            .filter(|&cp| context_parallel_fits(cfg, cp, devices).is_ok())
+            .collect();
+        if sizes.is_empty() { vec![1] } else { sizes }
     }
 
     /// Sequence-parallelism choices worth a separate run.
@@ -165,6 +187,32 @@ impl Training {
     }
 }
 
+/// Why context-parallel size `cp` cannot split `cfg` over `devices`: it must divide the
+/// devices, split the sequence into `2·CP` equal chunks (causal: the load-balanced halves
+/// each rank takes) or `CP`, and above 1 needs a fused attention kernel (ring attention is
+/// FlashAttention's blocks exchanged).
+pub fn context_parallel_fits(cfg: &ModelConfig, cp: u64, devices: u64) -> Result<(), String> {
+    let chunks = cp.saturating_mul(if cfg.causal { 2 } else { 1 });
+    if cp == 0 || !devices.is_multiple_of(cp) {
+        Err(format!(
+            "context-parallel size {cp} does not divide the {devices} devices"
+        ))
+    } else if !cfg.seq_len.is_multiple_of(chunks) {
+        Err(format!(
+            "context-parallel size {cp} does not split the {} tokens of {} into {chunks} equal chunks",
+            cfg.seq_len, cfg.name
+        ))
+    } else if cp > 1 && cfg.attention == AttentionKernel::Unfused {
+        Err(format!(
+            "context parallelism needs a fused attention kernel; {} has attention = \"{}\"",
+            cfg.name,
+            cfg.attention.name()
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 pub(super) fn layer_name(index: usize, blocks: u64) -> String {
     if index == 0 {
         "embedding".into()
@@ -195,12 +243,15 @@ impl From<EstimateError> for JobError {
 }
 
 /// The layer graphs a search schedules: per model, one per (micro-batch, tensor-parallel
-/// width, numerics, sequence parallelism, expert-parallel width) the training plan
-/// allows on the cluster.
+/// width, numerics, sequence parallelism, expert-parallel width, context-parallel size,
+/// scale-up domain) the training plan allows on the cluster.
 pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGraph>> {
     let mut graphs = Vec::new();
     for m in &input.models {
         let mut map = HashMap::new();
+        let contexts = input
+            .training
+            .context_parallel_choices(&m.config, input.cluster.devices);
         let mut numerics: Vec<Numerics> = input
             .training
             .precision_indices()
@@ -220,30 +271,35 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                         .into_iter()
                         .map(move |ep| (e, ep))
                 }) {
-                    for sp in input.training.sequence_parallel_choices() {
-                        let sp = sp && t > 1;
-                        let opts = BuildOptions {
-                            micro_batch: b,
-                            tensor_parallel: t,
-                            numerics: e,
+                    for (sp, cp) in input
+                        .training
+                        .sequence_parallel_choices()
+                        .into_iter()
+                        .flat_map(|sp| contexts.iter().map(move |&cp| (sp, cp)))
+                    {
+                        if t.saturating_mul(cp) > input.cluster.devices {
+                            continue;
+                        }
+                        for (domain, network) in input.cluster.networks().iter().enumerate() {
+                            let sp = sp && t > 1;
                             // Tensor-parallel collectives on the tier the group lives on.
-                            link_bytes_per_second: input.cluster.network.tier(t).bytes_per_second
-                                as u64,
-                            sequence_parallel: sp,
-                            experts: ExpertLayout {
-                                parallel: ep,
-                                tensor_parallel: m.config.expert_tensor_parallel(t),
-                                link_bytes_per_second: input
-                                    .cluster
-                                    .network
-                                    .tier(t)
-                                    .bytes_per_second
-                                    as u64,
-                            },
-                            context_parallel: 1,
-                        };
-                        map.entry((b, t, e, sp, ep))
-                            .or_insert_with(|| build(&m.config, &opts));
+                            let link = network.tier(t).bytes_per_second as u64;
+                            let opts = BuildOptions {
+                                micro_batch: b,
+                                tensor_parallel: t,
+                                numerics: e,
+                                link_bytes_per_second: link,
+                                sequence_parallel: sp,
+                                experts: ExpertLayout {
+                                    parallel: ep,
+                                    tensor_parallel: m.config.expert_tensor_parallel(t),
+                                    link_bytes_per_second: link,
+                                },
+                                context_parallel: cp,
+                            };
+                            map.entry((b, t, e, sp, ep, cp, domain))
+                                .or_insert_with(|| build(&m.config, &opts));
+                        }
                     }
                 }
             }

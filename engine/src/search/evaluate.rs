@@ -4,7 +4,7 @@
 
 use super::SearchError;
 use super::context::{Ctx, GraphKey, JobError, Run, layer_name};
-use super::record::{BaselineReport, Evaluated, LayerReport, ModelPlan, StageReport};
+use super::record::{BaselineReport, DomainScore, Evaluated, LayerReport, ModelPlan, StageReport};
 use super::schedules::Timed;
 use crate::model::{DISTINCT_LAYERS, Layer, LayerKind, ModelGraph, OpGraph};
 use crate::placement::{
@@ -101,12 +101,10 @@ impl Ctx<'_> {
         let t = g.tensor_parallel;
         let megatron = self.input.training.memory_model == MemoryModel::Megatron;
         let fsdp = self.fsdp_layer_seconds(run);
+        let network = self.network(run);
         // A Mixture-of-Experts block's all-to-all exchanges (not operators of the chip):
         // dispatch and combine in each pass, as the step model counts them.
-        let exchange = |l: &Layer| {
-            l.all_to_all
-                .map_or(0.0, |a| a.seconds(&self.input.cluster.network, 2.0))
-        };
+        let exchange = |l: &Layer| l.all_to_all.map_or(0.0, |a| a.seconds(network, 2.0));
         let positions = chain_positions(g);
         let mut layers = Vec::new();
         for (i, here) in positions.iter().enumerate() {
@@ -121,6 +119,14 @@ impl Ctx<'_> {
             for l in here {
                 let timed = times[l.kind.slot()];
                 let exchanged = exchange(l);
+                // Context parallelism's key-value exchanges, what attention does not hide.
+                let [kv_forward, kv_backward, kv_again] = step::kv_exchange_passes(
+                    network,
+                    self.input.training.context_exchange,
+                    r,
+                    Some(l),
+                    &timed.layer_timing(),
+                );
                 let (activation_bytes, again) = if megatron && l.kind.is_block() {
                     let again = match r {
                         Recomputation::None => 0.0,
@@ -134,8 +140,9 @@ impl Ctx<'_> {
                 node.parameter_bytes += l.parameter_bytes as f64;
                 node.activation_bytes += activation_bytes as f64;
                 let (gather, scatter) = fsdp(l.parameters);
-                node.forward += timed.fwd.seconds + exchanged + gather.0;
+                node.forward += timed.fwd.seconds + exchanged + gather.0 + kv_forward.0;
                 node.backward += timed.bwd.seconds + exchanged + again + gather.1 + scatter;
+                node.backward += kv_backward.0 + if megatron { kv_again.0 } else { 0.0 };
                 node.tensor_parallel &= l.tensor_parallel;
             }
             layers.push(node);
@@ -156,6 +163,12 @@ impl Ctx<'_> {
             layers,
             edges,
         }
+    }
+
+    /// The network of `run`'s scale-up domain.
+    fn network(&self, run: &Run) -> &crate::network::Network {
+        let networks = self.input.cluster.networks();
+        &networks[run.domain.min(networks.len() - 1)]
     }
 
     /// ZeRO-2/3's traffic of a layer of `parameters` per micro-batch as the placement
@@ -242,11 +255,14 @@ impl Ctx<'_> {
                     * (part(zero >= 2, full.gradients)
                         + part(zero >= 3 && reshard, 2.0 * full.weights)
                         + part(zero >= 3, precision.weight_copy_bytes()));
+                // The shards are over the `CP × d` ranks holding the same weights; the
+                // program divides by `d`.
+                let cp = run.context_parallel.max(1) as f64;
                 (
                     false,
                     MemoryRule::Megatron(MegatronMemory {
                         replicated_per_parameter_byte: replicated / e,
-                        optimizer_per_parameter_byte: sharded / e,
+                        optimizer_per_parameter_byte: sharded / e / cp,
                         distributed: zero >= 1,
                         transient_bytes: transient + buffers,
                         sync_per_parameter_byte: sync / e,
@@ -256,7 +272,9 @@ impl Ctx<'_> {
         };
         Settings {
             memory_bytes: self.input.cluster.hbm_bytes[run.hbm] as f64,
-            devices: self.input.cluster.devices,
+            // Each context-parallel group of CP ranks runs what one rank would without it:
+            // the program places the model over `devices / CP` such ranks.
+            devices: self.input.cluster.devices / run.context_parallel.max(1),
             bandwidth: self.input.cluster.link_bytes_per_second,
             micro_batches: tr.global_batch / run.micro_batch,
             recompute,
@@ -271,7 +289,8 @@ impl Ctx<'_> {
         }
     }
 
-    /// Evaluates one candidate: its layers scheduled, every placement run, the best plans.
+    /// Evaluates one candidate: its layers scheduled, every placement run, the best plans
+    /// — at each scale-up domain size, the best of them chosen (ties to the smaller).
     pub(super) fn evaluate(
         &self,
         index: usize,
@@ -286,6 +305,8 @@ impl Ctx<'_> {
             hbm_bytes: None,
             plans: Vec::new(),
             failure: Some(why),
+            node_size: None,
+            domains: Vec::new(),
         };
         let times = match self.layer_times(&cand.config) {
             Ok(t) => t,
@@ -294,41 +315,102 @@ impl Ctx<'_> {
         };
         let groups = self.groups();
         let t0 = Instant::now();
-        let placed: Vec<Placed> = groups
+        let placed: Vec<Vec<Placed>> = groups
             .par_iter()
             .map(|run| self.place(run, &times, &cand.config))
             .collect();
-        // Every (HBM size, group) as a run of its own, HBM size first (the order in which
-        // ties go to the first).
+        // Every (HBM size, group, domain) as a run of its own, HBM size first (the order in
+        // which ties go to the first).
         let mut runs: Vec<Run> = Vec::new();
         let mut plans: Vec<Option<(&Priced, &[Chain])>> = Vec::new();
         for h in 0..self.input.cluster.hbm_bytes.len() {
-            for (run, (chains, each)) in groups.iter().zip(&placed) {
-                runs.push(Run { hbm: h, ..*run });
-                plans.push(each[h].as_ref().map(|p| (p, chains.as_slice())));
+            for (run, domains) in groups.iter().zip(&placed) {
+                for (domain, (chains, each)) in domains.iter().enumerate() {
+                    runs.push(Run {
+                        hbm: h,
+                        domain,
+                        ..*run
+                    });
+                    plans.push(each[h].as_ref().map(|p| (p, chains.as_slice())));
+                }
             }
         }
         if let Ok(mut st) = self.stats.lock() {
             st.placement_seconds += t0.elapsed().as_secs_f64();
             st.placements_solved += runs.len() as u64;
         }
-        let (mean, h, chosen) = match self.choose(&runs, &plans) {
-            Ok(best) => best,
-            Err(why_not) => return Ok(fail(why_not)),
-        };
-        let reports = chosen
-            .into_iter()
-            .map(|(k, priced, chains)| self.report(&runs[k], priced, chains, &times, &cand.config))
+        let networks = self.input.cluster.networks();
+        let domains: Vec<DomainScore> = networks
+            .iter()
+            .enumerate()
+            .map(|(domain, network)| {
+                let score = |mean, hbm_bytes, plans, failure| DomainScore {
+                    node_size: network.node_size,
+                    mean_throughput_samples_per_second: mean,
+                    hbm_bytes,
+                    plans,
+                    failure,
+                };
+                match self.choose(&runs, &plans, domain) {
+                    Ok((mean, h, chosen)) => {
+                        let reports = chosen
+                            .into_iter()
+                            .map(|(k, priced, chains)| {
+                                self.report(&runs[k], priced, chains, &times, &cand.config)
+                            })
+                            .collect();
+                        let hbm = self.input.cluster.hbm_bytes[h];
+                        score(Some(mean), Some(hbm), reports, None)
+                    }
+                    Err(why_not) => score(None, None, Vec::new(), Some(why_not)),
+                }
+            })
             .collect();
+        // The best domain: the fastest, ties (as between candidates) to the smaller one.
+        let mut best: Option<&DomainScore> = None;
+        for d in &domains {
+            let Some(t) = d.mean_throughput_samples_per_second else {
+                continue;
+            };
+            let wins = best.is_none_or(|b| {
+                let bt = b.mean_throughput_samples_per_second.unwrap_or(0.0);
+                if (t - bt).abs() <= super::TIE_RELATIVE * t.abs().max(bt.abs()) {
+                    d.node_size < b.node_size
+                } else {
+                    t > bt
+                }
+            });
+            if wins {
+                best = Some(d);
+            }
+        }
+        let Some(best) = best.cloned() else {
+            let why = domains
+                .iter()
+                .filter_map(|d| d.failure.clone())
+                .next()
+                .unwrap_or_default();
+            return Ok(Evaluated {
+                domains: if networks.len() > 1 {
+                    domains
+                } else {
+                    Vec::new()
+                },
+                ..fail(why)
+            });
+        };
+        let several = networks.len() > 1;
         Ok(Evaluated {
             index,
             config: cand.config,
             area_um2: cand.area_um2,
             bucket: cand.bucket,
-            mean_throughput_samples_per_second: Some(mean),
-            hbm_bytes: Some(self.input.cluster.hbm_bytes[h]),
-            plans: reports,
+            mean_throughput_samples_per_second: best.mean_throughput_samples_per_second,
+            hbm_bytes: best.hbm_bytes,
+            plans: best.plans,
             failure: None,
+            node_size: several.then_some(best.node_size),
+            domains: if several { domains } else { Vec::new() },
         })
     }
 
@@ -362,13 +444,16 @@ impl Ctx<'_> {
 
     /// The placement runs of a candidate, at the first HBM size: every (model,
     /// micro-batch, recomputation, precision, ZeRO stage, sequence parallelism,
-    /// expert-parallel width). One run of the placement program serves every width and HBM
-    /// size.
+    /// expert-parallel width, context-parallel size), at the first scale-up domain (each
+    /// is placed at every domain). One run of the placement program serves every width
+    /// and HBM size.
     fn groups(&self) -> Vec<Run> {
         let tr = &self.input.training;
         let mut groups = Vec::new();
         for model in 0..self.graphs.len() {
-            let experts = tr.expert_parallel_choices(&self.input.models[model].config);
+            let config = &self.input.models[model].config;
+            let experts = tr.expert_parallel_choices(config);
+            let contexts = tr.context_parallel_choices(config, self.input.cluster.devices);
             for (&micro_batch, &expert_parallel) in tr
                 .micro_batch_sizes
                 .iter()
@@ -377,7 +462,11 @@ impl Ctx<'_> {
                 for &recompute in &tr.activation_recomputation {
                     for precision in tr.precision_indices() {
                         for zero in tr.zero_choices() {
-                            for sequence_parallel in tr.sequence_parallel_choices() {
+                            for (sequence_parallel, context_parallel) in tr
+                                .sequence_parallel_choices()
+                                .into_iter()
+                                .flat_map(|sp| contexts.iter().map(move |&cp| (sp, cp)))
+                            {
                                 groups.push(Run {
                                     hbm: 0,
                                     model,
@@ -387,6 +476,8 @@ impl Ctx<'_> {
                                     zero,
                                     sequence_parallel,
                                     expert_parallel,
+                                    context_parallel,
+                                    domain: 0,
                                 });
                             }
                         }
@@ -397,12 +488,14 @@ impl Ctx<'_> {
         groups
     }
 
-    /// One group placed: its chains (one per width) and its best plan at each HBM size.
-    /// The placement program proposes, per width, its best 1F1B plan (free stage
-    /// boundaries) and its best interleaved ones (equal chunks); each proposal is priced
-    /// (see [`Priced`]) and the fastest kept — ties to the narrowest width, then 1F1B.
-    fn place(&self, run: &Run, times: &Times, c: &AcceleratorConfig) -> Placed {
-        let tr = &self.input.training;
+    /// One group placed at every scale-up domain: per domain, its chains (one per width)
+    /// and its best plan at each HBM size. The placement program proposes, per width, its
+    /// best 1F1B plan (free stage boundaries) and its best interleaved ones (equal
+    /// chunks); each proposal is priced (see [`Priced`]) on the domain's network and the
+    /// fastest kept — ties to the narrowest width, then 1F1B. A width whose chain and
+    /// settings are the same at two domains (every group its chain feels fits both, or
+    /// crosses both alike) shares the program's proposals: it runs once for them.
+    fn place(&self, run: &Run, times: &Times, c: &AcceleratorConfig) -> Vec<Placed> {
         let memory_bytes: Vec<f64> = self
             .input
             .cluster
@@ -410,58 +503,101 @@ impl Ctx<'_> {
             .iter()
             .map(|&b| b as f64)
             .collect();
+        // The program's proposals per (chain, settings) of a width, computed once.
+        let mut programs: Vec<(Chain, Settings, Vec<Vec<Plan>>)> = Vec::new();
+        let mut out = Vec::new();
+        for domain in 0..self.input.cluster.networks().len() {
+            let run = &Run { domain, ..*run };
+            let (keys, chains) = self.chains(run, times);
+            let mut proposed: Vec<Vec<Plan>> = vec![Vec::new(); memory_bytes.len()];
+            for (key, chain) in keys.iter().zip(&chains) {
+                // Each width has its own settings (what recomputation rematerialises
+                // depends on it).
+                let settings = self.settings(run, &self.graphs[run.model][key]);
+                let known = programs
+                    .iter()
+                    .position(|(ch, st, _)| ch == chain && *st == settings);
+                let k = match known {
+                    Some(k) => k,
+                    None => {
+                        let width = self.propose(run, key, chain, &settings, &memory_bytes);
+                        programs.push((chain.clone(), settings, width));
+                        programs.len() - 1
+                    }
+                };
+                for (h, plans) in programs[k].2.iter().enumerate() {
+                    proposed[h].extend(plans.iter().cloned());
+                }
+            }
+            let plans = proposed
+                .into_iter()
+                .enumerate()
+                .map(|(h, plans)| {
+                    plans
+                        .into_iter()
+                        .filter_map(|p| self.price(run, p, h, c, times))
+                        .fold(None, |best: Option<Priced>, p| match best {
+                            Some(b) if b.seconds <= p.seconds => Some(b),
+                            _ => Some(p),
+                        })
+                })
+                .collect();
+            out.push((chains, plans));
+        }
+        out
+    }
+
+    /// The graph keys of `run` (one per width, in order) and their chains.
+    fn chains(&self, run: &Run, times: &Times) -> (Vec<GraphKey>, Vec<Chain>) {
         let m = run.model;
+        let tr = &self.input.training;
         let mut keys: Vec<GraphKey> = self.graphs[m]
             .keys()
             .filter(|k| **k == run.graph_key(k.1, tr))
             .copied()
             .collect();
         keys.sort_unstable();
-        let chains: Vec<Chain> = keys
+        let chains = keys
             .iter()
             .map(|key| self.chain(&self.graphs[m][key], &times[&(m, *key)], run))
             .collect();
-        // Each width has its own settings (what recomputation rematerialises depends on it).
+        (keys, chains)
+    }
+
+    /// The placement program's proposals for `run` at width `key` (its chain and
+    /// settings) at each HBM size: the best 1F1B plan and the best interleaved ones.
+    fn propose(
+        &self,
+        run: &Run,
+        key: &GraphKey,
+        chain: &Chain,
+        settings: &Settings,
+        memory_bytes: &[f64],
+    ) -> Vec<Vec<Plan>> {
+        let tr = &self.input.training;
         let t = Instant::now();
         let mut proposed: Vec<Vec<Plan>> = vec![Vec::new(); memory_bytes.len()];
-        for (key, chain) in keys.iter().zip(&chains) {
-            let graph = &self.graphs[m][key];
-            let settings = self.settings(run, graph);
-            let one = std::slice::from_ref(chain);
-            if let Ok(each) = placement::best_plans(one, &settings, &memory_bytes) {
-                for (h, p) in each.into_iter().enumerate() {
-                    proposed[h].extend(p);
-                }
+        let graph = &self.graphs[run.model][key];
+        let one = std::slice::from_ref(chain);
+        if let Ok(each) = placement::best_plans(one, settings, memory_bytes) {
+            for (h, p) in each.into_iter().enumerate() {
+                proposed[h].extend(p);
             }
-            for &v in tr.pipeline_interleaving.iter().filter(|&&v| v > 1) {
-                for (h, &memory) in memory_bytes.iter().enumerate() {
-                    let at = Settings {
-                        memory_bytes: memory,
-                        ..settings.clone()
-                    };
-                    if let Ok(Some(p)) =
-                        placement::best_interleaved(one, &at, v, graph.blocks as usize)
-                    {
-                        proposed[h].push(p);
-                    }
+        }
+        for &v in tr.pipeline_interleaving.iter().filter(|&&v| v > 1) {
+            for (h, &memory) in memory_bytes.iter().enumerate() {
+                let at = Settings {
+                    memory_bytes: memory,
+                    ..settings.clone()
+                };
+                if let Ok(Some(p)) = placement::best_interleaved(one, &at, v, graph.blocks as usize)
+                {
+                    proposed[h].push(p);
                 }
             }
         }
         self.observer.placement(t.elapsed().as_secs_f64());
-        let plans = proposed
-            .into_iter()
-            .enumerate()
-            .map(|(h, plans)| {
-                plans
-                    .into_iter()
-                    .filter_map(|p| self.price(run, p, h, c, times))
-                    .fold(None, |best: Option<Priced>, p| match best {
-                        Some(b) if b.seconds <= p.seconds => Some(b),
-                        _ => Some(p),
-                    })
-            })
-            .collect();
-        (chains, plans)
+        proposed
     }
 
     /// The step plan of a placement of `run`: the program's stages, widths and replicas
@@ -494,8 +630,8 @@ impl Ctx<'_> {
             expert_tensor_parallel: self.input.models[run.model]
                 .config
                 .expert_tensor_parallel(t),
-            context_parallel: 1,
-            context_exchange: Default::default(),
+            context_parallel: run.context_parallel,
+            context_exchange: tr.context_exchange,
             stage_layers,
         }
     }
@@ -507,6 +643,7 @@ impl Ctx<'_> {
             return self.input.cluster.devices;
         }
         plan.tensor_parallel
+            .saturating_mul(plan.context_parallel)
             .saturating_mul(plan.pipeline_parallel)
             .saturating_mul(plan.data_parallel)
     }
@@ -539,7 +676,7 @@ impl Ctx<'_> {
             hbm_bytes: self.input.cluster.hbm_bytes[at.hbm],
             devices: at.devices,
             global_batch: tr.global_batch,
-            network: self.input.cluster.network,
+            network: *self.network(run),
             peak_flops_per_second: None,
             schedule: self.input.schedule,
             execution: tr.execution,
@@ -583,12 +720,14 @@ impl Ctx<'_> {
         })
     }
 
-    /// Per HBM size, each model's best plan and their mean throughput; the HBM size with
-    /// the best mean (the first of equal ones). `Err`: why no HBM size fits every model.
+    /// Per HBM size, each model's best plan on scale-up domain `domain` and their mean
+    /// throughput; the HBM size with the best mean (the first of equal ones). `Err`: why
+    /// no HBM size fits every model.
     fn choose<'p>(
         &self,
         runs: &[Run],
         plans: &[Option<(&'p Priced, &'p [Chain])>],
+        domain: usize,
     ) -> Result<Choice<'p>, String> {
         let global_batch = self.input.training.global_batch as f64;
         let mut best: Option<Choice> = None;
@@ -602,6 +741,7 @@ impl Ctx<'_> {
                     .zip(plans)
                     .enumerate()
                     .filter(|(_, (run, _))| run.hbm == h && run.model == m)
+                    .filter(|(_, (run, _))| run.domain == domain)
                     .filter_map(|(k, (_, p))| p.map(|(plan, chains)| (k, plan, chains)))
                     .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds).then(a.0.cmp(&b.0)));
                 match pick {
@@ -660,7 +800,7 @@ impl Ctx<'_> {
                     first_layer: layer_name(s.start, g.blocks),
                     last_layer: layer_name(s.end - 1, g.blocks),
                     layers: s.end - s.start,
-                    devices: s.devices,
+                    devices: s.devices * run.context_parallel,
                     load_seconds: by_step.map_or(s.load, |x| x.seconds_per_micro_batch),
                     memory_bytes: by_step.map_or(s.memory_bytes, |x| x.memory_bytes.total),
                 }
@@ -715,12 +855,13 @@ impl Ctx<'_> {
             sequence_parallel: run.sequence_parallel && t > 1,
             expert_parallel: run.expert_parallel,
             expert_tensor_parallel: model.config.expert_tensor_parallel(t),
+            context_parallel: run.context_parallel,
             tensor_parallel: t,
             data_parallel: plan.data_parallel,
             pipeline_stages: plan.stages.len(),
             pipeline_interleaving: plan.interleaving,
             stage_layers: stage_blocks(&plan.stages, g.blocks),
-            devices_used: t * plan.data_parallel * plan.stages.len() as u64,
+            devices_used: t * run.context_parallel * plan.data_parallel * plan.stages.len() as u64,
             time_per_batch_seconds: priced.seconds,
             gradient_all_reduce_seconds: time.data_parallel_communication_seconds,
             throughput_samples_per_second: throughput,
@@ -790,14 +931,24 @@ impl Ctx<'_> {
                 sharding: tr.sharding(run.zero),
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
-                context_parallel: 1,
-                context_exchange: Default::default(),
+                // The run's context parallelism (its graphs are the run's).
+                context_parallel: run.context_parallel,
+                context_exchange: tr.context_exchange,
                 stage_layers: uneven(list, blocks),
             };
-            let needed = t.saturating_mul(bl.pipeline).saturating_mul(bl.data);
+            let cp = run.context_parallel;
+            let needed = t
+                .saturating_mul(cp)
+                .saturating_mul(bl.pipeline)
+                .saturating_mul(bl.data);
             if needed > self.input.cluster.devices {
+                let with_cp = if cp > 1 {
+                    format!(" × CP = {cp}")
+                } else {
+                    String::new()
+                };
                 return report(Err(format!(
-                    "t = {t} × p = {} × d = {} is {needed} devices; the cluster has {}",
+                    "t = {t}{with_cp} × p = {} × d = {} is {needed} devices; the cluster has {}",
                     bl.pipeline, bl.data, self.input.cluster.devices
                 )));
             }

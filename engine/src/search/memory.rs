@@ -208,10 +208,15 @@ fn explored_bytes(input: &SearchInput, p: u64, longest: u64) -> u64 {
     // its `[plan]`'s when the split is uneven).
     let plan_summary =
         size::<ModelPlan>() + names + LIMITING_BYTES + 2 * stages.saturating_mul(size::<u64>());
+    // With several scale-up domain sizes a record holds each size's plans besides its
+    // best's.
+    let domains = input.cluster.domains.len() as u64;
+    let plans = (models * plan_summary).max(FAILURE_BYTES + names);
     let record = (3 * size::<Evaluated>())
-        .saturating_add((models * plan_summary).max(FAILURE_BYTES + names))
+        .saturating_add(plans.saturating_mul(1 + domains))
+        .saturating_add(domains.saturating_mul(size::<super::record::DomainScore>()))
         .saturating_add(size::<usize>());
-    let best = models.saturating_mul(
+    let best = (1 + domains).saturating_mul(models).saturating_mul(
         stages.saturating_mul(size::<StageReport>() + 2 * LAYER_LABEL_BYTES)
             + 3 * size::<super::LayerReport>(),
     );

@@ -37,9 +37,12 @@ pub mod record;
 mod schedules;
 pub mod supplier;
 
+pub use context::context_parallel_fits;
 pub use input::{ModelInput, SearchInput};
 pub use observe::{Observer, Progress, ScheduleEvent, Stats};
-pub use record::{BaselineReport, Evaluated, LayerReport, ModelPlan, Outcome, StageReport};
+pub use record::{
+    BaselineReport, DomainScore, Evaluated, LayerReport, ModelPlan, Outcome, StageReport,
+};
 pub use schedules::{SharedSchedules, Solved};
 pub use supplier::{Evaluator, Local, Supplier};
 

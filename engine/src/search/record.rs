@@ -71,6 +71,9 @@ pub struct ModelPlan {
     pub expert_parallel: u64,
     #[serde(default = "one")]
     pub expert_tensor_parallel: u64,
+    /// CP: ranks each sequence is split over (1 without context parallelism).
+    #[serde(default = "one")]
+    pub context_parallel: u64,
     pub tensor_parallel: u64,
     pub data_parallel: u64,
     pub pipeline_stages: usize,
@@ -82,8 +85,8 @@ pub struct ModelPlan {
     /// stage, the head with the last).
     #[serde(default)]
     pub stage_layers: Vec<u64>,
-    /// Devices the plan uses: `tensor_parallel × pipeline_stages × data_parallel` (all of
-    /// the cluster's unless `[search] use_all_devices = false`).
+    /// Devices the plan uses: `tensor_parallel × context_parallel × pipeline_stages ×
+    /// data_parallel` (all of the cluster's unless `[search] use_all_devices = false`).
     #[serde(default)]
     pub devices_used: u64,
     pub time_per_batch_seconds: f64,
@@ -138,6 +141,25 @@ pub struct Evaluated {
     pub hbm_bytes: Option<u64>,
     pub plans: Vec<ModelPlan>,
     pub failure: Option<String>,
+    /// With several scale-up domain sizes (`[cluster] node_size` a list): the size of the
+    /// best (`plans` are its), ties to the smaller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_size: Option<u64>,
+    /// With several scale-up domain sizes: the candidate at each, in the spec's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<DomainScore>,
+}
+
+/// A candidate at one scale-up domain size: its best mean throughput there, the HBM size
+/// and each model's best plan (or why none fits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DomainScore {
+    /// Devices on one scale-up (NVLink-class) domain.
+    pub node_size: u64,
+    pub mean_throughput_samples_per_second: Option<f64>,
+    pub hbm_bytes: Option<u64>,
+    pub plans: Vec<ModelPlan>,
+    pub failure: Option<String>,
 }
 
 impl Evaluated {
@@ -145,9 +167,27 @@ impl Evaluated {
     /// keeping what `explored.jsonl`, the plots and the walk use: a search keeps every
     /// candidate's record, so this is its memory per candidate.
     pub fn summarise(&mut self) {
-        for p in &mut self.plans {
+        let domains = self.domains.iter_mut().flat_map(|d| &mut d.plans);
+        for p in self.plans.iter_mut().chain(domains) {
             p.stages = Vec::new();
             p.layers = Vec::new();
+        }
+    }
+
+    /// The candidate at scale-up domain `k` ([`crate::training::Cluster::networks`]) as a
+    /// record of its own (itself when the search has one domain).
+    pub fn at_domain(&self, k: usize) -> Evaluated {
+        let Some(d) = self.domains.get(k) else {
+            return self.clone();
+        };
+        Evaluated {
+            mean_throughput_samples_per_second: d.mean_throughput_samples_per_second,
+            hbm_bytes: d.hbm_bytes,
+            plans: d.plans.clone(),
+            failure: d.failure.clone(),
+            node_size: Some(d.node_size),
+            domains: Vec::new(),
+            ..self.clone()
         }
     }
 

@@ -54,6 +54,8 @@ fn tiny() -> (SearchInput, Space) {
             sequence_parallel: vec![false],
             pipeline_interleaving: vec![1],
             expert_parallel: vec![1],
+            context_parallel: vec![1],
+            context_exchange: Default::default(),
             // The brute force below counts memory as the reference does.
             memory_model: MemoryModel::Reference,
             bytes_per_element: 2,
@@ -64,6 +66,7 @@ fn tiny() -> (SearchInput, Space) {
             link_bytes_per_second: 4.0 * (1u64 << 30) as f64,
             hbm_bytes: vec![12 << 20, 64 << 20],
             network: crate::network::Network::flat(4.0 * (1u64 << 30) as f64),
+            domains: Vec::new(),
         },
         convergence_window: 5,
         exhaustive: true,
@@ -813,6 +816,135 @@ fn zero_stages_are_searched() {
         }
     }
     assert!(plans > 0);
+}
+
+/// Context parallelism is a search dimension: a tiny long-sequence model (FlashAttention,
+/// 1,024 tokens) whose activations crowd a 128 MiB HBM, searched with CP 1, 2 and 4: no
+/// candidate's best plan gets slower than with CP 1 alone, no candidate fails that
+/// fitted, every plan's ranks are `t × CP × p × d` of the cluster, every plan is priced by
+/// the step model exactly as `estimate` prices it (its key-value exchanges included) and
+/// fits; and candidates prefer the sequence split.
+#[test]
+fn context_parallelism_is_searched() {
+    let (mut input, space) = tiny();
+    let cfg = &mut input.models[0].config;
+    cfg.seq_len = 1024;
+    cfg.max_positions = 1024;
+    cfg.attention = crate::model::AttentionKernel::Flash;
+    input.models[0].baseline = None;
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.activation_recomputation = vec![Recomputation::None];
+    input.training.micro_batch_sizes = vec![4];
+    input.cluster.hbm_bytes = vec![128 << 20];
+    let whole_sequences = whole(&input, &space);
+    input.training.context_parallel = vec![1, 2, 4];
+    let split = whole(&input, &space);
+    assert_breakdowns_add_up(&split);
+    let mut chose = 0;
+    for (a, b) in whole_sequences.explored.iter().zip(&split.explored) {
+        assert_eq!(a.index, b.index);
+        if a.hbm_bytes.is_some() {
+            assert!(b.hbm_bytes.is_some(), "candidate {}", a.index);
+        }
+        let before = a.mean_throughput_samples_per_second.unwrap_or(0.0);
+        let after = b.mean_throughput_samples_per_second.unwrap_or(0.0);
+        assert!(after >= before * (1.0 - 1e-12), "candidate {}", a.index);
+        for pb in &b.plans {
+            let plan = pb.plan.as_ref().unwrap();
+            assert_eq!(plan.context_parallel, pb.context_parallel);
+            assert_eq!(
+                pb.tensor_parallel
+                    * pb.context_parallel
+                    * pb.data_parallel
+                    * pb.pipeline_stages as u64,
+                input.cluster.devices
+            );
+            assert_eq!(pb.devices_used, input.cluster.devices);
+            let hbm = b.hbm_bytes.unwrap();
+            assert!(pb.memory_bytes.total <= hbm as f64, "candidate {}", b.index);
+            let e = estimate_of(&input, b, plan);
+            assert_eq!(
+                e.step_seconds, pb.time_per_batch_seconds,
+                "candidate {}",
+                b.index
+            );
+            assert_eq!(e.time, pb.time, "candidate {}", b.index);
+            assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+            if pb.context_parallel > 1 {
+                chose += 1;
+                assert!(pb.time.context_parallel_communication_seconds >= 0.0);
+                assert!(e.operator_seconds.context_parallel > 0.0);
+            }
+        }
+    }
+    assert!(chose > 0, "no candidate split its sequences");
+}
+
+/// The scale-up domain's size is a search dimension: a tiny Mixture-of-Experts model on 16
+/// devices with a slow tier between domains, searched with domains of 2 and 16 devices.
+/// Each candidate's record at each size is exactly the record of a search of that size
+/// alone (the same throughput, HBM and plans); its best is the faster size, ties to the
+/// smaller; and the larger domain wins somewhere (the expert and tensor-parallel groups
+/// stay on the fast tier).
+#[test]
+fn scale_up_domains_are_searched() {
+    let (mut input, space) = tiny_moe(|_| {});
+    input.training.expert_parallel = vec![1, 2, 4, 8];
+    input.training.distributed_optimizer = vec![true];
+    let tier = |gbps: f64| crate::network::Tier {
+        bytes_per_second: gbps * 1e9,
+        latency_seconds: 5e-6,
+    };
+    let domain = |node_size: u64| crate::network::Network {
+        node_size,
+        intra_node: tier(100.0),
+        inter_node: tier(0.5),
+    };
+    input.cluster.link_bytes_per_second = 0.5e9;
+    let alone: Vec<Outcome> = [2, 16]
+        .iter()
+        .map(|&n| {
+            let mut one = input.clone();
+            one.cluster.network = domain(n);
+            whole(&one, &space)
+        })
+        .collect();
+    input.cluster.network = domain(2);
+    input.cluster.domains = vec![domain(2), domain(16)];
+    let both = whole(&input, &space);
+    assert_breakdowns_add_up(&both);
+    let mut larger_wins = 0;
+    for (k, e) in both.explored.iter().enumerate() {
+        assert_eq!(e.domains.len(), 2, "candidate {}", e.index);
+        for (d, outcome) in alone.iter().enumerate() {
+            let a = &outcome.explored[k];
+            let at = e.at_domain(d);
+            assert_eq!(at.node_size, Some([2, 16][d]));
+            assert_eq!(
+                at.mean_throughput_samples_per_second, a.mean_throughput_samples_per_second,
+                "candidate {} at domain {d}",
+                e.index
+            );
+            assert_eq!(at.hbm_bytes, a.hbm_bytes);
+            assert_eq!(at.plans, a.plans, "candidate {} at domain {d}", e.index);
+        }
+        let [small, large] = [0, 1].map(|d| e.domains[d].mean_throughput_samples_per_second);
+        let best = small
+            .into_iter()
+            .chain(large)
+            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.max(t))));
+        assert_eq!(e.mean_throughput_samples_per_second, best);
+        if let (Some(s), Some(l)) = (small, large)
+            && l > s * (1.0 + TIE_RELATIVE)
+        {
+            larger_wins += 1;
+            assert_eq!(e.node_size, Some(16));
+            assert_eq!(e.plans, e.domains[1].plans);
+        } else if small.is_some() && small >= large {
+            assert_eq!(e.node_size, Some(2), "candidate {}", e.index);
+        }
+    }
+    assert!(larger_wins > 0, "the larger domain never won");
 }
 
 /// A supplier that evaluates with evaluators of its own (one per "worker", taking

@@ -28,6 +28,7 @@ fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
         sequence_parallel: false,
         expert_parallel: 1,
         expert_tensor_parallel: 1,
+        context_parallel: 1,
         tensor_parallel: 1,
         data_parallel: 8,
         pipeline_stages: 2,
@@ -56,6 +57,8 @@ fn line(index: usize, c: Configuration, p: Option<PlanLine>) -> ExploredLine {
         hbm_bytes: p.as_ref().map(|_| 16 << 30),
         plans: p.into_iter().collect(),
         failure: None,
+        node_size: None,
+        domains: Vec::new(),
     }
 }
 

@@ -57,6 +57,9 @@ struct Figure<'a> {
     colour_by: Option<ChipAxis>,
     failed: usize,
     front: Vec<(f64, f64)>,
+    /// With several scale-up domain sizes: each size's frontier (the candidates at that
+    /// size), by size in the spec's order.
+    domain_fronts: Vec<(u64, Vec<(f64, f64)>)>,
     reference: Option<(&'a AcceleratorConfig, Option<f64>, Option<f64>)>,
     budget_mm2: f64,
     x_range: std::ops::Range<f64>,
@@ -78,6 +81,30 @@ impl<'a> Figure<'a> {
             .collect();
         let failed = input.explored.len() - points.len();
         let front = frontier(&points);
+        let sizes = input
+            .explored
+            .iter()
+            .map(|e| e.domains.len())
+            .max()
+            .unwrap_or(0);
+        let domain_fronts = (0..sizes)
+            .filter_map(|k| {
+                let node_size = input
+                    .explored
+                    .iter()
+                    .find_map(|e| e.domains.get(k))?
+                    .node_size;
+                let at: Vec<(f64, f64)> = input
+                    .explored
+                    .iter()
+                    .filter_map(|e| {
+                        let t = e.domains.get(k)?.mean_throughput_samples_per_second?;
+                        Some((e.area_um2 / 1e6, t))
+                    })
+                    .collect();
+                Some((node_size, frontier(&at)))
+            })
+            .collect();
         let reference = input.reference.as_ref().map(|(c, area)| {
             let found = input.explored.iter().find(|e| e.config == *c);
             let area_mm2 = found.map(|e| e.area_um2 / 1e6).or(area.map(|a| a / 1e6));
@@ -108,6 +135,7 @@ impl<'a> Figure<'a> {
             colour_by: input.colour_by,
             failed,
             front,
+            domain_fronts,
             reference,
             budget_mm2,
         }
@@ -148,6 +176,7 @@ pub fn pareto_svg(input: &ParetoInput<'_>) -> Result<String, PlotError> {
             .map_err(|e| err(&e))?;
         draw_candidates(&mut chart, &fig)?;
         draw_frontier(&mut chart, &fig)?;
+        draw_domain_frontiers(&mut chart, &fig)?;
         draw_budget(&mut chart, &fig)?;
         draw_marks(&mut chart, &fig, input)?;
         chart
@@ -283,6 +312,40 @@ fn draw_frontier(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), Plot
                 .map(|&p| Circle::new(p, 4, frontier_colour.filled())),
         )
         .map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// With several scale-up domain sizes: each size's frontier, dashed, so the picture shows
+/// where a larger domain pays (the overall frontier is the upper envelope).
+fn draw_domain_frontiers(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
+    const COLOURS: [RGBColor; 4] = [
+        RGBColor(40, 120, 180),
+        RGBColor(60, 160, 80),
+        RGBColor(150, 60, 170),
+        RGBColor(120, 90, 40),
+    ];
+    for (k, (node_size, front)) in fig.domain_fronts.iter().enumerate() {
+        let colour = COLOURS[k % COLOURS.len()];
+        let mut stairs = Vec::new();
+        for (i, p) in front.iter().enumerate() {
+            if i > 0 {
+                stairs.push((p.0, front[i - 1].1));
+            }
+            stairs.push(*p);
+        }
+        if let Some(last) = front.last() {
+            stairs.push((fig.x_range.end, last.1));
+        }
+        chart
+            .draw_series(DashedLineSeries::new(stairs, 8, 4, colour.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "frontier with {node_size} devices per scale-up domain"
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
+    }
     Ok(())
 }
 

@@ -105,13 +105,13 @@ fn draw_model(area: &Area<'_>, plan: &ModelPlan, hbm_bytes: u64) -> DrawResult {
 /// The plan in four lines: its shape, its throughput, where the time goes (the slowest
 /// stage) and what fills memory (the fullest stage).
 fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
-    // A stage's devices are per data-parallel replica (1, or t when its layers are split).
+    // A stage's devices are per data-parallel replica (t × CP).
     let d = plan.data_parallel;
     let devices: u64 = plan.stages.iter().map(|s| s.devices).sum::<u64>() * d;
     let font = ("sans-serif", 16).into_font().color(&BLACK);
     caption.draw(&Text::new(
         format!(
-            "{}: {} pipeline stages{}, t = {} (tensor){}, d = {} (data) — {} devices; micro-batch {}, recomputation {}",
+            "{}: {} pipeline stages{}, t = {} (tensor){}{}, d = {} (data) — {} devices; micro-batch {}, recomputation {}",
             plan.model,
             plan.pipeline_stages,
             if plan.pipeline_interleaving > 1 {
@@ -125,6 +125,11 @@ fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
                     ", experts over EP = {} × ETP = {}",
                     plan.expert_parallel, plan.expert_tensor_parallel
                 )
+            } else {
+                String::new()
+            },
+            if plan.context_parallel > 1 {
+                format!(", CP = {} (context)", plan.context_parallel)
             } else {
                 String::new()
             },

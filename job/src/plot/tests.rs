@@ -33,6 +33,8 @@ fn candidate(index: usize, config: AcceleratorConfig, area_mm2: f64, t: Option<f
         hbm_bytes: t.map(|_| 32 << 30),
         plans: Vec::new(),
         failure: t.is_none().then(|| "does not fit".to_string()),
+        node_size: None,
+        domains: Vec::new(),
     }
 }
 
@@ -127,6 +129,7 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         sequence_parallel: false,
         expert_parallel: 1,
         expert_tensor_parallel: 1,
+        context_parallel: 1,
         tensor_parallel: 2,
         data_parallel: 4,
         pipeline_stages: stages.len(),

@@ -1,7 +1,7 @@
 //! `[cluster]`: devices, the network (one tier, or nodes with two), HBM sizes to try.
 
 use super::rules::{count_in, duplicates, positive};
-use crate::raw::{RawCluster, RawSpec};
+use crate::raw::{OneOrMany, RawCluster, RawSpec};
 use crate::{Ctx, FieldPath};
 use archplace_engine::network::{Network, Tier};
 use archplace_engine::training::Cluster;
@@ -21,7 +21,10 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         &format!("{devices} devices"),
         " devices",
     );
-    let network = network(raw, ctx, devices);
+    let (network, domains) = match network(raw, ctx, devices) {
+        Some((first, all)) => (Some(first), all),
+        None => (None, Vec::new()),
+    };
     let link = c.link_bandwidth.as_deref().unwrap_or("4 GiB/s");
     let link_bytes_per_second = positive(
         ctx,
@@ -70,17 +73,26 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         link_bytes_per_second,
         hbm_bytes,
         network,
+        // Several scale-up domain sizes, each a network of its own (the first is `network`).
+        domains: if domains.len() > 1 {
+            domains
+        } else {
+            Vec::new()
+        },
     }
 }
 
 /// The two-tier network of `node_size` and the `intra_node_*`/`inter_node_*` keys, if
-/// `node_size` is given (and every problem with them reported).
-fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
+/// `node_size` is given (and every problem with them reported): the first size's, and
+/// one per size when `node_size` lists several (scale-up domain sizes a search tries,
+/// each with its `intra_node_bandwidth` when that is a list too).
+fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<(Network, Vec<Network>)> {
     let c = &raw.cluster;
     let path = FieldPath::root().key("cluster");
     let efficiency_given = |v: Option<f64>| v.map(|_| String::new());
+    let intra_given = c.intra_node_bandwidth.as_ref().map(|_| String::new());
     let tier_keys = [
-        ("intra_node_bandwidth", &c.intra_node_bandwidth),
+        ("intra_node_bandwidth", &intra_given),
         ("inter_node_bandwidth", &c.inter_node_bandwidth),
         ("intra_node_latency", &c.intra_node_latency),
         ("inter_node_latency", &c.inter_node_latency),
@@ -107,26 +119,10 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
             }
         },
     };
-    let Some(node_size) = c.node_size.or(preset.map(|g| g.node_size)) else {
+    let Some((sizes, mut ok)) = node_sizes(ctx, &path, c, preset, devices) else {
         one_tier(ctx, &path, c, &tier_keys);
         return None;
     };
-    let mut ok = true;
-    let devices_known = ctx.fine(&path.key("devices"));
-    // Fewer devices than a node holds are part of one node (16 GPUs of a GB200 NVL72 rack
-    // all on its NVLink); more must fill whole nodes.
-    if node_size == 0
-        || (devices_known && devices > node_size && !devices.is_multiple_of(node_size))
-    {
-        ctx.mismatch(
-            &path.key("node_size"),
-            format!("{node_size} devices per node do not make whole nodes of {devices} devices"),
-            Some(format!(
-                "use a divisor of `devices` (or at least {devices}: one node), e.g. 8"
-            )),
-        );
-        ok = false;
-    }
     if c.link_bandwidth.is_some() {
         ctx.mismatch(
             &path.key("link_bandwidth"),
@@ -135,13 +131,12 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         );
         ok = false;
     }
-    let intra = bandwidth(
+    let intra = intra_bandwidths(
         ctx,
         &path,
-        "intra_node_bandwidth",
-        &c.intra_node_bandwidth,
+        c,
+        &sizes,
         preset.map(|g| g.nvlink_bytes_per_second),
-        "300 GB/s",
     );
     let inter = bandwidth(
         ctx,
@@ -186,19 +181,132 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<Network> {
         intra_latency,
         inter_latency,
     ) {
-        (true, Some((a, ea)), Some((b, eb)), Some(la), Some(lb)) => Some(Network {
-            node_size,
-            // What a device achieves: the link bandwidth times the efficiency.
-            intra_node: Tier {
-                bytes_per_second: a * ea,
-                latency_seconds: la,
-            },
-            inter_node: Tier {
-                bytes_per_second: b * eb,
-                latency_seconds: lb,
-            },
-        }),
+        (true, Some((a, ea)), Some((b, eb)), Some(la), Some(lb)) => {
+            let all: Vec<Network> = sizes
+                .iter()
+                .zip(a)
+                .map(|(&node_size, a)| Network {
+                    node_size,
+                    // What a device achieves: the link bandwidth times the efficiency.
+                    intra_node: Tier {
+                        bytes_per_second: a * ea,
+                        latency_seconds: la,
+                    },
+                    inter_node: Tier {
+                        bytes_per_second: b * eb,
+                        latency_seconds: lb,
+                    },
+                })
+                .collect();
+            Some((all[0], all))
+        }
         _ => None,
+    }
+}
+
+/// `node_size`'s sizes (given, or the preset's), each checked against the devices, and
+/// whether they are all fine; `None` without `node_size` or a preset (one tier).
+fn node_sizes(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    c: &RawCluster,
+    preset: Option<&gpus::Gpu>,
+    devices: u64,
+) -> Option<(Vec<u64>, bool)> {
+    let sizes = match &c.node_size {
+        Some(given) => given.to_vec(),
+        None => match preset {
+            Some(g) => vec![g.node_size],
+            None => return None,
+        },
+    };
+    let size_path = path.key("node_size");
+    let listed = matches!(c.node_size, Some(OneOrMany::Many(_)));
+    let at = |i: usize| {
+        if listed {
+            size_path.index(i)
+        } else {
+            size_path.clone()
+        }
+    };
+    let mut ok = true;
+    if sizes.is_empty() {
+        ctx.error(
+            &size_path,
+            "no node size to try",
+            Some("give one, e.g. 8, or a list of scale-up domain sizes, e.g. [8, 72]".into()),
+        );
+        ok = false;
+    }
+    duplicates(ctx, &size_path, &sizes);
+    let devices_known = ctx.fine(&path.key("devices"));
+    for (i, &node_size) in sizes.iter().enumerate() {
+        // Fewer devices than a node holds are part of one node (16 GPUs of a GB200 NVL72
+        // rack all on its NVLink); more must fill whole nodes.
+        if node_size == 0
+            || (devices_known && devices > node_size && !devices.is_multiple_of(node_size))
+        {
+            ctx.mismatch(
+                &at(i),
+                format!(
+                    "{node_size} devices per node do not make whole nodes of {devices} devices"
+                ),
+                Some(format!(
+                    "use a divisor of `devices` (or at least {devices}: one node), e.g. 8"
+                )),
+            );
+            ok = false;
+        }
+    }
+    Some((sizes, ok))
+}
+
+/// `intra_node_bandwidth` for each node size: one value for all (given, or the preset's),
+/// or a list with one per size.
+fn intra_bandwidths(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    c: &RawCluster,
+    sizes: &[u64],
+    preset: Option<f64>,
+) -> Option<Vec<f64>> {
+    let key = "intra_node_bandwidth";
+    match &c.intra_node_bandwidth {
+        Some(OneOrMany::Many(list)) => {
+            if list.len() != sizes.len() {
+                ctx.mismatch(
+                    &path.key(key),
+                    format!(
+                        "{} bandwidths for {} node sizes: a list gives one per size of `node_size`",
+                        list.len(),
+                        sizes.len()
+                    ),
+                    Some("give one bandwidth for all sizes, or one per size".into()),
+                );
+            }
+            let mut all = Vec::new();
+            for (i, v) in list.iter().enumerate() {
+                let at = path.key(key).index(i);
+                all.push(positive(
+                    ctx,
+                    &at,
+                    v,
+                    parse_bandwidth,
+                    "a bandwidth must be above 0 B/s",
+                    None,
+                ));
+            }
+            let all: Option<Vec<f64>> = all.into_iter().collect();
+            all.filter(|a| a.len() == sizes.len())
+        }
+        one => {
+            let one = match one {
+                Some(OneOrMany::One(v)) => Some(v.clone()),
+                _ => None,
+            };
+            let b = bandwidth(ctx, path, key, &one, preset, "300 GB/s")?;
+            Some(vec![b; sizes.len()])
+        }
     }
 }
 
@@ -219,14 +327,27 @@ fn one_tier(
             );
         }
     }
-    bandwidth(
-        ctx,
-        path,
-        "intra_node_bandwidth",
-        &c.intra_node_bandwidth,
-        Some(0.0),
-        "",
-    );
+    for (i, v) in c
+        .intra_node_bandwidth
+        .as_ref()
+        .map(OneOrMany::to_vec)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let at = match &c.intra_node_bandwidth {
+            Some(OneOrMany::Many(_)) => path.key("intra_node_bandwidth").index(i),
+            _ => path.key("intra_node_bandwidth"),
+        };
+        positive(
+            ctx,
+            &at,
+            v,
+            parse_bandwidth,
+            "a bandwidth must be above 0 B/s",
+            None,
+        );
+    }
     bandwidth(
         ctx,
         path,

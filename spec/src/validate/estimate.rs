@@ -68,6 +68,22 @@ pub(super) fn estimate(
             Some("keep one [[models]] table in an estimate spec, or remove [accelerator] and [plan] to search".into()),
         );
     }
+    if !cluster.domains.is_empty() {
+        let sizes: Vec<String> = cluster
+            .domains
+            .iter()
+            .map(|n| n.node_size.to_string())
+            .collect();
+        ctx.mismatch(
+            &root.key("cluster").key("node_size"),
+            format!(
+                "a [plan] is estimated on one network; node_size lists {} scale-up domain sizes ({}) for a search",
+                sizes.len(),
+                sizes.join(", ")
+            ),
+            Some("give one node_size to estimate, or remove [accelerator] and [plan] to search over the sizes".into()),
+        );
+    }
     let mut plan = plan_of(p, training);
     precision_on_chip(ctx, &pp, (a, p), plan.precision);
     if p.fp8_param_gather.is_none() && plan.zero_stage() == 0 {
@@ -462,9 +478,14 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
         // Left out: the model's default for the width (set with the model, below).
         expert_tensor_parallel: p.expert_tensor_parallel.unwrap_or(0),
         context_parallel: p.context_parallel.unwrap_or(1),
+        // `[plan]`'s exchange, or the search's (`[training]`).
         context_exchange: ContextExchange {
-            method: p.context_parallel_exchange.unwrap_or_default(),
-            overlap: p.context_parallel_overlap.unwrap_or(true),
+            method: p
+                .context_parallel_exchange
+                .unwrap_or(training.context_exchange.method),
+            overlap: p
+                .context_parallel_overlap
+                .unwrap_or(training.context_exchange.overlap),
         },
         stage_layers: None,
     }

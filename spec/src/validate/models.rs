@@ -8,6 +8,7 @@ use archplace_engine::model::{
     AttentionKernel, Head, MAX_FLASH_HEAD_DIM, Mla, ModelConfig, Moe, PRESETS, Positions, preset,
 };
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
+use archplace_engine::search::context_parallel_fits;
 use archplace_engine::training::{Baseline, Cluster, Training};
 /// A `[[models]]` entry as read: its index in the file and its configuration.
 pub(super) struct Entry {
@@ -60,6 +61,7 @@ pub(super) fn models(
     if out.len() == raw.models.len() {
         // Every model's experts are known.
         check_expert_parallel(&out, training, ctx);
+        check_context_parallel(&out, training, cluster, ctx);
     }
     out
 }
@@ -115,6 +117,66 @@ fn check_expert_parallel(entries: &[Entry], training: &Training, ctx: &mut Ctx<'
                     training.expert_parallel, m.experts, e.spec.config.name
                 ),
                 Some("add a width dividing its experts, e.g. 1".into()),
+            );
+        }
+    }
+}
+
+/// `[training] context_parallel`: every size above 1 splits some model (see
+/// [`context_parallel_fits`]: it divides the devices, cuts the sequence into `2·CP` equal
+/// chunks, the attention is fused), and every model takes one of the sizes — each with the
+/// reason when not.
+fn check_context_parallel(
+    entries: &[Entry],
+    training: &Training,
+    cluster: &Cluster,
+    ctx: &mut Ctx<'_>,
+) {
+    let at = FieldPath::root().key("training").key("context_parallel");
+    let devices = FieldPath::root().key("cluster").key("devices");
+    if !ctx.all_fine(&[at.clone(), devices]) || training.context_parallel.is_empty() {
+        return;
+    }
+    let mut reported = false;
+    let sizes = &training.context_parallel;
+    for (i, &cp) in sizes.iter().enumerate().filter(|(_, cp)| **cp > 1) {
+        let why: Vec<String> = entries
+            .iter()
+            .filter_map(|e| context_parallel_fits(&e.spec.config, cp, cluster.devices).err())
+            .collect();
+        if why.len() == entries.len() {
+            reported = true;
+            let here = if sizes.len() > 1 {
+                at.index(i)
+            } else {
+                at.clone()
+            };
+            ctx.mismatch(
+                &here,
+                format!(
+                    "context-parallel size {cp} splits no model: {}",
+                    why.join("; ")
+                ),
+                Some("use sizes dividing the devices and the sequence into 2·CP chunks".into()),
+            );
+        }
+    }
+    for e in entries.iter().filter(|_| !reported) {
+        let why: Vec<String> = training
+            .context_parallel
+            .iter()
+            .filter_map(|&cp| context_parallel_fits(&e.spec.config, cp, cluster.devices).err())
+            .collect();
+        if why.len() == training.context_parallel.len() {
+            ctx.mismatch(
+                &at,
+                format!(
+                    "no context-parallel size of {:?} splits {}: {}",
+                    training.context_parallel,
+                    e.spec.config.name,
+                    why.join("; ")
+                ),
+                Some("add a size that does, e.g. 1".into()),
             );
         }
     }

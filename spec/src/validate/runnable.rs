@@ -32,7 +32,7 @@ pub(super) fn runnable(
             ctx.mismatch(
                 &FieldPath::root().key("cluster").key("devices"),
                 format!(
-                    "no plan of {} uses all {n} devices: t × p × d = {n} needs a width t in {:?} dividing it, at most {} pipeline stages, and d replicas dividing the {} micro-batches of every micro-batch size tried",
+                    "no plan of {} uses all {n} devices: t × CP × p × d = {n} needs a width t in {:?} (times a context-parallel size) dividing it, at most {} pipeline stages, and d replicas dividing the {} micro-batches of every micro-batch size tried",
                     m.config.name,
                     m.config.tensor_parallel_widths(),
                     m.config.layers + 2,
@@ -44,12 +44,14 @@ pub(super) fn runnable(
     }
 }
 
-/// Whether some (t, p, d, micro-batch) uses all `devices`.
+/// Whether some (t, CP, p, d, micro-batch) uses all `devices`.
 fn has_plan(m: &ModelSpec, training: &Training, devices: u64) -> bool {
     let stages = m.config.layers.saturating_add(2);
+    let contexts = training.context_parallel_choices(&m.config, devices);
     m.config
         .tensor_parallel_widths()
         .into_iter()
+        .flat_map(|t| contexts.iter().map(move |&cp| t.saturating_mul(cp)))
         .filter(|&t| t > 0 && devices.is_multiple_of(t))
         .any(|t| {
             let rest = devices / t;

@@ -5,7 +5,9 @@ use super::rules::{count_in, duplicates};
 use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
-use archplace_engine::training::{MemoryModel, Optimizer, Precision, Recomputation, Training};
+use archplace_engine::training::{
+    ContextExchange, ContextMethod, MemoryModel, Optimizer, Precision, Recomputation, Training,
+};
 /// `[training]` as read: each value given or its default; what is wrong is reported (and
 /// left for the rules relating it to skip, see [`Ctx::fine`]).
 pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
@@ -98,6 +100,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
     let pipeline_interleaving =
         interleaving(ctx, &path, t.pipeline_interleaving.as_ref(), reference);
     let expert_parallel = expert_parallel(ctx, &path, t.expert_parallel.as_ref());
+    let (context_parallel, context_exchange) = context_parallel(ctx, &path, t, reference);
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
     element_bytes(ctx, &path, t.bytes_per_element, memory_model, &precisions);
     let optimizer = t.optimizer.unwrap_or(match memory_model {
@@ -119,6 +122,8 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         sequence_parallel,
         pipeline_interleaving,
         expert_parallel,
+        context_parallel,
+        context_exchange,
         memory_model,
         bytes_per_element,
         execution: Execution {
@@ -318,6 +323,59 @@ fn expert_parallel(
         );
     }
     widths
+}
+
+/// `context_parallel`: the sizes to try (each from 1 to 2¹⁴; above 1 only with the
+/// Megatron memory model), and the exchange's method and overlap (the overlap only with
+/// the ring). Which sizes a model takes is checked with the models.
+fn context_parallel(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    t: &RawTraining,
+    reference: bool,
+) -> (Vec<u64>, ContextExchange) {
+    let at = path.key("context_parallel");
+    let given = t.context_parallel.as_ref();
+    let sizes =
+        choices(ctx, &at, given, 1, "use 1, or a list such as [1, 2, 4]").unwrap_or_default();
+    for (i, &cp) in sizes.iter().enumerate() {
+        let here = if matches!(given, Some(OneOrMany::Many(_))) {
+            at.index(i)
+        } else {
+            at.clone()
+        };
+        count_in(
+            ctx,
+            &here,
+            cp,
+            1 << 14,
+            &format!("context-parallel size {cp}"),
+            "",
+        );
+        if reference && cp > 1 {
+            ctx.mismatch(
+                &here,
+                "the reference memory model has no context parallelism",
+                Some("use memory_model = \"megatron\"".into()),
+            );
+        }
+    }
+    let method = t.context_parallel_exchange.unwrap_or_default();
+    if t.context_parallel_overlap.is_some() && method != ContextMethod::Ring {
+        ctx.mismatch(
+            &path.key("context_parallel_overlap"),
+            format!(
+                "context_parallel_overlap overlaps ring attention's steps with their transfers; context_parallel_exchange is \"{}\", which is not overlapped",
+                method.name()
+            ),
+            Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
+        );
+    }
+    let exchange = ContextExchange {
+        method,
+        overlap: t.context_parallel_overlap.unwrap_or(true),
+    };
+    (sizes, exchange)
 }
 
 /// `bytes_per_element`: 1, 2 or 4, and with the Megatron memory model the element size of
