@@ -94,6 +94,12 @@ pub struct StepPlan {
     /// ETP: ranks each expert's FFN is split over.
     #[serde(default = "one")]
     pub expert_tensor_parallel: u64,
+    /// The expert-parallel all-to-all exchanges overlap computation: one micro-batch's
+    /// dispatch and combine run while another's forward or backward computes (DeepSeek's
+    /// DualPipe; Megatron-Core's `--overlap-moe-expert-parallel-comm`), so only what a
+    /// stage's computation per micro-batch does not cover is exposed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub all_to_all_overlap: bool,
     /// CP: ranks each sequence is split over (context parallelism; Megatron-Core's
     /// `--context-parallel-size`), between the tensor-parallel and the data-parallel ranks:
     /// a stage has `t × CP × d` ranks. Each holds `2·CP` load-balanced chunks' two (chunk
@@ -300,7 +306,8 @@ pub struct TimeBreakdown {
     /// unless `tensor_parallel_overlap`); forward and backward are the cores' busy time.
     pub tensor_parallel_communication_seconds: f64,
     /// The Mixture-of-Experts all-to-all exchanges (dispatch and combine, forward,
-    /// backward and recomputed) over the expert-parallel group, not overlapped.
+    /// backward and recomputed) over the expert-parallel group: all of them, or with
+    /// `all_to_all_overlap` what computation does not hide.
     #[serde(default)]
     pub all_to_all_seconds: f64,
     /// The context-parallel exchanges of keys and values (and their gradients) that
@@ -402,7 +409,8 @@ pub struct OperatorSeconds {
     pub vector: f64,
     /// Tensor- and expert-tensor-parallel collectives, their whole duration.
     pub tensor_parallel: f64,
-    /// The expert-parallel all-to-all exchanges.
+    /// The expert-parallel all-to-all exchanges, their whole duration (with
+    /// `all_to_all_overlap` computation hides some).
     pub all_to_all: f64,
     /// The context-parallel exchanges of keys and values, their whole duration (ring
     /// attention overlaps them with the attention kernels).
@@ -1198,7 +1206,7 @@ fn priced(
     let operators = OperatorSeconds::of(
         &pipeline.work.map(|w| m * w),
         (
-            m * pipeline.all_to_all,
+            m * pipeline.all_to_all_traffic,
             m * pipeline.context_traffic,
             casts.seconds,
         ),
@@ -1499,8 +1507,9 @@ struct PipelineTimes {
     recomputation: f64,
     /// Tensor-parallel communication.
     communication: f64,
-    /// The expert-parallel all-to-all exchanges.
+    /// The expert-parallel all-to-all exchanges computation does not hide, and all of them.
     all_to_all: f64,
+    all_to_all_traffic: f64,
     /// The context-parallel exchanges attention does not hide, and all of them.
     context: f64,
     context_traffic: f64,
@@ -1618,44 +1627,43 @@ fn pipeline_times(
             (traffic, traffic)
         }
     };
+    // The all-to-all per micro-batch a stage exposes: all of it, or with the overlap what
+    // its computation (forward, backward, recomputation) does not cover.
+    let exposed = |k: u64, busy: f64| {
+        let all = exchanged(k);
+        if pl.all_to_all_overlap {
+            (all - busy).max(0.0)
+        } else {
+            all
+        }
+    };
     let mut slowest = (0, 0.0, (0.0, 0.0));
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
         let sharded = fsdp(s, f + bw + r);
-        s.seconds_per_micro_batch =
-            f + bw + r + comm + exchanged(s.stage) + contexts(s.stage).0 + sharded.1 + p2p;
+        s.seconds_per_micro_batch = f
+            + bw
+            + r
+            + comm
+            + exposed(s.stage, f + bw + r)
+            + contexts(s.stage).0
+            + sharded.1
+            + p2p;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch, sharded);
         }
     }
     let (f, bw, r, comm) = parts(slowest.0);
-    // The slowest stage's work per micro-batch: its blocks' forward, backward and what
-    // they recompute (all of the forward, or the attention core), the ends'.
-    let work: [f64; Work::COUNT] = std::array::from_fn(|w| {
-        let mut busy = 0.0;
-        for (l, _, n, _) in kinds(slowest.0) {
-            let again = match pl.recomputation {
-                Recomputation::None => 0.0,
-                Recomputation::Selective if w == Work::Attention as usize => l.attention_core,
-                Recomputation::Selective => 0.0,
-                Recomputation::Full => l.forward_work[w],
-            };
-            busy += n * (l.forward_work[w] + l.backward_work[w] + again);
-        }
-        for (on, l) in [(slowest.0 == 0, emb), (slowest.0 + 1 == p, head)] {
-            if on {
-                busy += l.forward_work[w] + l.backward_work[w];
-            }
-        }
-        busy
-    });
+    let ends = [(slowest.0 == 0, emb), (slowest.0 + 1 == p, head)];
+    let work = stage_work(pl.recomputation, &kinds(slowest.0), ends);
     PipelineTimes {
         work,
         forward: f,
         backward: bw,
         recomputation: r,
         communication: comm,
-        all_to_all: exchanged(slowest.0),
+        all_to_all: exposed(slowest.0, f + bw + r),
+        all_to_all_traffic: exchanged(slowest.0),
         context: contexts(slowest.0).0,
         context_traffic: contexts(slowest.0).1,
         fsdp: slowest.2.1,
@@ -1665,6 +1673,38 @@ fn pipeline_times(
         recompute_joules: again.map(|a| a.2),
         memory: memory(slowest.0),
     }
+}
+
+/// A kind of recomputed layer on a stage: its timing, what recomputing one costs
+/// (compute, communication, joules), how many the stage holds, one's all-to-all seconds.
+type StageKind = (LayerTiming, (f64, f64, f64), f64, f64);
+
+/// A stage's work per micro-batch by kind: its layers of each recomputed kind (timing,
+/// recomputation cost, count, all-to-all) forward, backward and what `r` recomputes (all
+/// of the forward, or the attention core), and the ends' it holds (embedding, head).
+fn stage_work(
+    r: Recomputation,
+    kinds: &[StageKind; 3],
+    ends: [(bool, LayerTiming); 2],
+) -> [f64; Work::COUNT] {
+    std::array::from_fn(|w| {
+        let mut busy = 0.0;
+        for (l, _, n, _) in kinds {
+            let again = match r {
+                Recomputation::None => 0.0,
+                Recomputation::Selective if w == Work::Attention as usize => l.attention_core,
+                Recomputation::Selective => 0.0,
+                Recomputation::Full => l.forward_work[w],
+            };
+            busy += n * (l.forward_work[w] + l.backward_work[w] + again);
+        }
+        for (on, l) in ends {
+            if on {
+                busy += l.forward_work[w] + l.backward_work[w];
+            }
+        }
+        busy
+    })
 }
 
 /// What recomputing one layer of timing `l` costs under `r`: (compute, communication,

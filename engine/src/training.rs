@@ -411,6 +411,9 @@ pub struct Training {
     pub context_parallel: Vec<u64>,
     /// How the context-parallel ranks exchange keys and values.
     pub context_exchange: ContextExchange,
+    /// Mixture-of-Experts all-to-all exchanges overlap computation
+    /// (`[training] all_to_all_overlap`).
+    pub all_to_all_overlap: bool,
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,

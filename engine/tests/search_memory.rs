@@ -105,6 +105,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             expert_parallel: vec![1],
             context_parallel: vec![1],
             context_exchange: Default::default(),
+            all_to_all_overlap: false,
             memory_model: MemoryModel::Megatron,
             bytes_per_element: 2,
             execution: Default::default(),

@@ -258,11 +258,48 @@ fn experts_words(p: &step::StepPlan) -> String {
         return String::new();
     }
     format!(
-        "; experts over EP = {} × ETP = {} (expert-data-parallel {})",
+        "; experts over EP = {} × ETP = {} (expert-data-parallel {}){}",
         p.expert_parallel,
         p.expert_tensor_parallel,
-        p.expert_data_parallel()
+        p.expert_data_parallel(),
+        if p.all_to_all_overlap {
+            ", all-to-all overlapped with computation"
+        } else {
+            ""
+        }
     )
+}
+
+/// The exchanges computation hides in part — context parallelism's behind attention,
+/// the all-to-all and FSDP's behind computation —: their whole traffic and the hidden
+/// share, under the step's breakdown.
+fn hidden_traffic(o: &mut String, input: &StepInput, r: &StepReport) {
+    let kv = r.operator_seconds.context_parallel;
+    if kv > 0.0 && kv > r.time.context_parallel_communication_seconds {
+        let _ = writeln!(
+            o,
+            "  (context-parallel exchanges: {} of traffic, {} of it behind attention)",
+            seconds(kv),
+            seconds(kv - r.time.context_parallel_communication_seconds),
+        );
+    }
+    let a2a = r.operator_seconds.all_to_all;
+    if a2a > 0.0 && input.plan.all_to_all_overlap {
+        let _ = writeln!(
+            o,
+            "  (all-to-all exchanges: {} of traffic, {} of it behind computation)",
+            seconds(a2a),
+            seconds(a2a - r.time.all_to_all_seconds),
+        );
+    }
+    if r.fsdp_traffic_seconds > 0.0 && input.plan.sharding.data_parallel_overlap {
+        let _ = writeln!(
+            o,
+            "  (FSDP all-gathers and reduce-scatters: {} of traffic, {} of it behind computation)",
+            seconds(r.fsdp_traffic_seconds),
+            seconds(r.fsdp_traffic_seconds - r.time.fsdp_communication_seconds),
+        );
+    }
 }
 
 /// The estimate as text for people.
@@ -311,23 +348,7 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
             "  (tensor-parallel communication: the time computation does not hide; forward and backward are the cores' busy time)"
         );
     }
-    let kv = r.operator_seconds.context_parallel;
-    if kv > 0.0 && kv > r.time.context_parallel_communication_seconds {
-        let _ = writeln!(
-            o,
-            "  (context-parallel exchanges: {} of traffic, {} of it behind attention)",
-            seconds(kv),
-            seconds(kv - r.time.context_parallel_communication_seconds),
-        );
-    }
-    if r.fsdp_traffic_seconds > 0.0 && input.plan.sharding.data_parallel_overlap {
-        let _ = writeln!(
-            o,
-            "  (FSDP all-gathers and reduce-scatters: {} of traffic, {} of it behind computation)",
-            seconds(r.fsdp_traffic_seconds),
-            seconds(r.fsdp_traffic_seconds - r.time.fsdp_communication_seconds),
-        );
-    }
+    hidden_traffic(&mut o, input, r);
     let _ = writeln!(o, "  limiting: {}", r.limiting);
     let _ = writeln!(
         o,

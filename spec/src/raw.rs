@@ -215,6 +215,9 @@ pub struct RawPlan {
     /// Ranks each expert's FFN is split over (ETP; default: `tensor_parallel` for a
     /// Mixture-of-Experts model, as Megatron-Core defaults it, 1 for a dense one).
     pub expert_tensor_parallel: Option<u64>,
+    /// The all-to-all exchanges overlap computation (DualPipe; Megatron-Core's
+    /// `--overlap-moe-expert-parallel-comm`; default: `[training]`'s, else false).
+    pub all_to_all_overlap: Option<bool>,
     /// Ranks each sequence is split over (CP, context parallelism; default 1), between the
     /// tensor- and the data-parallel ranks: devices = t × CP × p × d. Needs FlashAttention
     /// (or MLA); the sequence must split into 2·CP equal chunks (causal models).
@@ -452,6 +455,12 @@ pub struct RawTraining {
     /// (default 1): each model takes those dividing its experts, dense models 1. The
     /// experts' groups fold into the tensor × data-parallel ranks of a stage.
     pub expert_parallel: Option<OneOrMany<u64>>,
+    /// Mixture-of-Experts models: the expert-parallel all-to-all exchanges overlap
+    /// computation — one micro-batch's dispatch and combine run while another's forward or
+    /// backward computes (DeepSeek's DualPipe; Megatron-Core's
+    /// `--overlap-moe-expert-parallel-comm`) — so only what a stage's computation does not
+    /// cover is exposed (default false).
+    pub all_to_all_overlap: Option<bool>,
     /// Context-parallel sizes to try, one value or a list (default 1): each sequence split
     /// over CP ranks in `2·CP` load-balanced chunks (causal models; `CP` otherwise), between
     /// the tensor-parallel and the data-parallel ranks. Each model takes the sizes that

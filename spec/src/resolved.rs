@@ -286,6 +286,9 @@ fn training(tr: &Training) -> Table {
         }
     }
     t.insert("expert_parallel".into(), ints(&tr.expert_parallel));
+    if tr.all_to_all_overlap {
+        t.insert("all_to_all_overlap".into(), Value::Boolean(true));
+    }
     t.insert("operator_execution".into(), name(&tr.execution.operators));
     t.insert(
         "tensor_parallel_overlap".into(),
@@ -467,6 +470,9 @@ pub fn plan_table(p: &StepPlan) -> Table {
     }
     if let Some(g) = z.sharding_group {
         t.insert("sharding_group".into(), int(g));
+    }
+    if p.all_to_all_overlap {
+        t.insert("all_to_all_overlap".into(), Value::Boolean(true));
     }
     if p.expert_parallel != 1 || p.expert_tensor_parallel != 1 {
         t.insert("expert_parallel".into(), int(p.expert_parallel));

@@ -104,7 +104,14 @@ impl Ctx<'_> {
         let network = self.network(run);
         // A Mixture-of-Experts block's all-to-all exchanges (not operators of the chip):
         // dispatch and combine in each pass, as the step model counts them.
-        let exchange = |l: &Layer| l.all_to_all.map_or(0.0, |a| a.seconds(network, 2.0));
+        // Hidden (zero) with `all_to_all_overlap`, where the step model hides what
+        // computation covers: a proposal.
+        let overlap = self.input.training.all_to_all_overlap;
+        let exchange = |l: &Layer| {
+            l.all_to_all
+                .filter(|_| !overlap)
+                .map_or(0.0, |a| a.seconds(network, 2.0))
+        };
         let positions = chain_positions(g);
         let mut layers = Vec::new();
         for (i, here) in positions.iter().enumerate() {
@@ -630,6 +637,7 @@ impl Ctx<'_> {
             expert_tensor_parallel: self.input.models[run.model]
                 .config
                 .expert_tensor_parallel(t),
+            all_to_all_overlap: tr.all_to_all_overlap,
             context_parallel: run.context_parallel,
             context_exchange: tr.context_exchange,
             stage_layers,
@@ -931,6 +939,7 @@ impl Ctx<'_> {
                 sharding: tr.sharding(run.zero),
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
+                all_to_all_overlap: tr.all_to_all_overlap,
                 // The run's context parallelism (its graphs are the run's).
                 context_parallel: run.context_parallel,
                 context_exchange: tr.context_exchange,

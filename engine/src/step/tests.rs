@@ -21,6 +21,7 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         sharding: Sharding::default(),
         expert_parallel: 1,
         expert_tensor_parallel: 1,
+        all_to_all_overlap: false,
         context_parallel: 1,
         context_exchange: Default::default(),
         stage_layers: None,
@@ -509,6 +510,46 @@ fn all_to_all_time_is_six_exchanges_per_block_and_micro_batch() {
             r.time.all_to_all_seconds
         );
         assert!(r.step_seconds > r.time.all_to_all_seconds);
+    }
+}
+
+/// With `all_to_all_overlap` the step exposes, per micro-batch of the slowest stage, only
+/// the all-to-all its computation (forward, backward, recomputation) does not cover:
+/// `max(0, A − C)` — checked on a fast network (all hidden) and on a slow one (some
+/// exposed); the exchanges' whole time stays in `operator_seconds.all_to_all`, and nothing
+/// else changes.
+#[test]
+fn all_to_all_overlap_exposes_what_computation_does_not_cover() {
+    for inter_node_gbps in [50.0, 0.05] {
+        let mut input = mixtral(8, 1, true);
+        input.network.node_size = 4;
+        input.network.inter_node.bytes_per_second = inter_node_gbps * 1e9;
+        let plain = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        input.plan.all_to_all_overlap = true;
+        let hidden = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        let m = plain.micro_batches_per_replica as f64;
+        let a = plain.time.all_to_all_seconds / m;
+        let c = (plain.time.forward_seconds
+            + plain.time.backward_seconds
+            + plain.time.recomputation_seconds)
+            / m;
+        let want = m * (a - c).max(0.0);
+        assert!(
+            (hidden.time.all_to_all_seconds - want).abs() <= 1e-12 * plain.step_seconds,
+            "{} vs {want}",
+            hidden.time.all_to_all_seconds
+        );
+        assert_eq!(
+            hidden.operator_seconds.all_to_all,
+            plain.operator_seconds.all_to_all
+        );
+        assert_eq!(hidden.time.forward_seconds, plain.time.forward_seconds);
+        assert_eq!(hidden.memory_bytes, plain.memory_bytes);
+        if inter_node_gbps > 1.0 {
+            assert_eq!(hidden.time.all_to_all_seconds, 0.0, "{a} vs {c}");
+        } else {
+            assert!(hidden.time.all_to_all_seconds > 0.0, "{a} vs {c}");
+        }
     }
 }
 

@@ -68,22 +68,7 @@ pub(super) fn estimate(
             Some("keep one [[models]] table in an estimate spec, or remove [accelerator] and [plan] to search".into()),
         );
     }
-    if !cluster.domains.is_empty() {
-        let sizes: Vec<String> = cluster
-            .domains
-            .iter()
-            .map(|n| n.node_size.to_string())
-            .collect();
-        ctx.mismatch(
-            &root.key("cluster").key("node_size"),
-            format!(
-                "a [plan] is estimated on one network; node_size lists {} scale-up domain sizes ({}) for a search",
-                sizes.len(),
-                sizes.join(", ")
-            ),
-            Some("give one node_size to estimate, or remove [accelerator] and [plan] to search over the sizes".into()),
-        );
-    }
+    one_network(ctx, cluster);
     let mut plan = plan_of(p, training);
     precision_on_chip(ctx, &pp, (a, p), plan.precision);
     if p.fp8_param_gather.is_none() && plan.zero_stage() == 0 {
@@ -107,6 +92,7 @@ pub(super) fn estimate(
     {
         plan.stage_layers = list;
     }
+    overlap_needs_experts(ctx, &pp, p, &fine);
     if p.expert_tensor_parallel.is_none() {
         plan.expert_tensor_parallel = models.first().map_or(1, |e| {
             e.spec.config.expert_tensor_parallel(plan.tensor_parallel)
@@ -161,6 +147,45 @@ pub(super) fn estimate(
         peak_flops_per_second: peak,
         plan: template.plan,
     }))
+}
+
+/// An estimate prices one plan on one network: a list of scale-up domain sizes is a
+/// search's.
+fn one_network(ctx: &mut Ctx<'_>, cluster: &Cluster) {
+    let root = FieldPath::root();
+    if !cluster.domains.is_empty() {
+        let sizes: Vec<String> = cluster
+            .domains
+            .iter()
+            .map(|n| n.node_size.to_string())
+            .collect();
+        ctx.mismatch(
+            &root.key("cluster").key("node_size"),
+            format!(
+                "a [plan] is estimated on one network; node_size lists {} scale-up domain sizes ({}) for a search",
+                sizes.len(),
+                sizes.join(", ")
+            ),
+            Some("give one node_size to estimate, or remove [accelerator] and [plan] to search over the sizes".into()),
+        );
+    }
+}
+
+/// `all_to_all_overlap` in `[plan]` hides a Mixture-of-Experts model's exchanges: refused
+/// for a dense model.
+fn overlap_needs_experts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan, fine: &[&Entry]) {
+    if p.all_to_all_overlap == Some(true)
+        && let Some(dense) = fine.iter().find(|e| e.spec.config.moe.is_none())
+    {
+        ctx.mismatch(
+            &pp.key("all_to_all_overlap"),
+            format!(
+                "all_to_all_overlap hides a Mixture-of-Experts model's all-to-all exchanges; {} is dense",
+                dense.spec.config.name
+            ),
+            Some("leave `all_to_all_overlap` out".into()),
+        );
+    }
 }
 
 /// An FP8 recipe on a GPU preset without that format (an A100 has no FP8, a Hopper no
@@ -477,6 +502,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
         expert_parallel: p.expert_parallel.unwrap_or(1),
         // Left out: the model's default for the width (set with the model, below).
         expert_tensor_parallel: p.expert_tensor_parallel.unwrap_or(0),
+        all_to_all_overlap: p.all_to_all_overlap.unwrap_or(training.all_to_all_overlap),
         context_parallel: p.context_parallel.unwrap_or(1),
         // `[plan]`'s exchange, or the search's (`[training]`).
         context_exchange: ContextExchange {

@@ -78,6 +78,13 @@ fn check_expert_parallel(entries: &[Entry], training: &Training, ctx: &mut Ctx<'
         .iter()
         .filter_map(|e| e.spec.config.moe.map(|m| m.experts))
         .collect();
+    if training.all_to_all_overlap && experts.is_empty() {
+        ctx.mismatch(
+            &FieldPath::root().key("training").key("all_to_all_overlap"),
+            "all_to_all_overlap hides a Mixture-of-Experts model's all-to-all exchanges; these models are dense",
+            Some("remove `all_to_all_overlap`, or give a model `experts`".into()),
+        );
+    }
     let mut reported = false;
     for &ep in training.expert_parallel.iter().filter(|&&ep| ep > 1) {
         if experts.iter().any(|e| e.is_multiple_of(ep)) {
