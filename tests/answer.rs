@@ -256,6 +256,7 @@ macro_rules! examples {
 examples! {
     bert_large: "bert-large",
     custom_tiny: "custom-tiny",
+    deepseek_v3_domains: "deepseek-v3-domains",
     estimate_a100: "estimate-a100",
     estimate_deepseek_v3_h800: "estimate-deepseek-v3-h800",
     estimate_llama3_70b_h100: "estimate-llama3-70b-h100",
