@@ -284,9 +284,9 @@ fn draw_candidates(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), Pl
     Ok(())
 }
 
-/// The frontier as a staircase: the best throughput for any area up to x.
-fn draw_frontier(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
-    let front = &fig.front;
+/// A frontier's points as a staircase to `x_end`: the best throughput for any area up to
+/// x.
+fn staircase(front: &[(f64, f64)], x_end: f64) -> Vec<(f64, f64)> {
     let mut stairs = Vec::new();
     for (i, p) in front.iter().enumerate() {
         if i > 0 {
@@ -295,8 +295,15 @@ fn draw_frontier(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), Plot
         stairs.push(*p);
     }
     if let Some(last) = front.last() {
-        stairs.push((fig.x_range.end, last.1));
+        stairs.push((x_end, last.1));
     }
+    stairs
+}
+
+/// The frontier as a staircase: the best throughput for any area up to x.
+fn draw_frontier(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<(), PlotError> {
+    let front = &fig.front;
+    let stairs = staircase(front, fig.x_range.end);
     let frontier_colour = RGBColor(214, 96, 0);
     chart
         .draw_series(LineSeries::new(stairs, frontier_colour.stroke_width(2)))
@@ -326,16 +333,7 @@ fn draw_domain_frontiers(chart: &mut Chart<'_, '_>, fig: &Figure<'_>) -> Result<
     ];
     for (k, (node_size, front)) in fig.domain_fronts.iter().enumerate() {
         let colour = COLOURS[k % COLOURS.len()];
-        let mut stairs = Vec::new();
-        for (i, p) in front.iter().enumerate() {
-            if i > 0 {
-                stairs.push((p.0, front[i - 1].1));
-            }
-            stairs.push(*p);
-        }
-        if let Some(last) = front.last() {
-            stairs.push((fig.x_range.end, last.1));
-        }
+        let stairs = staircase(front, fig.x_range.end);
         chart
             .draw_series(DashedLineSeries::new(stairs, 8, 4, colour.stroke_width(2)))
             .map_err(|e| err(&e))?

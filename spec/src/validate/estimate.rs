@@ -6,9 +6,7 @@ use super::models::Entry;
 use super::rules::{count_in, positive};
 use crate::raw::{RawFixedAccelerator, RawPlan, RawSpec};
 use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
-use archplace_engine::step::{
-    self, ContextExchange, ContextMethod, Sharding, StepError, StepInput, StepPlan,
-};
+use archplace_engine::step::{self, ContextExchange, Sharding, StepError, StepInput, StepPlan};
 use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
 use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
 use archplace_plugin_sdk::{AcceleratorConfig, gpus};
@@ -427,16 +425,13 @@ fn plan_sharding(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
         );
     }
     let method = p.context_parallel_exchange.unwrap_or_default();
-    if p.context_parallel_overlap.is_some() && method != ContextMethod::Ring {
-        ctx.mismatch(
-            &pp.key("context_parallel_overlap"),
-            format!(
-                "context_parallel_overlap overlaps ring attention's steps with their transfers; context_parallel_exchange is \"{}\", which is not overlapped",
-                method.name()
-            ),
-            Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
-        );
-    }
+    let overlap_at = pp.key("context_parallel_overlap");
+    super::rules::ring_overlap(
+        ctx,
+        &overlap_at,
+        method,
+        p.context_parallel_overlap.is_some(),
+    );
     if p.reshard_after_forward.is_some() && zero != 3 {
         ctx.mismatch(
             &pp.key("reshard_after_forward"),

@@ -65,3 +65,23 @@ pub(super) fn count_in(
     );
     false
 }
+
+/// `context_parallel_overlap` (at `at`, given or not) overlaps ring attention's steps with
+/// their transfers: refused with another exchange `method`, which has none.
+pub(super) fn ring_overlap(
+    ctx: &mut Ctx<'_>,
+    at: &FieldPath,
+    method: archplace_engine::training::ContextMethod,
+    given: bool,
+) {
+    if given && method != archplace_engine::training::ContextMethod::Ring {
+        ctx.mismatch(
+            at,
+            format!(
+                "context_parallel_overlap overlaps ring attention's steps with their transfers; context_parallel_exchange is \"{}\", which is not overlapped",
+                method.name()
+            ),
+            Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
+        );
+    }
+}

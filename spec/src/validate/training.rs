@@ -1,12 +1,12 @@
 //! `[training]`: batch, recomputation, precision, optimizer, distributed optimizer, the
 //! memory model and how a layer's operators share the chip.
 
-use super::rules::{count_in, duplicates};
+use super::rules::{count_in, duplicates, ring_overlap};
 use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
 use archplace_engine::training::{
-    ContextExchange, ContextMethod, MemoryModel, Optimizer, Precision, Recomputation, Training,
+    ContextExchange, MemoryModel, Optimizer, Precision, Recomputation, Training,
 };
 /// `[training]` as read: each value given or its default; what is wrong is reported (and
 /// left for the rules relating it to skip, see [`Ctx::fine`]).
@@ -307,23 +307,35 @@ fn expert_parallel(
     given: Option<&OneOrMany<u64>>,
 ) -> Vec<u64> {
     let at = path.key("expert_parallel");
-    let widths = choices(ctx, &at, given, 1, "use 1, or a list such as [1, 8]").unwrap_or_default();
-    for (i, &v) in widths.iter().enumerate() {
+    let help = "use 1, or a list such as [1, 8]";
+    sizes(ctx, &at, given, help, "expert-parallel width")
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// A list of parallel sizes to try at `at` (`expert_parallel`, `context_parallel`): at
+/// least one, none twice, each from 1 to 2¹⁴ (`what` names one in messages); each with
+/// where it was written (its index when a list was given).
+fn sizes(
+    ctx: &mut Ctx<'_>,
+    at: &FieldPath,
+    given: Option<&OneOrMany<u64>>,
+    help: &str,
+    what: &str,
+) -> Vec<(FieldPath, u64)> {
+    let values = choices(ctx, at, given, 1, help).unwrap_or_default();
+    let mut out = Vec::with_capacity(values.len());
+    for (i, &v) in values.iter().enumerate() {
         let here = if matches!(given, Some(OneOrMany::Many(_))) {
             at.index(i)
         } else {
             at.clone()
         };
-        count_in(
-            ctx,
-            &here,
-            v,
-            1 << 14,
-            &format!("expert-parallel width {v}"),
-            "",
-        );
+        count_in(ctx, &here, v, 1 << 14, &format!("{what} {v}"), "");
+        out.push((here, v));
     }
-    widths
+    out
 }
 
 /// `context_parallel`: the sizes to try (each from 1 to 2¹⁴; above 1 only with the
@@ -336,42 +348,25 @@ fn context_parallel(
     reference: bool,
 ) -> (Vec<u64>, ContextExchange) {
     let at = path.key("context_parallel");
+    let help = "use 1, or a list such as [1, 2, 4]";
     let given = t.context_parallel.as_ref();
-    let sizes =
-        choices(ctx, &at, given, 1, "use 1, or a list such as [1, 2, 4]").unwrap_or_default();
-    for (i, &cp) in sizes.iter().enumerate() {
-        let here = if matches!(given, Some(OneOrMany::Many(_))) {
-            at.index(i)
-        } else {
-            at.clone()
-        };
-        count_in(
-            ctx,
-            &here,
-            cp,
-            1 << 14,
-            &format!("context-parallel size {cp}"),
-            "",
-        );
-        if reference && cp > 1 {
-            ctx.mismatch(
-                &here,
-                "the reference memory model has no context parallelism",
-                Some("use memory_model = \"megatron\"".into()),
-            );
-        }
-    }
-    let method = t.context_parallel_exchange.unwrap_or_default();
-    if t.context_parallel_overlap.is_some() && method != ContextMethod::Ring {
+    let sizes = sizes(ctx, &at, given, help, "context-parallel size");
+    for (here, _) in sizes.iter().filter(|(_, cp)| reference && *cp > 1) {
         ctx.mismatch(
-            &path.key("context_parallel_overlap"),
-            format!(
-                "context_parallel_overlap overlaps ring attention's steps with their transfers; context_parallel_exchange is \"{}\", which is not overlapped",
-                method.name()
-            ),
-            Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
+            here,
+            "the reference memory model has no context parallelism",
+            Some("use memory_model = \"megatron\"".into()),
         );
     }
+    let sizes = sizes.into_iter().map(|(_, cp)| cp).collect();
+    let method = t.context_parallel_exchange.unwrap_or_default();
+    let overlap_at = path.key("context_parallel_overlap");
+    ring_overlap(
+        ctx,
+        &overlap_at,
+        method,
+        t.context_parallel_overlap.is_some(),
+    );
     let exchange = ContextExchange {
         method,
         overlap: t.context_parallel_overlap.unwrap_or(true),
