@@ -48,6 +48,16 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
+/// One test at a time: the counters count every thread's allocations, and tests run on
+/// threads of one process.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The peak heap bytes (all threads) `f` held beyond what there was when it started.
 fn peak<T>(f: impl FnOnce() -> T) -> (T, u64) {
     NOW.store(0, Ordering::SeqCst);
@@ -170,6 +180,7 @@ const MEMO_CAPACITY: u64 = 4096;
 
 #[test]
 fn the_estimate_bounds_what_a_search_allocates() {
+    let _alone = alone();
     let mut rows = Vec::new();
     for (models, tensor_cores) in [
         (vec![model("tiny", 4)], vec![1, 2]),
@@ -182,20 +193,7 @@ fn the_estimate_bounds_what_a_search_allocates() {
         let inp = input(models);
         let spec = space(tensor_cores);
         let (measured, estimated, n, memo) = measure(&inp, &spec);
-        eprintln!(
-            "{} model(s), {n} candidates: {measured} bytes allocated at the peak, {estimated} estimated ({:.1}×)",
-            inp.models.len(),
-            estimated as f64 / measured as f64
-        );
-        assert!(
-            measured <= estimated,
-            "{n} candidates: allocated {measured} > estimated {estimated}"
-        );
-        // An upper bound, but not a useless one: an operator's budget is compared with it.
-        assert!(
-            estimated <= 12 * measured,
-            "{n} candidates: estimated {estimated} is more than 12× the {measured} allocated"
-        );
+        eprintln!("{}", check(&inp, (measured, estimated, n)));
         rows.push((n as u64, measured, estimated, memo));
     }
     // What grows with the space: the estimate's growth per candidate bounds the measured one
@@ -206,4 +204,47 @@ fn the_estimate_bounds_what_a_search_allocates() {
     let estimated_each = (b.2 - a.2) / (b.0 - a.0);
     eprintln!("per candidate: {measured_each} bytes allocated, {estimated_each} estimated");
     assert!(measured_each <= estimated_each);
+}
+
+/// Context parallelism and two scale-up domain sizes multiply the graphs, the placement
+/// runs and what each candidate's record holds: the estimate still bounds the search.
+#[test]
+fn the_estimate_bounds_a_search_over_domains_and_context_parallelism() {
+    let _alone = alone();
+    let mut tiny = model("tiny", 4);
+    tiny.attention = archplace_engine::model::AttentionKernel::Flash;
+    let mut inp = input(vec![tiny]);
+    inp.training.context_parallel = vec![1, 2];
+    let tier = |bytes_per_second: f64| archplace_engine::network::Tier {
+        bytes_per_second,
+        latency_seconds: 5e-6,
+    };
+    let domain = |node_size: u64| archplace_engine::network::Network {
+        node_size,
+        intra_node: tier(100e9),
+        inter_node: tier(4e9),
+    };
+    inp.cluster.network = domain(2);
+    inp.cluster.domains = vec![domain(2), domain(8)];
+    let spec = space(vec![1, 2, 4, 8, 16, 32, 64, 128]);
+    let (measured, estimated, n, _) = measure(&inp, &spec);
+    eprintln!("{}", check(&inp, (measured, estimated, n)));
+}
+
+/// The estimate bounds what was allocated, and not uselessly; the figures in words.
+fn check(inp: &SearchInput, (measured, estimated, n): (u64, u64, usize)) -> String {
+    assert!(
+        measured <= estimated,
+        "{n} candidates: allocated {measured} > estimated {estimated}"
+    );
+    // An upper bound, but not a useless one: an operator's budget is compared with it.
+    assert!(
+        estimated <= 12 * measured,
+        "{n} candidates: estimated {estimated} is more than 12× the {measured} allocated"
+    );
+    format!(
+        "{} model(s), {n} candidates: {measured} bytes allocated at the peak, {estimated} estimated ({:.1}×)",
+        inp.models.len(),
+        estimated as f64 / measured as f64
+    )
 }
