@@ -39,5 +39,9 @@ pub fn run(args: &ExplainArgs) -> Result<Exit> {
         )?;
     }
     outln!("{}", explain::render(&e).trim_end())?;
+    // With several scale-up domain sizes: which size wins, and why.
+    if let Some(domains) = &doc.scale_up_domains {
+        outln!("{}", archplace_job::domains::render(domains).trim_end())?;
+    }
     Ok(Exit::Success)
 }
