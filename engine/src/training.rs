@@ -394,8 +394,9 @@ pub struct Training {
     /// ZeRO stages to try (`[training] zero_stage`); empty: those `distributed_optimizer`
     /// gives (0 without it, 1 with it).
     pub zero_stages: Vec<u64>,
-    /// ZeRO-3 frees each layer's gathered weights after forward (FSDP's default).
-    pub reshard_after_forward: bool,
+    /// ZeRO-3 frees each layer's gathered weights after forward (FSDP's default), each
+    /// value tried; empty: true.
+    pub reshard_after_forward: Vec<bool>,
     /// Data-parallel traffic overlaps computation.
     pub data_parallel_overlap: bool,
     /// Sequence-parallelism choices to try (they matter for widths above 1).

@@ -108,7 +108,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             fp8_param_gather: false,
             distributed_optimizer: vec![false, true],
             zero_stages: vec![],
-            reshard_after_forward: true,
+            reshard_after_forward: vec![true],
             data_parallel_overlap: false,
             sequence_parallel: vec![false, true],
             pipeline_interleaving: vec![1],

@@ -440,8 +440,9 @@ pub struct RawTraining {
     /// gradients too, 3 the weights too, FSDP). Needs the megatron memory model.
     pub zero_stage: Option<OneOrMany<u64>>,
     /// With ZeRO-3: free each layer's gathered weights after forward and gather them again
-    /// for backward (default true).
-    pub reshard_after_forward: Option<bool>,
+    /// for backward (default true); one value or a list to try (`[true, false]`: less
+    /// memory against one gather less per layer and micro-batch).
+    pub reshard_after_forward: Option<OneOrMany<bool>>,
     /// Data-parallel traffic overlaps computation (default false).
     pub data_parallel_overlap: Option<bool>,
     /// Sequence parallelism (norm and dropout regions split over the tensor-parallel

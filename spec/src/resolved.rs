@@ -252,10 +252,12 @@ fn training(tr: &Training) -> Table {
             } else {
                 t.insert("zero_stage".into(), ints(&tr.zero_stages));
             }
-            t.insert(
-                "reshard_after_forward".into(),
-                Value::Boolean(tr.reshard_after_forward),
-            );
+            // One value as before; a list when the search tries several.
+            let reshard = match tr.reshard_after_forward.as_slice() {
+                [one] => Value::Boolean(*one),
+                many => bools(many),
+            };
+            t.insert("reshard_after_forward".into(), reshard);
             t.insert(
                 "data_parallel_overlap".into(),
                 Value::Boolean(tr.data_parallel_overlap),

@@ -77,6 +77,8 @@ pub(super) struct Run {
     pub(super) context_parallel: u64,
     /// The scale-up domain (index into [`crate::training::Cluster::networks`]).
     pub(super) domain: usize,
+    /// ZeRO-3 frees each layer's gathered weights after forward (true at other stages).
+    pub(super) reshard: bool,
 }
 
 impl Run {
@@ -175,12 +177,23 @@ impl Training {
         }
     }
 
+    /// The resharding choices worth a separate run at ZeRO stage `zero`: the list at
+    /// ZeRO-3 (true when empty), true elsewhere (nothing is gathered to free).
+    pub(super) fn reshard_choices(&self, zero: u64) -> Vec<bool> {
+        if zero == 3 && !self.reshard_after_forward.is_empty() {
+            self.reshard_after_forward.clone()
+        } else {
+            vec![true]
+        }
+    }
+
     /// The sharding a plan of ZeRO stage `zero` has (stage 1 is said by
-    /// `distributed_optimizer` alone, so that plans without ZeRO-2/3 read as before).
-    pub(super) fn sharding(&self, zero: u64) -> crate::step::Sharding {
+    /// `distributed_optimizer` alone, so that plans without ZeRO-2/3 read as before),
+    /// resharding after forward or not.
+    pub(super) fn sharding(&self, zero: u64, reshard: bool) -> crate::step::Sharding {
         crate::step::Sharding {
             zero_stage: if zero >= 2 { zero } else { 0 },
-            reshard_after_forward: self.reshard_after_forward,
+            reshard_after_forward: reshard,
             data_parallel_overlap: self.data_parallel_overlap,
             sharding_group: None,
         }

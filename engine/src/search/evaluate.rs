@@ -192,7 +192,7 @@ impl Ctx<'_> {
         } else {
             run.zero
         };
-        let reshard = tr.reshard_after_forward;
+        let reshard = run.reshard;
         move |parameters: u64| {
             let bytes = |per: f64| parameters as f64 * per / bandwidth;
             let gather = if zero == 3 { bytes(w) } else { 0.0 };
@@ -220,7 +220,7 @@ impl Ctx<'_> {
                 // those every replica holds whole; ZeRO-3 without resharding holds its
                 // stage's weights gathered besides their shards.
                 let part = |on: bool, bytes: f64| if on { bytes } else { 0.0 };
-                let reshard = tr.reshard_after_forward;
+                let reshard = run.reshard;
                 let sharded = part(zero >= 3, full.weights)
                     + part(zero >= 2, full.gradients)
                     + part(zero >= 1, full.optimizer);
@@ -468,7 +468,11 @@ impl Ctx<'_> {
             {
                 for &recompute in &tr.activation_recomputation {
                     for precision in tr.precision_indices() {
-                        for zero in tr.zero_choices() {
+                        for (zero, reshard) in tr
+                            .zero_choices()
+                            .into_iter()
+                            .flat_map(|z| tr.reshard_choices(z).into_iter().map(move |r| (z, r)))
+                        {
                             for (sequence_parallel, context_parallel) in tr
                                 .sequence_parallel_choices()
                                 .into_iter()
@@ -485,6 +489,7 @@ impl Ctx<'_> {
                                     expert_parallel,
                                     context_parallel,
                                     domain: 0,
+                                    reshard,
                                 });
                             }
                         }
@@ -632,7 +637,7 @@ impl Ctx<'_> {
             fp8_param_gather: tr.fp8_param_gather && run.zero >= 1,
             optimizer: tr.optimizer,
             distributed_optimizer: run.zero >= 1,
-            sharding: tr.sharding(run.zero),
+            sharding: tr.sharding(run.zero, run.reshard),
             expert_parallel: run.expert_parallel,
             expert_tensor_parallel: self.input.models[run.model]
                 .config
@@ -936,7 +941,7 @@ impl Ctx<'_> {
                 fp8_param_gather: tr.fp8_param_gather && run.zero >= 1,
                 optimizer: tr.optimizer,
                 distributed_optimizer: run.zero >= 1,
-                sharding: tr.sharding(run.zero),
+                sharding: tr.sharding(run.zero, run.reshard),
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
                 all_to_all_overlap: tr.all_to_all_overlap,

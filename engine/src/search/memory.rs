@@ -325,6 +325,7 @@ fn candidate_bytes(input: &SearchInput, shape: &GraphsShape) -> u64 {
         * tr.activation_recomputation.len().max(1)
         * tr.precision_indices().len().max(1)
         * tr.zero_choices().len().max(1)
+        * tr.reshard_after_forward.len().max(1)
         * tr.sequence_parallel_choices().len().max(1)) as u64;
     let chain_bytes = size::<placement::Layer>() + size::<placement::Edge>();
     choices

@@ -49,7 +49,7 @@ fn tiny() -> (SearchInput, Space) {
             fp8_param_gather: false,
             distributed_optimizer: vec![false],
             zero_stages: vec![],
-            reshard_after_forward: true,
+            reshard_after_forward: vec![true],
             data_parallel_overlap: false,
             sequence_parallel: vec![false],
             pipeline_interleaving: vec![1],
@@ -817,6 +817,40 @@ fn zero_stages_are_searched() {
         }
     }
     assert!(plans > 0);
+}
+
+/// ZeRO-3's resharding is a search dimension: with `[true, false]` listed no candidate's
+/// best plan is slower than with resharding alone, every plan is priced exactly as
+/// `estimate` prices it and fits, and its `[plan]` says which it chose.
+#[test]
+fn resharding_is_searched() {
+    let (mut input, space) = tiny();
+    input.models[0].baseline = None;
+    input.training.memory_model = MemoryModel::Megatron;
+    input.training.zero_stages = vec![3];
+    let reshard = whole(&input, &space);
+    input.training.reshard_after_forward = vec![true, false];
+    let both = whole(&input, &space);
+    assert_breakdowns_add_up(&both);
+    let mut kept = 0;
+    for (a, b) in reshard.explored.iter().zip(&both.explored) {
+        let before = a.mean_throughput_samples_per_second.unwrap_or(0.0);
+        let after = b.mean_throughput_samples_per_second.unwrap_or(0.0);
+        assert!(after >= before * (1.0 - 1e-12), "candidate {}", a.index);
+        for pb in &b.plans {
+            let plan = pb.plan.as_ref().unwrap();
+            kept += u64::from(!plan.sharding.reshard_after_forward);
+            assert!(pb.memory_bytes.total <= b.hbm_bytes.unwrap() as f64);
+            let e = estimate_of(&input, b, plan);
+            assert_eq!(
+                e.step_seconds, pb.time_per_batch_seconds,
+                "candidate {}",
+                b.index
+            );
+            assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+        }
+    }
+    assert!(kept > 0, "no plan kept its gathered weights");
 }
 
 /// Context parallelism is a search dimension: a tiny long-sequence model (FlashAttention,

@@ -488,7 +488,8 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             zero_stage: zero.unwrap_or(0),
             reshard_after_forward: p
                 .reshard_after_forward
-                .unwrap_or(training.reshard_after_forward),
+                .or_else(|| training.reshard_after_forward.first().copied())
+                .unwrap_or(true),
             data_parallel_overlap: p
                 .data_parallel_overlap
                 .unwrap_or(training.data_parallel_overlap),

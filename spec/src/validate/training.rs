@@ -91,6 +91,14 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         "distributed optimizer",
     );
     let zero_stages = zero_stages(ctx, &path, t, reference);
+    let reshard_after_forward = choices(
+        ctx,
+        &path.key("reshard_after_forward"),
+        t.reshard_after_forward.as_ref(),
+        true,
+        "use true, false or [true, false]",
+    )
+    .unwrap_or_default();
     let sequence_parallel = switch(
         ctx,
         "sequence_parallel",
@@ -117,7 +125,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         fp8_param_gather: t.fp8_param_gather.unwrap_or(false),
         distributed_optimizer,
         zero_stages,
-        reshard_after_forward: t.reshard_after_forward.unwrap_or(true),
+        reshard_after_forward,
         data_parallel_overlap: t.data_parallel_overlap.unwrap_or(false),
         sequence_parallel,
         pipeline_interleaving,
