@@ -922,7 +922,7 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
     }
     let d = pl.data_parallel;
     found.extend(expert_problems(m, pl));
-    found.extend(context_problems(m, pl));
+    found.extend(context_problems(m, pl.context_parallel));
     if pl.sharding.zero_stage > 3 {
         found.push(StepError::ZeroStage {
             stage: pl.sharding.zero_stage,
@@ -1014,10 +1014,10 @@ fn expert_problems(m: &ModelConfig, pl: &StepPlan) -> Vec<StepError> {
     found
 }
 
-/// The plan's context parallelism against the model: CP splits the sequence into `2·CP`
-/// equal chunks (causal) or `CP` (bidirectional), and needs a fused attention kernel.
-fn context_problems(m: &ModelConfig, pl: &StepPlan) -> Vec<StepError> {
-    let cp = pl.context_parallel;
+/// Context parallelism of `cp` ranks against the model: CP splits the sequence into `2·CP`
+/// equal chunks (causal) or `CP` (bidirectional), and needs a fused attention kernel. The
+/// step's check and the search's choice of sizes (`search::context_parallel_fits`).
+pub(crate) fn context_problems(m: &ModelConfig, cp: u64) -> Vec<StepError> {
     let mut found = Vec::new();
     let chunks = cp.saturating_mul(if m.causal { 2 } else { 1 });
     if cp == 0 || !m.seq_len.is_multiple_of(chunks) {

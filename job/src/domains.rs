@@ -7,7 +7,9 @@
 //! to the one visited first, as in the search.
 
 use crate::result::{Configuration, PlanLine};
-use archplace_engine::search::{Evaluated, ModelPlan, Outcome, TIE_RELATIVE};
+use archplace_engine::search::{
+    Evaluated, ModelPlan, Outcome, TIE_RELATIVE, faster_or_smaller, ties,
+};
 use serde::{Deserialize, Serialize};
 
 /// The comparison of the scale-up domain sizes a search tried.
@@ -43,21 +45,11 @@ pub struct DomainBest {
 
 /// The comparison, when the search tried several sizes (its candidates carry `domains`).
 pub fn compare(outcome: &Outcome) -> Option<DomainComparison> {
-    let sizes = outcome
-        .explored
-        .iter()
-        .find(|e| !e.domains.is_empty())?
-        .domains
-        .len();
+    // Every candidate has a record at every size (the sizes in the spec's order).
+    let first = outcome.explored.iter().find(|e| !e.domains.is_empty())?;
+    let node_sizes: Vec<u64> = first.domains.iter().map(|d| d.node_size).collect();
+    let sizes = node_sizes.len();
     let bests: Vec<Option<Evaluated>> = (0..sizes).map(|k| best_at(outcome, k)).collect();
-    let node_sizes: Vec<u64> = outcome
-        .explored
-        .iter()
-        .find(|e| e.domains.len() == sizes)?
-        .domains
-        .iter()
-        .map(|d| d.node_size)
-        .collect();
     let throughput = |e: &Option<Evaluated>| {
         e.as_ref()
             .and_then(|e| e.mean_throughput_samples_per_second)
@@ -68,15 +60,11 @@ pub fn compare(outcome: &Outcome) -> Option<DomainComparison> {
         let Some(t) = throughput(&bests[k]) else {
             continue;
         };
-        let wins = winner.is_none_or(|w| {
+        let size = node_sizes[k] as f64;
+        if winner.is_none_or(|w| {
             let b = throughput(&bests[w]).unwrap_or(0.0);
-            if (t - b).abs() <= TIE_RELATIVE * t.max(b) {
-                node_sizes[k] < node_sizes[w]
-            } else {
-                t > b
-            }
-        });
-        if wins {
+            faster_or_smaller((t, size), (b, node_sizes[w] as f64))
+        }) {
             winner = Some(k);
         }
     }
@@ -125,17 +113,12 @@ fn best_at(outcome: &Outcome, k: usize) -> Option<Evaluated> {
         else {
             continue;
         };
-        let wins = best.is_none_or(|b| {
+        if best.is_none_or(|b| {
             let bt = b.domains[k]
                 .mean_throughput_samples_per_second
                 .unwrap_or(0.0);
-            if (t - bt).abs() <= TIE_RELATIVE * t.max(bt) {
-                e.area_um2 < b.area_um2
-            } else {
-                t > bt
-            }
-        });
-        if wins {
+            faster_or_smaller((t, e.area_um2), (bt, b.area_um2))
+        }) {
             best = Some(e);
         }
     }
@@ -161,7 +144,7 @@ fn reasons(best: &Evaluated, w: usize) -> Vec<String> {
             continue;
         };
         let t_win = at_winner.mean_throughput_samples_per_second.unwrap_or(0.0);
-        if (t_win - t_other).abs() <= TIE_RELATIVE * t_win.max(t_other) {
+        if ties(t_win, t_other) {
             let smaller = at_winner.node_size.min(other.node_size);
             for a in &at_winner.plans {
                 out.push(format!(

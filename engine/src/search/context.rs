@@ -6,9 +6,7 @@ use super::estimator::Estimator;
 use super::input::SearchInput;
 use super::observe::{Observer, Stats};
 use super::schedules::{ScheduleMemo, SharedSchedules};
-use crate::model::{
-    AttentionKernel, BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build,
-};
+use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build};
 use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
@@ -201,28 +199,17 @@ impl Training {
 }
 
 /// Why context-parallel size `cp` cannot split `cfg` over `devices`: it must divide the
-/// devices, split the sequence into `2·CP` equal chunks (causal: the load-balanced halves
-/// each rank takes) or `CP`, and above 1 needs a fused attention kernel (ring attention is
-/// FlashAttention's blocks exchanged).
+/// devices, and meet the step model's rules (`step::context_problems`: the sequence in
+/// `2·CP` equal chunks, a fused attention kernel).
 pub fn context_parallel_fits(cfg: &ModelConfig, cp: u64, devices: u64) -> Result<(), String> {
-    let chunks = cp.saturating_mul(if cfg.causal { 2 } else { 1 });
     if cp == 0 || !devices.is_multiple_of(cp) {
-        Err(format!(
+        return Err(format!(
             "context-parallel size {cp} does not divide the {devices} devices"
-        ))
-    } else if !cfg.seq_len.is_multiple_of(chunks) {
-        Err(format!(
-            "context-parallel size {cp} does not split the {} tokens of {} into {chunks} equal chunks",
-            cfg.seq_len, cfg.name
-        ))
-    } else if cp > 1 && cfg.attention == AttentionKernel::Unfused {
-        Err(format!(
-            "context parallelism needs a fused attention kernel; {} has attention = \"{}\"",
-            cfg.name,
-            cfg.attention.name()
-        ))
-    } else {
-        Ok(())
+        ));
+    }
+    match crate::step::context_problems(cfg, cp).first() {
+        Some(why) => Err(format!("{}: {why}", cfg.name)),
+        None => Ok(()),
     }
 }
 

@@ -149,7 +149,7 @@ impl Ctx<'_> {
                 let (gather, scatter) = fsdp(l.parameters);
                 node.forward += timed.fwd.seconds + exchanged + gather.0 + kv_forward.0;
                 node.backward += timed.bwd.seconds + exchanged + again + gather.1 + scatter;
-                node.backward += kv_backward.0 + if megatron { kv_again.0 } else { 0.0 };
+                node.backward += kv_backward.0 + kv_again.0;
                 node.tensor_parallel &= l.tensor_parallel;
             }
             layers.push(node);
@@ -174,8 +174,7 @@ impl Ctx<'_> {
 
     /// The network of `run`'s scale-up domain.
     fn network(&self, run: &Run) -> &crate::network::Network {
-        let networks = self.input.cluster.networks();
-        &networks[run.domain.min(networks.len() - 1)]
+        &self.input.cluster.networks()[run.domain]
     }
 
     /// ZeRO-2/3's traffic of a layer of `parameters` per micro-batch as the placement
@@ -379,34 +378,25 @@ impl Ctx<'_> {
             let Some(t) = d.mean_throughput_samples_per_second else {
                 continue;
             };
-            let wins = best.is_none_or(|b| {
+            let size = d.node_size as f64;
+            if best.is_none_or(|b| {
                 let bt = b.mean_throughput_samples_per_second.unwrap_or(0.0);
-                if (t - bt).abs() <= super::TIE_RELATIVE * t.abs().max(bt.abs()) {
-                    d.node_size < b.node_size
-                } else {
-                    t > bt
-                }
-            });
-            if wins {
+                super::faster_or_smaller((t, size), (bt, b.node_size as f64))
+            }) {
                 best = Some(d);
             }
         }
-        let Some(best) = best.cloned() else {
-            let why = domains
-                .iter()
-                .filter_map(|d| d.failure.clone())
-                .next()
-                .unwrap_or_default();
+        let best = best.cloned();
+        // One domain: the record is the candidate's alone, without `domains`.
+        let several = networks.len() > 1;
+        let kept = |domains: Vec<DomainScore>| if several { domains } else { Vec::new() };
+        let Some(best) = best else {
+            let why = domains.iter().find_map(|d| d.failure.clone());
             return Ok(Evaluated {
-                domains: if networks.len() > 1 {
-                    domains
-                } else {
-                    Vec::new()
-                },
-                ..fail(why)
+                domains: kept(domains),
+                ..fail(why.unwrap_or_default())
             });
         };
-        let several = networks.len() > 1;
         Ok(Evaluated {
             index,
             config: cand.config,
@@ -417,7 +407,7 @@ impl Ctx<'_> {
             plans: best.plans,
             failure: None,
             node_size: several.then_some(best.node_size),
-            domains: if several { domains } else { Vec::new() },
+            domains: kept(domains),
         })
     }
 

@@ -75,10 +75,22 @@ pub const TIE_RELATIVE: f64 = 1e-6;
 /// that train as fast. (An equal area keeps the one visited first.)
 pub fn beats(t: f64, area_um2: f64, best: &Evaluated) -> bool {
     let b = best.mean_throughput_samples_per_second.unwrap_or(0.0);
-    if (t - b).abs() <= TIE_RELATIVE * t.abs().max(b.abs()) {
-        area_um2 < best.area_um2
+    faster_or_smaller((t, area_um2), (b, best.area_um2))
+}
+
+/// Whether two throughputs tie: they differ by at most [`TIE_RELATIVE`] of the larger.
+pub fn ties(a: f64, b: f64) -> bool {
+    (a - b).abs() <= TIE_RELATIVE * a.abs().max(b.abs())
+}
+
+/// Whether `(throughput, size)` replaces `best`: faster, or as fast ([`TIE_RELATIVE`]) and
+/// smaller — the tie rule between chips (area), and between scale-up domain sizes
+/// (devices) for one chip or for the best chips.
+pub fn faster_or_smaller((t, size): (f64, f64), (best_t, best_size): (f64, f64)) -> bool {
+    if ties(t, best_t) {
+        size < best_size
     } else {
-        t > b
+        t > best_t
     }
 }
 

@@ -662,6 +662,27 @@ fn estimate_of(
     crate::step::estimate_step(&step_input, &ReferenceModel::default()).unwrap()
 }
 
+/// A plan the search reported for candidate `b` fits its HBM, and `archplace estimate` of
+/// it gives the search's step, time and memory breakdowns bit for bit; the estimate.
+fn assert_priced_as_estimate(
+    input: &SearchInput,
+    b: &crate::search::Evaluated,
+    pb: &crate::search::ModelPlan,
+) -> crate::step::StepReport {
+    let plan = pb.plan.as_ref().expect("a [plan]");
+    let hbm = b.hbm_bytes.expect("an HBM size");
+    assert!(pb.memory_bytes.total <= hbm as f64, "candidate {}", b.index);
+    let e = estimate_of(input, b, plan);
+    assert_eq!(
+        e.step_seconds, pb.time_per_batch_seconds,
+        "candidate {}",
+        b.index
+    );
+    assert_eq!(e.time, pb.time, "candidate {}", b.index);
+    assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+    e
+}
+
 /// The tiny model as a Mixture-of-Experts one (8 experts of 1,024, top-2), changed by
 /// `edit`, searched with Megatron's memory, full recomputation, sequence parallelism and
 /// the distributed optimizer.
@@ -719,16 +740,7 @@ fn expert_parallelism_is_searched() {
             if pb.expert_parallel > 1 {
                 chose += 1;
                 assert!(pb.time.all_to_all_seconds > 0.0);
-                let hbm = b.hbm_bytes.unwrap();
-                assert!(pb.memory_bytes.total <= hbm as f64);
-                // `archplace estimate` of the plan gives the search's step.
-                let r = estimate_of(&input, b, plan);
-                assert_eq!(
-                    r.step_seconds, pb.time_per_batch_seconds,
-                    "candidate {}",
-                    b.index
-                );
-                assert_eq!(r.time, pb.time, "candidate {}", b.index);
+                assert_priced_as_estimate(&input, b, pb);
             }
         }
     }
@@ -755,14 +767,7 @@ fn multi_token_prediction_is_searched_with_the_head() {
             assert_eq!(mtp.map(|l| l.count), Some(1), "candidate {}", b.index);
             let last = pb.stages.last().unwrap();
             assert_eq!(last.last_layer, "head");
-            let plan = pb.plan.as_ref().unwrap();
-            let e = estimate_of(&input, b, plan);
-            assert_eq!(
-                e.step_seconds, pb.time_per_batch_seconds,
-                "candidate {}",
-                b.index
-            );
-            assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+            assert_priced_as_estimate(&input, b, pb);
         }
     }
     assert!(plans > 0);
@@ -801,16 +806,7 @@ fn zero_stages_are_searched() {
             plans += 1;
             assert_eq!(pb.zero_stage, 3);
             assert!(pb.distributed_optimizer);
-            let plan = pb.plan.as_ref().unwrap();
-            let hbm = b.hbm_bytes.unwrap();
-            assert!(pb.memory_bytes.total <= hbm as f64);
-            let e = estimate_of(&input, b, plan);
-            assert_eq!(
-                e.step_seconds, pb.time_per_batch_seconds,
-                "candidate {}",
-                b.index
-            );
-            assert_eq!(e.time, pb.time, "candidate {}", b.index);
+            assert_priced_as_estimate(&input, b, pb);
             if pb.data_parallel > 1 {
                 assert!(pb.time.fsdp_communication_seconds > 0.0);
             }
@@ -840,14 +836,7 @@ fn resharding_is_searched() {
         for pb in &b.plans {
             let plan = pb.plan.as_ref().unwrap();
             kept += u64::from(!plan.sharding.reshard_after_forward);
-            assert!(pb.memory_bytes.total <= b.hbm_bytes.unwrap() as f64);
-            let e = estimate_of(&input, b, plan);
-            assert_eq!(
-                e.step_seconds, pb.time_per_batch_seconds,
-                "candidate {}",
-                b.index
-            );
-            assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+            assert_priced_as_estimate(&input, b, pb);
         }
     }
     assert!(kept > 0, "no plan kept its gathered weights");
@@ -895,16 +884,7 @@ fn context_parallelism_is_searched() {
                 input.cluster.devices
             );
             assert_eq!(pb.devices_used, input.cluster.devices);
-            let hbm = b.hbm_bytes.unwrap();
-            assert!(pb.memory_bytes.total <= hbm as f64, "candidate {}", b.index);
-            let e = estimate_of(&input, b, plan);
-            assert_eq!(
-                e.step_seconds, pb.time_per_batch_seconds,
-                "candidate {}",
-                b.index
-            );
-            assert_eq!(e.time, pb.time, "candidate {}", b.index);
-            assert_eq!(e.memory_bytes, pb.memory_bytes, "candidate {}", b.index);
+            let e = assert_priced_as_estimate(&input, b, pb);
             if pb.context_parallel > 1 {
                 chose += 1;
                 assert!(pb.time.context_parallel_communication_seconds >= 0.0);

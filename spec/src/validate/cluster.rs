@@ -1,6 +1,6 @@
 //! `[cluster]`: devices, the network (one tier, or nodes with two), HBM sizes to try.
 
-use super::rules::{count_in, duplicates, positive};
+use super::rules::{count_in, duplicates, element_at, positive};
 use crate::raw::{OneOrMany, RawCluster, RawSpec};
 use crate::{Ctx, FieldPath};
 use archplace_engine::network::{Network, Tier};
@@ -221,14 +221,6 @@ fn node_sizes(
         },
     };
     let size_path = path.key("node_size");
-    let listed = matches!(c.node_size, Some(OneOrMany::Many(_)));
-    let at = |i: usize| {
-        if listed {
-            size_path.index(i)
-        } else {
-            size_path.clone()
-        }
-    };
     let mut ok = true;
     if sizes.is_empty() {
         ctx.error(
@@ -247,7 +239,7 @@ fn node_sizes(
             || (devices_known && devices > node_size && !devices.is_multiple_of(node_size))
         {
             ctx.mismatch(
-                &at(i),
+                &element_at(&size_path, c.node_size.as_ref(), i),
                 format!(
                     "{node_size} devices per node do not make whole nodes of {devices} devices"
                 ),
@@ -335,10 +327,8 @@ fn one_tier(
         .iter()
         .enumerate()
     {
-        let at = match &c.intra_node_bandwidth {
-            Some(OneOrMany::Many(_)) => path.key("intra_node_bandwidth").index(i),
-            _ => path.key("intra_node_bandwidth"),
-        };
+        let key = path.key("intra_node_bandwidth");
+        let at = element_at(&key, c.intra_node_bandwidth.as_ref(), i);
         positive(
             ctx,
             &at,

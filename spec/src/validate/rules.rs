@@ -1,6 +1,7 @@
 //! Rules shared by the sections: one helper per kind of check, so that a rule reads the
 //! same (and reports the same way) wherever it applies.
 
+use crate::raw::OneOrMany;
 use crate::{Ctx, FieldPath};
 use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::UnitError;
@@ -83,5 +84,14 @@ pub(super) fn ring_overlap(
             ),
             Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
         );
+    }
+}
+
+/// Where element `i` of a value given as one or a list was written: its index in a list,
+/// the key itself for one value.
+pub(super) fn element_at<T>(at: &FieldPath, given: Option<&OneOrMany<T>>, i: usize) -> FieldPath {
+    match given {
+        Some(OneOrMany::Many(_)) => at.index(i),
+        _ => at.clone(),
     }
 }

@@ -1,7 +1,7 @@
 //! `[training]`: batch, recomputation, precision, optimizer, distributed optimizer, the
 //! memory model and how a layer's operators share the chip.
 
-use super::rules::{count_in, duplicates, ring_overlap};
+use super::rules::{count_in, duplicates, element_at, ring_overlap};
 use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
@@ -239,11 +239,7 @@ fn interleaving(
     );
     let pipeline_interleaving = pipeline_interleaving.unwrap_or_default();
     for (i, &v) in pipeline_interleaving.iter().enumerate() {
-        let at = if matches!(given, Some(OneOrMany::Many(_))) {
-            interleaving_path.index(i)
-        } else {
-            interleaving_path.clone()
-        };
+        let at = element_at(&interleaving_path, given, i);
         if !(1..=64).contains(&v) {
             ctx.error(
                 &at,
@@ -261,8 +257,6 @@ fn interleaving(
     pipeline_interleaving
 }
 
-/// `expert_parallel`: widths from 1 to 16,384 (which ones a model takes is checked with
-/// the models).
 /// `zero_stage`: stages 0 to 3, not beside `distributed_optimizer` (which says 0 or 1),
 /// not with the reference memory model (it shards nothing).
 fn zero_stages(ctx: &mut Ctx<'_>, path: &FieldPath, t: &RawTraining, reference: bool) -> Vec<u64> {
@@ -279,11 +273,7 @@ fn zero_stages(ctx: &mut Ctx<'_>, path: &FieldPath, t: &RawTraining, reference: 
     )
     .unwrap_or_default();
     for (i, &v) in stages.iter().enumerate() {
-        let here = if matches!(given, OneOrMany::Many(_)) {
-            at.index(i)
-        } else {
-            at.clone()
-        };
+        let here = element_at(&at, Some(given), i);
         if v > 3 && ctx.fine(&here) {
             ctx.error(
                 &here,
@@ -309,6 +299,8 @@ fn zero_stages(ctx: &mut Ctx<'_>, path: &FieldPath, t: &RawTraining, reference: 
     stages
 }
 
+/// `expert_parallel`: widths from 1 to 16,384 (which ones a model takes is checked with
+/// the models).
 fn expert_parallel(
     ctx: &mut Ctx<'_>,
     path: &FieldPath,
@@ -335,11 +327,7 @@ fn sizes(
     let values = choices(ctx, at, given, 1, help).unwrap_or_default();
     let mut out = Vec::with_capacity(values.len());
     for (i, &v) in values.iter().enumerate() {
-        let here = if matches!(given, Some(OneOrMany::Many(_))) {
-            at.index(i)
-        } else {
-            at.clone()
-        };
+        let here = element_at(at, given, i);
         count_in(ctx, &here, v, 1 << 14, &format!("{what} {v}"), "");
         out.push((here, v));
     }
