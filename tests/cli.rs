@@ -316,6 +316,16 @@ fn schema_is_the_checked_in_copy() {
     .unwrap();
     assert_eq!(printed, file);
     assert!(printed["properties"]["training"].is_object());
+    // Measurements files' schema likewise.
+    let o = run(&["calibrate", "--schema"]);
+    assert!(o.status.success());
+    let printed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("config/measurements.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(printed, file);
+    assert!(printed["properties"]["measurement"].is_object());
 }
 
 #[test]
@@ -640,7 +650,7 @@ fn plugin_check_passes_good_components_and_names_what_is_wrong_with_bad_ones() {
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         let r: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
         assert_eq!(r["fit"], true, "{r}");
-        assert_eq!(r["interface"], "archplace:cost-model@1.2.0");
+        assert_eq!(r["interface"], "archplace:cost-model@1.3.0");
         assert_eq!(r["deterministic_as_claimed"], true);
         assert_eq!(r["blake3"].as_str().unwrap().len(), 64);
         assert!(r["operators_estimated"].as_u64().unwrap() >= 940, "{r}");
@@ -1394,4 +1404,224 @@ fn validate_reports_every_planted_config_mistake_in_one_run() {
     let err = stderr(&o);
     assert!(err.contains("^^^^^^^^^^"), "snippets: {err}");
     assert!(err.contains("17 error(s)"), "{err}");
+}
+
+/// `archplace calibrate` writes a calibration file; `estimate --calibration` applies a
+/// shipped one and reports the step with its interval and the calibration's values; a
+/// calibration for another version of the plugin is refused with both named; ranges a
+/// spec declares give an interval that brackets the estimate.
+#[test]
+fn calibrate_writes_a_calibration_and_estimate_applies_it_with_an_interval() {
+    let _gate = crate::util::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("a100-2022.calibration.toml");
+    let measurements = root().join("tests/fixtures/validation/measurements-a100-2022.toml");
+    let o = run(&[
+        "calibrate",
+        measurements.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let c = archplace_spec::calibration::Calibration::parse(&text).unwrap();
+    assert_eq!(c.plugin.name, "gpu-like");
+    assert_eq!(c.draws.len(), 200);
+    assert!(
+        stdout(&o).contains("Korthikanti et al. 2022, Table 5"),
+        "{}",
+        stdout(&o)
+    );
+
+    let spec = root().join("config/specs/estimate-a100.toml");
+    let shipped = root().join("calibrations/a100-megatron-2021.toml");
+    let o = run(&[
+        "estimate",
+        spec.to_str().unwrap(),
+        "--calibration",
+        shipped.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let step = j["step_seconds"].as_f64().unwrap();
+    let [lo, hi] = [0, 1].map(|i| j["step_seconds_interval"][i].as_f64().unwrap());
+    assert!(
+        lo < hi && lo <= step * 1.02 && step <= hi * 1.02,
+        "{lo} {step} {hi}"
+    );
+    assert_eq!(j["uncertainty"]["from"][0], "calibration");
+    assert_eq!(
+        j["calibration"]["parameters"][0]["parameter"],
+        "gpu-like.matrix_efficiency"
+    );
+    // Calibrated, the 145.6B run is slower than uncalibrated: the A100 2021 stack is
+    // slower than the presets' microbenchmarks.
+    let plain = run(&["estimate", spec.to_str().unwrap(), "--json"]);
+    let p: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(
+        step > p["step_seconds"].as_f64().unwrap() * 1.05,
+        "{step} vs {}",
+        p["step_seconds"]
+    );
+    assert!(p.get("step_seconds_interval").is_none());
+
+    // Made for another version: refused, both named.
+    let other = dir.path().join("other.calibration.toml");
+    std::fs::write(
+        &other,
+        text.replacen("version = \"0.1.0\"", "version = \"0.0.9\"", 1),
+    )
+    .unwrap();
+    let o = run(&[
+        "estimate",
+        spec.to_str().unwrap(),
+        "--calibration",
+        other.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("made for latency model `gpu-like 0.0.9`") && e.contains("`gpu-like 0.1.0`"),
+        "{e}"
+    );
+
+    // Declared ranges: an interval around the estimate, from the ranges.
+    let ranged = dir.path().join("ranged.toml");
+    std::fs::write(
+        &ranged,
+        std::fs::read_to_string(&spec).unwrap()
+            + "\n[cost_model.uncertainty.gpu-like]\nmatrix_efficiency = [\"0.80\", \"0.92\"]\n",
+    )
+    .unwrap();
+    let o = run(&["estimate", ranged.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let step = j["step_seconds"].as_f64().unwrap();
+    let [lo, hi] = [0, 1].map(|i| j["step_seconds_interval"][i].as_f64().unwrap());
+    assert!(lo < step && step < hi, "{lo} {step} {hi}");
+    assert_eq!(j["uncertainty"]["from"][0], "ranges");
+}
+
+/// `scripts/measure-gpu --synthetic` (no GPU: roofline timings) writes a measurements file
+/// of every kind of operator the script times on a GPU, with its spec, the machine and the
+/// timings archplace does not fit, in two halves; `archplace calibrate` reads it, fits the
+/// per-operator parameters and predicts each half from the other. (Not run on a GPU here:
+/// CI has none.)
+#[test]
+fn measure_gpu_writes_a_file_calibrate_reads() {
+    let _gate = crate::util::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("python3")
+        .arg(root().join("scripts/measure-gpu"))
+        .args(["--synthetic", "--name", "h200-test", "--out"])
+        .arg(dir.path())
+        .output()
+        .expect("python3 runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let path = dir.path().join("h200-test.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: toml::Table = toml::from_str(&text).unwrap();
+    let ms = doc["measurement"].as_array().unwrap();
+    let has = |needle: &str| ms.iter().any(|m| m["op"].to_string().contains(needle));
+    for needle in [
+        "\"bf16\"",
+        "\"fp8\"",
+        "attention",
+        "backward = true",
+        "layer_norm",
+        "rms_norm",
+        "softmax",
+        "gelu",
+        "silu",
+        "embedding",
+    ] {
+        assert!(has(needle), "no operator with {needle}");
+    }
+    assert!(
+        ms.iter()
+            .all(|m| m["metric"].as_str() == Some("op_seconds"))
+    );
+    assert!(
+        doc["machine"]["gpu"]
+            .as_str()
+            .unwrap()
+            .contains("synthetic")
+    );
+    assert_eq!(doc["other"].as_array().unwrap().len(), 2);
+    let out = dir.path().join("h200-test.calibration.toml");
+    let o = run(&[
+        "calibrate",
+        path.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["errors"]["measurements"], ms.len());
+    let sources: Vec<&str> = j["source"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["measure-gpu half 1", "measure-gpu half 2"]);
+    // Calibrated, each half is predicted from the other better than uncalibrated.
+    for s in j["source"].as_array().unwrap() {
+        let u = s["uncalibrated"]["mean_percent"].as_f64().unwrap();
+        let o = s["other_sources"]["mean_percent"].as_f64().unwrap();
+        assert!(o < u, "{s}");
+    }
+}
+
+/// A search whose spec declares ranges reports, for its best chips, their throughput
+/// intervals and the probability that each is the best (summing to 1), in `result.json`
+/// and the summary; the ranges cost a bounded number of candidate evaluations.
+#[test]
+fn a_search_with_ranges_reports_each_best_chips_odds() {
+    let _gate = crate::util::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("ranged.toml");
+    std::fs::write(
+        &spec,
+        std::fs::read_to_string(root().join("config/specs/gpu-like.toml")).unwrap()
+            + "\n[cost_model.uncertainty.gpu-like]\nmatrix_efficiency = [\"0.6\", \"0.8\"]\nlaunch_overhead = [\"2 us\", \"6 us\"]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout(&o).contains("uncertainty (90% intervals, 1000 draws from ranges"),
+        "{}",
+        stdout(&o)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let u = &r["uncertainty"];
+    let chips = u["chips"].as_array().unwrap();
+    assert_eq!(chips.len(), 5);
+    let total: f64 = chips
+        .iter()
+        .map(|c| c["best_probability"].as_f64().unwrap())
+        .sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    assert_eq!(
+        chips[0]["configuration"], r["best"]["configuration"],
+        "the search's best first"
+    );
+    for c in chips {
+        let t = c["mean_throughput_samples_per_second"].as_f64().unwrap();
+        let [lo, hi] = [0, 1].map(|i| c["throughput_interval"][i].as_f64().unwrap());
+        // GEMMs from 0.6 to 0.8 of peak around 0.7: the interval brackets the point.
+        assert!(lo < t && t < hi, "{c}");
+    }
+    // Two parameters vary: each chip evaluated once per parameter and at its two ends.
+    assert_eq!(u["evaluations"], 5 * 2 + 2 * 5);
 }

@@ -84,6 +84,78 @@ pub struct CostModelSpec {
     pub latency: PluginRef,
     /// Parameters per plugin name, as the spec writes them (the plugin parses them).
     pub parameters: BTreeMap<String, BTreeMap<String, String>>,
+    /// `[cost_model] calibration`: a calibration file as the spec names it (relative to
+    /// the spec's folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
+    /// `[cost_model.uncertainty.*]`: ranges of parameters whose effect on the answer is
+    /// reported as an interval, in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncertainty: Vec<ParameterRange>,
+}
+
+/// The owner of archplace's own calibratable parameters (the cluster's collective
+/// efficiencies), next to the plugins' names.
+pub const CLUSTER: &str = "cluster";
+
+/// A calibratable parameter: `gpu-like.matrix_efficiency` (a plugin's, as it declares it
+/// under interface 1.3) or `cluster.inter_node_efficiency` (archplace's own).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ParameterRef {
+    /// A plugin's name, or [`CLUSTER`].
+    pub owner: String,
+    pub name: String,
+}
+
+impl ParameterRef {
+    pub fn new(owner: &str, name: &str) -> Self {
+        ParameterRef {
+            owner: owner.into(),
+            name: name.into(),
+        }
+    }
+
+    /// One of the cluster's parameters (not a plugin's).
+    pub fn is_cluster(&self) -> bool {
+        self.owner == CLUSTER
+    }
+}
+
+impl std::fmt::Display for ParameterRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.owner, self.name)
+    }
+}
+
+impl From<ParameterRef> for String {
+    fn from(p: ParameterRef) -> String {
+        p.to_string()
+    }
+}
+
+impl TryFrom<String> for ParameterRef {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.split_once('.') {
+            Some((owner, name)) if !owner.is_empty() && !name.is_empty() => {
+                Ok(ParameterRef::new(owner, name))
+            }
+            _ => Err(format!(
+                "`{s}` is not a parameter: write PLUGIN.NAME (e.g. gpu-like.matrix_efficiency) or cluster.NAME"
+            )),
+        }
+    }
+}
+
+/// A parameter's range of plausible values, in the unit it is declared in (`unit`, as
+/// the spec wrote it after the numbers; empty for a plain number).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ParameterRange {
+    pub parameter: ParameterRef,
+    pub lower: f64,
+    pub upper: f64,
+    pub unit: String,
 }
 
 impl CostModelSpec {
@@ -111,6 +183,22 @@ pub trait CostModelSource: Send + Sync {
         spec: &CostModelSpec,
         cancel: Arc<AtomicBool>,
     ) -> Result<CostModels, Vec<CostModelError>>;
+
+    /// The cost models of `spec` once more, with other parameters than `like`'s (a
+    /// calibration's fit and an interval's draws open many): what [`resolve`] gives,
+    /// reusing the components `like` was made from where the source can. By default,
+    /// resolved afresh.
+    ///
+    /// [`resolve`]: CostModelSource::resolve
+    fn reconfigure(
+        &self,
+        spec: &CostModelSpec,
+        like: &CostModels,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CostModels, Vec<CostModelError>> {
+        let _ = like;
+        self.resolve(spec, cancel)
+    }
 
     /// The most memory the instances of `plugin` may hold at once in one search: what a
     /// search's memory estimate adds for a cost model. 0 for models linked natively, whose

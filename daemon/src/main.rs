@@ -68,6 +68,10 @@ enum Command {
     /// time and where it goes, memory per device, throughput, FLOP rates, energy. `estimate
     /// op`: one operator on that chip. Exit 3 when the plan cannot run.
     Estimate(cli::estimate::EstimateArgs),
+    /// Fit the latency model's calibratable parameters (and the cluster's collective
+    /// efficiencies) to measurements; write a calibration file with every residual,
+    /// cross-validated errors, the parameters' uncertainty and the provenance.
+    Calibrate(cli::calibrate::CalibrateArgs),
     /// Why the winner of a finished search wins: the chips it beat and what limits each,
     /// what they differ in, and the winner's neighbours along each axis.
     Explain(cli::explain::ExplainArgs),
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
         Command::Model(args) => cli::model::run(args),
         Command::Space(args) => cli::space::run(args, plugins),
         Command::Estimate(args) => cli::estimate::run(args, plugins),
+        Command::Calibrate(args) => cli::calibrate::run(args, plugins),
         Command::Explain(args) => cli::explain::run(args),
         Command::Placement(args) => cli::placement::run(args),
         Command::Schedule(args) => cli::schedule::run(args),

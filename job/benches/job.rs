@@ -27,19 +27,26 @@ fn search(c: &mut Criterion) {
     .expect("a host");
     let cancel = Arc::new(AtomicBool::new(false));
     let run = |source: &dyn CostModelSource| {
-        archplace_job::prepare(&spec, source, rayon::current_num_threads(), None, &cancel)
-            .and_then(|p| {
-                p.run(archplace_job::Steering {
-                    observer: &(),
-                    cancel: &cancel,
-                    checkpoint: None,
-                    distributor: None,
-                })
+        archplace_job::prepare(
+            &spec,
+            source,
+            rayon::current_num_threads(),
+            None,
+            &cancel,
+            None,
+        )
+        .and_then(|p| {
+            p.run(archplace_job::Steering {
+                observer: &(),
+                cancel: &cancel,
+                checkpoint: None,
+                distributor: None,
             })
-            .expect("the default search: run scripts/build-plugins first")
-            .doc
-            .best
-            .map(|b| b.mean_throughput_samples_per_second)
+        })
+        .expect("the default search: run scripts/build-plugins first")
+        .doc
+        .best
+        .map(|b| b.mean_throughput_samples_per_second)
     };
     // The same answer either way, up to the layer schedules' wall-clock MIP limit (a MIP cut
     // short under load can settle a slightly different schedule); reported, not asserted.

@@ -44,6 +44,18 @@ pub struct EstimateDoc<'a> {
     /// The memory that does not fit (with `feasible = false` for lack of memory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<step::MemoryBreakdown>,
+    /// `step_seconds` from the parameters' uncertainty: 5th and 95th percentile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_seconds_interval: Option<[f64; 2]>,
+    /// `tokens_per_second_per_device` likewise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_per_second_per_device_interval: Option<[f64; 2]>,
+    /// How the intervals were made (draws, level, sources).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<&'a crate::calibrated::StepInterval>,
+    /// The calibration applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<&'a crate::calibrated::Applied>,
 }
 
 /// The model's parameters (all ranks; a tied embedding once), without its
@@ -110,6 +122,30 @@ pub fn document<'a>(
         reason,
         report,
         memory_bytes: memory,
+        step_seconds_interval: None,
+        tokens_per_second_per_device_interval: None,
+        uncertainty: None,
+        calibration: None,
+    }
+}
+
+impl<'a> EstimateDoc<'a> {
+    /// The document with the calibration applied and the step's interval, when any.
+    pub fn with_uncertainty(
+        mut self,
+        applied: Option<&'a crate::calibrated::Applied>,
+        interval: Option<&'a crate::calibrated::StepInterval>,
+    ) -> Self {
+        self.calibration = applied;
+        if let Some(i) = interval {
+            self.step_seconds_interval = Some([i.step_seconds.lower, i.step_seconds.upper]);
+            self.tokens_per_second_per_device_interval = Some([
+                i.tokens_per_second_per_device.lower,
+                i.tokens_per_second_per_device.upper,
+            ]);
+            self.uncertainty = Some(i);
+        }
+        self
     }
 }
 
@@ -146,6 +182,41 @@ fn joules(j: f64) -> String {
     } else {
         format!("{j:.2} J")
     }
+}
+
+/// The calibration applied, one line per parameter.
+pub fn render_calibration(a: &crate::calibrated::Applied) -> String {
+    let mut out = format!(
+        "calibration      {} (for {} {})",
+        a.path, a.plugin.name, a.plugin.version
+    );
+    for p in &a.parameters {
+        out.push_str(&format!(
+            "\n  {:<38} × {:.3} → {:.4}{}",
+            p.parameter.to_string(),
+            p.factor,
+            p.value,
+            if p.unit.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", p.unit)
+            }
+        ));
+    }
+    out
+}
+
+/// The step's interval in one line.
+pub fn render_interval(i: &crate::calibrated::StepInterval) -> String {
+    format!(
+        "interval (90%)   step {} to {}; {:.0} to {:.0} tokens/s per device ({} draws from {})",
+        seconds(i.step_seconds.lower),
+        seconds(i.step_seconds.upper),
+        i.tokens_per_second_per_device.lower,
+        i.tokens_per_second_per_device.upper,
+        i.draws,
+        i.from.join(" and ")
+    )
 }
 
 /// The plan in one line.

@@ -11,6 +11,7 @@
 // Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
 #![warn(clippy::iter_over_hash_type)]
 
+pub mod calibrated;
 pub mod chip;
 pub mod domains;
 pub mod estimate;

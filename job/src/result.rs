@@ -32,6 +32,10 @@ pub struct CostModels {
     pub latency: ModelInfo,
     pub area_source: ModelSource,
     pub latency_source: ModelSource,
+    /// The calibration applied (`[cost_model] calibration`, `--calibration`): its file,
+    /// hash and the values it gave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::calibrated::Applied>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,6 +161,10 @@ pub struct ResultDoc {
     /// each, the winning size, by how much and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_up_domains: Option<crate::domains::DomainComparison>,
+    /// With a calibration's uncertainty or ranges a spec declares: the best chips'
+    /// throughput intervals and the probability that each is the best.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<crate::calibrated::SearchUncertainty>,
     pub timings: Timings,
     pub work: Work,
 }

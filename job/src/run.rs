@@ -32,6 +32,9 @@ pub enum RunError {
     /// The search may need more memory than its budget; located in the spec.
     #[error("memory: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
     Memory(Vec<Diagnostic>),
+    /// The calibration could not be applied (unreadable, or made for another plugin).
+    #[error("calibration: {0}")]
+    Calibration(archplace_spec::calibration::CalibrationError),
     #[error("architecture space: {0}")]
     Space(space::SpaceError),
     #[error("search: {0}")]
@@ -116,33 +119,53 @@ pub trait Distribution: Supplier {
 /// A search ready to run: its spec, its cost models resolved and its memory estimated
 /// within the budget.
 pub struct Prepared<'a> {
-    pub spec: &'a Spec,
+    /// The spec, with its calibration's values when it has one.
+    pub spec: std::borrow::Cow<'a, Spec>,
     pub models: CostModels,
     pub memory: memory::Estimate,
+    /// The calibration applied.
+    pub calibration: Option<crate::calibrated::Applied>,
+    /// The spec as written, its cost models and their source: what the parameters' draws
+    /// start from.
+    written: (&'a Spec, CostModels, &'a dyn CostModelSource),
 }
 
 /// Resolves the cost models of `spec` through `source` (plugin and parameter problems are
-/// located in the spec) and estimates the memory of its search on `threads` threads;
+/// located in the spec), applies its calibration (`calibration`, else the spec's
+/// `[cost_model] calibration`; refused for another plugin or version) and estimates the memory of its search on `threads` threads;
 /// with `memory_budget_bytes`, a search above it is refused with the numbers. The one
 /// place both checks happen, for `run`, `validate` and the daemon alike.
 pub fn prepare<'a>(
     spec: &'a Spec,
-    source: &dyn CostModelSource,
+    source: &'a dyn CostModelSource,
     threads: usize,
     memory_budget_bytes: Option<u64>,
     cancel: &Arc<AtomicBool>,
+    calibration: Option<&Path>,
 ) -> Result<Prepared<'a>, RunError> {
     let models = archplace_spec::resolve_cost_models(spec, source, cancel.clone())
         .map_err(RunError::CostModel)?;
-    let estimate = memory::estimate(spec, source, threads);
+    let written = (spec, models.clone(), source);
+    let (spec, models, calibration) = match crate::calibrated::file_of(spec, calibration) {
+        None => (std::borrow::Cow::Borrowed(spec), models, None),
+        Some(_) => {
+            let (s, m, a) = crate::calibrated::apply(spec.clone(), models, calibration, source)
+                .map_err(RunError::Calibration)?;
+            (std::borrow::Cow::Owned(s), m, a)
+        }
+    };
+    let spec_ref: &Spec = &spec;
+    let estimate = memory::estimate(spec_ref, source, threads);
     if let Some(budget) = memory_budget_bytes {
-        memory::check(spec, &estimate, budget).map_err(RunError::Memory)?;
+        memory::check(spec_ref, &estimate, budget).map_err(RunError::Memory)?;
     }
     tracing::debug!(estimate = %memory::describe(&estimate), "memory estimate");
     Ok(Prepared {
         spec,
         models,
         memory: estimate,
+        calibration,
+        written,
     })
 }
 
@@ -204,6 +227,7 @@ impl Prepared<'_> {
             latency: self.models.latency.info(),
             area_source: self.models.area_source.clone(),
             latency_source: self.models.latency_source.clone(),
+            calibration: self.calibration.clone(),
         }
     }
 
@@ -232,7 +256,7 @@ impl Prepared<'_> {
     /// Searches: the space enumerated with the area model, the walk on this machine or
     /// through `steering.distributor`, the outcome as `result.json`'s record.
     pub fn run(self, steering: Steering<'_>) -> Result<Finished, RunError> {
-        let spec = self.spec;
+        let spec: &Spec = &self.spec;
         let t = std::time::Instant::now();
         let space = space::enumerate(&spec.space, self.models.area.as_ref())?;
         let enumeration = t.elapsed().as_secs_f64();
@@ -253,7 +277,23 @@ impl Prepared<'_> {
             resumed_candidates: resumed,
             pool: steering.distributor.and_then(|d| d.status()),
         };
-        let doc = self.document(identity, &space, &outcome, facts);
+        let mut doc = self.document(identity, &space, &outcome, facts);
+        if !outcome.stats.cancelled {
+            let (written, models, source) = &self.written;
+            match crate::calibrated::search_uncertainty(
+                written,
+                models,
+                self.calibration.as_ref(),
+                *source,
+                &outcome,
+                &space,
+            ) {
+                Ok(u) => doc.uncertainty = u,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the search's uncertainty could not be estimated")
+                }
+            }
+        }
         if outcome.stats.mip_time_limit_hits > 0 {
             tracing::warn!(
                 hits = outcome.stats.mip_time_limit_hits,
@@ -295,7 +335,7 @@ impl Prepared<'_> {
         };
         let journaled = done.keys().copied().collect();
         let mut supplier = d
-            .start(self.spec, &self.models, space, journaled, cancel.clone())
+            .start(&self.spec, &self.models, space, journaled, cancel.clone())
             .map_err(RunError::Pool)?;
         let r = search.run(done, supplier.as_mut());
         supplier.finish(match &r {
@@ -327,7 +367,7 @@ impl Prepared<'_> {
             resumed_candidates,
             pool,
         } = facts;
-        let spec = self.spec;
+        let spec: &Spec = &self.spec;
         let s: &Stats = &outcome.stats;
         let mut doc = ResultDoc {
             format_version: RESULT_FORMAT_VERSION,
@@ -381,6 +421,7 @@ impl Prepared<'_> {
             },
             explanation: None,
             scale_up_domains: crate::domains::compare(outcome),
+            uncertainty: None,
         };
         if let Some(best) = &outcome.best {
             let lines: Vec<ExploredLine> = crate::explain::needed(&best.config, &outcome.explored)

@@ -11,7 +11,7 @@ wasmtime::component::bindgen!({
 
 pub use self::archplace::cost_model::host::Level;
 pub use self::archplace::cost_model::types as wit;
-pub use self::exports::archplace::cost_model::{detail, model, typed};
+pub use self::exports::archplace::cost_model::{calibration, detail, model, typed};
 use wasmtime::component::InstancePre;
 use wasmtime::{AsContextMut, Store};
 
@@ -26,7 +26,8 @@ fn export_name(name: &str) -> String {
 }
 
 /// A component ready to instantiate, with the exports of the interface version it was
-/// built for: `model` always, `detail` from 1.1 on, `typed` from 1.2 on. (The world's
+/// built for: `model` always, `detail` from 1.1 on, `typed` from 1.2 on, `calibration`
+/// from 1.3 on. (The world's
 /// generated `CostModelPre` would demand every export of the newest minor version,
 /// refusing older plugins.)
 pub struct PluginPre<T: 'static> {
@@ -34,6 +35,7 @@ pub struct PluginPre<T: 'static> {
     model: model::GuestIndices,
     detail: Option<detail::GuestIndices>,
     typed: Option<typed::GuestIndices>,
+    calibration: Option<calibration::GuestIndices>,
 }
 
 impl<T: 'static> Clone for PluginPre<T> {
@@ -43,6 +45,7 @@ impl<T: 'static> Clone for PluginPre<T> {
             model: self.model.clone(),
             detail: self.detail.clone(),
             typed: self.typed.clone(),
+            calibration: self.calibration.clone(),
         }
     }
 }
@@ -58,8 +61,13 @@ impl<T: 'static> PluginPre<T> {
         self.typed.is_some()
     }
 
-    /// Finds the exports of interface `1.minor`: `detail` from 1.1 on and `typed` from
-    /// 1.2 on, each of which must then be there.
+    /// Whether the plugin exports interface 1.3's `calibration` (calibratable parameters).
+    pub fn has_calibration(&self) -> bool {
+        self.calibration.is_some()
+    }
+
+    /// Finds the exports of interface `1.minor`: `detail` from 1.1 on, `typed` from 1.2
+    /// on and `calibration` from 1.3 on, each of which must then be there.
     pub fn new(pre: InstancePre<T>, minor: u16) -> wasmtime::Result<Self> {
         let model = model::GuestIndices::new(&pre)?;
         let require = |name: &str, since: u16| -> wasmtime::Result<bool> {
@@ -88,11 +96,17 @@ impl<T: 'static> PluginPre<T> {
         } else {
             None
         };
+        let calibration = if require("calibration", 3)? {
+            Some(calibration::GuestIndices::new(&pre)?)
+        } else {
+            None
+        };
         Ok(PluginPre {
             pre,
             model,
             detail,
             typed,
+            calibration,
         })
     }
 
@@ -107,10 +121,15 @@ impl<T: 'static> PluginPre<T> {
             Some(t) => Some(t.load(store.as_context_mut(), &instance)?),
             None => None,
         };
+        let calibration = match &self.calibration {
+            Some(t) => Some(t.load(store.as_context_mut(), &instance)?),
+            None => None,
+        };
         Ok(Plugin {
             model,
             detail,
             typed,
+            calibration,
         })
     }
 }
@@ -122,6 +141,8 @@ pub struct Plugin {
     pub detail: Option<detail::Guest>,
     /// Interface 1.2's typed operators; `None` for a plugin of interface 1.0 or 1.1.
     pub typed: Option<typed::Guest>,
+    /// Interface 1.3's calibratable parameters; `None` before 1.3.
+    pub calibration: Option<calibration::Guest>,
 }
 
 pub fn element_to_wit(e: sdk::ElementType) -> typed::ElementType {
@@ -187,7 +208,20 @@ pub fn info_from_wit(i: wit::PluginInfo) -> sdk::ModelInfo {
                 default: p.default,
             })
             .collect(),
+        calibratable: Vec::new(),
     }
+}
+
+pub fn calibratable_from_wit(c: Vec<calibration::CalibratableParameter>) -> Vec<sdk::Calibratable> {
+    c.into_iter()
+        .map(|c| sdk::Calibratable {
+            name: c.name,
+            unit: c.unit,
+            lower: c.lower,
+            upper: c.upper,
+            fit: c.fit,
+        })
+        .collect()
 }
 
 pub fn parameters_to_wit(p: &[sdk::Parameter]) -> Vec<wit::Parameter> {

@@ -70,10 +70,18 @@ pub fn probe_info(
         Err(e) => return Err(classify(&e, store.data(), limits)),
     };
     arm(&mut store, limits, 1);
-    match model.model.call_info(&mut store) {
-        Ok(info) => Ok(bindings::info_from_wit(info)),
-        Err(e) => Err(classify(&e, store.data(), limits)),
+    let mut info = match model.model.call_info(&mut store) {
+        Ok(info) => bindings::info_from_wit(info),
+        Err(e) => return Err(classify(&e, store.data(), limits)),
+    };
+    if let Some(c) = &model.calibration {
+        arm(&mut store, limits, 1);
+        match c.call_calibratable(&mut store) {
+            Ok(list) => info.calibratable = bindings::calibratable_from_wit(list),
+            Err(e) => return Err(classify(&e, store.data(), limits)),
+        }
     }
+    Ok(info)
 }
 
 /// Sizes and consistency of what a plugin says about itself.
@@ -111,6 +119,7 @@ pub fn check_info(info: &ModelInfo, exported: &semver::Version) -> Result<(), St
             ));
         }
     }
+    check_calibratable(info)?;
     let (major, minor) = info.interface_version;
     if u64::from(major) != exported.major || u64::from(minor) != exported.minor {
         return Err(format!(
@@ -121,6 +130,82 @@ pub fn check_info(info: &ModelInfo, exported: &semver::Version) -> Result<(), St
         return Err("it provides neither an area nor a latency model".into());
     }
     Ok(())
+}
+
+/// Each calibratable parameter is a declared parameter, once, with a short unit and
+/// finite bounds in order.
+fn check_calibratable(info: &ModelInfo) -> Result<(), String> {
+    if info.calibratable.len() > MAX_PARAMETERS {
+        return Err(format!(
+            "it declares {} calibratable parameters (at most {MAX_PARAMETERS})",
+            info.calibratable.len()
+        ));
+    }
+    for (i, c) in info.calibratable.iter().enumerate() {
+        let name: String = c.name.chars().take(64).collect();
+        if !info.parameters.iter().any(|p| p.name == c.name) {
+            return Err(format!(
+                "calibratable parameter `{name}` is not one of its parameters"
+            ));
+        }
+        if info.calibratable[..i].iter().any(|d| d.name == c.name) {
+            return Err(format!("calibratable parameter `{name}` is declared twice"));
+        }
+        if c.unit.len() > 16 {
+            return Err(format!(
+                "calibratable parameter `{name}`: its unit is {} bytes long (at most 16)",
+                c.unit.len()
+            ));
+        }
+        if !(c.lower.is_finite() && c.upper.is_finite() && c.lower < c.upper) {
+            return Err(format!(
+                "calibratable parameter `{name}`: bounds {} to {} are not finite and in order",
+                c.lower, c.upper
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod calibratable {
+    use super::*;
+
+    /// A calibratable parameter must be a declared one, once, with finite ordered bounds.
+    #[test]
+    fn bad_declarations_are_refused_with_the_reason() {
+        let v = semver::Version::new(1, 3, 0);
+        let base = ModelInfo::new("m", "v", "1.0.0").parameter("x", "a ratio", "0.5");
+        assert!(check_info(&base.clone().calibratable("x", "", 0.1, 1.0, true), &v).is_ok());
+        for (info, says) in [
+            (
+                base.clone().calibratable("y", "", 0.1, 1.0, true),
+                "not one of its parameters",
+            ),
+            (
+                base.clone()
+                    .calibratable("x", "", 0.1, 1.0, true)
+                    .calibratable("x", "", 0.1, 1.0, true),
+                "declared twice",
+            ),
+            (
+                base.clone().calibratable("x", "", 1.0, 0.1, true),
+                "not finite and in order",
+            ),
+            (
+                base.clone().calibratable("x", "", f64::NAN, 1.0, true),
+                "not finite",
+            ),
+            (
+                base.clone()
+                    .calibratable("x", &"u".repeat(17), 0.1, 1.0, true),
+                "unit",
+            ),
+        ] {
+            let e = check_info(&info, &v).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+    }
 }
 
 /// Property tests of the answer checks: whatever a plugin returns, the check accepts exactly
@@ -182,6 +267,7 @@ mod properties {
             parameters in proptest::collection::vec((text(100), text(80), text(300)), 0..70),
         ) {
             let info = ModelInfo {
+                calibratable: Vec::new(),
                 name,
                 vendor,
                 version,

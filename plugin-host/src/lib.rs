@@ -164,6 +164,9 @@ pub struct HostOptions {
     pub limits: Limits,
     /// Limits for particular plugins, by name.
     pub plugin_limits: BTreeMap<String, Limits>,
+    /// Keep no memo of estimates: for callers that open sessions with many different
+    /// parameters once each (calibration, error bars), whose memos would only grow.
+    pub no_memo: bool,
 }
 
 impl HostOptions {
@@ -373,6 +376,8 @@ pub struct Host {
     linker: Linker<State>,
     cache: Option<cache::DiskCache>,
     compiled: Mutex<HashMap<blake3::Hash, Component>>,
+    /// Components loaded, by hash: what [`CostModelSource::reconfigure`] reuses.
+    loaded: Mutex<HashMap<blake3::Hash, Arc<Loaded>>>,
     memos: Mutex<HashMap<MemoKey, Arc<memo::Memo>>>,
     options: HostOptions,
     catalog: RwLock<catalog::Catalog>,
@@ -436,6 +441,7 @@ impl Host {
             linker,
             cache,
             compiled: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(HashMap::new()),
             memos: Mutex::new(HashMap::new()),
             options,
             catalog: RwLock::new(catalog),
@@ -576,7 +582,7 @@ impl Host {
             path: path.to_path_buf(),
             message,
         })?;
-        Ok(Arc::new(Loaded {
+        let loaded = Arc::new(Loaded {
             path: path.to_path_buf(),
             hash,
             info,
@@ -585,7 +591,11 @@ impl Host {
             from_cache,
             pre,
             engine: self.engine.clone(),
-        }))
+        });
+        if let Ok(mut m) = self.loaded.lock() {
+            m.insert(hash, loaded.clone());
+        }
+        Ok(loaded)
     }
 
     /// Loads the plugin a spec names, checking its manifest and pins.
@@ -654,7 +664,7 @@ impl Host {
         cancel: Arc<AtomicBool>,
     ) -> Result<Arc<Session>, PluginError> {
         let limits = self.options.limits_for(&loaded.info.name);
-        let memo = if loaded.info.deterministic {
+        let memo = if loaded.info.deterministic && !self.options.no_memo {
             let key = (loaded.hash, parameters.clone());
             self.memos
                 .lock()
@@ -723,9 +733,44 @@ impl CostModelSource for Host {
         spec: &CostModelSpec,
         cancel: Arc<AtomicBool>,
     ) -> Result<CostModels, Vec<CostModelError>> {
+        self.resolve_with(spec, cancel, &|r: &PluginRef| self.load(r))
+    }
+
+    fn reconfigure(
+        &self,
+        spec: &CostModelSpec,
+        like: &CostModels,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CostModels, Vec<CostModelError>> {
+        // The component `like` used for a plugin of the same name, as loaded then.
+        let reuse = |r: &PluginRef| -> Result<Arc<Loaded>, PluginError> {
+            let same = [&like.area_source, &like.latency_source]
+                .into_iter()
+                .find(|s| s.plugin == r.name)
+                .and_then(|s| s.blake3.as_deref())
+                .and_then(|h| blake3::Hash::from_hex(h).ok())
+                .and_then(|h| self.loaded.lock().ok()?.get(&h).cloned());
+            match same {
+                Some(l) => Ok(l),
+                None => self.load(r),
+            }
+        };
+        self.resolve_with(spec, cancel, &reuse)
+    }
+}
+
+impl Host {
+    /// Opens the sessions of `spec`'s area and latency models on the components `load`
+    /// gives, every problem reported.
+    fn resolve_with(
+        &self,
+        spec: &CostModelSpec,
+        cancel: Arc<AtomicBool>,
+        load: &dyn Fn(&PluginRef) -> Result<Arc<Loaded>, PluginError>,
+    ) -> Result<CostModels, Vec<CostModelError>> {
         let mut errors = Vec::new();
         let mut open = |role: &'static str, r: &PluginRef| -> Option<(Arc<Session>, ModelSource)> {
-            let loaded = match self.load(r) {
+            let loaded = match load(r) {
                 Ok(l) => l,
                 Err(e) => {
                     errors.push(CostModelError::Plugin {

@@ -58,6 +58,8 @@ pub struct Session {
     /// What the tensor cores multiply, as configured: asked once when the session opens
     /// (interface 1.2's `tensor-element-types`; before 1.2, [`ElementType::UNTYPED`]).
     tensor_types: Vec<ElementType>,
+    /// Interface 1.3's calibratable parameters as configured (empty before 1.3).
+    configured: Vec<(String, f64)>,
     /// Calls, items and faults so far.
     pub counters: Counters,
 }
@@ -97,6 +99,7 @@ impl Session {
             memo,
             telemetry,
             tensor_types: ElementType::UNTYPED.to_vec(),
+            configured: Vec::new(),
             counters: Counters::default(),
         };
         let slot = s.instantiate().map_err(|e| match e {
@@ -124,7 +127,56 @@ impl Session {
                 },
             })?;
         }
+        if s.loaded.pre.has_calibration() {
+            s.configured = s.ask_configured().map_err(|e| PluginError::Fault {
+                plugin: s.loaded.info.name.clone(),
+                during: "listing its configured parameter values".into(),
+                fault: Fault {
+                    kind: FaultKind::BadOutput,
+                    message: e.to_string(),
+                },
+            })?;
+        }
         Ok(Arc::new(s))
+    }
+
+    /// Interface 1.3's `configured`: a finite value for each calibratable parameter,
+    /// those it declares only, in its declared order.
+    fn ask_configured(&self) -> Result<Vec<(String, f64)>, EstimateError> {
+        let declared = &self.loaded.info.calibratable;
+        let listed = self.call(
+            "configured",
+            1,
+            |store, plugin| match &plugin.calibration {
+                Some(c) => c.call_configured(store),
+                None => Err(wasmtime::format_err!(
+                    "the plugin has no `calibration` interface"
+                )),
+            },
+            |values| {
+                if values.len() > MAX_PARAMETERS {
+                    return Err(bad_output(format!("{} values listed", values.len())));
+                }
+                for v in values {
+                    if !v.value.is_finite() || !declared.iter().any(|c| c.name == v.name) {
+                        return Err(bad_output(format!(
+                            "configured value of `{}` is not finite or not a calibratable parameter",
+                            v.name.chars().take(64).collect::<String>()
+                        )));
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        Ok(declared
+            .iter()
+            .filter_map(|c| {
+                listed
+                    .iter()
+                    .find(|v| v.name == c.name)
+                    .map(|v| (c.name.clone(), v.value))
+            })
+            .collect())
     }
 
     /// Interface 1.2's `tensor-element-types`, each type once, in the SDK's order.
@@ -690,6 +742,10 @@ impl LatencyModel for Session {
 
     fn tensor_element_types(&self) -> Vec<ElementType> {
         self.tensor_types.clone()
+    }
+
+    fn configured(&self) -> Vec<(String, f64)> {
+        self.configured.clone()
     }
 
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {

@@ -20,6 +20,7 @@ fn host_with(limits: Limits, cache_dir: Option<PathBuf>) -> Host {
         cache_dir,
         limits,
         plugin_limits: Default::default(),
+        no_memo: false,
     })
     .unwrap()
 }
@@ -369,8 +370,8 @@ fn the_log_import_is_capped_in_rate_and_size() {
 fn a_plugin_built_for_a_later_minor_version_loads() {
     let host = host();
     let loaded = host.load_file(&component("future-minor")).unwrap();
-    assert_eq!(loaded.interface, semver::Version::new(1, 3, 0));
-    assert_eq!(loaded.info.interface_version, (1, 3));
+    assert_eq!(loaded.interface, semver::Version::new(1, 4, 0));
+    assert_eq!(loaded.info.interface_version, (1, 4));
     let s = host.open(&loaded, vec![], Default::default()).unwrap();
     let c = crate::check::golden_configs()[0];
     assert_eq!(s.area_uncached(&[c]).unwrap()[0], Ok(2e6));
@@ -387,7 +388,7 @@ fn a_plugin_built_for_a_later_minor_version_loads() {
 }
 
 /// A plugin built for interface 1.0 (before `detail`) loads in this host and answers; its
-/// operators' memory times are unknown. One of 1.1 or later (the reference, 1.2) reports
+/// operators' memory times are unknown. One of 1.1 or later (the reference, 1.3) reports
 /// them: each GEMM's and vector operator's DRAM time, at most its time, the collective's
 /// none.
 #[test]
@@ -405,7 +406,7 @@ fn a_plugin_of_interface_1_0_loads_and_one_of_1_1_reports_memory_times() {
     );
 
     let reference = reference_session(&host);
-    assert_eq!(reference.loaded().interface, semver::Version::new(1, 2, 0));
+    assert_eq!(reference.loaded().interface, semver::Version::new(1, 3, 0));
     let c = crate::check::golden_configs()[0];
     let native = archplace_reference_cost::ReferenceModel::default();
     for core in [c.tensor_core(c.tensor_cores), c.vector_core(1)] {
@@ -548,7 +549,7 @@ fn element_types_reach_a_plugin_of_interface_1_2_and_are_refused_before_it() {
     );
 }
 
-/// The 1.3 fixture's WIT is the SDK's with only the version and one added function, so the
+/// The 1.4 fixture's WIT is the SDK's with only the version and one added function, so the
 /// test above really is about a minor version.
 #[test]
 fn the_future_minor_fixture_only_adds_to_the_interface() {
@@ -560,10 +561,10 @@ fn the_future_minor_fixture_only_adds_to_the_interface() {
         .collect::<Vec<_>>()
         .join("\n");
     let expected = sdk
-        .replace("@1.2.0;", "@1.3.0;")
+        .replace("@1.3.0;", "@1.4.0;")
         .replace(
             "result<list<op-cost>, estimate-error>;\n",
-            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.3 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
+            "result<list<op-cost>, estimate-error>;\n\n    /// Added in 1.4 (a test fixture: what a later minor version may add).\n    describe-units: func() -> string;\n",
         );
     assert_eq!(body.trim_end(), expected.trim_end());
 }
@@ -600,4 +601,57 @@ fn a_million_configurations_are_costed_within_the_memory_cap() {
     // In order: each answer is its own configuration's.
     let one = s.area_uncached(&configs[777_777..777_778]).unwrap();
     assert_eq!(one[0], areas[777_777]);
+}
+
+/// Interface 1.3 lets a plugin declare which parameters calibration may fit and say
+/// their configured values: `gpu-like` declares its efficiencies, launch overhead, clock
+/// and ring latency, and reports a preset's values and a given one's; a plugin of 1.2
+/// loads as before and declares none.
+#[test]
+fn calibratable_parameters_and_their_configured_values_cross_interface_1_3() {
+    use archplace_plugin_sdk::Parameter;
+    let host = host();
+    let loaded = host.load_file(&component("gpu-like")).unwrap();
+    let names: Vec<&str> = loaded
+        .info
+        .calibratable
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "matrix_efficiency",
+            "attention_efficiency",
+            "memory_efficiency",
+            "launch_overhead",
+            "clock",
+            "link_latency"
+        ]
+    );
+    let launch = &loaded.info.calibratable[3];
+    assert_eq!((launch.unit.as_str(), launch.fit), ("us", true));
+    let p = |name: &str, value: &str| Parameter {
+        name: name.into(),
+        value: value.into(),
+    };
+    let s = host
+        .open(
+            &loaded,
+            vec![p("preset", "a100-sxm-80gb"), p("launch_overhead", "7 us")],
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap();
+    let configured = LatencyModel::configured(s.as_ref());
+    let value = |name: &str| configured.iter().find(|(n, _)| n == name).unwrap().1;
+    // The A100 preset's measured GEMM ceiling (267.9 of 312 TFLOP/s), its boost clock,
+    // and the launch overhead as given, in the declared units.
+    assert!((value("matrix_efficiency") - 267.9 / 312.0).abs() < 1e-12);
+    assert!((value("clock") - 1.41).abs() < 1e-12);
+    assert!((value("launch_overhead") - 7.0).abs() < 1e-9);
+
+    let old = session(&host, "interface-1-2");
+    assert_eq!(old.loaded().interface, semver::Version::new(1, 2, 0));
+    assert!(old.loaded().info.calibratable.is_empty());
+    assert!(LatencyModel::configured(old.as_ref()).is_empty());
 }

@@ -21,6 +21,32 @@ pub mod typed {
     pub use crate::bindings::exports::archplace::cost_model::typed::*;
 }
 
+/// The records of the `calibration` interface (added in 1.3).
+pub mod calibration {
+    pub use crate::bindings::exports::archplace::cost_model::calibration::*;
+}
+
+/// What `calibratable` answers: the model's declarations.
+pub fn calibratable_to_wit(i: &ModelInfo) -> Vec<calibration::CalibratableParameter> {
+    i.calibratable
+        .iter()
+        .map(|c| calibration::CalibratableParameter {
+            name: c.name.clone(),
+            unit: c.unit.clone(),
+            lower: c.lower,
+            upper: c.upper,
+            fit: c.fit,
+        })
+        .collect()
+}
+
+pub fn values_to_wit(values: Vec<(String, f64)>) -> Vec<calibration::ParameterValue> {
+    values
+        .into_iter()
+        .map(|(name, value)| calibration::ParameterValue { name, value })
+        .collect()
+}
+
 pub fn info_to_wit(i: &ModelInfo) -> wit::PluginInfo {
     wit::PluginInfo {
         name: i.name.clone(),

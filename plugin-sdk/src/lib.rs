@@ -9,7 +9,7 @@
 //! field name.
 //!
 //! The same records cross the WebAssembly boundary through the WIT interface in
-//! `wit/cost-model.wit` (`archplace:cost-model@1.2.0`): a vendor implements [`Plugin`] on a
+//! `wit/cost-model.wit` (`archplace:cost-model@1.3.0`): a vendor implements [`Plugin`] on a
 //! type and calls [`export_plugin!`], and `cargo build --target wasm32-wasip2` makes a
 //! component that archplace loads in its sandbox. See the crate's README for the whole
 //! vendor workflow.
@@ -48,7 +48,7 @@ pub const WIT: &str = include_str!("../wit/cost-model.wit");
 
 /// Version of the cost-model interface described by this crate (major, minor).
 /// Minor versions only add; a host supports every minor of its major.
-pub const INTERFACE_VERSION: (u16, u16) = (1, 2);
+pub const INTERFACE_VERSION: (u16, u16) = (1, 3);
 
 /// One candidate accelerator: a number of tensor cores (each a `width × depth` MAC array),
 /// a number of vector cores (each `vector_width` lanes) and one on-chip global buffer
@@ -541,6 +541,21 @@ pub struct ParameterInfo {
     pub default: String,
 }
 
+/// A parameter that measurements may fit (interface 1.3, `archplace calibrate`): one of
+/// [`ModelInfo::parameters`] that is a number. A value is written as the number, a space
+/// and `unit` (nothing when `unit` is empty), so the parameter must accept that unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibratable {
+    pub name: String,
+    /// The unit a value is written in, e.g. `"us"`, `"GHz"`; empty for a plain number.
+    pub unit: String,
+    /// Physical bounds, in `unit`: finite, `lower < upper`.
+    pub lower: f64,
+    pub upper: f64,
+    /// Fitted unless the measurements file says which parameters to fit.
+    pub fit: bool,
+}
+
 /// What a cost model says about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelInfo {
@@ -552,6 +567,9 @@ pub struct ModelInfo {
     pub deterministic: bool,
     pub provides: Provides,
     pub parameters: Vec<ParameterInfo>,
+    /// The parameters calibration may fit (interface 1.3; empty for older plugins).
+    #[serde(default)]
+    pub calibratable: Vec<Calibratable>,
 }
 
 /// A parameter as a spec wrote it, e.g. `clock = "1.2 GHz"`.
@@ -639,6 +657,13 @@ pub trait Plugin: Sized + 'static {
     /// By default fp32, bf16 and fp16, as a model that ignores [`Op::element`] prices them.
     fn tensor_element_types(&self) -> Vec<ElementType> {
         ElementType::UNTYPED.to_vec()
+    }
+
+    /// The value of each calibratable parameter ([`ModelInfo::calibratable`]) as this
+    /// instance is configured, in its declared unit (interface 1.3): what a calibration's
+    /// factors multiply. By default none.
+    fn configured(&self) -> Vec<(String, f64)> {
+        Vec::new()
     }
 
     /// Seconds and joules of each fused attention kernel ([`OpKind::Attention`]) on
@@ -840,6 +865,23 @@ macro_rules! export_plugin {
                 }
             }
 
+            impl $crate::bindings::exports::archplace::cost_model::calibration::Guest
+                for ArchplacePluginExport
+            {
+                fn calibratable()
+                -> ::std::vec::Vec<$crate::guest::calibration::CalibratableParameter> {
+                    $crate::guest::calibratable_to_wit(&<$ty as $crate::Plugin>::info())
+                }
+
+                fn configured() -> ::std::vec::Vec<$crate::guest::calibration::ParameterValue> {
+                    with_model(|m| {
+                        ::core::result::Result::Ok(<$ty as $crate::Plugin>::configured(m))
+                    })
+                    .map(|values| $crate::guest::values_to_wit(values))
+                    .unwrap_or_default()
+                }
+            }
+
     $crate::bindings::export!(ArchplacePluginExport with_types_in $crate::bindings);
         };
     };
@@ -860,7 +902,29 @@ impl ModelInfo {
                 latency: true,
             },
             parameters: Vec::new(),
+            calibratable: Vec::new(),
         }
+    }
+
+    /// Declares that calibration may fit parameter `name` (declared with
+    /// [`ModelInfo::parameter`]) between `lower` and `upper`, values written in `unit`;
+    /// `fit`: fitted unless the measurements say which to fit.
+    pub fn calibratable(
+        mut self,
+        name: &str,
+        unit: &str,
+        lower: f64,
+        upper: f64,
+        fit: bool,
+    ) -> Self {
+        self.calibratable.push(Calibratable {
+            name: name.into(),
+            unit: unit.into(),
+            lower,
+            upper,
+            fit,
+        });
+        self
     }
 
     /// Declares a parameter with its description and default (as a spec would write it).
@@ -895,6 +959,11 @@ pub trait LatencyModel: Send + Sync {
     /// model of interface 1.0 or 1.1: [`ElementType::UNTYPED`]).
     fn tensor_element_types(&self) -> Vec<ElementType> {
         ElementType::UNTYPED.to_vec()
+    }
+    /// Its calibratable parameters' values as configured ([`Plugin::configured`]; a model
+    /// before interface 1.3: none).
+    fn configured(&self) -> Vec<(String, f64)> {
+        Vec::new()
     }
 }
 

@@ -114,8 +114,11 @@ pub fn template(
     let component = objects::read_component(std::path::Path::new(path), blake3)?;
     let id = search_id(spec, models);
     let stop = || super::set(cancel);
-    let spec_object = spec_object(&spec.content_hash);
+    // The text as the search runs it (a calibrated spec's has the calibrated values), named
+    // by its own hash, which the workers check.
     let text = spec.source_text.as_bytes();
+    let text_hash = blake3::hash(text).to_hex().to_string();
+    let spec_object = spec_object(&text_hash);
     pool.retry("storing the spec in the pool", &stop, || {
         pool.put_object(&spec_object, text)
     })
@@ -130,7 +133,7 @@ pub fn template(
         archplace_version: env!("CARGO_PKG_VERSION").to_string(),
         search: id,
         item: 0,
-        spec_hash: spec.content_hash.clone(),
+        spec_hash: text_hash,
         spec_file: spec.source_file.clone(),
         latency: ComponentRef {
             plugin: src.plugin.clone(),

@@ -22,6 +22,9 @@ pub struct DaemonConfig {
     pub plugin_dirs: Option<Vec<PathBuf>>,
     /// Compiled-plugin cache (default: the same as the CLI's).
     pub cache_dir: Option<PathBuf>,
+    /// Where a spec's `[cost_model] calibration` is looked for when it is not beside the
+    /// spec (calibrations shared by the specs of a folder; docs/calibration.md).
+    pub calibrations_dir: Option<PathBuf>,
     /// Address of the metrics endpoint (loopback by default).
     pub listen: String,
     /// Searches run at once (2 by default, so that one slow spec does not hold up the
@@ -82,6 +85,7 @@ pub struct StartSettings {
 /// The settings a SIGHUP applies to the running daemon.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LiveSettings {
+    pub calibrations_dir: Option<PathBuf>,
     pub threads_per_search: usize,
     pub search_memory_bytes: u64,
     pub max_queue: usize,
@@ -103,6 +107,7 @@ impl DaemonConfig {
             state_dir,
             plugin_dirs,
             cache_dir,
+            calibrations_dir,
             listen,
             max_concurrent_searches,
             threads_per_search,
@@ -134,6 +139,7 @@ impl DaemonConfig {
                 pool,
             },
             LiveSettings {
+                calibrations_dir,
                 threads_per_search,
                 search_memory_bytes,
                 max_queue,
@@ -184,6 +190,7 @@ impl Default for DaemonConfig {
             state_dir: ".archplace-state".into(),
             plugin_dirs: None,
             cache_dir: None,
+            calibrations_dir: None,
             listen: "127.0.0.1:9464".into(),
             max_concurrent_searches: 2,
             threads_per_search: 0,
@@ -260,6 +267,9 @@ impl DaemonConfig {
         fix(&mut self.state_dir);
         if let Some(d) = &mut self.plugin_dirs {
             d.iter_mut().for_each(fix);
+        }
+        if let Some(d) = &mut self.calibrations_dir {
+            fix(d);
         }
         if let Some(d) = &mut self.cache_dir {
             fix(d);

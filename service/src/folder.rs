@@ -10,9 +10,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// Whether a name is a spec: `*.toml`, not hidden, not an editor's or a producer's
-/// temporary (`~`, `.tmp`, `.part`, `.swp` endings are not `.toml` anyway).
+/// temporary (`~`, `.tmp`, `.part`, `.swp` endings are not `.toml` anyway), not a
+/// calibration a spec beside it applies (`*.calibration.toml`, as `archplace calibrate`
+/// names them).
 pub fn is_spec_name(name: &str) -> bool {
-    !name.starts_with('.') && !name.starts_with('#') && name.ends_with(".toml") && name.len() > 5
+    !name.starts_with('.')
+        && !name.starts_with('#')
+        && name.ends_with(".toml")
+        && !name.ends_with(".calibration.toml")
+        && name.len() > 5
 }
 
 /// What a scan saw of one file.
@@ -123,6 +129,7 @@ mod tests {
         }
         for no in [
             ".a.toml",
+            "a.calibration.toml",
             "a.toml.tmp",
             "a.toml~",
             "#a.toml#",

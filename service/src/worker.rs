@@ -340,6 +340,12 @@ fn search(
         }
     };
     let budget = s.live().search_memory_bytes;
+    // A calibration the spec names, beside it or else in the calibrations folder.
+    let calibration = spec.cost_model.calibration.as_ref().and_then(|name| {
+        let beside = archplace_job::calibrated::file_of(&spec, None)?;
+        let shared = s.live().calibrations_dir.clone()?.join(name);
+        (!beside.exists() && shared.exists()).then_some(shared)
+    });
     let result = threads.install(|| {
         let prepared = archplace_job::prepare(
             &spec,
@@ -347,6 +353,7 @@ fn search(
             rayon::current_num_threads(),
             Some(budget),
             cancel,
+            calibration.as_deref(),
         )?;
         prepared.run(Steering {
             observer: &status,

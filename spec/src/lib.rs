@@ -10,6 +10,7 @@
 // Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
 #![warn(clippy::iter_over_hash_type)]
 
+pub mod calibration;
 pub mod diagnostic;
 mod input;
 pub mod raw;
@@ -349,6 +350,31 @@ pub fn resolve_cost_models(
         models,
         cancel,
     )?;
+    let problems = precision_problems(spec, resolved.latency.as_ref());
+    if problems.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(problems)
+    }
+}
+
+/// [`resolve_cost_models`] for a spec whose cost models differ from `like`'s only in
+/// their parameters (a calibration's values, an interval's draw): the source reuses the
+/// components `like` was made from.
+pub fn reresolve_cost_models(
+    spec: &Spec,
+    models: &dyn archplace_cost_port::CostModelSource,
+    like: &archplace_cost_port::CostModels,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<archplace_cost_port::CostModels, Vec<Diagnostic>> {
+    let resolved = models
+        .reconfigure(&spec.cost_model, like, cancel)
+        .map_err(|errors| {
+            let (doc, _) = DeTable::parse_recoverable(&spec.source_text);
+            let mut ctx = Ctx::new(&spec.source_file, &spec.source_text, &doc);
+            validate::cost_model_errors(&errors, &spec.cost_model, &mut ctx);
+            ctx.diagnostics
+        })?;
     let problems = precision_problems(spec, resolved.latency.as_ref());
     if problems.is_empty() {
         Ok(resolved)

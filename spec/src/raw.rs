@@ -711,4 +711,14 @@ pub struct RawCostModel {
     pub latency: Option<RawPluginRef>,
     /// Parameters per model, e.g. `[cost_model.parameters.reference] clock = "1.05 GHz"`.
     pub parameters: Option<BTreeMap<String, BTreeMap<String, RawParameter>>>,
+    /// A calibration file made by `archplace calibrate` (relative to the spec's folder):
+    /// its fitted factors multiply the latency model's and the cluster's parameters. It
+    /// is refused when it was made for another plugin or version.
+    pub calibration: Option<String>,
+    /// Ranges of parameters whose effect is reported as an interval on the answer, per
+    /// owner (the latency plugin, or `cluster`): `[cost_model.uncertainty.gpu-like]
+    /// matrix_efficiency = ["0.75", "0.90"]`, `[cost_model.uncertainty.cluster]
+    /// inter_node_efficiency = [0.7, 0.9]`. Values in the unit the parameter is declared in
+    /// (`archplace plugin check` lists them).
+    pub uncertainty: Option<BTreeMap<String, BTreeMap<String, [RawParameter; 2]>>>,
 }

@@ -26,6 +26,10 @@ pub struct EstimateArgs {
     /// load). Default: the list schedule, deterministic, its gap reported.
     #[arg(long)]
     pub mip: bool,
+    /// A calibration file (made by `archplace calibrate`) to apply, instead of the spec's
+    /// `[cost_model] calibration`; refused when made for another plugin or version.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -80,32 +84,60 @@ pub fn run(args: &EstimateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
             } else {
                 archplace_spec::Scheduling::ListSchedule
             };
-            run_step(spec, args.json, scheduling, plugins)
+            run_step(spec, args, scheduling, plugins)
         }
     }
 }
 
 fn run_step(
     path: &Path,
-    json: bool,
+    args: &EstimateArgs,
     scheduling: archplace_spec::Scheduling,
     plugins: &super::plugin::PluginArgs,
 ) -> Result<Exit> {
-    let spec = load_spec(Some(path), Some(plugins))?;
-    let input = spec.step_input(scheduling)?;
+    let written = load_spec(Some(path), Some(plugins))?;
     let host = plugins.host()?;
-    let models = super::cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))?;
+    let written_models = super::cost_models(&written, &host, Arc::new(AtomicBool::new(false)))?;
+    let (spec, models, applied) = archplace_job::calibrated::apply(
+        written.clone(),
+        written_models.clone(),
+        args.calibration.as_deref(),
+        &host,
+    )?;
+    let input = spec.step_input(scheduling)?;
     let info = models.latency.info();
     let latency_name = format!("{} {}", info.name, info.version);
     let result = estimate_step(&input, models.latency.as_ref());
     if let Err(archplace_engine::step::StepError::CostModel(e)) = &result {
         return Err(anyhow!("the latency model failed: {e}"));
     }
-    if json {
-        print_json(&estimate::document(&spec, &input, &latency_name, &result))?;
+    let interval = match &result {
+        Ok(r) => archplace_job::calibrated::step_interval(
+            &written,
+            &written_models,
+            applied.as_ref(),
+            &host,
+            scheduling,
+            r,
+        )?,
+        Err(_) => None,
+    };
+    if args.json {
+        print_json(
+            &estimate::document(&spec, &input, &latency_name, &result)
+                .with_uncertainty(applied.as_ref(), interval.as_ref()),
+        )?;
     } else {
         match &result {
-            Ok(r) => outln!("{}", estimate::render(&input, &latency_name, r))?,
+            Ok(r) => {
+                outln!("{}", estimate::render(&input, &latency_name, r))?;
+                if let Some(a) = &applied {
+                    outln!("{}", estimate::render_calibration(a))?;
+                }
+                if let Some(i) = &interval {
+                    outln!("{}", estimate::render_interval(i))?;
+                }
+            }
             Err(e) => {
                 outln!(
                     "{}\nplan: {}",

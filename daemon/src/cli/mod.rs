@@ -28,6 +28,7 @@ macro_rules! err {
     }};
 }
 
+pub mod calibrate;
 pub mod daemon;
 pub mod estimate;
 pub mod explain;

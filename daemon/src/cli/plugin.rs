@@ -389,6 +389,20 @@ fn print_report(r: &check::Report) -> std::io::Result<()> {
             p.description
         )?;
     }
+    for c in &i.calibratable {
+        outln!(
+            "  calibratable   {} in [{}, {}]{}{}",
+            c.name,
+            c.lower,
+            c.upper,
+            if c.unit.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", c.unit)
+            },
+            if c.fit { ", fitted by default" } else { "" }
+        )?;
+    }
     outln!(
         "  load           {:.1} ms compiling or from the cache, {:.2} ms from the disk cache",
         r.compile_seconds * 1e3,

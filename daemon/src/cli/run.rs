@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// Print `result.json` on stdout instead of a summary.
     #[arg(long)]
     pub json: bool,
+    /// A calibration file (made by `archplace calibrate`) to apply, instead of the spec's
+    /// `[cost_model] calibration`; refused when made for another plugin or version.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -123,6 +127,7 @@ pub fn run(args: &RunArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> 
         pool.current_num_threads(),
         Some(memory_budget_bytes),
         &cancel,
+        args.calibration.as_deref(),
     ) {
         Ok(p) => p,
         Err(RunError::CostModel(diags)) => {
@@ -442,6 +447,11 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
                     archplace_job::chip::long(&tie.configuration, tie.hbm_bytes)
                 )?;
             }
+        }
+    }
+    if let Some(u) = &doc.uncertainty {
+        for line in archplace_job::calibrated::render_search(u).lines() {
+            outln!("{line}")?;
         }
     }
     let w = &doc.work;

@@ -52,7 +52,7 @@ pub fn run(args: &ValidateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
     // The memory estimate in words when the spec is good.
     let check_models = |s: &spec::Spec, text: &mut String, all: &mut Vec<Diagnostic>| {
         let cancel = Default::default();
-        match archplace_job::prepare(s, &host, threads, Some(memory_budget_bytes), &cancel) {
+        match archplace_job::prepare(s, &host, threads, Some(memory_budget_bytes), &cancel, None) {
             Ok(p) => Some(format!(
                 "may need up to {} of its {} memory budget on {threads} thread(s)",
                 format_bytes(p.memory.total_bytes),

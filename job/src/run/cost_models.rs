@@ -169,7 +169,7 @@ fn search(
     host: &Host,
     cancel: &Arc<AtomicBool>,
 ) -> Result<crate::Finished, crate::RunError> {
-    crate::prepare(spec, host, 1, None, cancel)?.run(crate::Steering {
+    crate::prepare(spec, host, 1, None, cancel, None)?.run(crate::Steering {
         observer: &(),
         cancel,
         checkpoint: None,

@@ -220,6 +220,21 @@ const PARAMETERS: [Param; 20] = [
     },
 ];
 
+/// What `archplace calibrate` may fit (interface 1.3): name, unit, physical bounds, and
+/// whether it is fitted by default. The efficiencies and the launch overhead are what
+/// measured steps tell apart; the sustained clock scales every kernel as
+/// `matrix_efficiency` scales GEMMs, so whole steps cannot tell the two apart — it is
+/// fitted from per-operator measurements when asked (`fit = ["clock", …]`), as is the
+/// all-reduce ring step's latency.
+const CALIBRATABLE: [(&str, &str, f64, f64, bool); 6] = [
+    ("matrix_efficiency", "", 0.3, 1.0, true),
+    ("attention_efficiency", "", 0.2, 1.0, true),
+    ("memory_efficiency", "", 0.3, 1.0, true),
+    ("launch_overhead", "us", 0.5, 50.0, true),
+    ("clock", "GHz", 0.5, 3.5, false),
+    ("link_latency", "us", 0.5, 100.0, false),
+];
+
 fn parse_bool(v: &str) -> Result<bool, String> {
     match v.trim() {
         "true" => Ok(true),
@@ -370,10 +385,15 @@ impl GpuLike {
     }
 
     fn describe() -> ModelInfo {
-        PARAMETERS.iter().fold(
+        let info = PARAMETERS.iter().fold(
             ModelInfo::new("gpu-like", "archplace examples", env!("CARGO_PKG_VERSION")),
             |info, p| info.parameter(p.name, p.description, p.default),
-        )
+        );
+        CALIBRATABLE
+            .iter()
+            .fold(info, |info, &(name, unit, lower, upper, fit)| {
+                info.calibratable(name, unit, lower, upper, fit)
+            })
     }
 
     /// Area of one configuration, µm².
@@ -632,6 +652,17 @@ impl GpuLike {
 impl Plugin for GpuLike {
     fn info() -> ModelInfo {
         Self::describe()
+    }
+
+    fn configured(&self) -> Vec<(String, f64)> {
+        vec![
+            ("matrix_efficiency".into(), self.matrix_efficiency),
+            ("attention_efficiency".into(), self.attention_efficiency),
+            ("memory_efficiency".into(), self.memory_efficiency),
+            ("launch_overhead".into(), self.launch_seconds * 1e6),
+            ("clock".into(), self.clock_hz / 1e9),
+            ("link_latency".into(), self.link_latency_seconds * 1e6),
+        ]
     }
 
     fn new(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {

@@ -16,11 +16,13 @@
 //! | `missing-export`          | exports `archplace:cost-model/model` without `info`   |
 //! | `memory-over-latency`     | says an operator's memory time exceeds its time       |
 //! | `area-nan`                | `area` returns NaN µm² (its latency is honest)        |
-//! | `future-minor`            | well-behaved, but built for interface 1.3.0 (loads)   |
+//! | `future-minor`            | well-behaved, but built for interface 1.4.0 (loads)   |
 //! | `interface-1-0`           | well-behaved, built for interface 1.0.0 (loads; no    |
 //! |                           | memory times)                                         |
 //! | `interface-1-1`           | well-behaved, built for interface 1.1.0 (loads; no    |
 //! |                           | element types: refused for FP8)                       |
+//! | `interface-1-2`           | well-behaved, built for interface 1.2.0 (loads; no    |
+//! |                           | calibratable parameters)                              |
 //!
 //! Areas are honest (1 mm² per tensor core), so a search can start before it faults.
 
@@ -194,7 +196,7 @@ mod future_minor {
                 name: "future-minor".into(),
                 vendor: "archplace test fixtures".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
-                interface_version: InterfaceVersion { major: 1, minor: 3 },
+                interface_version: InterfaceVersion { major: 1, minor: 4 },
                 deterministic: true,
                 provides: Provides {
                     area: true,
@@ -225,6 +227,116 @@ mod future_minor {
         }
         fn describe_units() -> String {
             "SI; area in square micrometres".into()
+        }
+    }
+    impl exports::archplace::cost_model::detail::Guest for Export {
+        fn latency_detail(
+            _core: CoreConfig,
+            ops: Vec<Op>,
+        ) -> Result<Vec<exports::archplace::cost_model::detail::OpDetail>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| exports::archplace::cost_model::detail::OpDetail {
+                    seconds: 1e-6,
+                    joules: 1e-6,
+                    memory_seconds: Some(0.25e-6),
+                })
+                .collect())
+        }
+        fn attention_detail(
+            _core: CoreConfig,
+            ops: Vec<exports::archplace::cost_model::detail::Attention>,
+        ) -> Result<Vec<exports::archplace::cost_model::detail::OpDetail>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| exports::archplace::cost_model::detail::OpDetail {
+                    seconds: 2e-6,
+                    joules: 1e-6,
+                    memory_seconds: None,
+                })
+                .collect())
+        }
+    }
+    impl exports::archplace::cost_model::typed::Guest for Export {
+        fn tensor_element_types() -> Vec<exports::archplace::cost_model::typed::ElementType> {
+            use exports::archplace::cost_model::typed::ElementType as E;
+            vec![E::Bf16, E::Fp8]
+        }
+        fn latency_typed(
+            _core: CoreConfig,
+            ops: Vec<exports::archplace::cost_model::typed::TypedOp>,
+        ) -> Result<Vec<exports::archplace::cost_model::detail::OpDetail>, EstimateError> {
+            use exports::archplace::cost_model::typed::ElementType as E;
+            // An FP8 operator answers half a microsecond, the others one.
+            Ok(ops
+                .iter()
+                .map(|o| exports::archplace::cost_model::detail::OpDetail {
+                    seconds: if o.element == E::Fp8 { 0.5e-6 } else { 1e-6 },
+                    joules: 1e-6,
+                    memory_seconds: Some(0.25e-6),
+                })
+                .collect())
+        }
+    }
+    impl exports::archplace::cost_model::calibration::Guest for Export {
+        fn calibratable() -> Vec<exports::archplace::cost_model::calibration::CalibratableParameter>
+        {
+            vec![]
+        }
+        fn configured() -> Vec<exports::archplace::cost_model::calibration::ParameterValue> {
+            vec![]
+        }
+    }
+    export!(Export);
+}
+
+/// A well-behaved plugin built against interface 1.2.0 exactly (no `calibration`): it
+/// loads, and calibration fits none of its parameters.
+#[cfg(all(feature = "interface-1-2", target_arch = "wasm32"))]
+#[allow(unsafe_code, clippy::all)]
+mod interface_1_2 {
+    wit_bindgen::generate!({ path: "wit/interface-1.2", world: "cost-model" });
+
+    use archplace::cost_model::types::{
+        AcceleratorConfig, CoreConfig, EstimateError, InterfaceVersion, Op, OpCost, Parameter,
+        ParameterError, PluginInfo, Provides,
+    };
+
+    struct Export;
+    impl exports::archplace::cost_model::model::Guest for Export {
+        fn info() -> PluginInfo {
+            PluginInfo {
+                name: "interface-1-2".into(),
+                vendor: "archplace test fixtures".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                interface_version: InterfaceVersion { major: 1, minor: 2 },
+                deterministic: true,
+                provides: Provides {
+                    area: true,
+                    latency: true,
+                },
+                parameters: vec![],
+            }
+        }
+        fn configure(_parameters: Vec<Parameter>) -> Result<(), Vec<ParameterError>> {
+            Ok(())
+        }
+        fn area(
+            configs: Vec<AcceleratorConfig>,
+        ) -> Result<Vec<Result<f64, EstimateError>>, EstimateError> {
+            Ok(configs
+                .iter()
+                .map(|c| Ok(1e6 * f64::from(c.tensor_cores + c.vector_cores)))
+                .collect())
+        }
+        fn latency(_core: CoreConfig, ops: Vec<Op>) -> Result<Vec<OpCost>, EstimateError> {
+            Ok(ops
+                .iter()
+                .map(|_| OpCost {
+                    seconds: 1e-6,
+                    joules: 1e-6,
+                })
+                .collect())
         }
     }
     impl exports::archplace::cost_model::detail::Guest for Export {

@@ -72,11 +72,16 @@ impl ReferenceModel {
     }
 
     fn model_info() -> ModelInfo {
-        ModelInfo::new("reference", "archplace", env!("CARGO_PKG_VERSION")).parameter(
-            "clock",
-            "clock frequency of the cores",
-            "1.05 GHz",
-        )
+        ModelInfo::new("reference", "archplace", env!("CARGO_PKG_VERSION"))
+            .parameter("clock", "clock frequency of the cores", "1.05 GHz")
+            // Every operator's time is its cycles over the clock: the one parameter
+            // measurements of this model can fit.
+            .calibratable("clock", "GHz", 0.1, 5.0, true)
+    }
+
+    /// The calibratable parameters' values as configured (interface 1.3).
+    fn configured_values(&self) -> Vec<(String, f64)> {
+        vec![("clock".into(), self.clock_hz / 1e9)]
     }
 }
 
@@ -103,6 +108,10 @@ impl LatencyModel for ReferenceModel {
             .map(|op| latency::op_cost(core, op, self.clock_hz))
             .collect()
     }
+
+    fn configured(&self) -> Vec<(String, f64)> {
+        self.configured_values()
+    }
 }
 
 impl Plugin for ReferenceModel {
@@ -127,6 +136,10 @@ impl Plugin for ReferenceModel {
 
     fn latency(&self, core: &CoreConfig, ops: &[Op]) -> Result<Vec<OpCost>, EstimateError> {
         LatencyModel::latency(self, core, ops)
+    }
+
+    fn configured(&self) -> Vec<(String, f64)> {
+        self.configured_values()
     }
 
     /// Fused attention at the template's own bounds (`latency::op_cost`), not as its

@@ -1,8 +1,10 @@
 //! `[cost_model]`: which plugins, with which parameters; their errors located in the spec.
 
+use crate::calibration::CLUSTER_PARAMETERS;
 use crate::raw::{RawCostModel, RawPluginRef};
 use crate::{CostModelSpec, Ctx, FieldPath};
-use archplace_cost_port::PluginRef;
+use archplace_cost_port::{CLUSTER, ParameterRange, ParameterRef, PluginRef};
+
 fn plugin_ref(r: Option<&RawPluginRef>, path: &FieldPath, ctx: &mut Ctx<'_>) -> Option<PluginRef> {
     let (name, version, hash) = match r {
         None => return Some(PluginRef::named("reference")),
@@ -91,11 +93,107 @@ pub(super) fn cost_model(c: &RawCostModel, ctx: &mut Ctx<'_>) -> Option<CostMode
             ok = false;
         }
     }
+    let uncertainty = uncertainty(c, &latency.name, &path, ctx);
+    if let Some(file) = &c.calibration
+        && file.trim().is_empty()
+    {
+        ctx.error(
+            &path.key("calibration"),
+            "an empty calibration file name",
+            Some("name a file made by `archplace calibrate`, relative to the spec".into()),
+        );
+        ok = false;
+    }
+    ok &= uncertainty.is_some();
     ok.then_some(CostModelSpec {
         area,
         latency,
         parameters,
+        calibration: c.calibration.clone(),
+        uncertainty: uncertainty.unwrap_or_default(),
     })
+}
+
+/// `[cost_model.uncertainty.*]`: each owner the latency plugin or `cluster` (whose
+/// parameters are its collective efficiencies, fractions in (0, 1]); each range two
+/// numbers in order, with the same unit (checked against the plugin's declaration when
+/// the plugin is loaded).
+fn uncertainty(
+    c: &RawCostModel,
+    latency: &str,
+    path: &FieldPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<Vec<ParameterRange>> {
+    let mut ranges = Vec::new();
+    let mut ok = true;
+    for (owner, params) in c.uncertainty.iter().flatten() {
+        let at = path.key("uncertainty").key(owner);
+        if owner != latency && owner != CLUSTER {
+            ctx.error(
+                &at,
+                format!("uncertainty of `{owner}`, which is not this spec's latency model"),
+                Some(format!(
+                    "give ranges for `{latency}`'s parameters, or for `cluster`'s (intra_node_efficiency, inter_node_efficiency)"
+                )),
+            );
+            ok = false;
+            continue;
+        }
+        for (name, [lo, hi]) in params {
+            let at = at.key(name);
+            if owner == CLUSTER && !CLUSTER_PARAMETERS.iter().any(|p| p.0 == name) {
+                ctx.error(
+                    &at,
+                    format!("the cluster has no calibratable parameter `{name}`"),
+                    Some("cluster parameters: intra_node_efficiency, inter_node_efficiency".into()),
+                );
+                ok = false;
+                continue;
+            }
+            match (split_number(&lo.to_text()), split_number(&hi.to_text())) {
+                (Some((l, lu)), Some((h, hu))) if lu == hu && l < h => {
+                    if owner == CLUSTER && !(l > 0.0 && h <= 1.0) {
+                        ctx.error(
+                            &at,
+                            format!("an efficiency range of {l} to {h} is not within (0, 1]"),
+                            None,
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    ranges.push(ParameterRange {
+                        parameter: ParameterRef::new(owner, name),
+                        lower: l,
+                        upper: h,
+                        unit: lu,
+                    });
+                }
+                _ => {
+                    ctx.error(
+                        &at,
+                        format!(
+                            "`[{}, {}]` is not a range: two numbers, the lower first, with the same unit",
+                            lo.to_text(),
+                            hi.to_text()
+                        ),
+                        Some("e.g. [\"0.75\", \"0.90\"] or [\"2 us\", \"6 us\"]".into()),
+                    );
+                    ok = false;
+                }
+            }
+        }
+    }
+    ok.then_some(ranges)
+}
+
+/// `"2.5 us"` as (2.5, "us"); `"0.8"` as (0.8, ""): a finite number, then the rest.
+pub(crate) fn split_number(text: &str) -> Option<(f64, String)> {
+    let t = text.trim();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(t.len());
+    let x: f64 = t[..end].parse().ok()?;
+    x.is_finite().then(|| (x, t[end..].trim().to_string()))
 }
 
 /// Reports the errors of resolving the spec's cost models (unknown plugins, rejected

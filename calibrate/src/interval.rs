@@ -1,0 +1,312 @@
+//! Error bars: the parameters' uncertainty carried to an answer by Monte Carlo. A draw is
+//! one bootstrap refit of the calibration (its factors, so the parameters' correlations
+//! are kept) with, for each range the spec declares (`[cost_model.uncertainty.*]`), a
+//! value drawn uniformly from it. Draws come from a fixed seed: the same spec and
+//! calibration give the same interval.
+//!
+//! An answer is a whole estimate, milliseconds each, so [`propagate`] does not recompute
+//! it under every draw: it linearises the answer's logarithm in the parameters' logarithms
+//! at the point estimate (one exact evaluation per parameter that varies), runs the many
+//! draws through that, and evaluates exactly the two draws at the 5th and 95th percentile
+//! of the linearised answer — the interval's ends are exact answers, and only which draws
+//! sit at the percentiles comes from the linearisation.
+
+use crate::fit::{SplitMix, quantile};
+use archplace_cost_port::{CostModelSource, CostModels, ParameterRef};
+use archplace_spec::Spec;
+use archplace_spec::calibration::{
+    Calibration, CalibrationError, configured, declared, with_values,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// How many draws an interval takes (through the linearised answer: they cost
+/// microseconds).
+pub const DRAWS: usize = 1000;
+/// The seed of the draws.
+pub const SEED: u64 = 0x5eed;
+
+/// The parameter values of `draws` draws for `spec` (whose models are `models`, with
+/// `calibration` applied if any): empty when there is nothing uncertain (no calibration
+/// draws, no declared ranges).
+pub fn draws(
+    spec: &Spec,
+    models: &CostModels,
+    calibration: Option<&Calibration>,
+    draws: usize,
+) -> Result<Vec<Vec<(ParameterRef, f64)>>, CalibrationError> {
+    let ranges = &spec.cost_model.uncertainty;
+    let cal_draws = calibration.map_or(&[][..], |c| c.draws.as_slice());
+    if ranges.is_empty() && cal_draws.is_empty() {
+        return Ok(Vec::new());
+    }
+    let info = models.latency.info();
+    let declared = declared(&info);
+    for r in ranges {
+        let Some((_, d)) = declared.iter().find(|(p, _)| *p == r.parameter) else {
+            return Err(CalibrationError::Parameter(format!(
+                "[cost_model.uncertainty] {}: `{}` {} declares no calibratable parameter `{}` (its ranges can be given for: {})",
+                r.parameter,
+                info.name,
+                info.version,
+                r.parameter.name,
+                declared
+                    .iter()
+                    .map(|(p, _)| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if r.unit != d.unit || r.lower < d.lower || r.upper > d.upper {
+            return Err(CalibrationError::Parameter(format!(
+                "[cost_model.uncertainty] {}: give the range in {} within [{}, {}] (got {} to {} {})",
+                r.parameter,
+                if d.unit.is_empty() {
+                    "plain numbers".to_string()
+                } else {
+                    format!("`{}`", d.unit)
+                },
+                d.lower,
+                d.upper,
+                r.lower,
+                r.upper,
+                r.unit
+            )));
+        }
+    }
+    let base = configured(spec, models.latency.as_ref());
+    let mut rng = SplitMix(SEED);
+    (0..draws)
+        .map(|k| {
+            // A calibration's draw, or its fitted factors when it kept no draws.
+            let mut values: BTreeMap<ParameterRef, f64> = match calibration {
+                Some(c) => {
+                    let fitted = c.factors();
+                    let factors = c.draws.get(k % c.draws.len().max(1)).unwrap_or(&fitted);
+                    c.values(&base, factors)?.into_iter().collect()
+                }
+                None => BTreeMap::new(),
+            };
+            for r in ranges {
+                values.insert(
+                    r.parameter.clone(),
+                    r.lower + rng.unit() * (r.upper - r.lower),
+                );
+            }
+            Ok(values.into_iter().collect())
+        })
+        .collect()
+}
+
+/// The units of every declared parameter of `models`' latency plugin and the cluster.
+pub fn units(models: &CostModels) -> BTreeMap<ParameterRef, String> {
+    declared(&models.latency.info())
+        .into_iter()
+        .map(|(p, c)| (p, c.unit))
+        .collect()
+}
+
+/// An interval of an answer: the 5th and 95th percentiles over the draws.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Interval {
+    pub lower: f64,
+    pub upper: f64,
+}
+
+impl Interval {
+    /// The 5th to 95th percentile of `values` (NaNs left out); `None` when empty.
+    pub fn of(values: &[f64]) -> Option<Interval> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Interval {
+            lower: quantile(&v, 0.05),
+            upper: quantile(&v, 0.95),
+        })
+    }
+}
+
+/// `answer` of `spec` under each draw: the spec with the draw's values, its cost models
+/// resolved afresh. A draw whose answer fails gives NaN (left out of the interval).
+pub fn under_draws<T>(
+    spec: &Spec,
+    models: &CostModels,
+    values: &[Vec<(ParameterRef, f64)>],
+    source: &dyn CostModelSource,
+    answer: impl Fn(&Spec, &CostModels) -> Option<T> + Sync,
+) -> Result<Vec<Option<T>>, CalibrationError>
+where
+    T: Send,
+{
+    let units = units(models);
+    let one = |v: &Vec<(ParameterRef, f64)>| -> Result<Option<T>, CalibrationError> {
+        let s = with_values(spec, v, &units)?;
+        let m = archplace_spec::reresolve_cost_models(
+            &s,
+            source,
+            models,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .map_err(|d| {
+            CalibrationError::Invalid(
+                d.iter()
+                    .map(|d| d.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        })?;
+        Ok(answer(&s, &m))
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    let chunk = values.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = values
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(one).collect::<Result<Vec<_>, _>>()))
+            .collect();
+        let mut out = Vec::with_capacity(values.len());
+        for h in handles {
+            let part = h
+                .join()
+                .map_err(|_| CalibrationError::Invalid("a draw's thread panicked".into()))??;
+            out.extend(part);
+        }
+        Ok(out)
+    })
+}
+
+/// A positive answer (a step's seconds) at a list of parameter values; `None` when it
+/// cannot be made.
+pub type Answer<'a> = dyn Fn(&[(ParameterRef, f64)]) -> Option<f64> + Sync + 'a;
+
+/// An interval of an answer, with what it cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Propagated {
+    pub interval: Interval,
+    /// Exact evaluations made.
+    pub evaluations: usize,
+    /// Draws run through the linearised answer.
+    pub draws: usize,
+}
+
+/// The 5th–95th percentile interval of a positive `answer` under `draws` (each a full
+/// list of parameter values), linearised at `center` (the point estimate's values of the
+/// same parameters), whose answer is `at_center` when the caller has it: `None` when
+/// there are no draws or an exact evaluation fails.
+pub fn propagate(
+    center: &[(ParameterRef, f64)],
+    at_center: Option<f64>,
+    draws: &[Vec<(ParameterRef, f64)>],
+    answer: &Answer<'_>,
+) -> Option<Propagated> {
+    if draws.is_empty() {
+        return None;
+    }
+    let value_of = |v: &[(ParameterRef, f64)], p: &ParameterRef| {
+        v.iter().find(|(q, _)| q == p).map(|(_, x)| *x)
+    };
+    // The parameters that vary over the draws (a calibration's inert ones do not).
+    let varying: Vec<(usize, f64)> = center
+        .iter()
+        .enumerate()
+        .filter(|(_, (p, c))| {
+            *c > 0.0
+                && draws
+                    .iter()
+                    .any(|d| value_of(d, p).is_some_and(|x| (x / c - 1.0).abs() > 1e-9))
+        })
+        .map(|(i, (_, c))| (i, *c))
+        .collect();
+    const H: f64 = 0.05;
+    let mut points: Vec<Vec<(ParameterRef, f64)>> = Vec::new();
+    if at_center.is_none() {
+        points.push(center.to_vec());
+    }
+    for &(i, c) in &varying {
+        let mut v = center.to_vec();
+        v[i].1 = c * H.exp();
+        points.push(v);
+    }
+    let mut exact = in_parallel(&points, answer);
+    if let Some(t) = at_center {
+        exact.insert(0, Some(t));
+    }
+    let t0 = exact.first().copied().flatten().filter(|t| *t > 0.0)?;
+    let slopes: Vec<f64> = varying
+        .iter()
+        .zip(&exact[1..])
+        .map(|(_, t)| t.map_or(0.0, |t| (t.max(1e-300) / t0).ln() / H))
+        .collect();
+    let linear: Vec<f64> = draws
+        .iter()
+        .map(|d| {
+            varying
+                .iter()
+                .zip(&slopes)
+                .map(|(&(i, c), s)| {
+                    let x = value_of(d, &center[i].0).unwrap_or(c);
+                    s * (x.max(1e-300) / c).ln()
+                })
+                .sum()
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..draws.len()).collect();
+    order.sort_by(|&a, &b| linear[a].total_cmp(&linear[b]));
+    let at = |q: f64| order[((q * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
+    let ends = [draws[at(0.05)].clone(), draws[at(0.95)].clone()];
+    let ends = in_parallel(&ends, answer);
+    let (a, b) = (ends[0]?, ends[1]?);
+    Some(Propagated {
+        interval: Interval {
+            lower: a.min(b),
+            upper: a.max(b),
+        },
+        evaluations: points.len() + 2,
+        draws: draws.len(),
+    })
+}
+
+/// `answer` at each of `points`, on up to four threads, in order.
+fn in_parallel(points: &[Vec<(ParameterRef, f64)>], answer: &Answer<'_>) -> Vec<Option<f64>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    let chunk = points.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = points
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(|p| answer(p)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// The answer of `spec` with the parameters at `values`: the spec with those values, its
+/// cost models configured again on `models`' components. `None` when it cannot be made.
+pub fn with_answer<'a, T>(
+    spec: &'a Spec,
+    models: &'a CostModels,
+    source: &'a dyn CostModelSource,
+    answer: impl Fn(&Spec, &CostModels) -> Option<T> + Sync + 'a,
+) -> impl Fn(&[(ParameterRef, f64)]) -> Option<T> + Sync + 'a {
+    let units = units(models);
+    move |values: &[(ParameterRef, f64)]| {
+        let s = with_values(spec, values, &units).ok()?;
+        let m = archplace_spec::reresolve_cost_models(
+            &s,
+            source,
+            models,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .ok()?;
+        answer(&s, &m)
+    }
+}

@@ -1,0 +1,162 @@
+//! `archplace calibrate MEASUREMENTS`: fits the cost model's calibratable parameters to
+//! measurements and writes a calibration file (docs/calibration.md).
+
+use super::{Exit, print_json};
+use anyhow::{Context, Result};
+use archplace_calibrate::CalibrationFile;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, clap::Args)]
+pub struct CalibrateArgs {
+    /// Measurements file (TOML; docs/calibration.md). Not needed with --schema.
+    #[arg(required_unless_present = "schema")]
+    pub measurements: Option<PathBuf>,
+    /// Where to write the calibration (default: next to the measurements, named after
+    /// them: `NAME.calibration.toml`).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the calibration's summary as JSON on stdout (errors per source, parameters).
+    #[arg(long)]
+    pub json: bool,
+    /// Print the JSON Schema of measurements files and exit.
+    #[arg(long)]
+    pub schema: bool,
+}
+
+pub fn run(args: &CalibrateArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
+    if args.schema {
+        let schema = schemars::schema_for!(archplace_calibrate::measurements::MeasurementsFile);
+        print_json(&schema)?;
+        return Ok(Exit::Success);
+    }
+    let path = args
+        .measurements
+        .as_deref()
+        .context("give a measurements file")?;
+    let mut options = plugins.options();
+    // Every evaluation opens sessions with new parameters: no memo to grow.
+    options.no_memo = true;
+    let host = archplace_plugin_host::Host::new(options).context("starting the plugin host")?;
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let progress = |line: &str| tracing::info!("{line}");
+    let started = std::time::Instant::now();
+    let file = archplace_calibrate::calibrate(path, &host, &date, &progress)?;
+    let out = args.output.clone().unwrap_or_else(|| default_output(path));
+    let text = file.to_toml().context("writing the calibration")?;
+    archplace_util::atomic::write(&out, text.as_bytes())
+        .with_context(|| format!("writing {}", out.display()))?;
+    errln!(
+        "calibrate: wrote {} ({:.1} s, {} evaluations)",
+        out.display(),
+        started.elapsed().as_secs_f64(),
+        file.fit.evaluations
+    );
+    if args.json {
+        print_json(&summary(&file, &out))?;
+    } else {
+        outln!("{}", render(&file))?;
+    }
+    Ok(Exit::Success)
+}
+
+/// `NAME.calibration.toml` next to `NAME.toml`.
+fn default_output(measurements: &Path) -> PathBuf {
+    let stem = measurements
+        .file_stem()
+        .map_or("measurements".into(), |s| s.to_string_lossy().into_owned());
+    measurements.with_file_name(format!("{stem}.calibration.toml"))
+}
+
+fn summary(f: &CalibrationFile, out: &Path) -> serde_json::Value {
+    serde_json::json!({
+        "calibration": out.display().to_string(),
+        "plugin": f.plugin,
+        "parameters": f.parameters,
+        "uncertainty": f.uncertainty,
+        "errors": f.errors,
+        "source": f.source,
+        "warnings": f.fit.warnings,
+    })
+}
+
+fn pct(e: &archplace_calibrate::report::Error) -> String {
+    if e.mean_percent.is_finite() {
+        format!("{:5.1}% ({:4.1}%)", e.mean_percent, e.max_percent)
+    } else {
+        "     —       ".into()
+    }
+}
+
+/// The parameters and the errors per source as tables.
+fn render(f: &CalibrationFile) -> String {
+    let mut s = format!(
+        "calibration of `{}` {} on {} measurements\n\nparameter                               factor   5–95%            values (before → after)\n",
+        f.plugin.name, f.plugin.version, f.errors.measurements
+    );
+    for (p, u) in f.parameters.iter().zip(&f.uncertainty) {
+        let values: Vec<String> = u
+            .values
+            .iter()
+            .map(|[a, b]| format!("{a:.4} → {b:.4}"))
+            .collect();
+        s.push_str(&format!(
+            "{:<38} {:7.4}  {:.3}–{:.3}    {}{}\n",
+            p.parameter.to_string(),
+            p.factor,
+            u.factor_interval[0],
+            u.factor_interval[1],
+            values.join(", "),
+            if u.unit.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", u.unit)
+            }
+        ));
+    }
+    s.push_str(
+        "\nmean (largest) absolute error               runs  uncalibrated    in-sample       leave-one-out   within source   other sources\n",
+    );
+    let row = |name: &str,
+               n: usize,
+               u,
+               i,
+               l,
+               w: Option<archplace_calibrate::report::Error>,
+               o: Option<archplace_calibrate::report::Error>| {
+        format!(
+            "{:<44} {:>3}  {}  {}  {}  {}  {}\n",
+            name.chars().take(44).collect::<String>(),
+            n,
+            pct(u),
+            pct(i),
+            pct(l),
+            w.as_ref().map_or("     —       ".into(), pct),
+            o.as_ref().map_or("     —       ".into(), pct)
+        )
+    };
+    for src in &f.source {
+        s.push_str(&row(
+            &src.name,
+            src.measurements,
+            &src.uncalibrated,
+            &src.in_sample,
+            &src.leave_one_out,
+            src.leave_one_out_within_source,
+            src.other_sources,
+        ));
+    }
+    let e = &f.errors;
+    s.push_str(&row(
+        "all",
+        e.measurements,
+        &e.uncalibrated,
+        &e.in_sample,
+        &e.leave_one_out,
+        e.leave_one_out_within_source,
+        e.other_sources,
+    ));
+    for w in &f.fit.warnings {
+        s.push_str(&format!("warning: {w}\n"));
+    }
+    s
+}
