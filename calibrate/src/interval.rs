@@ -129,57 +129,6 @@ impl Interval {
     }
 }
 
-/// `answer` of `spec` under each draw: the spec with the draw's values, its cost models
-/// resolved afresh. A draw whose answer fails gives NaN (left out of the interval).
-pub fn under_draws<T>(
-    spec: &Spec,
-    models: &CostModels,
-    values: &[Vec<(ParameterRef, f64)>],
-    source: &dyn CostModelSource,
-    answer: impl Fn(&Spec, &CostModels) -> Option<T> + Sync,
-) -> Result<Vec<Option<T>>, CalibrationError>
-where
-    T: Send,
-{
-    let units = units(models);
-    let one = |v: &Vec<(ParameterRef, f64)>| -> Result<Option<T>, CalibrationError> {
-        let s = with_values(spec, v, &units)?;
-        let m = archplace_spec::reresolve_cost_models(
-            &s,
-            source,
-            models,
-            Arc::new(AtomicBool::new(false)),
-        )
-        .map_err(|d| {
-            CalibrationError::Invalid(
-                d.iter()
-                    .map(|d| d.message.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
-        })?;
-        Ok(answer(&s, &m))
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4);
-    let chunk = values.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = values
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(one).collect::<Result<Vec<_>, _>>()))
-            .collect();
-        let mut out = Vec::with_capacity(values.len());
-        for h in handles {
-            let part = h
-                .join()
-                .map_err(|_| CalibrationError::Invalid("a draw's thread panicked".into()))??;
-            out.extend(part);
-        }
-        Ok(out)
-    })
-}
-
 /// A positive answer (a step's seconds) at a list of parameter values; `None` when it
 /// cannot be made.
 pub type Answer<'a> = dyn Fn(&[(ParameterRef, f64)]) -> Option<f64> + Sync + 'a;
@@ -232,7 +181,7 @@ pub fn propagate(
         v[i].1 = c * H.exp();
         points.push(v);
     }
-    let mut exact = in_parallel(&points, answer);
+    let mut exact = crate::parallel::map(&points, |p| answer(p));
     if let Some(t) = at_center {
         exact.insert(0, Some(t));
     }
@@ -259,7 +208,7 @@ pub fn propagate(
     order.sort_by(|&a, &b| linear[a].total_cmp(&linear[b]));
     let at = |q: f64| order[((q * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
     let ends = [draws[at(0.05)].clone(), draws[at(0.95)].clone()];
-    let ends = in_parallel(&ends, answer);
+    let ends = crate::parallel::map(&ends, |p| answer(p));
     let (a, b) = (ends[0]?, ends[1]?);
     Some(Propagated {
         interval: Interval {
@@ -268,24 +217,6 @@ pub fn propagate(
         },
         evaluations: points.len() + 2,
         draws: draws.len(),
-    })
-}
-
-/// `answer` at each of `points`, on up to four threads, in order.
-fn in_parallel(points: &[Vec<(ParameterRef, f64)>], answer: &Answer<'_>) -> Vec<Option<f64>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4);
-    let chunk = points.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = points
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(|p| answer(p)).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
     })
 }
 

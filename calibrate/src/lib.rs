@@ -9,7 +9,8 @@
 //! estimates and searches turn its uncertainty, or ranges a spec declares, into intervals
 //! ([`interval`]).
 //!
-//! In pipeline order the modules are: [`measurements`] (the file), [`problem`] (the exact
+//! In pipeline order the modules are: [`measurements`] (the file), [`parallel`] (independent
+//! evaluations at once), [`problem`] (the exact
 //! model of each measurement under factors), [`linear`] (its linearisation and robust
 //! minimisation), [`fit`] (the fit, cross-validation, bootstrap), [`report`] (the file
 //! written), [`interval`] (Monte Carlo over the uncertainty).
@@ -18,6 +19,7 @@ pub mod fit;
 pub mod interval;
 pub mod linear;
 pub mod measurements;
+pub mod parallel;
 pub mod problem;
 pub mod report;
 

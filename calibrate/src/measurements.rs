@@ -398,38 +398,12 @@ fn op_target(op: &RawOp, chip: &archplace_plugin_sdk::AcceleratorConfig) -> Resu
             )
         }
         (Some(dims), None, None) => {
-            let g = match dims.as_slice() {
-                [m, n, k] => Gemm {
-                    batch: 1,
-                    m: *m,
-                    n: *n,
-                    k: *k,
-                },
-                [b, m, n, k] => Gemm {
-                    batch: *b,
-                    m: *m,
-                    n: *n,
-                    k: *k,
-                },
-                _ => return Err("`gemm` is [m, n, k] or [batch, m, n, k]".into()),
-            };
-            if [g.batch, g.m, g.n, g.k]
-                .iter()
-                .any(|&d| d == 0 || d > 1 << 24)
-            {
-                return Err("every GEMM dimension must be 1 to 16,777,216".into());
-            }
+            let g = Gemm::from_dims(dims)
+                .ok_or("`gemm` is [m, n, k] or [batch, m, n, k], each dimension 1 to 16,777,216")?;
             let element = match op.element.as_deref() {
                 None => ElementType::Bf16,
-                Some(e) => ElementType::ALL
-                    .into_iter()
-                    .find(|t| t.name() == e.trim())
-                    .ok_or_else(|| {
-                        format!(
-                            "element `{e}`: use one of {}",
-                            ElementType::ALL.map(|e| e.name()).join(", ")
-                        )
-                    })?,
+                Some(e) => ElementType::named(e)
+                    .ok_or_else(|| format!("element `{e}`: use one of {}", ElementType::names()))?,
             };
             (OpKind::Gemm(g), true, element)
         }

@@ -214,36 +214,18 @@ impl<'a> Problem<'a> {
         observe(m, &spec, &models).map(|(s, _)| s).map_err(fail)
     }
 
-    /// Predictions of the measurements `which` (in that order), on two threads.
+    /// Predictions of the measurements `which` (in that order), several at once.
     pub fn predict_many(
         &self,
         which: &[usize],
         factors: &[f64],
     ) -> Result<Vec<f64>, CalibrateError> {
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, 4);
-        let chunk = which.len().div_ceil(threads).max(1);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = which
-                .chunks(chunk)
-                .map(|part| {
-                    s.spawn(move || {
-                        part.iter()
-                            .map(|&i| self.predict(i, factors))
-                            .collect::<Result<Vec<f64>, _>>()
-                    })
-                })
-                .collect();
-            let mut out = Vec::with_capacity(which.len());
-            for h in handles {
-                let part = h
-                    .join()
-                    .map_err(|_| CalibrateError::Fit("a prediction thread panicked".into()))??;
-                out.extend(part);
-            }
-            Ok(out)
-        })
+        crate::parallel::map(which, |&i| Some(self.predict(i, factors)))
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(CalibrateError::Fit("a prediction thread panicked".into())))
+            })
+            .collect()
     }
 
     /// Log ratios of predicted to measured for `which` at `factors`.

@@ -62,7 +62,8 @@ pub struct Error {
     pub max_percent: f64,
 }
 
-/// Errors over all measurements.
+/// Errors over a set of measurements (all, or one source's): each of the four ways of
+/// predicting them.
 #[derive(Debug, Clone, Serialize)]
 pub struct Errors {
     pub measurements: usize,
@@ -82,14 +83,8 @@ pub struct Errors {
 #[derive(Debug, Clone, Serialize)]
 pub struct SourceErrors {
     pub name: String,
-    pub measurements: usize,
-    pub uncalibrated: Error,
-    pub in_sample: Error,
-    pub leave_one_out: Error,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub leave_one_out_within_source: Option<Error>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub other_sources: Option<Error>,
+    #[serde(flatten)]
+    pub errors: Errors,
 }
 
 /// One measurement's predictions, as relative errors in percent (predicted over measured,
@@ -191,33 +186,24 @@ impl CalibrationFile {
         };
         let errors_of = |idx: &[usize]| {
             let pick = |v: &Vec<f64>| idx.iter().map(|&i| v[i]).collect::<Vec<f64>>();
-            (
-                error_of(pick(&fit.uncalibrated).into_iter()).unwrap_or(NONE),
-                error_of(pick(&fit.in_sample).into_iter()).unwrap_or(NONE),
-                error_of(pick(&fit.leave_one_out).into_iter()).unwrap_or(NONE),
-                error_of(pick(&fit.within_source).into_iter()),
-                error_of(pick(&fit.other_sources).into_iter()),
-            )
+            Errors {
+                measurements: idx.len(),
+                uncalibrated: error_of(pick(&fit.uncalibrated).into_iter()).unwrap_or(NONE),
+                in_sample: error_of(pick(&fit.in_sample).into_iter()).unwrap_or(NONE),
+                leave_one_out: error_of(pick(&fit.leave_one_out).into_iter()).unwrap_or(NONE),
+                leave_one_out_within_source: error_of(pick(&fit.within_source).into_iter()),
+                other_sources: error_of(pick(&fit.other_sources).into_iter()),
+            }
         };
         let all = rows(&|_| true);
-        let (u, i, l, w, o) = errors_of(&all);
         let mut names: Vec<&str> = ms.iter().map(|m| m.source.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         let source = names
             .iter()
-            .map(|name| {
-                let idx = rows(&|i| ms[i].source == *name);
-                let (u, i, l, w, o) = errors_of(&idx);
-                SourceErrors {
-                    name: name.to_string(),
-                    measurements: idx.len(),
-                    uncalibrated: u,
-                    in_sample: i,
-                    leave_one_out: l,
-                    leave_one_out_within_source: w,
-                    other_sources: o,
-                }
+            .map(|name| SourceErrors {
+                name: name.to_string(),
+                errors: errors_of(&rows(&|i| ms[i].source == *name)),
             })
             .collect();
         let measurement = ms
@@ -258,14 +244,7 @@ impl CalibrationFile {
                 seed: options.seed,
                 warnings: fit.warnings.clone(),
             },
-            errors: Errors {
-                measurements: ms.len(),
-                uncalibrated: u,
-                in_sample: i,
-                leave_one_out: l,
-                leave_one_out_within_source: w,
-                other_sources: o,
-            },
+            errors: errors_of(&all),
             source,
             measurement,
             provenance,

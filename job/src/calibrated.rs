@@ -132,24 +132,7 @@ pub fn step_interval(
     let Some(first) = draws.first() else {
         return Ok(None);
     };
-    // The point estimate's values: the calibration's fitted ones, else the spec's own.
-    let base = calibration::configured(spec, models.latency.as_ref());
-    let fitted: Vec<(ParameterRef, f64)> = match cal {
-        Some(c) => c.values(&base, &c.factors())?,
-        None => Vec::new(),
-    };
-    let center: Vec<(ParameterRef, f64)> = first
-        .iter()
-        .map(|(p, _)| {
-            let v = fitted
-                .iter()
-                .find(|(q, _)| q == p)
-                .map(|(_, v)| *v)
-                .or_else(|| base.get(p).copied())
-                .unwrap_or(1.0);
-            (p.clone(), v)
-        })
-        .collect();
+    let center = center_of(spec, models, cal, first)?;
     let seconds = interval::with_answer(spec, models, source, |s, m| {
         let input = s.step_input(scheduling).ok()?;
         estimate_step(&input, m.latency.as_ref())
@@ -317,7 +300,7 @@ pub fn search_uncertainty(
             v
         })
         .collect();
-    let per_parameter = in_threads(&moved, |v| evaluate(v, &all));
+    let per_parameter = archplace_calibrate::parallel::map(&moved, |v| evaluate(v, &all));
     let mut evaluations = moved.len() * top.len();
     // Each chip's log throughput under a draw, linearised at the search's own.
     let base: Vec<f64> = top
@@ -347,7 +330,7 @@ pub fn search_uncertainty(
             [(k, draws[at(0.05)].clone()), (k, draws[at(0.95)].clone())]
         })
         .collect();
-    let exact = in_threads(&ends, |(k, v)| evaluate(v, &[*k])[0]);
+    let exact = archplace_calibrate::parallel::map(&ends, |(k, v)| evaluate(v, &[*k])[0]);
     evaluations += ends.len();
     let chips: Vec<ChipOdds> = top
         .iter()
@@ -430,34 +413,6 @@ fn best_chips(
     });
     top.truncate(CHIPS);
     top
-}
-
-/// `f` of each of `items` on up to four threads, in order (a thread that panicked gives
-/// its items' defaults).
-fn in_threads<T: Sync, R: Send + Default + Clone>(
-    items: &[T],
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4);
-    let chunk = items.len().div_ceil(threads).max(1);
-    let f = &f;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| {
-                (
-                    part.len(),
-                    s.spawn(move || part.iter().map(f).collect::<Vec<R>>()),
-                )
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|(n, h)| h.join().unwrap_or_else(|_| vec![R::default(); n]))
-            .collect()
-    })
 }
 
 /// The search's uncertainty in a few lines: each best chip's throughput, interval and

@@ -763,27 +763,10 @@ pub fn parse_gemm(text: &str) -> Result<Gemm, GemmShapeError> {
         .collect();
     let bad = || GemmShapeError::Syntax(text.to_string());
     let parts = parts.map_err(|_| bad())?;
-    let g = match parts.as_slice() {
-        [m, n, k] => Gemm {
-            batch: 1,
-            m: *m,
-            n: *n,
-            k: *k,
-        },
-        [b, m, n, k] => Gemm {
-            batch: *b,
-            m: *m,
-            n: *n,
-            k: *k,
-        },
-        _ => return Err(bad()),
-    };
-    if [g.batch, g.m, g.n, g.k]
-        .iter()
-        .any(|&d| d == 0 || d > 1 << 24)
-    {
-        return Err(GemmShapeError::OutOfRange(text.to_string()));
+    if !matches!(parts.len(), 3 | 4) {
+        return Err(bad());
     }
+    let g = Gemm::from_dims(&parts).ok_or_else(|| GemmShapeError::OutOfRange(text.to_string()))?;
     Ok(g)
 }
 

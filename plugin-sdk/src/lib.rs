@@ -199,6 +199,20 @@ pub struct Gemm {
 }
 
 impl Gemm {
+    /// The GEMM of `[m, n, k]` or `[batch, m, n, k]`, each from 1 to 2²⁴ (what a user may
+    /// ask of `estimate op` or a measurements file); `None` otherwise.
+    pub fn from_dims(dims: &[u64]) -> Option<Gemm> {
+        let g = match *dims {
+            [m, n, k] => Gemm { batch: 1, m, n, k },
+            [batch, m, n, k] => Gemm { batch, m, n, k },
+            _ => return None,
+        };
+        [g.batch, g.m, g.n, g.k]
+            .iter()
+            .all(|&d| (1..=1 << 24).contains(&d))
+            .then_some(g)
+    }
+
     /// Multiply-accumulates (saturating: a shape too large for `u64` counts as the most).
     pub fn macs(&self) -> u64 {
         self.batch
@@ -286,6 +300,19 @@ impl ElementType {
     /// What a model of interface 1.0 or 1.1 multiplies: it cannot be told a type, so it
     /// prices what it assumes, 16- or 32-bit.
     pub const UNTYPED: [ElementType; 3] = [ElementType::Fp32, ElementType::Bf16, ElementType::Fp16];
+
+    /// The type [`ElementType::name`] names (`"bf16"`, `"fp8"`, …), spaces around it
+    /// ignored.
+    pub fn named(name: &str) -> Option<ElementType> {
+        ElementType::ALL
+            .into_iter()
+            .find(|e| e.name() == name.trim())
+    }
+
+    /// Every type's name, for messages: `fp32, bf16, …`.
+    pub fn names() -> String {
+        ElementType::ALL.map(|e| e.name()).join(", ")
+    }
 
     pub fn name(self) -> &'static str {
         match self {

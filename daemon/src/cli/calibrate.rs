@@ -4,6 +4,7 @@
 use super::{Exit, print_json};
 use anyhow::{Context, Result};
 use archplace_calibrate::CalibrationFile;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -38,7 +39,11 @@ pub fn run(args: &CalibrateArgs, plugins: &super::plugin::PluginArgs) -> Result<
     options.no_memo = true;
     let host = archplace_plugin_host::Host::new(options).context("starting the plugin host")?;
     let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let progress = |line: &str| tracing::info!("{line}");
+    // Progress is for the person waiting: on stderr, whatever the log level (a write
+    // error is not worth stopping the fit for).
+    let progress = |line: &str| {
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    };
     let started = std::time::Instant::now();
     let file = archplace_calibrate::calibrate(path, &host, &date, &progress)?;
     let out = args.output.clone().unwrap_or_else(|| default_output(path));
@@ -134,27 +139,22 @@ fn render(f: &CalibrationFile) -> String {
             o.as_ref().map_or("     —       ".into(), pct)
         )
     };
-    for src in &f.source {
+    for (name, e) in f
+        .source
+        .iter()
+        .map(|s| (s.name.as_str(), &s.errors))
+        .chain([("all", &f.errors)])
+    {
         s.push_str(&row(
-            &src.name,
-            src.measurements,
-            &src.uncalibrated,
-            &src.in_sample,
-            &src.leave_one_out,
-            src.leave_one_out_within_source,
-            src.other_sources,
+            name,
+            e.measurements,
+            &e.uncalibrated,
+            &e.in_sample,
+            &e.leave_one_out,
+            e.leave_one_out_within_source,
+            e.other_sources,
         ));
     }
-    let e = &f.errors;
-    s.push_str(&row(
-        "all",
-        e.measurements,
-        &e.uncalibrated,
-        &e.in_sample,
-        &e.leave_one_out,
-        e.leave_one_out_within_source,
-        e.other_sources,
-    ));
     for w in &f.fit.warnings {
         s.push_str(&format!("warning: {w}\n"));
     }

@@ -165,16 +165,13 @@ fn run_op(args: &OpArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> {
         .ok_or(archplace_spec::EstimateSpecError::NoPlan)?;
     let request = match (&args.gemm, &args.vector) {
         (Some(g), _) => {
-            let element = ElementType::ALL
-                .into_iter()
-                .find(|e| e.name() == args.element.trim())
-                .ok_or_else(|| {
-                    anyhow!(
-                        "--element `{}`: use one of {}",
-                        args.element,
-                        ElementType::ALL.map(|e| e.name()).join(", ")
-                    )
-                })?;
+            let element = ElementType::named(&args.element).ok_or_else(|| {
+                anyhow!(
+                    "--element `{}`: use one of {}",
+                    args.element,
+                    ElementType::names()
+                )
+            })?;
             OpRequest::Gemm(estimate::parse_gemm(g)?, element)
         }
         (None, Some(kind)) => {
