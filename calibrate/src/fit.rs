@@ -399,7 +399,8 @@ fn identifiability(
             }
         }
         let (lo, hi) = bounds[j];
-        if lo < hi && ((x[j] - lo).abs() < 1e-6 || (x[j] - hi).abs() < 1e-6) {
+        // Within 0.1% of a bound counts as held there.
+        if lo < hi && ((x[j] - lo).abs() < 1e-3 || (x[j] - hi).abs() < 1e-3) {
             out.push(format!(
                 "{name}: held at a bound of its physical range; the measurements ask for more than the parameter can explain"
             ));

@@ -179,3 +179,44 @@ fn a_calibration_for_another_plugin_or_version_is_refused() {
         "{before:?} → {after:?}"
     );
 }
+
+/// A measurements file with problems is refused with every one of them: an unknown key
+/// (located, with its line), and, once it reads, each measurement's own problem named
+/// with its number and source.
+#[test]
+fn a_bad_measurements_file_is_refused_with_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spec.toml"), spec_text(&[])).unwrap();
+    let path = dir.path().join("m.toml");
+    std::fs::write(
+        &path,
+        "schema_version = 1\n[[measurement]]\nsource = \"a\"\nspec = \"spec.toml\"\nmetric = \"step_seconds\"\nvalu = 3.0\n",
+    )
+    .unwrap();
+    let e = measurements::load(&path)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("m.toml:6") && e.contains("valu"), "{e}");
+    std::fs::write(
+        &path,
+        "schema_version = 1\n\
+         [[measurement]]\nsource = \"a\"\nspec = \"spec.toml\"\nmetric = \"tflops_per_device\"\nvalue = 150\n\
+         [[measurement]]\nsource = \"b\"\nspec = \"nonesuch.toml\"\nmetric = \"step_seconds\"\nvalue = 1\n\
+         [[measurement]]\nsource = \"c\"\nspec = \"spec.toml\"\nmetric = \"step_seconds\"\nvalue = -1\n\
+         [[measurement]]\nsource = \"d\"\nspec = \"spec.toml\"\nmetric = \"op_seconds\"\nvalue = 1e-3\n[measurement.op]\ngemm = [0, 8, 8]\n",
+    )
+    .unwrap();
+    let e = measurements::load(&path)
+        .err()
+        .expect("refused")
+        .to_string();
+    for says in [
+        "measurement 1 (a): metric tflops_per_device needs `flop_convention`",
+        "measurement 2 (b): cannot read",
+        "measurement 3 (c): value -1 is not a positive number",
+        "measurement 4 (d): `gemm` is [m, n, k] or [batch, m, n, k]",
+    ] {
+        assert!(e.contains(says), "{says}\n{e}");
+    }
+}

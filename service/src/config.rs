@@ -391,6 +391,17 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/archplace.toml");
         let c = DaemonConfig::load(&path).unwrap();
         assert!(c.spec_dir.starts_with(path.parent().unwrap()));
+        // The calibrations folder too; it is reloaded with SIGHUP.
+        let c = DaemonConfig::parse(
+            "calibrations_dir = \"calibrations\"\n",
+            Path::new("/etc/archplace/d.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.calibrations_dir.as_deref(),
+            Some(Path::new("/etc/archplace/calibrations"))
+        );
+        assert!(c.split().1.calibrations_dir.is_some());
     }
 
     /// `[pool]`: every limit refused where it is written, paths anchored to the file.
