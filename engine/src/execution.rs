@@ -47,7 +47,11 @@ impl OperatorExecution {
 pub struct Execution {
     pub operators: OperatorExecution,
     /// Tensor-parallel collectives overlap independent computation (off by default: the
-    /// collective runs alone, as Megatron-LM runs it without its overlap options).
+    /// collective runs alone, as Megatron-LM runs it without its overlap options). With
+    /// sequential operators this is Transformer Engine's overlap (Megatron-LM's
+    /// `--tp-comm-overlap`): besides overlapping what the graph lets them, sequence
+    /// parallelism's all-gathers and reduce-scatters are pipelined with the GEMM they feed
+    /// or drain (`crate::operators::pipelined_exposure`).
     pub tensor_parallel_overlap: bool,
 }
 

@@ -776,7 +776,6 @@ pub fn graph_timing(
     let (mut memory, mut core_memory, mut memory_known) = (0.0, 0.0, false);
     let mut work = [0.0; Work::COUNT];
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
-        work[node.work() as usize] += task.parallel;
         let all = match node.core {
             crate::model::Core::Vector => c.vector_core(c.vector_cores),
             crate::model::Core::Link => c.vector_core(1),
@@ -785,8 +784,16 @@ pub fn graph_timing(
         let answer = cost(&all, &node.op)?;
         let j = answer.joules;
         joules += j;
+        // A collective's whole time, also when the instance keeps only what pipelining
+        // with its GEMM leaves exposed (`crate::operators::pipelined_exposure`).
+        let seconds = if task.resource == Resource::Link {
+            answer.seconds
+        } else {
+            task.parallel
+        };
+        work[node.work() as usize] += seconds;
         if task.resource == Resource::Link {
-            link += task.parallel;
+            link += seconds;
         } else if task.resource.is_core() {
             memory_known |= answer.memory_seconds.is_some();
             memory += task.memory;

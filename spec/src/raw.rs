@@ -483,7 +483,9 @@ pub struct RawTraining {
     /// time on all the cores of its type, as Megatron-LM runs kernels on a GPU).
     pub operator_execution: Option<archplace_engine::execution::OperatorExecution>,
     /// Tensor-parallel collectives overlap independent computation (default false: each
-    /// runs alone).
+    /// runs alone); with sequential operators and sequence parallelism, each all-gather
+    /// and reduce-scatter is also pipelined with its GEMM (Transformer Engine's
+    /// `tp_comm_overlap`).
     pub tensor_parallel_overlap: Option<bool>,
 }
 

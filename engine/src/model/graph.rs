@@ -38,6 +38,12 @@ pub struct OpNode {
     pub name: String,
     pub core: Core,
     pub op: Op,
+    /// A sequence-parallel all-gather or reduce-scatter: the collective that feeds a GEMM
+    /// its input or takes its output, which Transformer Engine's tensor-parallel overlap
+    /// (`tp_comm_overlap`) cuts into chunks pipelined with that GEMM
+    /// ([`crate::operators::pipelined_exposure`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pipelined: bool,
 }
 
 impl OpNode {
@@ -243,6 +249,14 @@ pub struct FwdOp {
     /// The element type of its data when not the layer's ([`LayerBuilder::element`]): a
     /// quantised GEMM's, in both passes.
     pub element: Option<ElementType>,
+}
+
+impl FwdOp {
+    /// Sequence parallelism's all-gather and reduce-scatter (one each way), as opposed to
+    /// an all-reduce or the extra all-gather for the weight gradient.
+    fn is_sequence_parallel_collective(&self) -> bool {
+        matches!(self.kind, FwdKind::AllReduceBoth { .. })
+    }
 }
 
 /// The unfused forward graph of a layer, written operator by operator.
@@ -473,6 +487,7 @@ impl LayerBuilder {
             };
             let element = op.element.unwrap_or(self.element);
             let id = g.add(&op.name, core, kind, Direction::Forward, element);
+            g.nodes[id].pipelined = op.is_sequence_parallel_collective();
             for input in &op.inputs {
                 match *input {
                     Input::Op(p) => g.edge(p, id),
@@ -514,6 +529,9 @@ impl LayerBuilder {
             let external = usize::from(consumers[i].is_empty());
             let element = op.element.unwrap_or(self.element);
             let (made, grads) = backward_nodes(&mut g, op, element);
+            for &m in &made {
+                g.nodes[m].pipelined = op.is_sequence_parallel_collective();
+            }
             grad_of[i] = grads;
             for &m in &made {
                 for &src in &incoming {
@@ -692,6 +710,8 @@ struct RawNode {
     /// Operands that come from outside the layer.
     external: usize,
     alive: bool,
+    /// See [`OpNode::pipelined`].
+    pipelined: bool,
 }
 
 /// A graph under construction; `None` ops are identities to be contracted.
@@ -722,6 +742,7 @@ impl RawGraph {
             }),
             external: 0,
             alive: true,
+            pipelined: false,
         });
         self.succ.push(Vec::new());
         self.pred.push(Vec::new());
@@ -873,6 +894,7 @@ impl RawGraph {
                     name: n.name.clone(),
                     core: n.core?,
                     op: n.op.clone()?,
+                    pipelined: n.pipelined,
                 })
             })
             .collect();

@@ -6,6 +6,7 @@ use super::estimate::estimate;
 use crate::execution::Execution;
 use crate::model::{Core, OpGraph};
 use crate::schedule::{Instance, Resource, Task};
+use archplace_plugin_sdk::OpKind;
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
 };
@@ -75,6 +76,9 @@ pub fn instance_with(
             memory,
         });
     }
+    if execution.all_cores_only() && execution.tensor_parallel_overlap {
+        pipeline_collectives(graph, &mut tasks);
+    }
     Ok(super::restrict(
         Instance {
             tensor_cores: config.tensor_cores,
@@ -96,4 +100,54 @@ pub fn instance(
     instance_with(graph, config, execution, |core, op| {
         Ok(estimate(model, core, std::slice::from_ref(op))?[0])
     })
+}
+
+/// The time a collective of `collective` seconds adds to the GEMM it is pipelined with
+/// (`gemm` seconds), both cut into `chunks`: the all-gather's ring exchanges feed the
+/// GEMM chunk by chunk, the reduce-scatter's take its output chunk by chunk, so one
+/// chunk of the collective is exposed while the GEMM is the longer (`collective / k`),
+/// and all but `k − 1` chunks of the GEMM while the collective is
+/// (`collective − gemm·(k − 1)/k`): `k` steps of `max(c, g)/k` plus one chunk of the
+/// other. NVIDIA's description of the overlap: NeMo's "Communication Overlap" page
+/// (tensor-parallel section), Transformer Engine's `comm_gemm_overlap`.
+pub fn pipelined_exposure(collective: f64, gemm: f64, chunks: u32) -> f64 {
+    let k = f64::from(chunks.max(1));
+    (collective / k).max(collective - gemm * (k - 1.0) / k)
+}
+
+/// With sequential operators and tensor-parallel overlap (Transformer Engine's
+/// `tp_comm_overlap`, which Megatron-LM allows only with sequence parallelism): each
+/// sequence-parallel collective ([`crate::model::OpNode::pipelined`]) is pipelined with
+/// the GEMM it feeds (an all-gather) or else the GEMM it drains (a reduce-scatter), in
+/// as many chunks as the group has ranks, so its task keeps only what
+/// [`pipelined_exposure`] leaves exposed. The collectives with no such dependency (the
+/// backward pass's extra all-gather for the weight gradient, the input gradient's
+/// reduce-scatter under the weight-gradient GEMM) overlap as the graph lets them: NVIDIA's
+/// "bulk" overlap.
+fn pipeline_collectives(graph: &OpGraph, tasks: &mut [Task]) {
+    let longest = |ends: &mut dyn Iterator<Item = usize>, tasks: &[Task]| {
+        ends.filter(|&j| matches!(graph.nodes[j].op.kind, OpKind::Gemm(_)))
+            .map(|j| tasks[j].parallel)
+            .fold(None, |best: Option<f64>, d| {
+                Some(best.map_or(d, |b| b.max(d)))
+            })
+    };
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let OpKind::AllReduce { group, .. } = node.op.kind else {
+            continue;
+        };
+        if !node.pipelined {
+            continue;
+        }
+        let mut consumers = graph.edges.iter().filter(|e| e.0 == i).map(|e| e.1);
+        let mut producers = graph.edges.iter().filter(|e| e.1 == i).map(|e| e.0);
+        let Some(gemm) = longest(&mut consumers, tasks).or_else(|| longest(&mut producers, tasks))
+        else {
+            continue;
+        };
+        let t = &mut tasks[i];
+        let exposed = pipelined_exposure(t.parallel, gemm, group);
+        t.single = exposed;
+        t.parallel = exposed;
+    }
 }

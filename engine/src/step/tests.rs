@@ -1314,3 +1314,91 @@ fn fp8_parameters_drop_the_bf16_copy_and_gather_one_byte() {
     pl.precision = Precision::Bf16Mixed;
     assert_eq!(gathered_weight_bytes(&pl, &g), 2.0);
 }
+
+/// With sequential operators and tensor-parallel overlap, each sequence-parallel
+/// all-gather or reduce-scatter keeps only what pipelining with its GEMM leaves exposed
+/// (`pipelined_exposure`, in `t` chunks), in both passes; the backward pass's extra
+/// all-gather and every compute task keep their durations; without sequence parallelism
+/// (all-reduces) or without the overlap nothing changes. The step reports the
+/// collectives' whole time as traffic and less exposed.
+#[test]
+fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
+    use crate::execution::{Execution, OperatorExecution};
+    use crate::model::Core;
+    use crate::operators::{instance, pipelined_exposure};
+    let (alone, overlapped) = (
+        Execution {
+            operators: OperatorExecution::Sequential,
+            tensor_parallel_overlap: false,
+        },
+        Execution {
+            operators: OperatorExecution::Sequential,
+            tensor_parallel_overlap: true,
+        },
+    );
+    let model = ReferenceModel::default();
+    for sp in [true, false] {
+        let mut pl = plan(8, 1, 1);
+        pl.sequence_parallel = sp;
+        pl.recomputation = Recomputation::None;
+        let input = gpt3(pl.clone(), 80);
+        let g = graph(&input);
+        let mut shortened = 0;
+        for layer in [&g.block.forward, &g.block.backward] {
+            let a = instance(layer, &REFERENCE_CONFIG, alone, &model).unwrap();
+            let b = instance(layer, &REFERENCE_CONFIG, overlapped, &model).unwrap();
+            for (i, node) in layer.nodes.iter().enumerate() {
+                let (full, now) = (a.tasks[i].parallel, b.tasks[i].parallel);
+                if node.core != Core::Link || !node.pipelined {
+                    assert_eq!(full, now, "{}", node.name);
+                    continue;
+                }
+                assert!(sp, "{} pipelined without sequence parallelism", node.name);
+                let next = |i: usize| layer.edges.iter().filter(move |e| e.0 == i).map(|e| e.1);
+                let prev = |i: usize| layer.edges.iter().filter(move |e| e.1 == i).map(|e| e.0);
+                let gemm = |ends: Vec<usize>| {
+                    ends.into_iter()
+                        .filter(|&j| matches!(layer.nodes[j].op.kind, OpKind::Gemm(_)))
+                        .map(|j| a.tasks[j].parallel)
+                        .reduce(f64::max)
+                };
+                let partner = gemm(next(i).collect()).or_else(|| gemm(prev(i).collect()));
+                let Some(partner) = partner else {
+                    let around: Vec<_> = next(i)
+                        .chain(prev(i))
+                        .map(|j| &layer.nodes[j].name)
+                        .collect();
+                    panic!("{} has no GEMM beside it: {around:?}", node.name);
+                };
+                let want = pipelined_exposure(full, partner, 8);
+                assert!(rel(now, want) < 1e-12, "{}: {now} vs {want}", node.name);
+                assert!(now < full);
+                shortened += 1;
+            }
+        }
+        // Two all-gathers and two reduce-scatters forward, their gradients backward.
+        assert_eq!(shortened, if sp { 8 } else { 0 });
+        let step = |execution| {
+            let mut input = gpt3(pl.clone(), 4096);
+            input.execution = execution;
+            estimate_step(&input, &model).unwrap()
+        };
+        let (a, b) = (step(alone), step(overlapped));
+        let traffic = |r: &StepReport| r.operator_seconds.tensor_parallel;
+        assert!(rel(traffic(&a), traffic(&b)) < 1e-12);
+        assert!(rel(a.time.tensor_parallel_communication_seconds, traffic(&a)) < 1e-12);
+        assert!(b.time.tensor_parallel_communication_seconds < traffic(&b));
+    }
+}
+
+/// The pipelined exposure: one chunk of the collective behind a longer GEMM, the
+/// collective less all but one chunk of a shorter GEMM, the whole collective in one chunk.
+#[test]
+fn pipelined_exposure_closed_form() {
+    use crate::operators::pipelined_exposure;
+    assert_eq!(pipelined_exposure(4.0, 8.0, 4), 1.0);
+    assert_eq!(pipelined_exposure(8.0, 4.0, 4), 5.0);
+    assert_eq!(pipelined_exposure(8.0, 4.0, 1), 8.0);
+    assert_eq!(pipelined_exposure(8.0, 4.0, 0), 8.0);
+    assert_eq!(pipelined_exposure(0.0, 4.0, 8), 0.0);
+}
