@@ -143,6 +143,87 @@ pub struct Propagated {
     pub draws: usize,
 }
 
+/// How far (in log) each varying parameter is moved to measure an answer's slope.
+pub const STEP: f64 = 0.05;
+
+/// The value `values` gives parameter `p`.
+fn value_of(values: &[(ParameterRef, f64)], p: &ParameterRef) -> Option<f64> {
+    values.iter().find(|(q, _)| q == p).map(|(_, x)| *x)
+}
+
+/// The positions in `center` of the parameters that vary over `draws` (a calibration's
+/// inert ones do not; a parameter at 0 cannot be moved in log).
+pub fn varying(center: &[(ParameterRef, f64)], draws: &[Vec<(ParameterRef, f64)>]) -> Vec<usize> {
+    (0..center.len())
+        .filter(|&i| {
+            let (p, c) = &center[i];
+            *c > 0.0
+                && draws
+                    .iter()
+                    .any(|d| value_of(d, p).is_some_and(|x| (x / c - 1.0).abs() > 1e-9))
+        })
+        .collect()
+}
+
+/// `center` with each of the `varying` parameters in turn moved by [`STEP`]: where an
+/// answer is evaluated to linearise it.
+pub fn moved(center: &[(ParameterRef, f64)], varying: &[usize]) -> Vec<Vec<(ParameterRef, f64)>> {
+    varying
+        .iter()
+        .map(|&i| {
+            let mut v = center.to_vec();
+            v[i].1 *= STEP.exp();
+            v
+        })
+        .collect()
+}
+
+/// The logarithm of a positive answer linearised in the logarithms of the parameters that
+/// vary, at the point estimate: what many draws run through instead of the whole model.
+#[derive(Debug, Clone)]
+pub struct Linearised {
+    /// Each varying parameter with its point-estimate value.
+    at: Vec<(ParameterRef, f64)>,
+    slopes: Vec<f64>,
+    log_center: f64,
+}
+
+impl Linearised {
+    /// The answer `at_center` at `center`, and `at_moved` at each of [`moved`]'s points
+    /// (in order; a failed one counts as no slope).
+    pub fn new(
+        center: &[(ParameterRef, f64)],
+        varying: &[usize],
+        at_center: f64,
+        at_moved: &[Option<f64>],
+    ) -> Linearised {
+        Linearised {
+            at: varying.iter().map(|&i| center[i].clone()).collect(),
+            slopes: at_moved
+                .iter()
+                .map(|t| t.map_or(0.0, |t| (t.max(1e-300) / at_center).ln() / STEP))
+                .collect(),
+            log_center: at_center.ln(),
+        }
+    }
+
+    /// The linearised log answer at `draw`.
+    pub fn log_at(&self, draw: &[(ParameterRef, f64)]) -> f64 {
+        self.log_center
+            + self
+                .at
+                .iter()
+                .zip(&self.slopes)
+                .map(|((p, c), s)| s * (value_of(draw, p).unwrap_or(*c).max(1e-300) / c).ln())
+                .sum::<f64>()
+    }
+}
+
+/// The position of the `q` quantile in a sorted list of `n` entries (nearest rank).
+pub fn quantile_position(n: usize, q: f64) -> usize {
+    ((q * n.saturating_sub(1) as f64).round() as usize).min(n.saturating_sub(1))
+}
+
 /// The 5th–95th percentile interval of a positive `answer` under `draws` (each a full
 /// list of parameter values), linearised at `center` (the point estimate's values of the
 /// same parameters), whose answer is `at_center` when the caller has it: `None` when
@@ -156,57 +237,21 @@ pub fn propagate(
     if draws.is_empty() {
         return None;
     }
-    let value_of = |v: &[(ParameterRef, f64)], p: &ParameterRef| {
-        v.iter().find(|(q, _)| q == p).map(|(_, x)| *x)
-    };
-    // The parameters that vary over the draws (a calibration's inert ones do not).
-    let varying: Vec<(usize, f64)> = center
-        .iter()
-        .enumerate()
-        .filter(|(_, (p, c))| {
-            *c > 0.0
-                && draws
-                    .iter()
-                    .any(|d| value_of(d, p).is_some_and(|x| (x / c - 1.0).abs() > 1e-9))
-        })
-        .map(|(i, (_, c))| (i, *c))
-        .collect();
-    const H: f64 = 0.05;
-    let mut points: Vec<Vec<(ParameterRef, f64)>> = Vec::new();
+    let varying = varying(center, draws);
+    let mut points = moved(center, &varying);
     if at_center.is_none() {
-        points.push(center.to_vec());
-    }
-    for &(i, c) in &varying {
-        let mut v = center.to_vec();
-        v[i].1 = c * H.exp();
-        points.push(v);
+        points.insert(0, center.to_vec());
     }
     let mut exact = crate::parallel::map(&points, |p| answer(p));
     if let Some(t) = at_center {
         exact.insert(0, Some(t));
     }
     let t0 = exact.first().copied().flatten().filter(|t| *t > 0.0)?;
-    let slopes: Vec<f64> = varying
-        .iter()
-        .zip(&exact[1..])
-        .map(|(_, t)| t.map_or(0.0, |t| (t.max(1e-300) / t0).ln() / H))
-        .collect();
-    let linear: Vec<f64> = draws
-        .iter()
-        .map(|d| {
-            varying
-                .iter()
-                .zip(&slopes)
-                .map(|(&(i, c), s)| {
-                    let x = value_of(d, &center[i].0).unwrap_or(c);
-                    s * (x.max(1e-300) / c).ln()
-                })
-                .sum()
-        })
-        .collect();
+    let linear = Linearised::new(center, &varying, t0, &exact[1..]);
+    let logs: Vec<f64> = draws.iter().map(|d| linear.log_at(d)).collect();
     let mut order: Vec<usize> = (0..draws.len()).collect();
-    order.sort_by(|&a, &b| linear[a].total_cmp(&linear[b]));
-    let at = |q: f64| order[((q * (draws.len() - 1) as f64).round() as usize).min(draws.len() - 1)];
+    order.sort_by(|&a, &b| logs[a].total_cmp(&logs[b]));
+    let at = |q: f64| order[quantile_position(draws.len(), q)];
     let ends = [draws[at(0.05)].clone(), draws[at(0.95)].clone()];
     let ends = crate::parallel::map(&ends, |p| answer(p));
     let (a, b) = (ends[0]?, ends[1]?);

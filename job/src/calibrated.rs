@@ -144,13 +144,6 @@ pub fn step_interval(
     };
     // Tokens per step do not depend on the parameters: throughput is inverse to time.
     let tokens_per_device = point.tokens_per_second_per_device * point.step_seconds;
-    let mut from = Vec::new();
-    if cal.is_some_and(|c| !c.draws.is_empty()) {
-        from.push("calibration");
-    }
-    if !spec.cost_model.uncertainty.is_empty() {
-        from.push("ranges");
-    }
     Ok(Some(StepInterval {
         step_seconds: p.interval,
         tokens_per_second_per_device: Interval {
@@ -160,8 +153,20 @@ pub fn step_interval(
         draws: p.draws,
         evaluations: p.evaluations,
         level: 0.9,
-        from,
+        from: uncertain_from(spec, cal),
     }))
+}
+
+/// Where a spec's uncertainty comes from: its calibration's draws, its declared ranges.
+fn uncertain_from(spec: &Spec, cal: Option<&Calibration>) -> Vec<&'static str> {
+    let mut from = Vec::new();
+    if cal.is_some_and(|c| !c.draws.is_empty()) {
+        from.push("calibration");
+    }
+    if !spec.cost_model.uncertainty.is_empty() {
+        from.push("ranges");
+    }
+    from
 }
 
 /// The point estimate's values of the parameters that `first` (a draw) names: the
@@ -279,54 +284,29 @@ pub fn search_uncertainty(
             .collect()
     };
     let all: Vec<usize> = (0..top.len()).collect();
-    let value_of = |v: &[(ParameterRef, f64)], p: &ParameterRef| {
-        v.iter().find(|(q, _)| q == p).map(|(_, x)| *x)
-    };
-    let varying: Vec<usize> = (0..center.len())
-        .filter(|&i| {
-            let (p, c) = &center[i];
-            *c > 0.0
-                && draws
-                    .iter()
-                    .any(|d| value_of(d, p).is_some_and(|x| (x / c - 1.0).abs() > 1e-9))
-        })
-        .collect();
-    const H: f64 = 0.05;
-    let moved: Vec<Vec<(ParameterRef, f64)>> = varying
-        .iter()
-        .map(|&i| {
-            let mut v = center.clone();
-            v[i].1 *= H.exp();
-            v
-        })
-        .collect();
+    let varying = interval::varying(&center, &draws);
+    let moved = interval::moved(&center, &varying);
     let per_parameter = archplace_calibrate::parallel::map(&moved, |v| evaluate(v, &all));
     let mut evaluations = moved.len() * top.len();
-    // Each chip's log throughput under a draw, linearised at the search's own.
+    // Each chip's log throughput, linearised at the search's own.
     let base: Vec<f64> = top
         .iter()
         .map(|e| e.mean_throughput_samples_per_second.unwrap_or(0.0))
         .collect();
-    let linear = |d: &[(ParameterRef, f64)], k: usize| -> f64 {
-        base[k].ln()
-            + varying
-                .iter()
-                .zip(&per_parameter)
-                .map(|(&i, thr)| {
-                    let slope = thr[k].map_or(0.0, |t| (t / base[k]).ln() / H);
-                    let x = value_of(d, &center[i].0).unwrap_or(center[i].1);
-                    slope * (x / center[i].1).ln()
-                })
-                .sum::<f64>()
-    };
-    let (wins, mut per_chip) = tally(draws.len(), top.len(), |n, k| linear(&draws[n], k));
+    let linear: Vec<interval::Linearised> = (0..top.len())
+        .map(|k| {
+            let at_moved: Vec<Option<f64>> = per_parameter.iter().map(|thr| thr[k]).collect();
+            interval::Linearised::new(&center, &varying, base[k], &at_moved)
+        })
+        .collect();
+    let (wins, mut per_chip) = tally(draws.len(), top.len(), |n, k| linear[k].log_at(&draws[n]));
     // Each chip's interval: the draws at its 5th and 95th percentile, evaluated exactly.
     let ends: Vec<(usize, Vec<(ParameterRef, f64)>)> = per_chip
         .iter_mut()
         .enumerate()
         .flat_map(|(k, v)| {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)].1;
+            let at = |q: f64| v[interval::quantile_position(v.len(), q)].1;
             [(k, draws[at(0.05)].clone()), (k, draws[at(0.95)].clone())]
         })
         .collect();
@@ -349,15 +329,11 @@ pub fn search_uncertainty(
     let most = (0..top.len())
         .max_by(|&a, &b| wins[a].cmp(&wins[b]).then(b.cmp(&a)))
         .unwrap_or(0);
-    let mut from = Vec::new();
-    if cal.is_some_and(|c| !c.draws.is_empty()) {
-        from.push("calibration".to_string());
-    }
-    if !spec.cost_model.uncertainty.is_empty() {
-        from.push("ranges".to_string());
-    }
     Ok(Some(SearchUncertainty {
-        from,
+        from: uncertain_from(spec, cal)
+            .into_iter()
+            .map(String::from)
+            .collect(),
         draws: draws.len(),
         level: 0.9,
         most_often_best: (most != 0).then(|| chips[most].configuration.clone()),

@@ -118,26 +118,28 @@ impl Session {
             p.idle.push(slot);
         }
         if s.loaded.pre.has_typed() {
-            s.tensor_types = s.ask_tensor_types().map_err(|e| PluginError::Fault {
-                plugin: s.loaded.info.name.clone(),
-                during: "listing its tensor element types".into(),
-                fault: Fault {
-                    kind: FaultKind::BadOutput,
-                    message: e.to_string(),
-                },
-            })?;
+            s.tensor_types = s
+                .ask_tensor_types()
+                .map_err(|e| s.opening_fault("listing its tensor element types", e))?;
         }
         if s.loaded.pre.has_calibration() {
-            s.configured = s.ask_configured().map_err(|e| PluginError::Fault {
-                plugin: s.loaded.info.name.clone(),
-                during: "listing its configured parameter values".into(),
-                fault: Fault {
-                    kind: FaultKind::BadOutput,
-                    message: e.to_string(),
-                },
-            })?;
+            s.configured = s
+                .ask_configured()
+                .map_err(|e| s.opening_fault("listing its configured parameter values", e))?;
         }
         Ok(Arc::new(s))
+    }
+
+    /// A wrong answer to what the session asks once, at opening: the plugin's fault.
+    fn opening_fault(&self, during: &str, e: EstimateError) -> PluginError {
+        PluginError::Fault {
+            plugin: self.loaded.info.name.clone(),
+            during: during.into(),
+            fault: Fault {
+                kind: FaultKind::BadOutput,
+                message: e.to_string(),
+            },
+        }
     }
 
     /// Interface 1.3's `configured`: a finite value for each calibratable parameter,
