@@ -4,11 +4,12 @@
 //! the log ratios of predicted to measured ([`crate::linear::rho`]): a trust-region
 //! Gauss–Newton iteration whose steps minimise the model linearised at the current point
 //! (finite differences of the exact model) and are accepted only when the exact model's
-//! loss falls. Cross-validation folds (leave one measurement out; leave one source out)
-//! and bootstrap refits start from the full fit and refit the model linearised there —
-//! one Gauss–Newton refit each, which is what makes a fold cost one exact evaluation of
-//! what it leaves out rather than a whole fit — and every held-out prediction is made by
-//! the exact model at the fold's factors.
+//! loss falls. Leave-one-out folds and bootstrap refits start from the full fit and refit
+//! the model linearised there — one Gauss–Newton refit each, which is what makes a fold
+//! cost one exact evaluation of what it leaves out rather than a whole fit; a source left
+//! out moves the fit too far for that, so each leave-one-source-out fold is an exact
+//! descent from the full fit. Every held-out prediction is made by the exact model at the
+//! fold's factors.
 
 use crate::linear::{Linear, loss};
 use crate::problem::{CalibrateError, Problem};
@@ -100,20 +101,17 @@ pub fn fit(
         .map(|(p, m)| (p / m).ln())
         .collect();
     // Start inside the box (factors of 1 unless a bound excludes them).
-    let mut x: Vec<f64> = bounds
+    let x: Vec<f64> = bounds
         .iter()
         .map(|(lo, hi)| 0.0_f64.clamp(*lo, *hi))
         .collect();
-    let mut r = if x.iter().all(|v| *v == 0.0) {
+    let r = if x.iter().all(|v| *v == 0.0) {
         uncalibrated.clone()
     } else {
         evaluations += n as u64;
         problem.residuals(&all, &exp(&x))?
     };
-    let mut current = loss(&r, s);
-    let mut radius = 0.5_f64;
-    let mut iterations = 0;
-    let mut linear = jacobian(problem, &x, &r, &bounds, &mut evaluations)?;
+    let linear = jacobian(problem, &all, &x, &r, &bounds, &mut evaluations)?;
     // A parameter no measurement depends on stays where it is: the loss is flat along it
     // and a minimiser would wander.
     let mut bounds = bounds;
@@ -123,44 +121,30 @@ pub fn fit(
         }
     }
     progress(&format!(
-        "calibrate: {n} measurements, {p} parameters; uncalibrated loss {current:.3e}"
+        "calibrate: {n} measurements, {p} parameters; uncalibrated loss {:.3e}",
+        loss(&r, s)
     ));
-    while iterations < 30 && radius > 1e-4 {
-        iterations += 1;
-        let box_: Vec<(f64, f64)> = bounds
-            .iter()
-            .zip(&x)
-            .map(|((lo, hi), v)| ((v - radius).max(*lo), (v + radius).min(*hi)))
-            .collect();
-        let proposal = linear.minimise(&all, &box_, s);
-        let moved = proposal
-            .iter()
-            .zip(&x)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max);
-        if moved < 1e-7 {
-            break;
-        }
-        let r_new = problem.residuals(&all, &exp(&proposal))?;
-        evaluations += n as u64;
-        let new = loss(&r_new, s);
-        progress(&format!(
-            "calibrate: iteration {iterations}: loss {new:.3e} (was {current:.3e}), step {moved:.4}"
-        ));
-        if new < current {
-            let gain = (current - new) / current.max(1e-300);
-            x = proposal;
-            r = r_new;
-            current = new;
-            radius = (radius * 2.0).min(2.0);
-            linear = jacobian(problem, &x, &r, &bounds, &mut evaluations)?;
-            if gain < 1e-9 {
-                break;
-            }
-        } else {
-            radius = moved / 4.0;
-        }
-    }
+    let Descent {
+        x,
+        r,
+        loss: current,
+        linear,
+        iterations,
+    } = descend(
+        problem,
+        &all,
+        Descent {
+            x,
+            r,
+            loss: 0.0,
+            linear,
+            iterations: 0,
+        },
+        &bounds,
+        s,
+        &mut evaluations,
+        Some(progress),
+    )?;
     let factors = exp(&x);
     let warnings = identifiability(problem, &linear, &x, &bounds);
     for w in &warnings {
@@ -254,13 +238,22 @@ fn cross_validate(
                     .collect()
             })
             .collect();
-        let fits: Vec<Vec<f64>> = groups
-            .iter()
-            .map(|g| {
-                let rows: Vec<usize> = all.iter().copied().filter(|i| !g.contains(i)).collect();
-                linear.minimise(&rows, bounds, s)
-            })
-            .collect();
+        // A source left out can take most of what determines a parameter with it, and the
+        // refit then moves far from the full fit, where its linearisation no longer holds
+        // (an overlap's max() switches on): each source's fold is an exact descent from
+        // the full fit, as the fit itself is.
+        let mut fits: Vec<Vec<f64>> = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let rows: Vec<usize> = all.iter().copied().filter(|i| !g.contains(i)).collect();
+            let from = Descent {
+                x: linear.x0.clone(),
+                r: linear.r0.clone(),
+                loss: 0.0,
+                linear: linear.clone(),
+                iterations: 0,
+            };
+            fits.push(descend(problem, &rows, from, bounds, s, evaluations, None)?.x);
+        }
         let r = fold_residuals(problem, &fits, &groups, evaluations)?;
         other_sources = r;
     }
@@ -327,18 +320,101 @@ fn fold_residuals(
     Ok(out)
 }
 
+/// Where a trust-region descent is: the log factors, every measurement's residual there
+/// (those outside the rows it fits are stale), the rows' loss, the model linearised there
+/// (for those rows) and the iterations made.
+struct Descent {
+    x: Vec<f64>,
+    r: Vec<f64>,
+    loss: f64,
+    linear: Linear,
+    iterations: u32,
+}
+
+/// The trust-region Gauss–Newton descent on `rows` from `at` (whose linearisation is
+/// valid for those rows): each step minimises the linearised loss within the trust radius
+/// and the bounds, and is taken only when the exact model's loss of the rows falls.
+#[allow(clippy::too_many_arguments)]
+fn descend(
+    problem: &Problem<'_>,
+    rows: &[usize],
+    at: Descent,
+    bounds: &[(f64, f64)],
+    s: f64,
+    evaluations: &mut u64,
+    progress: Option<Progress<'_>>,
+) -> Result<Descent, CalibrateError> {
+    let Descent {
+        mut x,
+        mut r,
+        mut linear,
+        ..
+    } = at;
+    let of_rows = |r: &[f64]| rows.iter().map(|&i| r[i]).collect::<Vec<f64>>();
+    let mut current = loss(&of_rows(&r), s);
+    let mut radius = 0.5_f64;
+    let mut iterations = 0;
+    while iterations < 30 && radius > 1e-4 {
+        iterations += 1;
+        let box_: Vec<(f64, f64)> = bounds
+            .iter()
+            .zip(&x)
+            .map(|((lo, hi), v)| ((v - radius).max(*lo), (v + radius).min(*hi)))
+            .collect();
+        let proposal = linear.minimise(rows, &box_, s);
+        let moved = proposal
+            .iter()
+            .zip(&x)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        if moved < 1e-7 {
+            break;
+        }
+        let factors: Vec<f64> = proposal.iter().map(|v| v.exp()).collect();
+        let r_rows = problem.residuals(rows, &factors)?;
+        *evaluations += rows.len() as u64;
+        let new = loss(&r_rows, s);
+        if let Some(progress) = progress {
+            progress(&format!(
+                "calibrate: iteration {iterations}: loss {new:.3e} (was {current:.3e}), step {moved:.4}"
+            ));
+        }
+        if new < current {
+            let gain = (current - new) / current.max(1e-300);
+            x = proposal;
+            for (k, &i) in rows.iter().enumerate() {
+                r[i] = r_rows[k];
+            }
+            current = new;
+            radius = (radius * 2.0).min(2.0);
+            linear = jacobian(problem, rows, &x, &r, bounds, evaluations)?;
+            if gain < 1e-9 {
+                break;
+            }
+        } else {
+            radius = moved / 4.0;
+        }
+    }
+    Ok(Descent {
+        x,
+        r,
+        loss: current,
+        linear,
+        iterations,
+    })
+}
+
 /// The model linearised at `x` (residuals `r`): a forward difference per parameter
 /// (backward at its upper bound).
 fn jacobian(
     problem: &Problem<'_>,
+    rows: &[usize],
     x: &[f64],
     r: &[f64],
     bounds: &[(f64, f64)],
     evaluations: &mut u64,
 ) -> Result<Linear, CalibrateError> {
-    let n = r.len();
-    let all: Vec<usize> = (0..n).collect();
-    let mut jacobian = vec![vec![0.0; x.len()]; n];
+    let mut jacobian = vec![vec![0.0; x.len()]; r.len()];
     for j in 0..x.len() {
         let h = if x[j] + STEP <= bounds[j].1 {
             STEP
@@ -348,10 +424,10 @@ fn jacobian(
         let mut moved = x.to_vec();
         moved[j] += h;
         let factors: Vec<f64> = moved.iter().map(|v| v.exp()).collect();
-        let rj = problem.residuals(&all, &factors)?;
-        *evaluations += n as u64;
-        for i in 0..n {
-            jacobian[i][j] = (rj[i] - r[i]) / h;
+        let rj = problem.residuals(rows, &factors)?;
+        *evaluations += rows.len() as u64;
+        for (k, &i) in rows.iter().enumerate() {
+            jacobian[i][j] = (rj[k] - r[i]) / h;
         }
     }
     Ok(Linear {

@@ -63,7 +63,7 @@ impl Linear {
             };
             let x = clamp(&x);
             let gained = best_cost - cost;
-            if !(gained > 1e-12 * best_cost.abs().max(1e-300)) {
+            if gained.is_nan() || gained <= 1e-12 * best_cost.abs().max(1e-300) {
                 if cost < best_cost {
                     best = x;
                 }

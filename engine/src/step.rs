@@ -16,9 +16,10 @@
 //! * **Pipeline**: a device's time per micro-batch is its chunks' forward, backward and
 //!   recomputation plus the point-to-point transfers (an activation forward and a gradient
 //!   backward per chunk, `latency + bytes / bandwidth` each, `b·s·h/t` elements thanks to
-//!   Megatron's scatter/gather, not overlapped). The step runs
+//!   Megatron's scatter/gather; not overlapped, or with `pipeline_parallel_overlap` and
+//!   interleaving only what the stage's work leaves uncovered). The step runs
 //!   `(m + (p − 1)/v) × T` for `m` micro-batches per replica and the slowest device's `T`:
-//!   the bubble is `(p − 1)/v × T`.
+//!   the bubble is `(p − 1)/v × T`, with every transfer exposed in it.
 //! * **Data parallel**: the gradient buffer is all-reduced (ring: `2(d − 1)/d` of it per
 //!   device, `2(d − 1)` latencies), or with the distributed optimizer reduce-scattered and
 //!   the updated weights all-gathered; when the group spans nodes, hierarchically (inside
@@ -100,6 +101,14 @@ pub struct StepPlan {
     /// stage's computation per micro-batch does not cover is exposed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub all_to_all_overlap: bool,
+    /// With interleaving, the pipeline's point-to-point transfers overlap the computation
+    /// of the 1F1B steady state (Megatron-LM's `overlap_p2p_comm`, its default with
+    /// virtual stages, which NeMo's and Megatron-Bridge's recipes set too): a micro-batch
+    /// exposes only what the stage's work does not cover, while the pipeline's fill and
+    /// flush wait for every transfer. Plain 1F1B's transfers are always exposed
+    /// (Megatron-LM turns the overlap off without interleaving).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pipeline_parallel_overlap: bool,
     /// CP: ranks each sequence is split over (context parallelism; Megatron-Core's
     /// `--context-parallel-size`), between the tensor-parallel and the data-parallel ranks:
     /// a stage has `t × CP × d` ranks. Each holds `2·CP` load-balanced chunks' two (chunk
@@ -1644,20 +1653,24 @@ fn pipeline_times(
             all
         }
     };
-    let mut slowest = (0, 0.0, (0.0, 0.0));
+    // The point-to-point time per micro-batch a stage exposes in the steady state: all of
+    // it, or with the overlap (interleaved only) what the stage's work does not cover.
+    let transfers = |work: f64| {
+        if pl.pipeline_parallel_overlap && v > 1 {
+            (p2p - work).max(0.0)
+        } else {
+            p2p
+        }
+    };
+    let mut slowest = (0, 0.0, (0.0, 0.0), p2p);
     for s in stages.iter_mut() {
         let (f, bw, r, comm) = parts(s.stage);
         let sharded = fsdp(s, f + bw + r);
-        s.seconds_per_micro_batch = f
-            + bw
-            + r
-            + comm
-            + exposed(s.stage, f + bw + r)
-            + contexts(s.stage).0
-            + sharded.1
-            + p2p;
+        let work = f + bw + r + comm + exposed(s.stage, f + bw + r) + contexts(s.stage).0;
+        let sent = transfers(work);
+        s.seconds_per_micro_batch = work + sharded.1 + sent;
         if s.seconds_per_micro_batch > slowest.1 {
-            slowest = (s.stage, s.seconds_per_micro_batch, sharded);
+            slowest = (s.stage, s.seconds_per_micro_batch, sharded, sent);
         }
     }
     let (f, bw, r, comm) = parts(slowest.0);
@@ -1675,8 +1688,9 @@ fn pipeline_times(
         context_traffic: contexts(slowest.0).1,
         fsdp: slowest.2.1,
         fsdp_traffic: slowest.2.0,
-        point_to_point: p2p,
-        bubble: (p - 1) as f64 / v as f64 * slowest.1,
+        point_to_point: slowest.3,
+        // The fill and the flush wait for every transfer, overlapped or not.
+        bubble: (p - 1) as f64 / v as f64 * (slowest.1 - slowest.3 + p2p),
         recompute_joules: again.map(|a| a.2),
         memory: memory(slowest.0),
     }

@@ -415,6 +415,9 @@ pub struct Training {
     /// Mixture-of-Experts all-to-all exchanges overlap computation
     /// (`[training] all_to_all_overlap`).
     pub all_to_all_overlap: bool,
+    /// With interleaving, pipeline transfers overlap the steady state's computation
+    /// (`[training] pipeline_parallel_overlap`).
+    pub pipeline_parallel_overlap: bool,
     pub memory_model: MemoryModel,
     /// Element bytes of the reference memory model (and of every graph when it is used).
     pub bytes_per_element: u64,

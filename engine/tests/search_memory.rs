@@ -116,6 +116,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             context_parallel: vec![1],
             context_exchange: Default::default(),
             all_to_all_overlap: false,
+            pipeline_parallel_overlap: false,
             memory_model: MemoryModel::Megatron,
             bytes_per_element: 2,
             execution: Default::default(),

@@ -231,8 +231,13 @@ pub fn describe_plan(input: &StepInput) -> String {
         p.micro_batch,
         if p.interleaving > 1 {
             format!(
-                "interleaved 1F1B ({} virtual stages per device)",
-                p.interleaving
+                "interleaved 1F1B ({} virtual stages per device{})",
+                p.interleaving,
+                if p.pipeline_parallel_overlap {
+                    ", transfers overlapped with the steady state"
+                } else {
+                    ""
+                }
             )
         } else {
             match &p.stage_layers {

@@ -218,6 +218,10 @@ pub struct RawPlan {
     /// The all-to-all exchanges overlap computation (DualPipe; Megatron-Core's
     /// `--overlap-moe-expert-parallel-comm`; default: `[training]`'s, else false).
     pub all_to_all_overlap: Option<bool>,
+    /// The interleaved pipeline's point-to-point transfers overlap the steady state's
+    /// computation (Megatron-LM's `overlap_p2p_comm`; needs `interleaving` > 1; default:
+    /// `[training]`'s, else false).
+    pub pipeline_parallel_overlap: Option<bool>,
     /// Ranks each sequence is split over (CP, context parallelism; default 1), between the
     /// tensor- and the data-parallel ranks: devices = t × CP × p × d. Needs FlashAttention
     /// (or MLA); the sequence must split into 2·CP equal chunks (causal models).
@@ -462,6 +466,12 @@ pub struct RawTraining {
     /// `--overlap-moe-expert-parallel-comm`) — so only what a stage's computation does not
     /// cover is exposed (default false).
     pub all_to_all_overlap: Option<bool>,
+    /// With interleaving, the pipeline's point-to-point transfers overlap the computation
+    /// of the 1F1B steady state (Megatron-LM's `overlap_p2p_comm`, its default with
+    /// virtual stages; NeMo's and Megatron-Bridge's recipes set it), so a micro-batch
+    /// exposes only what its stage's work does not cover; the fill and the flush wait for
+    /// every transfer, and plain 1F1B's are always exposed (default false).
+    pub pipeline_parallel_overlap: Option<bool>,
     /// Context-parallel sizes to try, one value or a list (default 1): each sequence split
     /// over CP ranks in `2·CP` load-balanced chunks (causal models; `CP` otherwise), between
     /// the tensor-parallel and the data-parallel ranks. Each model takes the sizes that

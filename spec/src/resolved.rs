@@ -291,6 +291,9 @@ fn training(tr: &Training) -> Table {
     if tr.all_to_all_overlap {
         t.insert("all_to_all_overlap".into(), Value::Boolean(true));
     }
+    if tr.pipeline_parallel_overlap {
+        t.insert("pipeline_parallel_overlap".into(), Value::Boolean(true));
+    }
     t.insert("operator_execution".into(), name(&tr.execution.operators));
     t.insert(
         "tensor_parallel_overlap".into(),
@@ -475,6 +478,9 @@ pub fn plan_table(p: &StepPlan) -> Table {
     }
     if p.all_to_all_overlap {
         t.insert("all_to_all_overlap".into(), Value::Boolean(true));
+    }
+    if p.pipeline_parallel_overlap {
+        t.insert("pipeline_parallel_overlap".into(), Value::Boolean(true));
     }
     if p.expert_parallel != 1 || p.expert_tensor_parallel != 1 {
         t.insert("expert_parallel".into(), int(p.expert_parallel));

@@ -633,6 +633,8 @@ impl Ctx<'_> {
                 .config
                 .expert_tensor_parallel(t),
             all_to_all_overlap: tr.all_to_all_overlap,
+            // Interleaved plans only, as Megatron-LM runs it.
+            pipeline_parallel_overlap: tr.pipeline_parallel_overlap && plan.interleaving > 1,
             context_parallel: run.context_parallel,
             context_exchange: tr.context_exchange,
             stage_layers,
@@ -935,6 +937,8 @@ impl Ctx<'_> {
                 expert_parallel: 1,
                 expert_tensor_parallel: model.config.expert_tensor_parallel(t),
                 all_to_all_overlap: tr.all_to_all_overlap,
+                // Plain 1F1B: its transfers are exposed.
+                pipeline_parallel_overlap: false,
                 // The run's context parallelism (its graphs are the run's).
                 context_parallel: run.context_parallel,
                 context_exchange: tr.context_exchange,

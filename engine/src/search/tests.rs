@@ -57,6 +57,7 @@ fn tiny() -> (SearchInput, Space) {
             context_parallel: vec![1],
             context_exchange: Default::default(),
             all_to_all_overlap: false,
+            pipeline_parallel_overlap: false,
             // The brute force below counts memory as the reference does.
             memory_model: MemoryModel::Reference,
             bytes_per_element: 2,

@@ -22,6 +22,7 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         expert_parallel: 1,
         expert_tensor_parallel: 1,
         all_to_all_overlap: false,
+        pipeline_parallel_overlap: false,
         context_parallel: 1,
         context_exchange: Default::default(),
         stage_layers: None,
@@ -1401,4 +1402,59 @@ fn pipelined_exposure_closed_form() {
     assert_eq!(pipelined_exposure(8.0, 4.0, 1), 8.0);
     assert_eq!(pipelined_exposure(8.0, 4.0, 0), 8.0);
     assert_eq!(pipelined_exposure(0.0, 4.0, 8), 0.0);
+}
+
+/// With `pipeline_parallel_overlap` and interleaving, a micro-batch exposes only the
+/// transfers its stage's work does not cover, the bubble still waits for all of them,
+/// and nothing else moves; plain 1F1B is unchanged.
+#[test]
+fn pipeline_overlap_hides_the_steady_states_transfers() {
+    let run = |v: u64, overlap: bool, inter_node: f64| {
+        let mut pl = plan(8, 8, 8);
+        pl.interleaving = v;
+        pl.pipeline_parallel_overlap = overlap;
+        let mut input = gpt3(pl, 80);
+        input.network.inter_node.bytes_per_second = inter_node;
+        estimate_step(&input, &ReferenceModel::default()).unwrap()
+    };
+    // A fast network (transfers hidden) and a very slow one (they are not).
+    for inter_node in [25e9, 1e7] {
+        let (a, b) = (run(2, false, inter_node), run(2, true, inter_node));
+        let m = a.micro_batches_per_replica as f64;
+        let slowest = |r: &StepReport| {
+            r.stages
+                .iter()
+                .map(|s| s.seconds_per_micro_batch)
+                .fold(0.0, f64::max)
+        };
+        let p2p = a.time.pipeline_point_to_point_seconds / m;
+        assert!(p2p > 0.0);
+        // Every stage sends as much: the slowest does the most work besides, and with the
+        // overlap each stage takes the longer of its work and its transfers.
+        let work = slowest(&a) - p2p;
+        let sent = (p2p - work).max(0.0);
+        assert!(rel(slowest(&b), work.max(p2p)) < 1e-12);
+        let exposed = b.time.pipeline_point_to_point_seconds / m;
+        assert!(exposed >= sent - 1e-15 && exposed <= p2p);
+        assert!(
+            rel(
+                b.time.pipeline_bubble_seconds,
+                7.0 / 2.0 * (slowest(&b) - exposed + p2p)
+            ) < 1e-12
+        );
+        for (x, y) in a.stages.iter().zip(&b.stages) {
+            let work = x.seconds_per_micro_batch - p2p;
+            assert!(rel(y.seconds_per_micro_batch, work.max(p2p)) < 1e-12);
+        }
+        assert!(rel(b.time.total(), b.step_seconds) < 1e-12);
+        if inter_node < 1e9 {
+            assert!(sent > 0.0, "a slow network leaves transfers exposed");
+        } else {
+            assert_eq!(b.time.pipeline_point_to_point_seconds, 0.0);
+        }
+        assert!(b.step_seconds < a.step_seconds);
+    }
+    // Plain 1F1B: Megatron-LM runs its transfers exposed either way.
+    let (a, b) = (run(1, false, 25e9), run(1, true, 25e9));
+    assert_eq!(a.time, b.time);
 }

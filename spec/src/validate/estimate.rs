@@ -91,6 +91,20 @@ pub(super) fn estimate(
         plan.stage_layers = list;
     }
     overlap_needs_experts(ctx, &pp, p, &fine);
+    if p.pipeline_parallel_overlap.is_none() && plan.interleaving <= 1 {
+        // `[training]`'s applies to interleaved plans, as in a search.
+        plan.pipeline_parallel_overlap = false;
+    }
+    if p.pipeline_parallel_overlap == Some(true) && plan.interleaving <= 1 {
+        ctx.mismatch(
+            &pp.key("pipeline_parallel_overlap"),
+            format!(
+                "pipeline_parallel_overlap overlaps an interleaved pipeline's transfers (Megatron-LM's overlap_p2p_comm); this plan runs plain 1F1B (interleaving {}), whose transfers are always exposed",
+                plan.interleaving
+            ),
+            Some("give an interleaving above 1, or leave `pipeline_parallel_overlap` out".into()),
+        );
+    }
     if p.expert_tensor_parallel.is_none() {
         plan.expert_tensor_parallel = models.first().map_or(1, |e| {
             e.spec.config.expert_tensor_parallel(plan.tensor_parallel)
@@ -499,6 +513,9 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
         // Left out: the model's default for the width (set with the model, below).
         expert_tensor_parallel: p.expert_tensor_parallel.unwrap_or(0),
         all_to_all_overlap: p.all_to_all_overlap.unwrap_or(training.all_to_all_overlap),
+        pipeline_parallel_overlap: p
+            .pipeline_parallel_overlap
+            .unwrap_or(training.pipeline_parallel_overlap),
         context_parallel: p.context_parallel.unwrap_or(1),
         // `[plan]`'s exchange, or the search's (`[training]`).
         context_exchange: ContextExchange {

@@ -133,6 +133,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         context_parallel,
         context_exchange,
         all_to_all_overlap: t.all_to_all_overlap.unwrap_or(false),
+        pipeline_parallel_overlap: t.pipeline_parallel_overlap.unwrap_or(false),
         memory_model,
         bytes_per_element,
         execution: Execution {
