@@ -451,6 +451,7 @@ impl<'a> Ctx<'a> {
         if self.sp {
             FwdKind::AllReduceBoth {
                 bytes: elements_bytes / 2,
+                backward_bytes: elements_bytes / 2,
                 group: self.t as u32,
                 link_bytes_per_second: self.link,
             }
@@ -797,6 +798,7 @@ impl<'a> Ctx<'a> {
         let gather = if self.sp {
             FwdKind::AllReduceBoth {
                 bytes,
+                backward_bytes: bytes,
                 group,
                 link_bytes_per_second,
             }
@@ -1314,6 +1316,7 @@ impl<'a> Ctx<'a> {
                 "experts.all_gather",
                 FwdKind::AllReduceBoth {
                     bytes: gathered * h * bpe / 2,
+                    backward_bytes: gathered * h * bpe / 2,
                     group: etp as u32,
                     link_bytes_per_second: self.experts.link_bytes_per_second,
                 },
@@ -1328,6 +1331,7 @@ impl<'a> Ctx<'a> {
                 "experts.reduce_scatter",
                 FwdKind::AllReduceBoth {
                     bytes: gathered * h * bpe / 2,
+                    backward_bytes: gathered * h * bpe / 2,
                     group: etp as u32,
                     link_bytes_per_second: self.experts.link_bytes_per_second,
                 },

@@ -199,9 +199,12 @@ pub enum FwdKind {
     },
     /// A collective in both passes: sequence parallelism's all-gather (forward) and
     /// reduce-scatter (backward), or the reverse. Each is costed as a ring all-reduce of
-    /// `bytes` = half the full tensor, which moves the same bytes per device.
+    /// half the full tensor, which moves the same bytes per device: `bytes` forward,
+    /// `backward_bytes` backward (fewer forward when an FP8 recipe gathers its GEMM's
+    /// input quantised, [`LayerBuilder::quantise`]).
     AllReduceBoth {
         bytes: u64,
+        backward_bytes: u64,
         group: u32,
         link_bytes_per_second: u64,
     },
@@ -251,6 +254,39 @@ pub struct FwdOp {
     pub element: Option<ElementType>,
 }
 
+/// Which of `ops` are sequence parallelism's all-gathers whose every reader is a weight
+/// GEMM that `quantise` picks, reading it as its input: those an FP8 recipe gathers
+/// quantised ([`LayerBuilder::quantise`]). The logits' gather (the output layer stays in
+/// 16-bit), a reduce-scatter (a GEMM's output) and the experts' gather are not.
+fn quantised_gathers(ops: &[FwdOp], quantise: &impl Fn(&FwdOp) -> bool) -> Vec<bool> {
+    let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ops.len()];
+    for (c, op) in ops.iter().enumerate() {
+        for (pos, input) in op.inputs.iter().enumerate() {
+            if let Input::Op(p) = *input {
+                readers[p].push((c, pos));
+            }
+        }
+    }
+    ops.iter()
+        .zip(&readers)
+        .map(|(op, readers)| {
+            matches!(op.kind, FwdKind::AllReduceBoth { .. })
+                && !readers.is_empty()
+                && readers.iter().all(|&(c, pos)| {
+                    pos == 0
+                        && matches!(
+                            ops[c].kind,
+                            FwdKind::Gemm {
+                                second: Operand::Weight,
+                                ..
+                            }
+                        )
+                        && quantise(&ops[c])
+                })
+        })
+        .collect()
+}
+
 impl FwdOp {
     /// Sequence parallelism's all-gather and reduce-scatter (one each way), as opposed to
     /// an all-reduce or the extra all-gather for the weight gradient.
@@ -298,6 +334,7 @@ impl LayerBuilder {
         quantise: impl Fn(&FwdOp) -> bool,
     ) -> u64 {
         let old = std::mem::take(&mut self.ops);
+        let gathered_quantised = quantised_gathers(&old, &quantise);
         // What consumers of old operator i read (its cast gradient's node for a
         // quantised GEMM), and where its own output is (for saves naming it).
         let mut out_of: Vec<Input> = Vec::with_capacity(old.len());
@@ -308,8 +345,14 @@ impl LayerBuilder {
             Input::Op(p) => to[p],
             Input::External => Input::External,
         };
-        for mut op in old {
+        for (index, mut op) in old.into_iter().enumerate() {
             op.inputs = op.inputs.iter().map(|&i| remap(i, &out_of)).collect();
+            if gathered_quantised[index] {
+                self.gather_quantised(&mut op, to, amax_pass, bytes_per_element);
+                // Its output is already in `to`: the GEMMs reading it cast nothing.
+                let at = Input::Op(self.ops.len());
+                casts.push((at, at));
+            }
             let gemm = match op.kind {
                 FwdKind::Gemm {
                     gemm,
@@ -371,6 +414,67 @@ impl LayerBuilder {
             });
         }
         weights
+    }
+
+    /// Sequence parallelism's all-gather `op` (an [`FwdKind::AllReduceBoth`], its inputs
+    /// already in the new list) of an input that only quantised GEMMs read, made as
+    /// Transformer Engine makes it under an FP8 recipe: the rank's shard is cast to `to`
+    /// first and gathered in `to` (the reduce-scatter of its gradient backward stays in
+    /// the layer's type); the backward pass's extra all-gather of the same shard for the
+    /// weight gradient (an [`FwdKind::AllReduceBackward`] right before it) gathers the
+    /// quantised shard too.
+    fn gather_quantised(
+        &mut self,
+        op: &mut FwdOp,
+        to: ElementType,
+        amax_pass: bool,
+        bytes_per_element: u64,
+    ) {
+        let FwdKind::AllReduceBoth {
+            bytes,
+            backward_bytes,
+            group,
+            link_bytes_per_second,
+        } = op.kind
+        else {
+            return;
+        };
+        // `bytes` is half the gathered tensor in the layer's type.
+        let elements = 2 * bytes / bytes_per_element.max(1);
+        let quantised = |elements: u64| (elements as f64 * to.bytes() / 2.0).ceil() as u64;
+        let x = op.inputs.first().copied().unwrap_or(Input::External);
+        if let Input::Op(j) = x
+            && let FwdKind::AllReduceBackward {
+                bytes: again,
+                group,
+                link_bytes_per_second,
+            } = self.ops[j].kind
+        {
+            self.ops[j].kind = FwdKind::AllReduceBackward {
+                bytes: quantised(2 * again / bytes_per_element.max(1)),
+                group,
+                link_bytes_per_second,
+            };
+        }
+        let cast = self.push(
+            &format!("{}.cast", op.name),
+            FwdKind::CastForward(Cast {
+                elements: elements.div_ceil(u64::from(group.max(1))),
+                to,
+                amax_pass,
+            }),
+            vec![x],
+            vec![],
+        );
+        if let Some(first) = op.inputs.first_mut() {
+            *first = cast;
+        }
+        op.kind = FwdKind::AllReduceBoth {
+            bytes: quantised(elements),
+            backward_bytes,
+            group,
+            link_bytes_per_second,
+        };
     }
 
     /// Records that operator `op` saves (part of) its own output for the backward pass.
@@ -473,6 +577,7 @@ impl LayerBuilder {
                     bytes,
                     group,
                     link_bytes_per_second,
+                    ..
                 } => (
                     Some(Core::Link),
                     Some(OpKind::AllReduce {
@@ -633,9 +738,10 @@ fn backward_nodes(
             link_bytes_per_second,
         }
         | FwdKind::AllReduceBoth {
-            bytes,
+            backward_bytes: bytes,
             group,
             link_bytes_per_second,
+            ..
         } => one(
             g,
             Some(Core::Link),

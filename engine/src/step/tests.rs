@@ -1174,6 +1174,60 @@ fn fp8_recipes_closed_form() {
             assert_eq!(typed(&g.block.forward), 4);
             assert_eq!(typed(&g.block.backward), 8);
             assert_eq!(typed(&g.head.forward) + typed(&g.embedding.forward), 0);
+            // With sequence parallelism the inputs of QKV and FC1 are cast on the rank's
+            // shard and gathered in the recipe's type, forward and again backward for the
+            // weight gradient; their gradients' reduce-scatters stay in bf16, and the
+            // head's gather (a 16-bit GEMM's) too.
+            let link = |graph: &OpGraph, name: &str| {
+                graph
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == name)
+                    .map(|n| match n.op.kind {
+                        OpKind::AllReduce { bytes, .. } => bytes,
+                        _ => panic!("{name} is not a collective"),
+                    })
+            };
+            for gather in ["attention_norm.copy_to_tp", "mlp_norm.copy_to_tp"] {
+                let again = format!("{gather}.all_gather_again.grad");
+                let (f16, f8) = (
+                    link(&bf16.block.forward, gather),
+                    link(&g.block.forward, gather),
+                );
+                let grad = format!("{gather}.grad");
+                if !sp {
+                    assert_eq!(f16, None);
+                    assert_eq!(
+                        link(&g.block.backward, &grad),
+                        link(&bf16.block.backward, &grad)
+                    );
+                    continue;
+                }
+                let half = |b: u64| (b as f64 * bytes / 2.0).ceil() as u64;
+                assert_eq!(f8, f16.map(half), "{gather}");
+                assert_eq!(
+                    link(&g.block.backward, &grad),
+                    link(&bf16.block.backward, &grad)
+                );
+                assert_eq!(
+                    link(&g.block.backward, &again),
+                    link(&bf16.block.backward, &again).map(half)
+                );
+                // The shard's cast, fused into the norm before it.
+                let norm = gather.trim_end_matches(".copy_to_tp");
+                let fused = g
+                    .block
+                    .forward
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == format!("{norm}+copy_to_tp.cast"))
+                    .map(|n| n.op.fused.iter().map(|f| f.elements).collect::<Vec<_>>());
+                assert_eq!(fused, Some(vec![s * h / t]), "{gather}");
+            }
+            assert_eq!(
+                link(&g.head.forward, "logits.copy_to_tp"),
+                link(&bf16.head.forward, "logits.copy_to_tp")
+            );
             let r = estimate_step(&gpt3(q.clone(), 1 << 20), &Typed(ReferenceModel::default()))
                 .unwrap();
             let base = estimate_step(
