@@ -93,7 +93,6 @@ pub fn fit(
         .collect();
     let s = options.robust_scale;
     let mut evaluations = 0u64;
-    let exp = |x: &[f64]| x.iter().map(|v| v.exp()).collect::<Vec<f64>>();
     let uncalibrated: Vec<f64> = problem
         .uncalibrated_seconds
         .iter()
@@ -109,7 +108,7 @@ pub fn fit(
         uncalibrated.clone()
     } else {
         evaluations += n as u64;
-        problem.residuals(&all, &exp(&x))?
+        problem.residuals(&all, &factors_of(&x))?
     };
     let linear = jacobian(problem, &all, &x, &r, &bounds, &mut evaluations)?;
     // A parameter no measurement depends on stays where it is: the loss is flat along it
@@ -133,19 +132,13 @@ pub fn fit(
     } = descend(
         problem,
         &all,
-        Descent {
-            x,
-            r,
-            loss: 0.0,
-            linear,
-            iterations: 0,
-        },
+        linear,
         &bounds,
         s,
         &mut evaluations,
         Some(progress),
     )?;
-    let factors = exp(&x);
+    let factors = factors_of(&x);
     let warnings = identifiability(problem, &linear, &x, &bounds);
     for w in &warnings {
         progress(&format!("calibrate: warning: {w}"));
@@ -245,13 +238,7 @@ fn cross_validate(
         let mut fits: Vec<Vec<f64>> = Vec::with_capacity(groups.len());
         for g in &groups {
             let rows: Vec<usize> = all.iter().copied().filter(|i| !g.contains(i)).collect();
-            let from = Descent {
-                x: linear.x0.clone(),
-                r: linear.r0.clone(),
-                loss: 0.0,
-                linear: linear.clone(),
-                iterations: 0,
-            };
+            let from = linear.clone();
             fits.push(descend(problem, &rows, from, bounds, s, evaluations, None)?.x);
         }
         let r = fold_residuals(problem, &fits, &groups, evaluations)?;
@@ -271,7 +258,6 @@ fn bootstrap(
     progress: Progress<'_>,
 ) -> (Vec<Vec<f64>>, Vec<(f64, [f64; 2])>) {
     let (s, n, p) = (options.robust_scale, linear.r0.len(), bounds.len());
-    let exp = |x: &[f64]| x.iter().map(|v| v.exp()).collect::<Vec<f64>>();
     // Bootstrap: refits on measurements drawn with replacement.
     progress(&format!(
         "calibrate: {} bootstrap refits",
@@ -283,7 +269,7 @@ fn bootstrap(
             let rows: Vec<usize> = (0..n)
                 .map(|_| (rng.next_u64() % n as u64) as usize)
                 .collect();
-            exp(&linear.minimise(&rows, bounds, s))
+            factors_of(&linear.minimise(&rows, bounds, s))
         })
         .collect();
     let spread: Vec<(f64, [f64; 2])> = (0..p)
@@ -300,6 +286,11 @@ fn bootstrap(
     (draws, spread)
 }
 
+/// The factors of log factors `x`.
+fn factors_of(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|v| v.exp()).collect()
+}
+
 /// The exact residuals of each group of measurements at its fold's log factors,
 /// scattered back to the measurements' order (NaN where no group covers one).
 fn fold_residuals(
@@ -310,8 +301,7 @@ fn fold_residuals(
 ) -> Result<Vec<f64>, CalibrateError> {
     let mut out = vec![f64::NAN; problem.measurements.len()];
     for (x, g) in folds.iter().zip(groups) {
-        let factors: Vec<f64> = x.iter().map(|v| v.exp()).collect();
-        let r = problem.residuals(g, &factors)?;
+        let r = problem.residuals(g, &factors_of(x))?;
         *evaluations += g.len() as u64;
         for (&i, v) in g.iter().zip(r) {
             out[i] = v;
@@ -320,7 +310,7 @@ fn fold_residuals(
     Ok(out)
 }
 
-/// Where a trust-region descent is: the log factors, every measurement's residual there
+/// Where a trust-region descent ended: the log factors, every measurement's residual there
 /// (those outside the rows it fits are stale), the rows' loss, the model linearised there
 /// (for those rows) and the iterations made.
 struct Descent {
@@ -331,25 +321,22 @@ struct Descent {
     iterations: u32,
 }
 
-/// The trust-region Gauss–Newton descent on `rows` from `at` (whose linearisation is
-/// valid for those rows): each step minimises the linearised loss within the trust radius
-/// and the bounds, and is taken only when the exact model's loss of the rows falls.
+/// The trust-region Gauss–Newton descent on `rows` from where `at` is linearised (its
+/// `x0`, with residuals `r0`, valid for those rows): each step minimises the linearised
+/// loss within the trust radius and the bounds, and is taken only when the exact model's
+/// loss of the rows falls.
 #[allow(clippy::too_many_arguments)]
 fn descend(
     problem: &Problem<'_>,
     rows: &[usize],
-    at: Descent,
+    at: Linear,
     bounds: &[(f64, f64)],
     s: f64,
     evaluations: &mut u64,
     progress: Option<Progress<'_>>,
 ) -> Result<Descent, CalibrateError> {
-    let Descent {
-        mut x,
-        mut r,
-        mut linear,
-        ..
-    } = at;
+    let (mut x, mut r) = (at.x0.clone(), at.r0.clone());
+    let mut linear = at;
     let of_rows = |r: &[f64]| rows.iter().map(|&i| r[i]).collect::<Vec<f64>>();
     let mut current = loss(&of_rows(&r), s);
     let mut radius = 0.5_f64;
@@ -370,8 +357,7 @@ fn descend(
         if moved < 1e-7 {
             break;
         }
-        let factors: Vec<f64> = proposal.iter().map(|v| v.exp()).collect();
-        let r_rows = problem.residuals(rows, &factors)?;
+        let r_rows = problem.residuals(rows, &factors_of(&proposal))?;
         *evaluations += rows.len() as u64;
         let new = loss(&r_rows, s);
         if let Some(progress) = progress {
@@ -423,8 +409,7 @@ fn jacobian(
         };
         let mut moved = x.to_vec();
         moved[j] += h;
-        let factors: Vec<f64> = moved.iter().map(|v| v.exp()).collect();
-        let rj = problem.residuals(rows, &factors)?;
+        let rj = problem.residuals(rows, &factors_of(&moved))?;
         *evaluations += rows.len() as u64;
         for (k, &i) in rows.iter().enumerate() {
             jacobian[i][j] = (rj[k] - r[i]) / h;

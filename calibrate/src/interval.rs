@@ -147,7 +147,7 @@ pub struct Propagated {
 pub const STEP: f64 = 0.05;
 
 /// The value `values` gives parameter `p`.
-fn value_of(values: &[(ParameterRef, f64)], p: &ParameterRef) -> Option<f64> {
+pub fn value_of(values: &[(ParameterRef, f64)], p: &ParameterRef) -> Option<f64> {
     values.iter().find(|(q, _)| q == p).map(|(_, x)| *x)
 }
 

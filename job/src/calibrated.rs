@@ -185,10 +185,7 @@ fn center_of(
     Ok(first
         .iter()
         .map(|(p, _)| {
-            let v = fitted
-                .iter()
-                .find(|(q, _)| q == p)
-                .map(|(_, v)| *v)
+            let v = interval::value_of(&fitted, p)
                 .or_else(|| base.get(p).copied())
                 .unwrap_or(1.0);
             (p.clone(), v)

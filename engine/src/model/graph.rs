@@ -254,11 +254,8 @@ pub struct FwdOp {
     pub element: Option<ElementType>,
 }
 
-/// Which of `ops` are sequence parallelism's all-gathers whose every reader is a weight
-/// GEMM that `quantise` picks, reading it as its input: those an FP8 recipe gathers
-/// quantised ([`LayerBuilder::quantise`]). The logits' gather (the output layer stays in
-/// 16-bit), a reduce-scatter (a GEMM's output) and the experts' gather are not.
-fn quantised_gathers(ops: &[FwdOp], quantise: &impl Fn(&FwdOp) -> bool) -> Vec<bool> {
+/// For each of `ops`, the operators reading its output: (reader, operand position).
+fn readers(ops: &[FwdOp]) -> Vec<Vec<(usize, usize)>> {
     let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ops.len()];
     for (c, op) in ops.iter().enumerate() {
         for (pos, input) in op.inputs.iter().enumerate() {
@@ -267,6 +264,15 @@ fn quantised_gathers(ops: &[FwdOp], quantise: &impl Fn(&FwdOp) -> bool) -> Vec<b
             }
         }
     }
+    readers
+}
+
+/// Which of `ops` are sequence parallelism's all-gathers whose every reader is a weight
+/// GEMM that `quantise` picks, reading it as its input: those an FP8 recipe gathers
+/// quantised ([`LayerBuilder::quantise`]). The logits' gather (the output layer stays in
+/// 16-bit), a reduce-scatter (a GEMM's output) and the experts' gather are not.
+fn quantised_gathers(ops: &[FwdOp], quantise: &impl Fn(&FwdOp) -> bool) -> Vec<bool> {
+    let readers = readers(ops);
     ops.iter()
         .zip(&readers)
         .map(|(op, readers)| {
@@ -608,14 +614,7 @@ impl LayerBuilder {
         let n = self.ops.len();
         let mut g = RawGraph::default();
         // consumers[i] = (consumer, operand position) of operator i's output.
-        let mut consumers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
-        for (c, op) in self.ops.iter().enumerate() {
-            for (pos, input) in op.inputs.iter().enumerate() {
-                if let Input::Op(p) = *input {
-                    consumers[p].push((c, pos));
-                }
-            }
-        }
+        let consumers = readers(&self.ops);
         // grad_of[c][pos] = the backward node that produces the gradient of operand `pos`
         // of operator c; filled in reverse topological order.
         let mut grad_of: Vec<Vec<Option<usize>>> = self
