@@ -2,7 +2,8 @@
 //!
 //! Fixed workloads on the natively linked reference cost model, so that they measure the
 //! engine alone: the architecture space, cost estimates of a GPT-3 block, model graphs,
-//! layer schedules (the reference's twelve fixtures, summed, and GPT-3 / Llama-2 blocks) and
+//! layer schedules (the reference's twelve fixtures, summed, and GPT-3 / Llama-2 blocks,
+//! solved and only bounded, as a proven search's bound pass does) and
 //! the placement of the reference's gpt3-like fixture.
 // Benchmarks read the fixture files (tests as data); the engine itself never does.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
@@ -11,7 +12,7 @@ use archplace_engine::model::{BuildOptions, PRESETS, build, preset};
 use archplace_engine::operators::{OpSet, estimate_all};
 use archplace_engine::options::ScheduleOptions;
 use archplace_engine::phaze;
-use archplace_engine::schedule::{Instance, Method, solve};
+use archplace_engine::schedule::{Instance, Method, makespan_lower_bound, solve};
 use archplace_engine::space::{REFERENCE_CONFIG, SpaceSpec, enumerate};
 use archplace_reference_cost::ReferenceModel;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
@@ -132,6 +133,10 @@ fn schedule(c: &mut Criterion) {
             .expect("an instance");
             g.bench_function(format!("{name}-t{t}-{pass}"), |b| {
                 b.iter(|| solve(black_box(&inst), &opts).expect("solves"))
+            });
+            // What a proven search's bound pass pays per layer instance instead.
+            g.bench_function(format!("{name}-t{t}-{pass}-bound"), |b| {
+                b.iter(|| makespan_lower_bound(black_box(&inst)).expect("bounds"))
             });
         }
     }

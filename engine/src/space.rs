@@ -62,6 +62,37 @@ impl ChipAxis {
     }
 }
 
+/// How a search walks the space and when it stops (`[search] strategy`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// The reference's rule: area buckets largest first, stopping when the best scores of
+    /// the last `convergence_window` buckets did not increase. Fast; nothing proves that a
+    /// chip it did not visit is not better.
+    #[default]
+    Converge,
+    /// Every candidate evaluated.
+    Exhaustive,
+    /// Every candidate bounded ((`search::bound`)), then evaluated in the order of the
+    /// bounds (ties: the smaller chip first) while a bound can beat the best so far: the
+    /// best chip of the whole space, proven, evaluating only what the bounds cannot rule
+    /// out.
+    Proven,
+}
+
+impl Strategy {
+    /// The name the spec gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Converge => "converge",
+            Strategy::Exhaustive => "exhaustive",
+            Strategy::Proven => "proven",
+        }
+    }
+}
+
 /// The axes and rules of the space, validated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SpaceSpec {
@@ -77,7 +108,8 @@ pub struct SpaceSpec {
     pub single_core_exempt: bool,
     pub bucket_um2: f64,
     pub convergence_window: u32,
-    pub exhaustive: bool,
+    /// How the search walks the space.
+    pub strategy: Strategy,
     /// Plans use every device (`t × p × d` = the cluster's devices); `false` lets some
     /// stay idle.
     pub use_all_devices: bool,
@@ -112,7 +144,7 @@ impl Default for SpaceSpec {
             single_core_exempt: true,
             bucket_um2: 10_000.0,
             convergence_window: 5,
-            exhaustive: false,
+            strategy: Strategy::Converge,
             use_all_devices: true,
             plot_colour_by: None,
             schedule_gap: 0.01,

@@ -129,7 +129,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             domains: Vec::new(),
         },
         convergence_window: 5,
-        exhaustive: true,
+        strategy: archplace_engine::search::Strategy::Exhaustive,
         use_all_devices: true,
         // The solver's native memory is not on this heap (the estimate counts it apart);
         // the list schedule keeps the test fast.
@@ -150,7 +150,7 @@ fn space(tensor_cores: Vec<u32>) -> SpaceSpec {
         buffer_bytes: vec![2 << 20, 8 << 20],
         area_budget: AreaBudget::Um2(1e12),
         min_area_fraction: 0.0,
-        exhaustive: true,
+        strategy: archplace_engine::search::Strategy::Exhaustive,
         ..SpaceSpec::default()
     }
 }

@@ -3,7 +3,7 @@
 //! described in the README; the format is versioned by [`RESULT_FORMAT_VERSION`].
 
 use archplace_cost_port::ModelSource;
-use archplace_engine::search::{Evaluated, ModelPlan, Outcome};
+use archplace_engine::search::{Evaluated, ModelPlan, Outcome, Strategy};
 use archplace_engine::step::{MemoryBreakdown, StepPlan, TimeBreakdown};
 use archplace_engine::training::{Precision, Recomputation};
 use archplace_plugin_sdk::{AcceleratorConfig, ModelInfo};
@@ -92,8 +92,28 @@ pub struct SearchSummary {
     pub candidates_evaluated: usize,
     pub candidates_failed: usize,
     pub buckets_visited: usize,
+    /// How the space was walked: "converge", "exhaustive" or "proven".
+    #[serde(default)]
+    pub strategy: Strategy,
     pub exhaustive: bool,
     pub converged: bool,
+    /// The best is the best chip of the whole space under the model: a proven search
+    /// ran to its end (an exhaustive one also proves it).
+    #[serde(default)]
+    pub proven: bool,
+    /// A proven search: candidates bounded, those the latency model could not estimate
+    /// while bounding (never evaluated: they fail), those pruned (bounded below the best,
+    /// never evaluated), the largest bound among the pruned, and the bound pass's seconds.
+    #[serde(default)]
+    pub candidates_bounded: usize,
+    #[serde(default)]
+    pub candidates_failed_bound: usize,
+    #[serde(default)]
+    pub candidates_pruned: usize,
+    #[serde(default)]
+    pub largest_remaining_bound_samples_per_second: Option<f64>,
+    #[serde(default)]
+    pub bound_seconds: f64,
     /// Stopped before the end (Ctrl-C in `archplace run`): the result is partial — the best
     /// of the candidates evaluated — and running the same spec again continues it.
     pub cancelled: bool,

@@ -14,7 +14,7 @@ use crate::result::{
 };
 use archplace_cost_port::{CostModelSource, CostModels};
 use archplace_engine::search::{
-    self, Evaluated, Local, Observer, Outcome, Search, Stats, Supplier,
+    self, Evaluated, Local, Observer, Outcome, Search, Stats, Strategy, Supplier,
 };
 use archplace_engine::space::{self, Space};
 use archplace_plugin_sdk::AcceleratorConfig;
@@ -203,6 +203,10 @@ impl Observer for Checkpointed<'_> {
         self.inner.placement(seconds);
     }
 
+    fn bounded(&self, done: usize, total: usize) {
+        self.inner.bounded(done, total);
+    }
+
     fn evaluated(&self, e: &search::Evaluated) {
         self.inner.evaluated(e);
         self.evaluated.fetch_add(1, Ordering::Relaxed);
@@ -330,7 +334,16 @@ impl Prepared<'_> {
             observer,
             cancel: Some(cancel),
         };
-        let Some(d) = steering.distributor else {
+        // A proven walk asks for candidates in the order of their bounds, which the pool's
+        // coordinator (publishing ranges of the space's order ahead of the walk) does not
+        // follow yet: it runs here, where it evaluates only what the bounds cannot rule out.
+        let distributor = steering
+            .distributor
+            .filter(|_| input.strategy != Strategy::Proven);
+        if steering.distributor.is_some() && distributor.is_none() {
+            tracing::info!("a proven search runs on this daemon, not through the pool");
+        }
+        let Some(d) = distributor else {
             return Ok(search.run(done, &mut Local)?);
         };
         let journaled = done.keys().copied().collect();
@@ -395,8 +408,16 @@ impl Prepared<'_> {
                 candidates_evaluated: s.candidates_evaluated,
                 candidates_failed: s.candidates_failed,
                 buckets_visited: s.buckets_visited,
-                exhaustive: spec.space.exhaustive,
+                strategy: spec.space.strategy,
+                exhaustive: spec.space.strategy == Strategy::Exhaustive,
                 converged: s.converged,
+                proven: s.proven || (spec.space.strategy == Strategy::Exhaustive && !s.cancelled),
+                candidates_bounded: s.candidates_bounded,
+                candidates_failed_bound: s.candidates_failed_bound,
+                candidates_pruned: s.candidates_pruned,
+                largest_remaining_bound_samples_per_second: s
+                    .largest_remaining_bound_samples_per_second,
+                bound_seconds: s.bound_seconds,
                 cancelled: s.cancelled,
                 resumed_candidates,
             },

@@ -46,7 +46,7 @@ impl Distributor for Pooled<'_> {
             template: coordinator::template(self.pool, spec, models, &cancel)?,
             spec_name: spec.name.clone(),
             space,
-            exhaustive: spec.space.exhaustive,
+            exhaustive: spec.space.strategy == archplace_engine::search::Strategy::Exhaustive,
             journaled,
         };
         let c = Coordinator::open(self.pool, search, cancel, &self.status)?;

@@ -54,7 +54,7 @@ impl Spec {
             training: self.training.clone(),
             cluster: self.cluster.clone(),
             convergence_window: self.space.convergence_window,
-            exhaustive: self.space.exhaustive,
+            strategy: self.space.strategy,
             use_all_devices: self.space.use_all_devices,
             schedule: self.schedule_options(false),
         }

@@ -7,6 +7,7 @@
 use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
 use archplace_engine::model::{AttentionKernel, Head};
+use archplace_engine::search::Strategy;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_engine::step::{ContextMethod, StepPlan};
 use archplace_engine::training::{Cluster, MemoryModel, Precision, Training};
@@ -389,7 +390,16 @@ fn search(s: &SpaceSpec) -> Table {
         "convergence_window".into(),
         int(s.convergence_window.into()),
     );
-    t.insert("exhaustive".into(), Value::Boolean(s.exhaustive));
+    // `exhaustive` as before, and `strategy` only for the walk it cannot say: the
+    // resolved text of a spec that does not ask for a proven search is what it was
+    // before there was one (its hash, and so its results folder, unchanged).
+    t.insert(
+        "exhaustive".into(),
+        Value::Boolean(s.strategy == Strategy::Exhaustive),
+    );
+    if s.strategy == Strategy::Proven {
+        t.insert("strategy".into(), Value::String(s.strategy.name().into()));
+    }
     t.insert("use_all_devices".into(), Value::Boolean(s.use_all_devices));
     if let Some(axis) = s.plot_colour_by {
         t.insert("plot_colour_by".into(), Value::String(axis.name().into()));

@@ -2,7 +2,7 @@
 
 use super::{Exit, load_spec, print_json, thousands};
 use anyhow::{Context, Result, bail};
-use archplace_engine::search::{Observer, Progress};
+use archplace_engine::search::{Observer, Progress, Strategy};
 use archplace_job::folder;
 use archplace_job::result::ResultDoc;
 use archplace_job::{RunError, Steering};
@@ -71,6 +71,27 @@ fn describe(p: &Progress, area: bool) -> String {
 }
 
 impl Observer for Reporter {
+    fn bounded(&self, done: usize, total: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message("bounding candidates");
+            return;
+        }
+        let Ok(mut last) = self.last_line.lock() else {
+            return;
+        };
+        if last.elapsed() >= Duration::from_secs(5) || done == total {
+            *last = Instant::now();
+            errln!(
+                "bounding: {}/{} candidates, {:.1} s",
+                thousands(done as u64),
+                thousands(total as u64),
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+
     fn progress(&self, p: &Progress) {
         if let Some(bar) = &self.bar {
             bar.set_length(p.total as u64);
@@ -374,6 +395,8 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
         thousands(s.buckets_visited as u64),
         if s.cancelled {
             "interrupted (partial result)"
+        } else if s.strategy == Strategy::Proven {
+            "proven"
         } else if s.exhaustive {
             "exhaustive"
         } else if s.converged {
@@ -383,6 +406,24 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
         },
         doc.timings.total_seconds
     )?;
+    if s.strategy == Strategy::Proven && !s.cancelled {
+        let remaining = s
+            .largest_remaining_bound_samples_per_second
+            .map_or(String::new(), |b| {
+                format!(", none of which can reach {} samples/s", significant(b, 4))
+            });
+        outln!(
+            "proven best of all {} candidates: {} bounded in {:.1} s, {} pruned{remaining}",
+            thousands(s.candidates_in_space as u64),
+            thousands(s.candidates_bounded as u64),
+            s.bound_seconds,
+            thousands(s.candidates_pruned as u64),
+        )?;
+    } else if s.strategy == Strategy::Converge && !s.cancelled && s.converged {
+        outln!(
+            "not proven: chips the walk did not visit may be better; `[search] strategy = \"proven\"` proves the best of the whole space"
+        )?;
+    }
     if doc.work.mip_time_limit_hits > 0 {
         outln!(
             "not reproducible: {} layer-schedule MIPs stopped at the wall-clock safety net (schedule_time_limit_seconds), where what they find depends on the machine's speed and load",

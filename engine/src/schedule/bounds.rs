@@ -9,6 +9,15 @@ use super::prep::Prep;
 impl Prep {
     /// A lower bound on the makespan.
     pub(super) fn lower_bound(&self) -> f64 {
+        self.lower_bound_with(Self::PATH_WORK_STEPS)
+    }
+
+    /// The steps of each weight [`Prep::path_work_bound`] tries by default.
+    pub(super) const PATH_WORK_STEPS: usize = 20;
+
+    /// [`Prep::lower_bound`] with the path-and-work bound tried at `steps` steps of each
+    /// weight (fewer: cheaper and no stronger; any number is a valid bound).
+    pub(super) fn lower_bound_with(&self, steps: usize) -> f64 {
         let m = self.len();
         let (head, _) = self.heads_tails();
         let critical = (0..m)
@@ -59,7 +68,9 @@ impl Prep {
             }
         }
         let work_bound = lambdas.into_iter().map(work).fold(0.0, f64::max);
-        critical.max(work_bound).max(self.path_work_bound(&a, &b))
+        critical
+            .max(work_bound)
+            .max(self.path_work_bound(&a, &b, steps))
     }
 
     /// The most operators whose modes [`Prep::mode_bound`] enumerates (2^16 assignments, a
@@ -190,16 +201,22 @@ impl Prep {
     /// `Σ_j min(p_j, r_j)` plus the longest path of what lying on the path adds; the best
     /// μ of a grid is kept. (Links may overlap parallel operators: they count only in
     /// their own bound, one all-reduce at a time.)
-    pub(super) fn path_work_bound(&self, a: &[f64], b: &[f64]) -> f64 {
+    pub(super) fn path_work_bound(&self, a: &[f64], b: &[f64], steps: usize) -> f64 {
         let m = self.len();
         let link: f64 = (0..m)
             .filter(|&i| self.res[i] == Resource::Link)
             .map(|i| self.single[i])
             .sum();
-        let steps = 20;
+        let steps = steps.max(1);
         let mut best = link;
         let mut w = vec![0.0f64; m];
         let mut longest = vec![0.0f64; m];
+        // Each operator's predecessors, in the order of the edges (the longest path below
+        // visits them 231 times: listed once, not found by scanning every edge each time).
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); m];
+        for &(x, j) in &self.edges {
+            preds[j].push(x);
+        }
         for ia in 0..=steps {
             for ib in 0..=steps - ia {
                 let mu_path = ia as f64 / steps as f64;
@@ -230,7 +247,7 @@ impl Prep {
                 let mut top = 0.0f64;
                 for j in 0..m {
                     longest[j] = w[j];
-                    for &(x, _) in self.edges.iter().filter(|e| e.1 == j) {
+                    for &x in &preds[j] {
                         longest[j] = longest[j].max(longest[x] + w[j]);
                     }
                     top = top.max(longest[j]);

@@ -303,6 +303,32 @@ pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, Sch
     })
 }
 
+/// The steps of each weight the path-and-work bound tries in [`makespan_lower_bound`]: on
+/// the GPT-3 example's 29,360 chips, 2 steps bound them in 25 s where the solver's 20 take
+/// 46 s, and a proven search evaluates 508 chips instead of 502 (1 step: 566).
+const UNSOLVED_PATH_WORK_STEPS: usize = 2;
+
+/// A lower bound on the makespan of every schedule [`solve`] returns for `inst`, without
+/// solving it: per series part, the bounds [`solve`] starts from (critical path, each core
+/// type's work, along every path) held to the part's memory floor, summed over the parts
+/// — [`solve`]'s makespan is the sum of the parts' and each part's is at least both. A
+/// few microseconds for a layer; what a proven search bounds candidates with.
+pub fn makespan_lower_bound(inst: &Instance) -> Result<f64, ScheduleError> {
+    let prep = Prep::new(inst)?;
+    if prep.len() == 0 {
+        return Ok(0.0);
+    }
+    Ok(prep
+        .series_parts()
+        .into_iter()
+        .map(|r| {
+            let part = prep.slice(r);
+            let floor: f64 = part.memory.iter().sum();
+            part.lower_bound_with(UNSOLVED_PATH_WORK_STEPS).max(floor)
+        })
+        .sum())
+}
+
 /// The schedule of one series part ([`Prep::series_parts`]), its starts from 0.
 struct Part {
     makespan: f64,

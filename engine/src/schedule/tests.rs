@@ -261,6 +261,12 @@ fn solves_optimally(case: usize, inst: &Instance) -> Schedule {
         "case {case}: bound {} above optimum {want}",
         s.lower_bound
     );
+    // The bound a proven search uses without solving.
+    let unsolved = makespan_lower_bound(inst).unwrap();
+    assert!(
+        unsolved <= want + 1e-9 && unsolved <= s.makespan + 1e-9,
+        "case {case}: bound {unsolved} above optimum {want}"
+    );
     s
 }
 

@@ -36,7 +36,7 @@ impl<'a> Ctx<'a> {
             estimator: Estimator {
                 model: latency,
                 execution: input.training.execution,
-                cache: RwLock::new(HashMap::new()),
+                cache: RwLock::new(Default::default()),
                 computed: AtomicU64::new(0),
                 hits: AtomicU64::new(0),
             },

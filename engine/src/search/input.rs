@@ -3,6 +3,7 @@
 
 use crate::model::ModelConfig;
 use crate::options::ScheduleOptions;
+use crate::space::Strategy;
 use crate::training::{Baseline, Cluster, Training};
 use serde::Serialize;
 
@@ -20,7 +21,8 @@ pub struct SearchInput {
     pub training: Training,
     pub cluster: Cluster,
     pub convergence_window: u32,
-    pub exhaustive: bool,
+    /// How the search walks the space and when it stops.
+    pub strategy: Strategy,
     /// Plans use every device of the cluster (`[search] use_all_devices`); otherwise some
     /// may stay idle, and a plan says how many it uses.
     pub use_all_devices: bool,

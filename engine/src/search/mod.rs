@@ -10,10 +10,13 @@
 //! candidate's score is, over HBM sizes, the best mean over models of each model's best
 //! throughput; a model that fits nowhere fails the candidate at that HBM size.
 //!
-//! The walk stops by the reference's rule — the best scores of the last
+//! The walk ([`Strategy`]) stops by the reference's rule — the best scores of the last
 //! `convergence_window` buckets did not increase — except that a bucket in which every
 //! candidate failed is not evidence of convergence (it is skipped); `exhaustive` visits
-//! everything. Work inside a candidate runs on all threads (rayon) and is combined in a
+//! everything; `proven` bounds every candidate (`bound`: an upper bound on its score
+//! valid for every plan) and evaluates them in the order of their bounds until no bound
+//! can beat the best — the best of the whole space, evaluating what the bounds cannot
+//! rule out. Work inside a candidate runs on all threads (rayon) and is combined in a
 //! fixed order, so the result does not depend on the thread count. Two candidates of the
 //! same throughput (within [`TIE_RELATIVE`]) go to the smaller chip, then to the one
 //! visited first.
@@ -27,6 +30,7 @@
 //! * [`memory`] — the memory a search may need, from its spec alone;
 //! * this module — the walk over the space.
 
+mod bound;
 mod context;
 mod estimator;
 mod evaluate;
@@ -37,6 +41,7 @@ pub mod record;
 mod schedules;
 pub mod supplier;
 
+pub use crate::space::Strategy;
 pub use context::context_parallel_fits;
 pub use input::{ModelInput, SearchInput};
 pub use observe::{Observer, Progress, ScheduleEvent, Stats};
@@ -48,8 +53,9 @@ pub use supplier::{Evaluator, Local, Supplier};
 
 use crate::space::Space;
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
-use context::Ctx;
-use std::collections::BTreeMap;
+use context::{Ctx, JobError};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -157,22 +163,39 @@ impl Search<'_> {
             explored: Vec::new(),
             best: None,
             cancelled: false,
+            pruning: Pruning::default(),
         };
-        let (buckets_visited, converged) = walk.buckets(supplier)?;
+        let strategy = self.input.strategy;
+        let (buckets_visited, converged) = match strategy {
+            Strategy::Proven => {
+                walk.proven(supplier)?;
+                let buckets: BTreeSet<u64> = walk.explored.iter().map(|e| e.bucket).collect();
+                (buckets.len(), false)
+            }
+            Strategy::Converge | Strategy::Exhaustive => walk.buckets(supplier)?,
+        };
         walk.best_whole()?;
         let Walk {
             ctx,
             explored,
             best,
             cancelled,
+            pruning,
             ..
         } = walk;
         let mut stats = ctx.stats.into_inner().unwrap_or_default();
+        stats.strategy = strategy;
         stats.candidates_evaluated = explored.len();
         stats.candidates_failed = explored.iter().filter(|e| e.failure.is_some()).count();
         stats.buckets_visited = buckets_visited;
         stats.converged = converged;
         stats.cancelled = cancelled;
+        stats.candidates_bounded = pruning.bounded;
+        stats.candidates_failed_bound = pruning.failed;
+        stats.candidates_pruned = pruning.pruned;
+        stats.largest_remaining_bound_samples_per_second = pruning.largest_remaining;
+        stats.proven = strategy == Strategy::Proven && !cancelled;
+        stats.bound_seconds = pruning.seconds;
         stats.estimates_computed = ctx.estimator.computed.load(Ordering::Relaxed);
         stats.estimate_cache_hits = ctx.estimator.hits.load(Ordering::Relaxed);
         stats.add_work(&supplier.work());
@@ -195,6 +218,46 @@ struct Walk<'a> {
     /// Index into `explored`.
     best: Option<usize>,
     cancelled: bool,
+    /// What a proven search's bounds did.
+    pruning: Pruning,
+}
+
+/// A proven search's bound pass and pruning, counted.
+#[derive(Debug, Default)]
+struct Pruning {
+    bounded: usize,
+    failed: usize,
+    pruned: usize,
+    largest_remaining: Option<f64>,
+    seconds: f64,
+}
+
+/// A bound is computed with other sums than the evaluation it bounds: it is taken this
+/// much (relatively) larger before it is compared, so that rounding never prunes a
+/// candidate whose bound is tight.
+const BOUND_SLACK: f64 = 1e-9;
+
+/// Candidates bounded per batch of the bound pass (in parallel), between which the pass
+/// reports its progress and looks at the cancel flag.
+const BOUND_BATCH: usize = 512;
+
+/// Whether a candidate bounded by `bound` (samples per second) of area `area_um2` and
+/// index `index` can replace `best`: some throughput up to its bound is faster than the
+/// best's (not a tie), or ties it on a smaller chip (or an equal one visited first by the
+/// space's order, as [`Walk::record`] breaks ties).
+fn may_beat(bound: f64, area_um2: f64, index: usize, best: &Evaluated) -> bool {
+    let b = bound * (1.0 + BOUND_SLACK);
+    let t = best.mean_throughput_samples_per_second.unwrap_or(0.0);
+    let faster = b > t / (1.0 - TIE_RELATIVE);
+    let tie = b >= t * (1.0 - TIE_RELATIVE);
+    let first = area_um2 < best.area_um2 || (area_um2 == best.area_um2 && index < best.index);
+    faster || (tie && first)
+}
+
+/// Whether no candidate bounded by `bound` or less can replace `best`, whatever its size.
+fn below_any_tie(bound: f64, best: &Evaluated) -> bool {
+    let t = best.mean_throughput_samples_per_second.unwrap_or(0.0);
+    bound * (1.0 + BOUND_SLACK) < t * (1.0 - TIE_RELATIVE)
 }
 
 impl Walk<'_> {
@@ -228,7 +291,7 @@ impl Walk<'_> {
             if let Some(v) = bucket_best {
                 history.push(v);
             }
-            if !input.exhaustive
+            if input.strategy == Strategy::Converge
                 && history.len() >= window
                 && history[history.len() - window..]
                     .windows(2)
@@ -239,6 +302,90 @@ impl Walk<'_> {
             i = end;
         }
         Ok((visited, false))
+    }
+
+    /// The proven walk: every candidate bounded ([`bound`], in parallel, in batches), then
+    /// evaluated in the order of the bounds — largest first, ties to the smaller chip,
+    /// then to the space's order — while its bound may beat the best so far
+    /// ([`may_beat`]); it ends when no remaining bound can. Because every candidate's
+    /// score is at most its bound, the best found is the best of the whole space, with the
+    /// tie rule of a walk over all of it. A candidate the latency model cannot estimate
+    /// fails bounding as it would fail evaluation: it is counted, never evaluated.
+    fn proven(&mut self, supplier: &mut dyn Supplier) -> Result<(), SearchError> {
+        let started = Instant::now();
+        let candidates = &self.search.space.candidates;
+        let n = candidates.len();
+        let cancelled = || {
+            self.search
+                .cancel
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+        };
+        let mut bounds: Vec<Option<f64>> = Vec::with_capacity(n);
+        for from in (0..n).step_by(BOUND_BATCH) {
+            if cancelled() {
+                self.cancelled = true;
+                return Ok(());
+            }
+            let to = (from + BOUND_BATCH).min(n);
+            let batch: Vec<Result<Option<f64>, JobError>> = (from..to)
+                .into_par_iter()
+                .map(|k| match self.ctx.bound(&candidates[k].config) {
+                    Ok(b) => Ok(Some(b)),
+                    Err(JobError::Infeasible(_)) => Ok(None),
+                    Err(e) => Err(e),
+                })
+                .collect();
+            for b in batch {
+                match b {
+                    Ok(b) => bounds.push(b),
+                    // Cancelling stops a plugin call in flight, which then fails.
+                    Err(_) if cancelled() => {
+                        self.cancelled = true;
+                        return Ok(());
+                    }
+                    Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
+                    Err(JobError::Infeasible(_)) => bounds.push(None),
+                }
+            }
+            self.search.observer.bounded(bounds.len(), n);
+        }
+        self.pruning.bounded = n;
+        self.pruning.failed = bounds.iter().filter(|b| b.is_none()).count();
+        self.pruning.seconds = started.elapsed().as_secs_f64();
+        let mut order: Vec<(usize, f64)> = bounds
+            .iter()
+            .enumerate()
+            .filter_map(|(k, b)| b.map(|b| (k, b)))
+            .collect();
+        order.sort_by(|&(a, ba), &(b, bb)| {
+            bb.total_cmp(&ba)
+                .then(candidates[a].area_um2.total_cmp(&candidates[b].area_um2))
+                .then(a.cmp(&b))
+        });
+        for (pos, &(k, bound)) in order.iter().enumerate() {
+            if let Some(best) = self.best.map(|b| &self.explored[b]) {
+                if below_any_tie(bound, best) {
+                    let rest = &order[pos..];
+                    self.pruning.pruned += rest.len();
+                    self.pruning.largest_remaining =
+                        Some(self.pruning.largest_remaining.unwrap_or(0.0).max(bound));
+                    break;
+                }
+                if !may_beat(bound, candidates[k].area_um2, k, best) {
+                    self.pruning.pruned += 1;
+                    self.pruning.largest_remaining =
+                        Some(self.pruning.largest_remaining.unwrap_or(0.0).max(bound));
+                    continue;
+                }
+            }
+            let Some(e) = self.candidate(k, supplier)? else {
+                self.cancelled = true;
+                return Ok(());
+            };
+            let bucket = e.bucket;
+            self.record(e, bucket);
+        }
+        Ok(())
     }
 
     /// Candidate `k`'s evaluation: resumed, supplied or computed here; `None` when the
@@ -295,9 +442,16 @@ impl Walk<'_> {
     /// Adds `e` to the explored candidates — whole if it is the new best (the former best
     /// summarised), summarised otherwise — and reports the progress.
     fn record(&mut self, mut e: Evaluated, bucket: u64) {
+        // Ties on equal chips go to the one first in the space's order: the one a walk in
+        // that order visits first, whatever order this walk visits them in.
         let new_best = e.mean_throughput_samples_per_second.is_some_and(|t| {
-            self.best
-                .is_none_or(|b| beats(t, e.area_um2, &self.explored[b]))
+            self.best.is_none_or(|b| {
+                let best = &self.explored[b];
+                beats(t, e.area_um2, best)
+                    || (e.area_um2 == best.area_um2
+                        && e.index < best.index
+                        && ties(t, best.mean_throughput_samples_per_second.unwrap_or(0.0)))
+            })
         });
         if new_best {
             if let Some(b) = self.best {

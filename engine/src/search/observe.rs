@@ -3,17 +3,34 @@
 
 use super::record::Evaluated;
 use crate::schedule::Method;
+use crate::space::Strategy;
 use serde::{Deserialize, Serialize};
 
 /// Counters of the work done.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Stats {
+    /// How the space was walked.
+    pub strategy: Strategy,
     pub candidates_evaluated: usize,
     pub candidates_failed: usize,
     pub buckets_visited: usize,
     pub converged: bool,
     pub cancelled: bool,
+    /// A proven search: candidates bounded (every one, unless cancelled), those the
+    /// latency model could not estimate while bounding (they fail evaluation too: never
+    /// the best), and those pruned — bounded below the best, never evaluated.
+    pub candidates_bounded: usize,
+    pub candidates_failed_bound: usize,
+    pub candidates_pruned: usize,
+    /// The largest bound of a candidate not evaluated (pruned): no chip left out of the
+    /// evaluation can reach it. `None` when every bounded candidate was evaluated.
+    pub largest_remaining_bound_samples_per_second: Option<f64>,
+    /// The best is the best chip of the whole space under the model: a proven search
+    /// that ran to its end.
+    pub proven: bool,
+    /// Wall-clock seconds of the bound pass.
+    pub bound_seconds: f64,
     pub estimates_computed: u64,
     pub estimate_cache_hits: u64,
     /// Layer schedules the search used: settled by bounds, by a MIP, or reused.
@@ -116,6 +133,9 @@ pub trait Observer: Sync {
     /// A candidate was evaluated (not called for those a resumed search reuses): what a
     /// checkpoint of the search records.
     fn evaluated(&self, _e: &Evaluated) {}
+    /// A proven search's bound pass: `done` of `total` candidates bounded (called from
+    /// the searching thread, every few hundred candidates and at the end).
+    fn bounded(&self, _done: usize, _total: usize) {}
 }
 
 impl Observer for () {}

@@ -71,7 +71,7 @@ fn tiny() -> (SearchInput, Space) {
             domains: Vec::new(),
         },
         convergence_window: 5,
-        exhaustive: true,
+        strategy: Strategy::Exhaustive,
         use_all_devices: true,
         // The same deterministic scheduler on both sides; the MIP has its own tests.
         schedule: ScheduleOptions {
@@ -445,7 +445,7 @@ fn only_the_best_is_kept_whole_and_a_resume_from_summaries_gives_the_same_outcom
 #[test]
 fn convergence_stops_early_and_cancel_stops_at_once() {
     let (mut input, space) = tiny();
-    input.exhaustive = false;
+    input.strategy = Strategy::Converge;
     input.convergence_window = 2;
     let outcome = whole(&input, &space);
     assert!(outcome.stats.converged);
@@ -528,7 +528,7 @@ fn a_candidate_stopped_by_the_cancellation_is_not_reported_failed() {
 #[test]
 fn failed_buckets_are_not_evidence_of_convergence() {
     let (mut input, space) = tiny();
-    input.exhaustive = false;
+    input.strategy = Strategy::Converge;
     input.convergence_window = 2;
     // Far too little HBM: every candidate fails, and the search must not stop early.
     input.cluster.hbm_bytes = vec![1 << 10];
@@ -1000,9 +1000,9 @@ fn supplied_evaluations_give_the_same_outcome_as_local_ones() {
         }
     }
     let model = ReferenceModel::default();
-    for exhaustive in [true, false] {
+    for strategy in [Strategy::Exhaustive, Strategy::Converge] {
         let (mut input, space) = tiny();
-        input.exhaustive = exhaustive;
+        input.strategy = strategy;
         input.convergence_window = 2;
         let local = search(&input, &space, &model, &(), None).unwrap();
         let mut workers = Workers {
@@ -1098,4 +1098,283 @@ fn work_since_is_the_inverse_of_add_work() {
     let mut now = before.clone();
     now.add_work(&item);
     assert_eq!(now.work_since(&before), item);
+}
+
+/// A small deterministic generator (SplitMix64) for the random problems below.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn pick<T: Clone>(&mut self, from: &[T]) -> T {
+        from[(self.next() % from.len() as u64) as usize].clone()
+    }
+
+    fn coin(&mut self) -> bool {
+        self.next().is_multiple_of(2)
+    }
+}
+
+/// A random small problem: a model (dense or Mixture-of-Experts, with or without its own
+/// dense blocks and multi-token prediction), a training plan space (micro-batches,
+/// recomputation, precisions, the distributed optimizer, sequence and context
+/// parallelism, interleaving, expert parallelism), a cluster and a space of chips, priced
+/// with either memory model.
+fn random_problem(seed: u64) -> (SearchInput, Space) {
+    let mut d = Draw(seed);
+    let hidden = d.pick(&[64, 128, 256]);
+    let heads = d.pick(&[2, 4]);
+    let moe = d.coin() && d.coin();
+    let layers = d.pick(&[2, 3, 4, 6]);
+    let mut config = ModelConfig {
+        name: format!("random-{seed}"),
+        layers,
+        hidden,
+        heads,
+        kv_heads: heads,
+        ffn: hidden * d.pick(&[2, 4]),
+        vocab: d.pick(&[300, 2000]),
+        seq_len: d.pick(&[32, 64, 128]),
+        max_tensor_parallel: d.pick(&[1, 2]),
+        ..tiny_model()
+    };
+    config.max_positions = config.seq_len;
+    if moe {
+        config.moe = Some(crate::model::Moe {
+            experts: 4,
+            experts_per_token: 2,
+            expert_ffn: hidden,
+            shared_experts: d.pick(&[0, 1]),
+            routing_imbalance: d.pick(&[1.0, 1.2]),
+            capacity_factor: None,
+        });
+        config.dense_layers = d.pick(&[0, 1]);
+    }
+    if d.coin() && d.coin() {
+        config.mtp_depth = 1;
+    }
+    let megatron = d.coin();
+    let subset = |d: &mut Draw, all: &[u64]| -> Vec<u64> {
+        let v: Vec<u64> = all.iter().copied().filter(|_| d.coin()).collect();
+        if v.is_empty() { vec![all[0]] } else { v }
+    };
+    let mut recomputation = vec![Recomputation::None, Recomputation::Full];
+    if megatron && d.coin() {
+        recomputation.push(Recomputation::Selective);
+    }
+    let devices = d.pick(&[4, 8, 16]);
+    let hbm: u64 = d.pick(&[4u64 << 20, 16 << 20, 64 << 20]);
+    let input = SearchInput {
+        models: vec![ModelInput {
+            config: config.clone(),
+            baseline: None,
+        }],
+        training: Training {
+            global_batch: d.pick(&[32, 64]),
+            micro_batch_sizes: subset(&mut d, &[1, 2, 4]),
+            activation_recomputation: if d.coin() {
+                recomputation
+            } else {
+                vec![d.pick(&recomputation)]
+            },
+            optimizer: Optimizer::Adam,
+            precisions: vec![Precision::Bf16Mixed],
+            fp8_scaling: Default::default(),
+            fp8_param_gather: false,
+            distributed_optimizer: if megatron && d.coin() {
+                vec![false, true]
+            } else {
+                vec![false]
+            },
+            zero_stages: vec![],
+            reshard_after_forward: vec![true],
+            data_parallel_overlap: megatron && d.coin(),
+            sequence_parallel: if megatron && d.coin() {
+                vec![false, true]
+            } else {
+                vec![false]
+            },
+            pipeline_interleaving: if megatron && d.coin() {
+                vec![1, 2]
+            } else {
+                vec![1]
+            },
+            expert_parallel: if moe { vec![1, 2] } else { vec![1] },
+            context_parallel: if megatron && d.coin() {
+                vec![1, 2]
+            } else {
+                vec![1]
+            },
+            context_exchange: Default::default(),
+            all_to_all_overlap: moe && d.coin(),
+            pipeline_parallel_overlap: megatron && d.coin(),
+            memory_model: if megatron {
+                MemoryModel::Megatron
+            } else {
+                MemoryModel::Reference
+            },
+            bytes_per_element: 2,
+            execution: crate::execution::Execution::default(),
+        },
+        cluster: Cluster {
+            devices,
+            link_bytes_per_second: d.pick(&[1.0, 4.0]) * (1u64 << 30) as f64,
+            hbm_bytes: vec![hbm, 4 * hbm],
+            network: crate::network::Network::flat(4.0 * (1u64 << 30) as f64),
+            domains: Vec::new(),
+        },
+        convergence_window: 2,
+        strategy: Strategy::Exhaustive,
+        use_all_devices: d.coin(),
+        // The list scheduler: MIPs take seconds here, and the bound holds for any
+        // schedule of an instance (`schedule::makespan_lower_bound`, tested against the
+        // optimum in the scheduler's tests).
+        schedule: ScheduleOptions {
+            heuristic_only: true,
+            ..ScheduleOptions::default()
+        },
+    };
+    let axis = |d: &mut Draw, all: &[u64]| -> Vec<u32> {
+        let mut v: Vec<u32> = all
+            .iter()
+            .map(|&x| x as u32)
+            .filter(|_| !d.next().is_multiple_of(4))
+            .collect();
+        if v.is_empty() {
+            v.push(all[0] as u32);
+        }
+        v
+    };
+    let spec = SpaceSpec {
+        tensor_cores: axis(&mut d, &[1, 2, 4, 8]),
+        vector_cores: axis(&mut d, &[1, 2, 4]),
+        width: vec![16],
+        depth: axis(&mut d, &[8, 16, 32]),
+        vector_width: None,
+        buffer_bytes: axis(&mut d, &[2, 8, 32])
+            .into_iter()
+            .map(|m| u64::from(m) << 20)
+            .collect(),
+        area_budget: AreaBudget::Um2(1e12),
+        min_area_fraction: 0.0,
+        ..SpaceSpec::default()
+    };
+    let space = enumerate(&spec, &ReferenceModel::default()).unwrap();
+    assert!(!space.candidates.is_empty(), "seed {seed}: an empty space");
+    (input, space)
+}
+
+/// Random problems each of the two tests below draws.
+const SEEDS: u64 = 120;
+
+/// The bound a proven search orders and prunes by is at least the evaluated score of
+/// every candidate, on random problems (both memory models, dense and MoE models, every
+/// plan dimension the search has) — thousands of candidates.
+#[test]
+fn bounds_are_at_least_every_evaluated_score() {
+    let model = ReferenceModel::default();
+    let (mut candidates, mut feasible, mut tightest) = (0, 0, 0.0f64);
+    for seed in 0..SEEDS {
+        let (input, space) = random_problem(seed);
+        let outcome = whole(&input, &space);
+        let ctx = Ctx::new(&input, &model, &());
+        for e in &outcome.explored {
+            candidates += 1;
+            let bound = match ctx.bound(&e.config) {
+                Ok(b) => b,
+                Err(JobError::Infeasible(why)) => {
+                    assert!(
+                        e.failure.is_some(),
+                        "seed {seed}: bounding failed ({why}) where evaluation did not"
+                    );
+                    continue;
+                }
+                Err(JobError::Model(err)) => panic!("seed {seed}: {err}"),
+            };
+            if let Some(t) = e.mean_throughput_samples_per_second {
+                feasible += 1;
+                assert!(
+                    t <= bound * (1.0 + BOUND_SLACK),
+                    "seed {seed}, candidate {} ({:?}): evaluated {t} samples/s above its bound {bound}",
+                    e.index,
+                    e.config
+                );
+                tightest = tightest.max(t / bound);
+            }
+        }
+    }
+    assert!(candidates >= 1000, "{candidates} candidates");
+    assert!(
+        feasible >= candidates / 4,
+        "{feasible} of {candidates} feasible"
+    );
+    // Not vacuous: some bounds come close to the evaluation.
+    assert!(
+        tightest > 0.5,
+        "the tightest bound is {tightest} of its score"
+    );
+}
+
+/// A proven search gives exactly what an exhaustive one gives — the same chip, plans and
+/// throughput — on random problems, evaluating fewer candidates; what it reports of its
+/// pruning adds up.
+#[test]
+fn proven_search_finds_the_exhaustive_best() {
+    let model = ReferenceModel::default();
+    let (mut evaluated, mut total) = (0, 0);
+    for seed in 0..SEEDS {
+        let (mut input, space) = random_problem(seed);
+        let exhaustive = search(&input, &space, &model, &(), None).unwrap();
+        input.strategy = Strategy::Proven;
+        let proven = search(&input, &space, &model, &(), None).unwrap();
+        assert_eq!(proven.best, exhaustive.best, "seed {seed}");
+        let s = &proven.stats;
+        assert!(s.proven && s.strategy == Strategy::Proven);
+        assert_eq!(s.candidates_bounded, space.candidates.len());
+        assert_eq!(
+            s.candidates_evaluated + s.candidates_pruned + s.candidates_failed_bound,
+            space.candidates.len(),
+            "seed {seed}"
+        );
+        if let (Some(remaining), Some(best)) =
+            (s.largest_remaining_bound_samples_per_second, &proven.best)
+        {
+            let t = best.mean_throughput_samples_per_second.unwrap();
+            assert!(
+                remaining * (1.0 + BOUND_SLACK) <= t / (1.0 - TIE_RELATIVE),
+                "seed {seed}"
+            );
+        }
+        evaluated += s.candidates_evaluated;
+        total += space.candidates.len();
+    }
+    assert!(
+        evaluated < total,
+        "the bounds pruned nothing: {evaluated} of {total} evaluated"
+    );
+}
+
+/// Ties between equal chips go to the first in the space's order, whichever order the
+/// walk visits them in: a proven search over a space of copies of one chip chooses the
+/// first copy, as an exhaustive one does.
+#[test]
+fn proven_ties_go_to_the_first_in_the_space() {
+    let model = ReferenceModel::default();
+    let (mut input, mut space) = tiny();
+    let first = space.candidates[0];
+    space.candidates = vec![first; 4];
+    let exhaustive = search(&input, &space, &model, &(), None).unwrap();
+    input.strategy = Strategy::Proven;
+    let proven = search(&input, &space, &model, &(), None).unwrap();
+    assert_eq!(exhaustive.best.as_ref().map(|b| b.index), Some(0));
+    assert_eq!(proven.best.as_ref().map(|b| b.index), Some(0));
+    // Each copy's bound is above the first's score (a bound is not the score): each is
+    // evaluated, ties it, and loses the tie.
+    assert_eq!(proven.stats.candidates_evaluated, 4);
 }

@@ -4,6 +4,7 @@ use super::MAX_SPACE;
 use super::rules::{count_in, duplicates, positive};
 use crate::raw::{RawAreaBudget, RawAxis, RawSearch};
 use crate::{Ctx, FieldPath};
+use archplace_engine::search::Strategy;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::{parse_area_um2, parse_bytes};
@@ -101,6 +102,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         convergence_window,
         ok: scalars_ok,
     } = scalars(ctx, &path, s, &d);
+    let strategy = strategy(ctx, &path, s);
     let (
         tensor_cores,
         vector_cores,
@@ -154,7 +156,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         single_core_exempt: s.single_core_exempt.unwrap_or(d.single_core_exempt),
         bucket_um2,
         convergence_window,
-        exhaustive: s.exhaustive.unwrap_or(false),
+        strategy,
         use_all_devices: s.use_all_devices.unwrap_or(d.use_all_devices),
         plot_colour_by: s.plot_colour_by,
         schedule_gap,
@@ -353,5 +355,32 @@ fn scalars(ctx: &mut Ctx<'_>, path: &FieldPath, s: &RawSearch, d: &SpaceSpec) ->
         schedule_node_limit,
         convergence_window,
         ok: scalars_ok,
+    }
+}
+
+/// The walk: `strategy`, or the older `exhaustive = true`; both given, they must agree.
+fn strategy(ctx: &mut Ctx<'_>, path: &FieldPath, s: &RawSearch) -> Strategy {
+    match (s.strategy, s.exhaustive) {
+        (None, exhaustive) => {
+            if exhaustive == Some(true) {
+                Strategy::Exhaustive
+            } else {
+                Strategy::Converge
+            }
+        }
+        (Some(strategy), None) => strategy,
+        (Some(strategy), Some(exhaustive)) => {
+            if exhaustive != (strategy == Strategy::Exhaustive) {
+                ctx.error(
+                    &path.key("exhaustive"),
+                    format!(
+                        "`exhaustive = {exhaustive}` contradicts `strategy = \"{}\"`",
+                        strategy.name()
+                    ),
+                    Some("give `strategy` alone (`exhaustive = true` is `strategy = \"exhaustive\"`)".into()),
+                );
+            }
+            strategy
+        }
     }
 }
