@@ -49,7 +49,7 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
         n => n,
     };
     let stop = || super::set(cx.shutdown);
-    let Some(consumer) = pool.retry("joining the workers' queue", &stop, || async {
+    let Some(mut consumer) = pool.retry("joining the workers' queue", &stop, || async {
         pool.items
             .get_consumer::<consumer::pull::Config>(WORKERS_CONSUMER)
             .await
@@ -57,6 +57,16 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
     }) else {
         return;
     };
+    // Progress is signalled at a third of the consumer's ack wait — the first daemon's
+    // setting, which may be shorter than this one's (a pool made by a newer daemon) — or of
+    // this daemon's, whichever is shorter: never so rarely that a working item is given
+    // away.
+    let consumer_ack_wait = pool
+        .block_on(async { consumer.info().await.map(|i| i.config.ack_wait) })
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(pool.settings.ack_wait_seconds);
+    let progress_every =
+        super::config::ack_progress_interval(consumer_ack_wait.min(pool.settings.ack_wait_seconds));
     let cancels: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>> = Arc::default();
     let busy = Arc::new(AtomicBool::new(false));
     let completed = Arc::new(AtomicU64::new(0));
@@ -77,6 +87,7 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
     ));
     let mut held = Held {
         threads,
+        progress_every,
         sessions: BTreeMap::new(),
         cancels,
         completed,
@@ -123,6 +134,8 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
 struct Held {
     /// Threads of each search session's evaluations.
     threads: usize,
+    /// How often the worker tells JetStream it still works on an item.
+    progress_every: Duration,
     sessions: BTreeMap<String, Session>,
     /// The cancel flags of the sessions, by search (the searches' watcher sets them).
     cancels: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
@@ -261,6 +274,7 @@ fn evaluate(
 ) -> Reply {
     let Held {
         threads,
+        progress_every,
         sessions,
         cancels,
         ..
@@ -269,7 +283,7 @@ fn evaluate(
     let message = Arc::new(message.clone());
     let progress = {
         let message = message.clone();
-        let every = super::config::ack_progress_interval(pool.settings.ack_wait_seconds);
+        let every = *progress_every;
         pool.spawn(async move {
             loop {
                 tokio::time::sleep(every).await;

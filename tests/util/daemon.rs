@@ -82,10 +82,16 @@ impl Daemon {
     ) -> Daemon {
         std::fs::create_dir_all(dir.join("specs")).expect("specs/");
         std::fs::create_dir_all(dir.join("plugins")).expect("plugins/");
+        // A short ack wait unless the test sets its own.
+        let ack_wait = if pool.contains("ack_wait_seconds") {
+            ""
+        } else {
+            "ack_wait_seconds = 3\n"
+        };
         std::fs::write(
             dir.join("archplace.toml"),
             format!(
-                "threads_per_search = 1\nsettle_seconds = 0.2\n[pool]\nname = \"{name}\"\nworker_threads = 1\nack_wait_seconds = 3\nconnect_timeout_seconds = 20\n{pool}\n"
+                "threads_per_search = 1\nsettle_seconds = 0.2\n[pool]\nname = \"{name}\"\nworker_threads = 1\n{ack_wait}connect_timeout_seconds = 20\n{pool}\n"
             ),
         )
         .expect("the daemon's config");
