@@ -37,15 +37,17 @@ fn lookup(memo: &Memo, core: &CoreConfig, op: &Op) -> Option<OpCost> {
 }
 
 impl Estimator<'_> {
+    /// The memo's answer for `op` on `core`, if it has one.
+    fn memoised(&self, core: &CoreConfig, op: &Op) -> Result<Option<OpCost>, EstimateError> {
+        let memo = self
+            .cache
+            .read()
+            .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
+        Ok(lookup(&memo, core, op))
+    }
+
     pub(super) fn cost(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
-        let found = lookup(
-            &*self
-                .cache
-                .read()
-                .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?,
-            core,
-            op,
-        );
+        let found = self.memoised(core, op)?;
         if let Some(c) = found {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(c);
@@ -62,14 +64,7 @@ impl Estimator<'_> {
     /// joules of a scheduled layer), without counting it as a hit of the memo; asked of the
     /// model through [`Estimator::cost`] when it is not there.
     pub(super) fn known(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
-        let found = lookup(
-            &*self
-                .cache
-                .read()
-                .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?,
-            core,
-            op,
-        );
+        let found = self.memoised(core, op)?;
         match found {
             Some(c) => Ok(c),
             None => self.cost(core, op),
