@@ -327,12 +327,12 @@ impl Walk<'_> {
                 return Ok(());
             }
             let to = (from + BOUND_BATCH).min(n);
-            let batch: Vec<Result<Option<f64>, JobError>> = (from..to)
+            let batch: Vec<Result<Option<f64>, EstimateError>> = (from..to)
                 .into_par_iter()
                 .map(|k| match self.ctx.bound(&candidates[k].config) {
                     Ok(b) => Ok(Some(b)),
                     Err(JobError::Infeasible(_)) => Ok(None),
-                    Err(e) => Err(e),
+                    Err(JobError::Model(e)) => Err(e),
                 })
                 .collect();
             for b in batch {
@@ -343,8 +343,7 @@ impl Walk<'_> {
                         self.cancelled = true;
                         return Ok(());
                     }
-                    Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
-                    Err(JobError::Infeasible(_)) => bounds.push(None),
+                    Err(e) => return Err(SearchError::CostModel(e)),
                 }
             }
             self.search.observer.bounded(bounds.len(), n);
