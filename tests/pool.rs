@@ -159,6 +159,39 @@ fn a_converging_pooled_search_gives_the_same_result_and_bounds_its_speculation()
     );
 }
 
+/// A proven search through a pool of two: the items follow the bounds' order, publishing
+/// stops where the bounds can no longer beat the best (items are left unpublished, at
+/// most the look-ahead is speculative), and the result is the single-machine proven one.
+#[test]
+fn a_proven_pooled_search_publishes_in_bound_order_and_gives_the_same_result() {
+    let _gate = crate::util::alone();
+    let tmp = folder();
+    let t = tmp.path();
+    let text = eight_layers("proven", true).replace("exhaustive = true", "strategy = \"proven\"");
+    assert!(text.contains("strategy = \"proven\""));
+    let reference = single(t, &text);
+    let nats = Nats::start(t);
+    let pool = "look_ahead_items = 3\nitem_candidates = 2";
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", pool);
+    let _b = Daemon::pooled(&t.join("b"), &nats.url(), "b", pool);
+    a.drop_spec("proven.toml", &text);
+    let result = a.wait_file("proven", "result.json", 300);
+    assert_same(&reference, &a.result_dir("proven").unwrap());
+    let search = &result["search"];
+    assert_eq!(search["proven"], true, "{result}");
+    assert!(
+        search["candidates_pruned"].as_u64().unwrap() > 0,
+        "{search}"
+    );
+    let p = &result["work"]["pool"];
+    assert!(p["items_speculative"].as_u64().unwrap() <= 3, "{p}");
+    assert!(
+        p["items_published"].as_u64().unwrap() < p["items_total"].as_u64().unwrap(),
+        "{p}"
+    );
+    assert!(p["items_answered"].as_u64().unwrap() > 0, "{p}");
+}
+
 /// The coordinator killed (-9) mid-search and started again: the search resumes from its
 /// journal, the answers stored meanwhile and the published items — no item is evaluated
 /// twice (the two workers' completed items add up to the items) and the result is the

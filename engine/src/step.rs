@@ -1115,6 +1115,59 @@ pub fn estimate_timed_step(
     priced(input, g, stages, timing, cost)
 }
 
+/// What the step model counts for a plan, at least, however its stages split the layers:
+/// what a proven search bounds a plan shape by (`search::bound`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanFloor {
+    /// The most loaded stage's state (weights, gradients, optimizer state and FP8 weight
+    /// copies) in bytes per device: at least the mean over the stages, whose sums no split
+    /// changes (the copies' at ZeRO-3, the largest layer's, only grow when split).
+    pub state_bytes: f64,
+    /// The data-parallel synchronisation the backward and forward passes may hide
+    /// (`data_parallel_overlap`: the gradients' and weights' part), in seconds.
+    pub hideable_sync_seconds: f64,
+    /// The synchronisation nothing hides (all of it without the overlap; the tied
+    /// embedding's all-reduce), in seconds.
+    pub exposed_sync_seconds: f64,
+    /// The point-to-point transfers every stage exposes per micro-batch (none with the
+    /// pipeline overlap, which may hide them), in seconds.
+    pub transfer_seconds: f64,
+}
+
+/// [`PlanFloor`] of a plan that passes [`check`] (its stage list, if any, is one split
+/// among those it bounds). The synchronisation is that of the stages' mean parameters: the
+/// step model syncs the largest stage's, which is at least the mean, and its time grows
+/// with the bytes.
+pub fn plan_floor(input: &StepInput, g: &ModelGraph) -> PlanFloor {
+    let pl = &input.plan;
+    let p = pl.pipeline_parallel.max(1) as f64;
+    let micro_batches = input.global_batch / pl.micro_batch.saturating_mul(pl.data_parallel).max(1);
+    let state = StageState::of(pl);
+    let stages = stage_memory(input, g, &state, micro_batches);
+    let sum = |f: fn(&StageSummary) -> u64| stages.iter().map(f).sum::<u64>();
+    let (params, experts) = (sum(|s| s.parameters), sum(|s| s.expert_parameters));
+    let quantised = sum(|s| s.quantised_parameters);
+    let total = state.bytes(params, experts)[3] + quantised_copies(pl, g, quantised)
+        - bf16_dropped(pl, quantised);
+    let mean = ((params - experts) as f64 / p, experts as f64 / p);
+    let all = data_parallel_seconds(input, g, mean, (0.0, 0.0));
+    let exposed = if pl.sharding.data_parallel_overlap {
+        data_parallel_seconds(input, g, mean, (f64::INFINITY, f64::INFINITY))
+    } else {
+        all
+    };
+    PlanFloor {
+        state_bytes: total / p,
+        hideable_sync_seconds: (all - exposed).max(0.0),
+        exposed_sync_seconds: exposed,
+        transfer_seconds: if pl.pipeline_parallel_overlap && pl.interleaving > 1 {
+            0.0
+        } else {
+            point_to_point_seconds(input)
+        },
+    }
+}
+
 /// The most loaded stage and its memory per device.
 type Worst = (u64, MemoryBreakdown);
 

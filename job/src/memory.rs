@@ -111,6 +111,7 @@ pub fn describe(e: &Estimate) -> String {
             m.schedule_memo_bytes,
             "the memo of layer schedules".to_string(),
         ),
+        (m.bounds_bytes, "a proven search's bounds".to_string()),
         (m.candidate_bytes, "the candidate in flight".to_string()),
         (e.cost_models_bytes, "the cost-model plugins".to_string()),
         (e.results_bytes, "the result files".to_string()),

@@ -103,7 +103,8 @@ pub struct SearchSummary {
     pub proven: bool,
     /// A proven search: candidates bounded, those the latency model could not estimate
     /// while bounding (never evaluated: they fail), those pruned (bounded below the best,
-    /// never evaluated), the largest bound among the pruned, and the bound pass's seconds.
+    /// never evaluated), the largest bound among the pruned (the bound pass's seconds are
+    /// in [`Timings`]: a result is the same whatever the machine's speed, but for timings).
     #[serde(default)]
     pub candidates_bounded: usize,
     #[serde(default)]
@@ -112,8 +113,6 @@ pub struct SearchSummary {
     pub candidates_pruned: usize,
     #[serde(default)]
     pub largest_remaining_bound_samples_per_second: Option<f64>,
-    #[serde(default)]
-    pub bound_seconds: f64,
     /// Stopped before the end (Ctrl-C in `archplace run`): the result is partial — the best
     /// of the candidates evaluated — and running the same spec again continues it.
     pub cancelled: bool,
@@ -133,6 +132,9 @@ pub struct Timings {
     /// Summed over threads.
     pub placement_seconds: f64,
     pub space_enumeration_seconds: f64,
+    /// A proven search's bound pass (zero for the other strategies).
+    #[serde(default)]
+    pub bound_seconds: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -334,16 +334,7 @@ impl Prepared<'_> {
             observer,
             cancel: Some(cancel),
         };
-        // A proven walk asks for candidates in the order of their bounds, which the pool's
-        // coordinator (publishing ranges of the space's order ahead of the walk) does not
-        // follow yet: it runs here, where it evaluates only what the bounds cannot rule out.
-        let distributor = steering
-            .distributor
-            .filter(|_| input.strategy != Strategy::Proven);
-        if steering.distributor.is_some() && distributor.is_none() {
-            tracing::info!("a proven search runs on this daemon, not through the pool");
-        }
-        let Some(d) = distributor else {
+        let Some(d) = steering.distributor else {
             return Ok(search.run(done, &mut Local)?);
         };
         let journaled = done.keys().copied().collect();
@@ -417,7 +408,6 @@ impl Prepared<'_> {
                 candidates_pruned: s.candidates_pruned,
                 largest_remaining_bound_samples_per_second: s
                     .largest_remaining_bound_samples_per_second,
-                bound_seconds: s.bound_seconds,
                 cancelled: s.cancelled,
                 resumed_candidates,
             },
@@ -427,6 +417,7 @@ impl Prepared<'_> {
                 scheduling_seconds: s.scheduling_seconds,
                 placement_seconds: s.placement_seconds,
                 space_enumeration_seconds: enumeration_seconds,
+                bound_seconds: s.bound_seconds,
             },
             work: Work {
                 estimates_computed: s.estimates_computed,

@@ -133,6 +133,7 @@ fn coordinator(c: &mut Criterion) {
                     spec_name: "bench".into(),
                     space: &space,
                     exhaustive: true,
+                    ordered: false,
                     journaled: BTreeSet::new(),
                 };
                 let mut coordinator =

@@ -1,5 +1,7 @@
 //! The coordinator of one pooled search: the engine's `Supplier` that publishes the walk's
-//! candidates as items and hands back the workers' evaluations in candidate order.
+//! candidates as items, in the walk's order, and hands back the workers' evaluations in
+//! that order: the space's (area buckets), or a proven walk's (its bounds, largest first,
+//! published only while they may beat the best).
 
 use super::config::MAX_LOOK_AHEAD_ITEMS;
 use super::protocol::*;
@@ -64,6 +66,9 @@ pub struct Search<'a> {
     pub spec_name: String,
     pub space: &'a Space,
     pub exhaustive: bool,
+    /// The walk visits the candidates in its own order, which it gives before the first
+    /// candidate ([`Supplier::follow`]): the items are cut from that order then.
+    pub ordered: bool,
     pub journaled: BTreeSet<usize>,
 }
 
@@ -72,11 +77,19 @@ pub struct Coordinator<'a> {
     space: &'a Space,
     id: String,
     template: Item,
+    spec_name: String,
+    /// Runs of the walk's positions (see `order`), at most `item_candidates` long.
     items: Vec<Range<usize>>,
+    /// The candidate at each position of the walk: `None` for the space's order (position
+    /// = index); and each candidate's position (`usize::MAX`: never visited).
+    order: Option<(Vec<usize>, Vec<usize>)>,
+    /// Positions from here on will not be asked for (a proven walk's pruning).
+    end: usize,
     /// Candidates the walk has from its journal: items made only of them are not published.
     journaled: BTreeSet<usize>,
     state: SearchState,
     answered: BTreeSet<usize>,
+    /// Answers not yet taken by the walk, by position.
     evaluations: BTreeMap<usize, Evaluated>,
     failure: Option<String>,
     results: Option<Results>,
@@ -160,50 +173,28 @@ impl<'a> Coordinator<'a> {
             spec_name,
             space,
             exhaustive,
+            ordered,
             journaled,
         } = search;
         let id = template.search.clone();
-        let stop = || super::set(&cancel);
-        let items = items_of(space, pool.settings.item_candidates);
-        let previous = pool
-            .retry("reading the search's state", &stop, || pool.state(&id))
-            .ok_or_else(cancelled)?;
-        let state = match previous {
-            Some(s) if s.phase == Phase::Running && s.items_total == items.len() => {
-                tracing::info!(search = %id, published = s.items_published, "resuming the search in the pool");
-                SearchState {
-                    coordinator: pool.name.clone(),
-                    ..s
-                }
-            }
-            _ => {
-                // A fresh search (or one that ended before: its leftovers are purged).
-                let subject = results_subject(&id);
-                pool.retry("clearing old answers", &stop, || {
-                    super::purge(&pool.results, subject.clone())
-                })
-                .ok_or_else(cancelled)?;
-                SearchState {
-                    phase: Phase::Running,
-                    spec: spec_name,
-                    spec_hash: template.spec_hash.clone(),
-                    coordinator: pool.name.clone(),
-                    items_published: 0,
-                    items_total: items.len(),
-                    reason: None,
-                }
-            }
+        let state = SearchState {
+            phase: Phase::Running,
+            spec: spec_name.clone(),
+            spec_hash: template.spec_hash.clone(),
+            coordinator: pool.name.clone(),
+            items_published: 0,
+            items_total: 0,
+            reason: None,
         };
-        pool.retry("recording the search", &stop, || {
-            pool.put_state(&id, &state)
-        })
-        .ok_or_else(cancelled)?;
         let mut c = Coordinator {
             pool,
             space,
             id,
             template,
-            items,
+            spec_name,
+            items: Vec::new(),
+            order: None,
+            end: usize::MAX,
             journaled,
             state,
             answered: BTreeSet::new(),
@@ -228,17 +219,83 @@ impl<'a> Coordinator<'a> {
             )))
             .map_err(|e| tracing::warn!(error = %e, "cannot watch for items no worker finishes"))
             .ok();
+        if !ordered {
+            c.items = items_of(space, pool.settings.item_candidates);
+            c.take_up()?;
+        }
         c.refresh();
         Ok(c)
+    }
+
+    /// Records the search in the pool with its items: new, or interrupted with as many
+    /// items (the same ones: the order is the spec's) — then its published items and
+    /// stored answers are taken up again.
+    fn take_up(&mut self) -> Result<(), PoolError> {
+        let (pool, id) = (self.pool, self.id.clone());
+        let cancel = self.cancel.clone();
+        let stop = || super::set(&cancel);
+        let previous = pool
+            .retry("reading the search's state", &stop, || pool.state(&id))
+            .ok_or_else(cancelled)?;
+        self.state = match previous {
+            Some(s) if s.phase == Phase::Running && s.items_total == self.items.len() => {
+                tracing::info!(search = %id, published = s.items_published, "resuming the search in the pool");
+                SearchState {
+                    coordinator: pool.name.clone(),
+                    ..s
+                }
+            }
+            _ => {
+                // A fresh search (or one that ended before: its leftovers are purged).
+                let subject = results_subject(&id);
+                pool.retry("clearing old answers", &stop, || {
+                    super::purge(&pool.results, subject.clone())
+                })
+                .ok_or_else(cancelled)?;
+                SearchState {
+                    phase: Phase::Running,
+                    spec: self.spec_name.clone(),
+                    spec_hash: self.template.spec_hash.clone(),
+                    coordinator: pool.name.clone(),
+                    items_published: 0,
+                    items_total: self.items.len(),
+                    reason: None,
+                }
+            }
+        };
+        let state = &self.state;
+        pool.retry("recording the search", &stop, || pool.put_state(&id, state))
+            .ok_or_else(cancelled)?;
+        Ok(())
+    }
+
+    /// The candidate at position `pos` of the walk.
+    fn at(&self, pos: usize) -> usize {
+        self.order.as_ref().map_or(pos, |(order, _)| order[pos])
+    }
+
+    /// Candidate `index`'s position in the walk, if the walk visits it.
+    fn position(&self, index: usize) -> Option<usize> {
+        match &self.order {
+            None => Some(index),
+            Some((_, positions)) => positions.get(index).copied().filter(|&p| p != usize::MAX),
+        }
+    }
+
+    /// Whether every candidate of item `n` is in the journal.
+    fn journaled_item(&self, n: usize) -> bool {
+        self.items[n]
+            .clone()
+            .all(|p| self.journaled.contains(&self.at(p)))
     }
 
     fn stopped(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
 
-    /// The item holding candidate `index`.
-    fn item_of(&self, index: usize) -> usize {
-        self.items.partition_point(|r| r.end <= index)
+    /// The item holding position `pos`.
+    fn item_of(&self, pos: usize) -> usize {
+        self.items.partition_point(|r| r.end <= pos)
     }
 
     /// Items to keep published ahead of the walk. The walk takes answers in candidate
@@ -264,17 +321,20 @@ impl<'a> Coordinator<'a> {
     /// item), then the state recorded. A batch that fails is sent again whole: the server
     /// drops the copies of items it already has (`Nats-Msg-Id`).
     fn publish_to(&mut self, upto: usize) -> Result<(), SearchError> {
-        let upto = upto.min(self.items.len());
+        // Nothing past where the walk stops.
+        let needed = self.items.partition_point(|r| r.start < self.end);
+        let upto = upto.min(needed);
         let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
         for n in self.state.items_published..upto {
-            let range = self.items[n].clone();
-            if range.clone().all(|k| self.journaled.contains(&k)) {
+            if self.journaled_item(n) {
                 continue;
             }
             let mut item = self.template.clone();
             item.item = n;
-            item.candidates = range
-                .map(|k| {
+            item.candidates = self.items[n]
+                .clone()
+                .map(|p| {
+                    let k = self.at(p);
                     let c: &Candidate = &self.space.candidates[k];
                     ItemCandidate {
                         index: k,
@@ -422,8 +482,11 @@ impl<'a> Coordinator<'a> {
             Answer::Evaluated { evaluated, work } => {
                 let walked = self.walked.map_or(0, |i| self.items[i].start);
                 for e in evaluated {
-                    if e.index >= walked && !self.journaled.contains(&e.index) {
-                        self.evaluations.insert(e.index, e);
+                    let Some(pos) = self.position(e.index) else {
+                        continue;
+                    };
+                    if pos >= walked && !self.journaled.contains(&e.index) {
+                        self.evaluations.insert(pos, e);
                     }
                 }
                 self.work.add_work(&work);
@@ -504,7 +567,7 @@ impl<'a> Coordinator<'a> {
     fn update_status(&self) {
         let outstanding = (0..self.state.items_published)
             .filter(|i| !self.answered.contains(i))
-            .filter(|&i| !self.items[i].clone().all(|k| self.journaled.contains(&k)))
+            .filter(|&i| !self.journaled_item(i))
             .count();
         self.pool.metrics.items_outstanding.set(outstanding as i64);
         if let Ok(mut s) = self.status.lock() {
@@ -572,11 +635,15 @@ impl Supplier for Coordinator<'_> {
         index: usize,
         _candidate: &Candidate,
     ) -> Result<Option<Evaluated>, SearchError> {
-        let item = self.item_of(index);
+        let Some(pos) = self.position(index) else {
+            // Not in the order the walk gave: evaluated by the walk itself.
+            return Ok(None);
+        };
+        let item = self.item_of(pos);
         self.walked = Some(item);
         // Answers of candidates the walk has passed are not needed any more.
         while let Some((&k, _)) = self.evaluations.first_key_value() {
-            if k >= index {
+            if k >= pos {
                 break;
             }
             self.evaluations.pop_first();
@@ -584,7 +651,7 @@ impl Supplier for Coordinator<'_> {
         self.refresh();
         self.keep_ahead(item)?;
         loop {
-            if let Some(e) = self.evaluations.remove(&index) {
+            if let Some(e) = self.evaluations.remove(&pos) {
                 return Ok(Some(e));
             }
             if let Some(f) = &self.failure {
@@ -598,6 +665,29 @@ impl Supplier for Coordinator<'_> {
             // Keep the look-ahead as workers join.
             self.keep_ahead(item)?;
         }
+    }
+
+    /// Cuts the items from the walk's order (runs of `item_candidates` positions) and
+    /// records the search with them.
+    fn follow(&mut self, order: &[usize]) -> Result<(), SearchError> {
+        let mut positions = vec![usize::MAX; self.space.candidates.len()];
+        for (p, &k) in order.iter().enumerate() {
+            if let Some(slot) = positions.get_mut(k) {
+                *slot = p;
+            }
+        }
+        let per_item = self.pool.settings.item_candidates.max(1);
+        self.items = (0..order.len())
+            .step_by(per_item)
+            .map(|from| from..(from + per_item).min(order.len()))
+            .collect();
+        self.order = Some((order.to_vec(), positions));
+        self.take_up()
+            .map_err(|e| SearchError::Supplier(e.to_string()))
+    }
+
+    fn stop_at(&mut self, end: usize) {
+        self.end = self.end.min(end);
     }
 
     fn work(&self) -> Stats {

@@ -4,6 +4,7 @@
 use crate::Pool;
 use crate::coordinator::{self, Coordinator, Search};
 use archplace_cost_port::CostModels;
+use archplace_engine::search::Strategy;
 use archplace_engine::space::Space;
 use archplace_job::result::PoolStatus;
 use archplace_job::run::{Distribution, Distributor, Ending};
@@ -46,7 +47,8 @@ impl Distributor for Pooled<'_> {
             template: coordinator::template(self.pool, spec, models, &cancel)?,
             spec_name: spec.name.clone(),
             space,
-            exhaustive: spec.space.strategy == archplace_engine::search::Strategy::Exhaustive,
+            exhaustive: spec.space.strategy == Strategy::Exhaustive,
+            ordered: spec.space.strategy == Strategy::Proven,
             journaled,
         };
         let c = Coordinator::open(self.pool, search, cancel, &self.status)?;

@@ -416,7 +416,7 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
             "proven best of all {} candidates: {} bounded in {:.1} s, {} pruned{remaining}",
             thousands(s.candidates_in_space as u64),
             thousands(s.candidates_bounded as u64),
-            s.bound_seconds,
+            doc.timings.bound_seconds,
             thousands(s.candidates_pruned as u64),
         )?;
     } else if s.strategy == Strategy::Converge && !s.cancelled && s.converged {

@@ -27,53 +27,166 @@
 //! of the models' bounds bounds it. Memory is ignored: a plan that does not fit has no
 //! throughput, which the bound does not undercut.
 //!
+//! With the step model (the Megatron-LM memory model), each plan shape also bounds its
+//! plans' steps ([`Floor`]): the micro-batches times the mean stage's share of `L`, the
+//! bubble, the pipeline's transfers and the data-parallel synchronisation, all but `L`
+//! independent of the chip — computed once per search ([`Ctx::plan_floors`]), so the
+//! bound of a candidate costs one pass over the undominated floors per layer graph. A
+//! shape whose state alone overflows the largest HBM size has none. A model's bound is
+//! the smaller of the two (the floors see what the devices bound cannot: a replica spread
+//! over fewer stages syncs more gradients; a deeper pipeline idles in its bubble).
+//!
 //! The layer instances are the evaluation's own (built through the same memo of the
 //! latency model's answers, which the evaluation then finds there), so a candidate whose
 //! layers the latency model cannot estimate fails here as it would there.
 
-use super::context::{Ctx, JobError};
+use super::context::{Ctx, GraphKey, JobError, Run};
+use super::evaluate::Shape;
 use crate::model::{DISTINCT_LAYERS, ModelGraph};
 use crate::schedule;
+use crate::step::{self, StepInput};
+use crate::training::MemoryModel;
 use archplace_plugin_sdk::AcceleratorConfig;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+
+/// Per model, per layer graph, the step floors of the plan shapes the search may price
+/// with that graph ([`Floor`]), the dominated ones left out.
+pub(super) type Floors = Vec<BTreeMap<GraphKey, Vec<Floor>>>;
+
+/// A lower bound on the step of every plan of one shape (width `t`, `p` stages of `v`
+/// chunks, `d` replicas, a run's choices), as a function of `L`, the sum over the model's
+/// layers of their forward and backward makespans — the larger of two lines,
+/// `slope · L + intercept` and `hidden_slope · L + hidden_intercept`.
+///
+/// Why it holds (the step model, `step::priced`): the step is the sum of non-negative
+/// parts, among them `n · T` (the slowest stage's time per micro-batch `T`, which counts
+/// its layers' makespans, times `n = B / (m · d)` micro-batches), the bubble
+/// `(p − 1)/v · T` at least (the transfers it re-exposes only add) and the data-parallel
+/// synchronisation: `S` exposed, plus `X` that the overlap may hide behind the slowest
+/// stage's forward and backward passes, which take at most `T − q` together (`q`: the
+/// point-to-point transfers a stage exposes per micro-batch, which `T` counts and the
+/// bubble too) — so at least `max(0, X − (T − q))` of it shows. `T − q` is at least the
+/// mean stage's `L / p`, and `(n + b)(T' + q) + max(0, X − T') + S` (`b = (p − 1)/v`)
+/// only grows with `T'` (`n ≥ 1`), so `step ≥ max((n + b)(L/p + q) + S,
+/// (n + b)(L/p + q) − L/p + X + S)`. `S`, `X` and `q` are those of the
+/// stages' mean parameters, and a shape whose state alone (by the stages' mean) exceeds
+/// the largest HBM size cannot be priced ([`step::plan_floor`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Floor {
+    slope: f64,
+    intercept: f64,
+    hidden_slope: f64,
+    hidden_intercept: f64,
+}
+
+impl Floor {
+    /// The floor on the step, in seconds, at `l` seconds of layer makespans.
+    fn at(&self, l: f64) -> f64 {
+        (self.slope * l + self.intercept).max(self.hidden_slope * l + self.hidden_intercept)
+    }
+
+    /// Whether `self` is at most `other` at every `L ≥ 0` line by line: `other` then never
+    /// gives the larger throughput bound.
+    fn dominates(&self, other: &Floor) -> bool {
+        self.slope <= other.slope
+            && self.intercept <= other.intercept
+            && self.hidden_slope <= other.hidden_slope
+            && self.hidden_intercept <= other.hidden_intercept
+    }
+}
+
+/// Floors with the dominated ones left out (not all of them: a sufficient filter), in a
+/// deterministic order.
+fn undominated(mut floors: Vec<Floor>) -> Vec<Floor> {
+    floors.sort_by(|a, b| {
+        a.slope
+            .total_cmp(&b.slope)
+            .then(a.intercept.total_cmp(&b.intercept))
+            .then(a.hidden_slope.total_cmp(&b.hidden_slope))
+            .then(a.hidden_intercept.total_cmp(&b.hidden_intercept))
+    });
+    let mut kept: Vec<Floor> = Vec::new();
+    for f in floors {
+        if !kept.iter().any(|k| k.dominates(&f)) {
+            kept.push(f);
+        }
+    }
+    kept
+}
+
+/// A stage list of `layers` blocks over `p` stages the step model accepts (inner stages
+/// not empty; the ends may be, up to `p = layers + 2`): one split among those its floors
+/// bound.
+fn spread(layers: u64, p: u64) -> Vec<u64> {
+    if p <= layers {
+        return (0..p)
+            .map(|k| layers / p + u64::from(k < layers % p))
+            .collect();
+    }
+    let mut list = vec![1; p as usize];
+    list[0] = 0;
+    if p == layers + 2 {
+        list[p as usize - 1] = 0;
+    }
+    list
+}
 
 impl Ctx<'_> {
     /// An upper bound on the mean throughput (samples per second) any plan of the search
-    /// reaches on chip `c` (see the module's documentation).
+    /// reaches on chip `c` (see the module's documentation): per model, the smaller of
+    /// the devices bound and, with the step model, the best plan shape's ([`Floor`]).
     pub(super) fn bound(&self, c: &AcceleratorConfig) -> Result<f64, JobError> {
         let devices = self.input.cluster.devices as f64;
+        let batch = self.input.training.global_batch as f64;
+        let floors = self.floors.get_or_init(|| self.plan_floors(c));
         let mut sum = 0.0;
-        for graphs in &self.graphs {
+        for (m, graphs) in self.graphs.iter().enumerate() {
             let mut keys: Vec<_> = graphs.keys().collect();
             keys.sort();
-            // Samples per device-second, the most any of the model's layer graphs allows.
-            let mut rate = 0.0f64;
+            // Samples per device-second, the most any of the model's layer graphs allows;
+            // samples per second, the most any plan shape allows.
+            let (mut rate, mut shaped) = (0.0f64, 0.0f64);
             for key in keys {
                 let g = &graphs[key];
                 let (micro_batch, width, .., context_parallel, _) = *key;
-                let seconds = self.device_seconds(g, width, c)?;
-                let per_sample = context_parallel.max(1) as f64 * seconds / micro_batch as f64;
+                let (device_seconds, seconds) = self.layer_seconds(g, width, c)?;
+                let per_sample =
+                    context_parallel.max(1) as f64 * device_seconds / micro_batch as f64;
                 rate = rate.max(if per_sample > 0.0 {
                     1.0 / per_sample
                 } else {
                     f64::INFINITY
                 });
+                for f in floors[m].get(key).into_iter().flatten() {
+                    let step = f.at(seconds);
+                    shaped = shaped.max(if step > 0.0 {
+                        batch / step
+                    } else {
+                        f64::INFINITY
+                    });
+                }
             }
-            sum += devices * rate;
+            let mut model = devices * rate;
+            if self.input.training.memory_model != MemoryModel::Reference {
+                model = model.min(shaped);
+            }
+            sum += model;
         }
         Ok(sum / self.graphs.len().max(1) as f64)
     }
 
-    /// The device-seconds one micro-batch of `g` takes at least on chip `c` (each layer's
-    /// forward and backward makespan bound, times the devices its stage spans: `width`
-    /// for a tensor-parallel layer, one otherwise).
-    fn device_seconds(
+    /// One micro-batch of `g` on chip `c`, at least: the device-seconds (each layer's
+    /// forward and backward makespan bound times the devices its stage spans: `width` for
+    /// a tensor-parallel layer, one otherwise) and the seconds (the bounds' sum, `L`).
+    fn layer_seconds(
         &self,
         g: &ModelGraph,
         width: u64,
         c: &AcceleratorConfig,
-    ) -> Result<f64, JobError> {
+    ) -> Result<(f64, f64), JobError> {
         let counts = layer_counts(g);
-        let mut seconds = 0.0;
+        let (mut device_seconds, mut seconds) = (0.0, 0.0);
         for (slot, layer) in g.distinct().into_iter().enumerate() {
             if counts[slot] == 0 {
                 continue;
@@ -85,9 +198,122 @@ impl Ctx<'_> {
                     .map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
             }
             let devices = if layer.tensor_parallel { width } else { 1 };
-            seconds += counts[slot] as f64 * devices as f64 * both;
+            device_seconds += counts[slot] as f64 * devices as f64 * both;
+            seconds += counts[slot] as f64 * both;
         }
-        Ok(seconds)
+        Ok((device_seconds, seconds))
+    }
+
+    /// Every plan shape's floor of every placement run at every scale-up domain, by model
+    /// and layer graph (empty with the reference's memory model, whose pricing is not the
+    /// step model's). Chip-independent, computed once per search: `c` fills the step
+    /// input's chip, which no floor reads.
+    fn plan_floors(&self, c: &AcceleratorConfig) -> Floors {
+        let mut out: Floors = vec![BTreeMap::new(); self.graphs.len()];
+        if self.input.training.memory_model == MemoryModel::Reference {
+            return out;
+        }
+        let tr = &self.input.training;
+        let mut jobs: Vec<(Run, GraphKey)> = Vec::new();
+        for run in self.groups() {
+            for domain in 0..self.input.cluster.networks().len() {
+                let run = Run { domain, ..run };
+                let mut keys: Vec<GraphKey> = self.graphs[run.model]
+                    .keys()
+                    .filter(|k| **k == run.graph_key(k.1, tr))
+                    .copied()
+                    .collect();
+                keys.sort_unstable();
+                jobs.extend(keys.into_iter().map(|k| (run, k)));
+            }
+        }
+        let found: Vec<Vec<Floor>> = jobs
+            .par_iter()
+            .map(|(run, key)| self.shape_floors(run, key, c))
+            .collect();
+        for ((run, key), floors) in jobs.into_iter().zip(found) {
+            out[run.model].entry(key).or_default().extend(floors);
+        }
+        for graphs in &mut out {
+            for floors in graphs.values_mut() {
+                *floors = undominated(std::mem::take(floors));
+            }
+        }
+        out
+    }
+
+    /// The floors of `run`'s plan shapes at width `key.1`: every `p` stages of `v` chunks
+    /// (1 and the training's interleavings) and `d` replicas on at most the cluster's
+    /// devices that the step model accepts and whose state fits the largest HBM size.
+    fn shape_floors(&self, run: &Run, key: &GraphKey, c: &AcceleratorConfig) -> Vec<Floor> {
+        let tr = &self.input.training;
+        let cluster = &self.input.cluster;
+        let g = &self.graphs[run.model][key];
+        let config = &self.input.models[run.model].config;
+        let hbm = cluster.hbm_bytes.iter().copied().max().unwrap_or(0);
+        let (t, layers) = (key.1, config.layers);
+        let replica = t.saturating_mul(run.context_parallel.max(1)).max(1);
+        let mut interleavings = vec![1];
+        interleavings.extend(tr.pipeline_interleaving.iter().filter(|&&v| v > 1));
+        interleavings.sort_unstable();
+        interleavings.dedup();
+        let shape = Shape {
+            tensor_parallel: t,
+            pipeline_parallel: 1,
+            data_parallel: 1,
+            interleaving: 1,
+        };
+        let mut input = StepInput {
+            model: config.clone(),
+            plan: self.shape_plan(run, shape, None),
+            accelerator: *c,
+            hbm_bytes: hbm,
+            devices: cluster.devices,
+            global_batch: tr.global_batch,
+            network: *self.network(run),
+            peak_flops_per_second: None,
+            schedule: self.input.schedule,
+            execution: tr.execution,
+        };
+        let mut floors = Vec::new();
+        let most_stages = (cluster.devices / replica).min(layers.saturating_add(2));
+        for &v in &interleavings {
+            for p in 1..=most_stages {
+                for d in 1..=cluster.devices / (replica * p) {
+                    let per_step = run.micro_batch.saturating_mul(d);
+                    if per_step == 0 || !tr.global_batch.is_multiple_of(per_step) {
+                        continue;
+                    }
+                    let shape = Shape {
+                        tensor_parallel: t,
+                        pipeline_parallel: p,
+                        data_parallel: d,
+                        interleaving: v,
+                    };
+                    let stage_layers = (v == 1).then(|| spread(layers, p));
+                    input.plan = self.shape_plan(run, shape, stage_layers);
+                    input.devices = self.devices_for(&input.plan);
+                    if !step::problems(&input).is_empty() {
+                        continue;
+                    }
+                    let floor = step::plan_floor(&input, g);
+                    if floor.state_bytes > hbm as f64 {
+                        continue;
+                    }
+                    let n = (tr.global_batch / per_step) as f64;
+                    let pipeline = (n + (p - 1) as f64 / v as f64) / p as f64;
+                    let fixed = (n + (p - 1) as f64 / v as f64) * floor.transfer_seconds
+                        + floor.exposed_sync_seconds;
+                    floors.push(Floor {
+                        slope: pipeline,
+                        intercept: fixed,
+                        hidden_slope: pipeline - 1.0 / p as f64,
+                        hidden_intercept: fixed + floor.hideable_sync_seconds,
+                    });
+                }
+            }
+        }
+        floors
     }
 }
 

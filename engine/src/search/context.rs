@@ -11,7 +11,7 @@ use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 
 pub(super) struct Ctx<'a> {
     pub(super) input: &'a SearchInput,
@@ -22,6 +22,9 @@ pub(super) struct Ctx<'a> {
     pub(super) stats: Mutex<Stats>,
     pub(super) observer: &'a dyn Observer,
     pub(super) shared: Option<&'a dyn SharedSchedules>,
+    /// The plan shapes' step floors a proven search bounds by, computed at its first
+    /// bound.
+    pub(super) floors: OnceLock<super::bound::Floors>,
 }
 
 impl<'a> Ctx<'a> {
@@ -44,6 +47,7 @@ impl<'a> Ctx<'a> {
             observer,
             memo: ScheduleMemo::default(),
             shared: None,
+            floors: OnceLock::new(),
         }
     }
 }

@@ -49,6 +49,15 @@ impl Timed {
     }
 }
 
+/// A plan's parallel layout: widths, stages, replicas, model chunks per device.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shape {
+    pub(super) tensor_parallel: u64,
+    pub(super) pipeline_parallel: u64,
+    pub(super) data_parallel: u64,
+    pub(super) interleaving: u64,
+}
+
 /// Where a plan is priced: the chip, the HBM size (index) and the devices it runs on.
 #[derive(Debug, Clone, Copy)]
 struct At<'c> {
@@ -173,7 +182,7 @@ impl Ctx<'_> {
     }
 
     /// The network of `run`'s scale-up domain.
-    fn network(&self, run: &Run) -> &crate::network::Network {
+    pub(super) fn network(&self, run: &Run) -> &crate::network::Network {
         &self.input.cluster.networks()[run.domain]
     }
 
@@ -444,7 +453,7 @@ impl Ctx<'_> {
     /// expert-parallel width, context-parallel size), at the first scale-up domain (each
     /// is placed at every domain). One run of the placement program serves every width
     /// and HBM size.
-    fn groups(&self) -> Vec<Run> {
+    pub(super) fn groups(&self) -> Vec<Run> {
         let tr = &self.input.training;
         let mut groups = Vec::new();
         for model in 0..self.graphs.len() {
@@ -605,20 +614,36 @@ impl Ctx<'_> {
     /// The step plan of a placement of `run`: the program's stages, widths and replicas
     /// with the run's choices, as `[plan]` would give them.
     fn step_plan(&self, run: &Run, plan: &Plan) -> StepPlan {
-        let tr = &self.input.training;
-        let t = plan.tensor_parallel;
         let blocks = self.input.models[run.model].config.layers;
         let stage_layers = if plan.interleaving > 1 {
             None
         } else {
             uneven(stage_blocks(&plan.stages, blocks), blocks)
         };
-        StepPlan {
-            tensor_parallel: t,
+        let shape = Shape {
+            tensor_parallel: plan.tensor_parallel,
             pipeline_parallel: plan.stages.len() as u64,
             data_parallel: plan.data_parallel,
-            micro_batch: run.micro_batch,
             interleaving: plan.interleaving.max(1),
+        };
+        self.shape_plan(run, shape, stage_layers)
+    }
+
+    /// The step plan of `run` in `shape` with `stage_layers` (`None`: the even split).
+    pub(super) fn shape_plan(
+        &self,
+        run: &Run,
+        shape: Shape,
+        stage_layers: Option<Vec<u64>>,
+    ) -> StepPlan {
+        let tr = &self.input.training;
+        let t = shape.tensor_parallel;
+        StepPlan {
+            tensor_parallel: t,
+            pipeline_parallel: shape.pipeline_parallel,
+            data_parallel: shape.data_parallel,
+            micro_batch: run.micro_batch,
+            interleaving: shape.interleaving,
             recomputation: run.recompute,
             sequence_parallel: run.sequence_parallel && t > 1,
             precision: tr.precision(run.precision),
@@ -634,7 +659,7 @@ impl Ctx<'_> {
                 .expert_tensor_parallel(t),
             all_to_all_overlap: tr.all_to_all_overlap,
             // Interleaved plans only, as Megatron-LM runs it.
-            pipeline_parallel_overlap: tr.pipeline_parallel_overlap && plan.interleaving > 1,
+            pipeline_parallel_overlap: tr.pipeline_parallel_overlap && shape.interleaving > 1,
             context_parallel: run.context_parallel,
             context_exchange: tr.context_exchange,
             stage_layers,
@@ -643,7 +668,7 @@ impl Ctx<'_> {
 
     /// The devices a plan runs on: every device of the cluster, or with
     /// `use_all_devices = false` the ones it uses.
-    fn devices_for(&self, plan: &StepPlan) -> u64 {
+    pub(super) fn devices_for(&self, plan: &StepPlan) -> u64 {
         if self.input.use_all_devices {
             return self.input.cluster.devices;
         }

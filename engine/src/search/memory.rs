@@ -14,7 +14,7 @@
 //! host's setting, which the caller adds) and the result files the caller writes.
 
 use super::context::{GraphKey, layer_graphs};
-use super::{Evaluated, ModelPlan, SearchInput, StageReport};
+use super::{Evaluated, ModelPlan, SearchInput, StageReport, Strategy};
 use crate::model::{Layer, ModelGraph, OpNode};
 use crate::operators::OpSet;
 use crate::placement::{self, ProgramSize};
@@ -86,6 +86,10 @@ pub struct MemoryEstimate {
     /// largest layer graph's.
     #[serde(default)]
     pub schedule_memo_bytes: u64,
+    /// A proven search's bounds: one per candidate and the order they sort into (nothing
+    /// for the other strategies).
+    #[serde(default)]
+    pub bounds_bytes: u64,
     /// The sum of the parts.
     pub total_bytes: u64,
 }
@@ -154,6 +158,13 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
     // for safety), a solution, and the map's slot.
     let schedule_memo_bytes = (2 * super::schedules::ScheduleMemo::GENERATION as u64)
         .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128);
+    // Per candidate an optional bound (16 bytes), its place in the order (16) and the
+    // order handed to a pool's coordinator with its positions (16).
+    let bounds_bytes = if input.strategy == Strategy::Proven {
+        p.saturating_mul(48)
+    } else {
+        0
+    };
     let total_bytes = [
         space_bytes,
         explored_bytes,
@@ -163,6 +174,7 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         placement_bytes,
         solver_bytes,
         schedule_memo_bytes,
+        bounds_bytes,
     ]
     .iter()
     .fold(0u64, |a, &b| a.saturating_add(b));
@@ -177,7 +189,45 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         placement_bytes,
         solver_bytes,
         schedule_memo_bytes,
+        bounds_bytes,
         total_bytes,
+    }
+}
+
+/// CPU seconds the bound pass spends per operator of a candidate's layer graphs (building
+/// its schedule instance from the memo of estimates and bounding its makespan), measured
+/// with the release build on this project's 2-core reference machine: the GPT-3 example
+/// space, proven (29,360 candidates of 832 operators each, 16.6–17.1 s on 2 threads;
+/// the BERT-large and Llama-2-70B examples' passes, 13.2 s and 8.0 s, are 14% below and
+/// 13% above what it predicts for them, 15 s and 7 s). Plugin calls (a memo miss) come on top: one per distinct core
+/// configuration and operator.
+pub const BOUND_CPU_SECONDS_PER_OPERATOR: f64 = 1.4e-6;
+
+/// What a proven search's bound pass will cost, estimated from the spec before it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BoundCost {
+    /// Candidates to bound.
+    pub candidates: u64,
+    /// Operators of the layer graphs one candidate's bound reads.
+    pub operators_per_candidate: u64,
+    /// Threads counted.
+    pub threads: u64,
+    /// Wall seconds of the bound pass at [`BOUND_CPU_SECONDS_PER_OPERATOR`].
+    pub seconds: f64,
+}
+
+/// The bound pass of a proven search of `input` over `candidates` candidates on
+/// `threads` threads.
+pub fn bound_cost(input: &SearchInput, candidates: u64, threads: usize) -> BoundCost {
+    let threads = threads.max(1) as u64;
+    let graphs = layer_graphs(input);
+    let operators_per_candidate = GraphsShape::of(&graphs).operators;
+    let cpu = candidates as f64 * operators_per_candidate as f64 * BOUND_CPU_SECONDS_PER_OPERATOR;
+    BoundCost {
+        candidates,
+        operators_per_candidate,
+        threads,
+        seconds: cpu / threads as f64,
     }
 }
 
@@ -235,6 +285,8 @@ struct GraphsShape {
     largest_graph: u64,
     /// Words of the largest layer schedule's memo key.
     largest_key_words: u64,
+    /// Operators of every distinct layer's forward and backward graph, every graph.
+    operators: u64,
 }
 
 impl GraphsShape {
@@ -245,6 +297,7 @@ impl GraphsShape {
             widths: 0,
             largest_graph: 0,
             largest_key_words: 0,
+            operators: 0,
         };
         for map in graphs {
             shape.bytes += table_bytes(map.len() as u64, 64);
@@ -265,6 +318,7 @@ impl GraphsShape {
                             + og.nodes.iter().map(|n| fused_bytes(&n.op)).sum::<u64>()
                             + og.edges.len() as u64 * size::<(usize, usize)>();
                         shape.largest_graph = shape.largest_graph.max(og.nodes.len() as u64);
+                        shape.operators += og.nodes.len() as u64;
                         shape.largest_key_words = shape
                             .largest_key_words
                             .max(3 + 3 * og.nodes.len() as u64 + 2 * og.edges.len() as u64);

@@ -361,8 +361,12 @@ impl Walk<'_> {
                 .then(candidates[a].area_um2.total_cmp(&candidates[b].area_um2))
                 .then(a.cmp(&b))
         });
+        supplier.follow(&order.iter().map(|&(k, _)| k).collect::<Vec<_>>())?;
         for (pos, &(k, bound)) in order.iter().enumerate() {
             if let Some(best) = self.best.map(|b| &self.explored[b]) {
+                // Where the pruning will stop the walk, as far as the best so far says
+                // (the bounds decrease along the order).
+                supplier.stop_at(order.partition_point(|&(_, b)| !below_any_tie(b, best)));
                 if below_any_tie(bound, best) {
                     let rest = &order[pos..];
                     self.pruning.pruned += rest.len();

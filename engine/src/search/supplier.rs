@@ -26,6 +26,19 @@ pub trait Supplier {
         candidate: &Candidate,
     ) -> Result<Option<Evaluated>, SearchError>;
 
+    /// The walk visits the candidates in `order` (candidate indices), not in the space's
+    /// order: a proven walk says so once, before its first [`supply`](Self::supply), so
+    /// that a supplier evaluating ahead follows it. Candidates missing from the order
+    /// (their bounds failed) are never asked for. An error fails the search.
+    fn follow(&mut self, _order: &[usize]) -> Result<(), SearchError> {
+        Ok(())
+    }
+
+    /// The walk will ask for none of the candidates from position `end` of its order on
+    /// (their bounds cannot beat the best): nothing past it needs evaluating. `end` only
+    /// decreases.
+    fn stop_at(&mut self, _end: usize) {}
+
     /// The work done elsewhere so far, added to the outcome's counters.
     fn work(&self) -> Stats {
         Stats::default()
