@@ -151,6 +151,59 @@ fn completions_and_man_page() {
     );
 }
 
+/// The first memory estimate counts every configuration of the axes a candidate; above the
+/// budget, the space is enumerated and the estimate made again with the candidates the
+/// area filter left (29,360 of the GPT-3 example's 75,712), and only then is the spec
+/// refused — unless enumerating would not fit the budget either.
+#[test]
+fn a_search_above_the_budget_by_its_configurations_is_estimated_again_by_its_candidates() {
+    let _gate = crate::util::shared();
+    let spec = root().join("config/specs/gpt3-175b.toml");
+    let spec = spec.to_str().unwrap();
+    let validate = |budget: &str| {
+        run(&[
+            "validate",
+            "--memory-budget",
+            budget,
+            "--threads",
+            "1",
+            spec,
+        ])
+    };
+    let gib = |text: &str| -> f64 {
+        let after = text.split("may need up to ").nth(1).expect(text);
+        let number = after.split(" GiB").next().expect(text);
+        number.parse().expect(text)
+    };
+    // Within the budget: the first estimate.
+    let o = validate("64 GiB");
+    assert!(o.status.success(), "{o:?}");
+    let by_configurations = gib(&stdout(&o));
+    // Below both estimates, enumerating fits: refused by the candidates' estimate.
+    let o = validate("1 GiB");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("a summary of each of up to 29,360 candidates"),
+        "{err}"
+    );
+    let by_candidates = gib(&err);
+    assert!(by_candidates < by_configurations, "{err}");
+    // Between the two: accepted, with the smaller estimate.
+    let between = format!("{:.3} GiB", (by_candidates + by_configurations) / 2.0);
+    let o = validate(&between);
+    assert!(o.status.success(), "{between}: {o:?}");
+    assert_eq!(gib(&stdout(&o)), by_candidates, "{}", stdout(&o));
+    // Where the plugins alone are above the budget, the space is not enumerated.
+    let o = validate("100 MiB");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        stderr(&o).contains("a summary of each of up to 75,712 candidates"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
     let _gate = crate::util::shared();

@@ -226,6 +226,55 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
     );
 }
 
+/// A proven search's coordinator killed (-9) mid-search and started again: it takes up
+/// the items it published in the bounds' order (the same order: the bounds are
+/// deterministic), no item is evaluated twice, and the result is the single-machine
+/// proven one.
+#[test]
+fn a_killed_coordinator_resumes_a_proven_search_without_evaluating_any_item_twice() {
+    let _gate = crate::util::alone();
+    let tmp = folder();
+    let t = tmp.path();
+    let text = eight_layers("proven", true).replace("exhaustive = true", "strategy = \"proven\"");
+    assert!(text.contains("strategy = \"proven\""));
+    let reference = single(t, &text);
+    let nats = Nats::start(t);
+    let coordinator = "work = false\nitem_candidates = 2";
+    let mut a = Daemon::pooled(&t.join("a"), &nats.url(), "a", coordinator);
+    // A proven search of this space evaluates a few dozen candidates in about a second:
+    // the workers hold each item 0.3 s (archplace_pool::worker::HOLD_ITEM_VAR), so that
+    // the coordinator dies with most of them still to come.
+    let slow = [("ARCHPLACE_TEST_HOLD_ITEM_SECONDS", "0.3")];
+    let b = Daemon::pooled_env(&t.join("b"), &nats.url(), "b", "item_candidates = 2", &slow);
+    let c = Daemon::pooled_env(&t.join("c"), &nats.url(), "c", "item_candidates = 2", &slow);
+    a.drop_spec("proven.toml", &text);
+    a.until(Duration::from_secs(120), "items answered", || {
+        a.answered("proven") >= 2
+    });
+    a.kill_9();
+    std::thread::sleep(Duration::from_secs(1));
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", coordinator);
+    let result = a.wait_file("proven", "result.json", 300);
+    assert_same(&reference, &a.result_dir("proven").unwrap());
+    assert_eq!(result["search"]["proven"], true, "{result}");
+    let pool = &result["work"]["pool"];
+    let published = pool["items_published"].as_f64().unwrap();
+    let answered = pool["items_answered"].as_f64().unwrap();
+    let completed = b.metric("archplace_pool_items_completed_total")
+        + c.metric("archplace_pool_items_completed_total");
+    // Speculative items published past where the pruning stopped may be dropped with the
+    // search before a worker takes them; none is evaluated twice.
+    assert!(
+        answered <= completed && completed <= published,
+        "{completed} items completed, {answered} answered, {published} published: {pool}"
+    );
+    assert!(
+        a.log().contains("resuming the search in the pool"),
+        "{}",
+        a.log()
+    );
+}
+
 /// The NATS server stopped and started again mid-search: the daemons reconnect, the
 /// file-backed streams keep the items and answers, the coordinator reads the answers on
 /// from where it was, and the result is the single-machine one.

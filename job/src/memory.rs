@@ -52,8 +52,18 @@ pub struct Estimate {
 /// The memory a search of `spec` may need with `threads` workers and the cost models of
 /// `source`.
 pub fn estimate(spec: &Spec, source: &dyn CostModelSource, threads: usize) -> Estimate {
+    estimate_for(spec, source, threads, None)
+}
+
+/// [`estimate`] with the space's candidates counted (see [`memory::estimate_for`]).
+pub fn estimate_for(
+    spec: &Spec,
+    source: &dyn CostModelSource,
+    threads: usize,
+    candidates: Option<u64>,
+) -> Estimate {
     let input = spec.search_input();
-    let engine = memory::estimate(&input, &spec.space, threads);
+    let engine = memory::estimate_for(&input, &spec.space, threads, candidates);
     let mut plugins = vec![
         spec.cost_model.area.name.as_str(),
         spec.cost_model.latency.name.as_str(),
@@ -67,7 +77,7 @@ pub fn estimate(spec: &Spec, source: &dyn CostModelSource, threads: usize) -> Es
     let cost_models_bytes =
         instances.saturating_add(engine.memo_bytes.min(source.memo_memory_bytes()));
     let results_bytes = engine
-        .configurations
+        .candidates
         .saturating_mul(2 * 16)
         .saturating_add(PLOT_BYTES);
     Estimate {
@@ -90,7 +100,7 @@ pub fn describe(e: &Estimate) -> String {
             m.explored_bytes,
             format!(
                 "a summary of each of up to {} candidates",
-                thousands(m.configurations)
+                thousands(m.candidates)
             ),
         ),
         (

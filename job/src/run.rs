@@ -128,6 +128,8 @@ pub struct Prepared<'a> {
     /// The spec as written, its cost models and their source: what the parameters' draws
     /// start from.
     written: (&'a Spec, CostModels, &'a dyn CostModelSource),
+    /// The space, when the memory check enumerated it, and the seconds that took.
+    space: Option<(Space, f64)>,
 }
 
 /// Resolves the cost models of `spec` through `source` (plugin and parameter problems are
@@ -155,8 +157,23 @@ pub fn prepare<'a>(
         }
     };
     let spec_ref: &Spec = &spec;
-    let estimate = memory::estimate(spec_ref, source, threads);
+    let mut estimate = memory::estimate(spec_ref, source, threads);
+    let mut space = None;
     if let Some(budget) = memory_budget_bytes {
+        // The first estimate counts every configuration of the axes a candidate; the area
+        // filter usually leaves far fewer. Above the budget, and if enumerating fits it,
+        // the space is enumerated (the search needs it anyway) and its candidates counted.
+        let enumeration = estimate
+            .engine
+            .space_bytes
+            .saturating_add(estimate.cost_models_bytes);
+        if estimate.total_bytes > budget && enumeration <= budget {
+            let t = std::time::Instant::now();
+            let s = space::enumerate(&spec_ref.space, models.area.as_ref())?;
+            estimate =
+                memory::estimate_for(spec_ref, source, threads, Some(s.candidates.len() as u64));
+            space = Some((s, t.elapsed().as_secs_f64()));
+        }
         memory::check(spec_ref, &estimate, budget).map_err(RunError::Memory)?;
     }
     tracing::debug!(estimate = %memory::describe(&estimate), "memory estimate");
@@ -166,6 +183,7 @@ pub fn prepare<'a>(
         memory: estimate,
         calibration,
         written,
+        space,
     })
 }
 
@@ -224,6 +242,11 @@ impl Observer for Checkpointed<'_> {
 }
 
 impl Prepared<'_> {
+    /// The space's candidates, when the memory check enumerated it.
+    pub fn enumerated_candidates(&self) -> Option<usize> {
+        self.space.as_ref().map(|(s, _)| s.candidates.len())
+    }
+
     /// The cost models' identity, as `result.json` and the journal record it.
     fn identity(&self) -> Identity {
         Identity {
@@ -259,11 +282,16 @@ impl Prepared<'_> {
 
     /// Searches: the space enumerated with the area model, the walk on this machine or
     /// through `steering.distributor`, the outcome as `result.json`'s record.
-    pub fn run(self, steering: Steering<'_>) -> Result<Finished, RunError> {
+    pub fn run(mut self, steering: Steering<'_>) -> Result<Finished, RunError> {
+        let (space, enumeration) = match self.space.take() {
+            Some(s) => s,
+            None => {
+                let t = std::time::Instant::now();
+                let s = space::enumerate(&self.spec.space, self.models.area.as_ref())?;
+                (s, t.elapsed().as_secs_f64())
+            }
+        };
         let spec: &Spec = &self.spec;
-        let t = std::time::Instant::now();
-        let space = space::enumerate(&spec.space, self.models.area.as_ref())?;
-        let enumeration = t.elapsed().as_secs_f64();
         let identity = self.identity();
         let (journal, done) = self.open_journal(steering.checkpoint, &identity);
         let observer = Checkpointed {

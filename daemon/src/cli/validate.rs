@@ -150,11 +150,13 @@ pub fn run(args: &ValidateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
 /// (the run then says why).
 fn bound_cost(p: &archplace_job::Prepared<'_>, threads: usize) -> String {
     let s: &spec::Spec = &p.spec;
-    let candidates = archplace_engine::space::enumerate(&s.space, p.models.area.as_ref())
-        .map_or_else(
+    let candidates = match p.enumerated_candidates() {
+        Some(n) => n as u64,
+        None => archplace_engine::space::enumerate(&s.space, p.models.area.as_ref()).map_or_else(
             |_| archplace_engine::search::memory::configurations(&s.space),
             |space| space.candidates.len() as u64,
-        );
+        ),
+    };
     let c = estimate_bound(&s.search_input(), candidates, threads);
     format!(
         "a proven search bounds {} candidates first (about {} on {} thread(s), {} operators each; then it evaluates those the bounds cannot rule out)",

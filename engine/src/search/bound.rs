@@ -213,18 +213,11 @@ impl Ctx<'_> {
         if self.input.training.memory_model == MemoryModel::Reference {
             return out;
         }
-        let tr = &self.input.training;
         let mut jobs: Vec<(Run, GraphKey)> = Vec::new();
         for run in self.groups() {
             for domain in 0..self.input.cluster.networks().len() {
                 let run = Run { domain, ..run };
-                let mut keys: Vec<GraphKey> = self.graphs[run.model]
-                    .keys()
-                    .filter(|k| **k == run.graph_key(k.1, tr))
-                    .copied()
-                    .collect();
-                keys.sort_unstable();
-                jobs.extend(keys.into_iter().map(|k| (run, k)));
+                jobs.extend(self.run_keys(&run).into_iter().map(|k| (run, k)));
             }
         }
         let found: Vec<Vec<Floor>> = jobs
@@ -280,6 +273,8 @@ impl Ctx<'_> {
         for &v in &interleavings {
             for p in 1..=most_stages {
                 for d in 1..=cluster.devices / (replica * p) {
+                    // `step::problems` rejects these too, but only after the plan is
+                    // built; and `n` below needs the division exact.
                     let per_step = run.micro_batch.saturating_mul(d);
                     if per_step == 0 || !tr.global_batch.is_multiple_of(per_step) {
                         continue;
@@ -301,9 +296,10 @@ impl Ctx<'_> {
                         continue;
                     }
                     let n = (tr.global_batch / per_step) as f64;
-                    let pipeline = (n + (p - 1) as f64 / v as f64) / p as f64;
-                    let fixed = (n + (p - 1) as f64 / v as f64) * floor.transfer_seconds
-                        + floor.exposed_sync_seconds;
+                    // Micro-batch slots of the pipeline: `n` plus the bubble's.
+                    let slots = n + (p - 1) as f64 / v as f64;
+                    let pipeline = slots / p as f64;
+                    let fixed = slots * floor.transfer_seconds + floor.exposed_sync_seconds;
                     floors.push(Floor {
                         slope: pipeline,
                         intercept: fixed,

@@ -28,12 +28,38 @@ pub(super) struct Estimator<'a> {
     pub(super) hits: AtomicU64,
 }
 
-/// The latency model's answers, by core configuration and operator.
-pub(super) type Memo = FxHashMap<CoreConfig, FxHashMap<Op, OpCost>>;
+/// The latency model's answers, by core configuration and operator. Operators are
+/// numbered once (`ids`) and the answers keyed by number: a proven search's bound pass
+/// memoises every operator on every core configuration of the space, and a cloned
+/// operator per entry (its fused list a heap allocation of its own) was most of the memo.
+#[derive(Default)]
+pub(super) struct Memo {
+    /// Every operator the memo has an answer for, numbered in the order first seen (the
+    /// numbers never leave the memo, so that order does not matter).
+    ids: FxHashMap<Op, usize>,
+    /// By core configuration, then operator number.
+    costs: FxHashMap<CoreConfig, FxHashMap<usize, OpCost>>,
+}
 
-/// The memoised answer for `op` on `core`.
-fn lookup(memo: &Memo, core: &CoreConfig, op: &Op) -> Option<OpCost> {
-    memo.get(core).and_then(|ops| ops.get(op)).copied()
+impl Memo {
+    /// The memoised answer for `op` on `core`.
+    fn lookup(&self, core: &CoreConfig, op: &Op) -> Option<OpCost> {
+        let id = self.ids.get(op)?;
+        self.costs.get(core)?.get(id).copied()
+    }
+
+    /// Keeps `cost` as the answer for `op` on `core`.
+    fn insert(&mut self, core: CoreConfig, op: &Op, cost: OpCost) {
+        let next = self.ids.len();
+        let id = match self.ids.get(op) {
+            Some(&id) => id,
+            None => {
+                self.ids.insert(op.clone(), next);
+                next
+            }
+        };
+        self.costs.entry(core).or_default().insert(id, cost);
+    }
 }
 
 impl Estimator<'_> {
@@ -43,7 +69,7 @@ impl Estimator<'_> {
             .cache
             .read()
             .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
-        Ok(lookup(&memo, core, op))
+        Ok(memo.lookup(core, op))
     }
 
     pub(super) fn cost(&self, core: &CoreConfig, op: &Op) -> Result<OpCost, EstimateError> {
@@ -55,7 +81,7 @@ impl Estimator<'_> {
         let c = estimate(self.model, core, std::slice::from_ref(op))?[0];
         self.computed.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut w) = self.cache.write() {
-            w.entry(*core).or_default().insert(op.clone(), c);
+            w.insert(*core, op, c);
         }
         Ok(c)
     }
@@ -73,7 +99,10 @@ impl Estimator<'_> {
 
     /// The layer's schedule instance on `c`. Operators not yet memoised are estimated
     /// first, in one batched call per core configuration: a plugin call costs far more
-    /// than an operator in a batch.
+    /// than an operator in a batch. When the memo has them all — nearly always once a
+    /// search is under way, and a proven search's bound pass builds an instance of every
+    /// layer graph of every candidate — the instance is built in one pass under one read
+    /// lock.
     pub(super) fn instance(
         &self,
         graph: &OpGraph,
@@ -86,12 +115,23 @@ impl Estimator<'_> {
                 .read()
                 .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
             let zero = OpCost::new(0.0, 0.0);
-            let _ = instance_with(graph, c, self.execution, |core, op| {
-                if lookup(&cache, core, op).is_none() {
-                    missing.entry(*core).or_default().push(op.clone());
+            let mut hits = 0;
+            let inst = instance_with(graph, c, self.execution, |core, op| {
+                match cache.lookup(core, op) {
+                    Some(cost) => {
+                        hits += 1;
+                        Ok(cost)
+                    }
+                    None => {
+                        missing.entry(*core).or_default().push(op.clone());
+                        Ok(zero)
+                    }
                 }
-                Ok(zero)
             });
+            if missing.is_empty() {
+                self.hits.fetch_add(hits, Ordering::Relaxed);
+                return inst;
+            }
         }
         let mut fetched = 0;
         for (core, mut ops) in missing {
@@ -100,9 +140,8 @@ impl Estimator<'_> {
             let costs = estimate(self.model, &core, &ops)?;
             fetched += ops.len() as u64;
             if let Ok(mut w) = self.cache.write() {
-                let known = w.entry(core).or_default();
-                for (op, cost) in ops.into_iter().zip(costs) {
-                    known.insert(op, cost);
+                for (op, cost) in ops.iter().zip(costs) {
+                    w.insert(core, op, cost);
                 }
             }
         }

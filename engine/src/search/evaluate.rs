@@ -558,16 +558,23 @@ impl Ctx<'_> {
         out
     }
 
-    /// The graph keys of `run` (one per width, in order) and their chains.
-    fn chains(&self, run: &Run, times: &Times) -> (Vec<GraphKey>, Vec<Chain>) {
-        let m = run.model;
+    /// The graph keys of `run`'s model that `run` prices (one per width, in order): the
+    /// bound's floors and the evaluation's chains must walk the same ones.
+    pub(super) fn run_keys(&self, run: &Run) -> Vec<GraphKey> {
         let tr = &self.input.training;
-        let mut keys: Vec<GraphKey> = self.graphs[m]
+        let mut keys: Vec<GraphKey> = self.graphs[run.model]
             .keys()
             .filter(|k| **k == run.graph_key(k.1, tr))
             .copied()
             .collect();
         keys.sort_unstable();
+        keys
+    }
+
+    /// The graph keys of `run` (one per width, in order) and their chains.
+    fn chains(&self, run: &Run, times: &Times) -> (Vec<GraphKey>, Vec<Chain>) {
+        let m = run.model;
+        let keys = self.run_keys(run);
         let chains = keys
             .iter()
             .map(|key| self.chain(&self.graphs[m][key], &times[&(m, *key)], run))

@@ -64,6 +64,10 @@ fn size<T>() -> u64 {
 pub struct MemoryEstimate {
     /// Configurations of the axes: the most candidates the space can have.
     pub configurations: u64,
+    /// Candidates counted for the per-candidate parts (summaries, bounds): the space's, when
+    /// it was enumerated before the estimate; else every configuration.
+    #[serde(default)]
+    pub candidates: u64,
     /// Worker threads counted for the per-thread parts.
     pub threads: u64,
     /// The enumerated space: every configuration, its area and its candidate record.
@@ -130,10 +134,25 @@ fn fused_bytes(op: &Op) -> u64 {
     op.fused.len() as u64 * size::<FusedOp>()
 }
 
-/// The memory a search of `input` over `space` holds at most, with `threads` workers.
+/// The memory a search of `input` over `space` holds at most, with `threads` workers,
+/// before the space is enumerated: every configuration of the axes counted a candidate.
 pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> MemoryEstimate {
+    estimate_for(input, space, threads, None)
+}
+
+/// [`estimate`] with the space's candidates counted (`candidates`: how many the area
+/// filter left, known once the space is enumerated; at most the configurations), which
+/// bounds what is held per candidate — the area filter often leaves a third of the
+/// configurations, and a summary per candidate is the largest part of a large space.
+pub fn estimate_for(
+    input: &SearchInput,
+    space: &SpaceSpec,
+    threads: usize,
+    candidates: Option<u64>,
+) -> MemoryEstimate {
     let threads = threads.max(1) as u64;
     let p = configurations(space);
+    let n = candidates.map_or(p, |c| c.min(p));
     let graphs = layer_graphs(input);
     let shape = GraphsShape::of(&graphs);
     let longest = input
@@ -143,7 +162,7 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
         .max()
         .unwrap_or(0);
     let space_bytes = space_bytes(p);
-    let explored_bytes = explored_bytes(input, p, longest);
+    let explored_bytes = explored_bytes(input, n, longest);
     let memo_bytes = memo_bytes(&graphs, space, p);
     let candidate_bytes = candidate_bytes(input, &shape);
     // A run of the placement program holds one program per HBM size.
@@ -154,14 +173,14 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
                 .unwrap_or(u64::MAX),
         );
     let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
-    // A key of 3 + 3 words per operator and a word per dependency (twice the graph's,
+    // A key of 3 + 4 words per operator and a word per dependency (twice the graph's,
     // for safety), a solution, and the map's slot.
     let schedule_memo_bytes = (2 * super::schedules::ScheduleMemo::GENERATION as u64)
         .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128);
     // Per candidate an optional bound (16 bytes), its place in the order (16) and the
     // order handed to a pool's coordinator with its positions (16).
     let bounds_bytes = if input.strategy == Strategy::Proven {
-        p.saturating_mul(48)
+        n.saturating_mul(48)
     } else {
         0
     };
@@ -180,6 +199,7 @@ pub fn estimate(input: &SearchInput, space: &SpaceSpec, threads: usize) -> Memor
     .fold(0u64, |a, &b| a.saturating_add(b));
     MemoryEstimate {
         configurations: p,
+        candidates: n,
         threads,
         space_bytes,
         explored_bytes,
@@ -321,7 +341,7 @@ impl GraphsShape {
                         shape.operators += og.nodes.len() as u64;
                         shape.largest_key_words = shape
                             .largest_key_words
-                            .max(3 + 3 * og.nodes.len() as u64 + 2 * og.edges.len() as u64);
+                            .max(3 + 4 * og.nodes.len() as u64 + 2 * og.edges.len() as u64);
                     }
                 }
             }
@@ -367,8 +387,17 @@ fn memo_bytes(graphs: &[HashMap<GraphKey, ModelGraph>], space: &SpaceSpec, p: u6
     let entries = tensor_keys
         .saturating_mul(ops.tensor.len() as u64)
         .saturating_add(vector_keys.saturating_mul((ops.vector.len() + ops.link.len()) as u64));
-    let entry = size::<((CoreConfig, Op), OpCost)>() + fused;
-    table_bytes(entries, entry).saturating_add(entries.saturating_mul(fused))
+    // Each operator once, numbered; an answer per (core configuration, number), in a
+    // table per core configuration (each with up to 16 buckets of slack).
+    let distinct_ops = (ops.tensor.len() + ops.vector.len() + ops.link.len()) as u64;
+    let numbered = table_bytes(distinct_ops, size::<(Op, usize)>())
+        .saturating_add(distinct_ops.saturating_mul(fused));
+    let cores = tensor_keys.saturating_add(vector_keys);
+    let per_core = table_bytes(cores, size::<(CoreConfig, HashMap<usize, OpCost>)>())
+        .saturating_add(cores.saturating_mul(16 * (size::<(usize, OpCost)>() + 1)));
+    numbered
+        .saturating_add(per_core)
+        .saturating_add(table_bytes(entries, size::<(usize, OpCost)>()))
 }
 
 /// One candidate in flight: its schedule instances, and every placement run's chains and

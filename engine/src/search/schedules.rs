@@ -64,7 +64,7 @@ pub trait SharedSchedules: Sync {
 }
 
 /// Layer schedules already solved, by their instance's exact content (cores, each
-/// operator's resource and durations, the dependencies): candidates that differ in what a
+/// operator's resource, durations and memory time, the dependencies): candidates that differ in what a
 /// layer's operators do not feel — chips of one area whose MAC arrays are `256 × 64` and
 /// `128 × 128`, say — and the layers of one candidate that come out the same at several
 /// widths share a schedule (17% of the GPT-3 example search's). Bounded: two generations
@@ -81,16 +81,24 @@ impl ScheduleMemo {
     /// Instances per generation.
     pub(crate) const GENERATION: usize = 2048;
 
-    /// The instance's exact content as words.
+    /// The instance's exact content as words: every field the solver reads — the memory
+    /// times too, which floor each part's makespan (chips that differ only in their
+    /// buffer have the same core times and different memory times; keyed without them,
+    /// one chip's schedule was reused for the other).
     pub(super) fn key(inst: &Instance) -> Vec<u64> {
-        let mut key = Vec::with_capacity(3 + 3 * inst.tasks.len() + inst.edges.len());
+        let mut key = Vec::with_capacity(3 + 4 * inst.tasks.len() + inst.edges.len());
         key.extend([
             u64::from(inst.tensor_cores),
             u64::from(inst.vector_cores),
             inst.tasks.len() as u64,
         ]);
         for t in &inst.tasks {
-            key.extend([t.resource as u64, t.single.to_bits(), t.parallel.to_bits()]);
+            key.extend([
+                t.resource as u64,
+                t.single.to_bits(),
+                t.parallel.to_bits(),
+                t.memory.to_bits(),
+            ]);
         }
         key.extend(
             inst.edges

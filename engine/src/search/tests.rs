@@ -1370,6 +1370,24 @@ fn proven_search_finds_the_exhaustive_best() {
         input.strategy = Strategy::Proven;
         let proven = search(&input, &space, &model, &(), None).unwrap();
         assert_eq!(proven.best, exhaustive.best, "seed {seed}");
+        // Each candidate the proven walk evaluated is evaluated as the exhaustive walk
+        // evaluated it, though the two visit in different orders: an evaluation depends on
+        // the candidate alone, not on what the memos hold from the ones before.
+        let summary = |e: &Evaluated| {
+            let mut e = e.clone();
+            e.summarise();
+            e
+        };
+        for e in &proven.explored {
+            let same = exhaustive.explored.iter().find(|x| x.index == e.index);
+            assert_eq!(
+                same.map(summary),
+                Some(summary(e)),
+                "seed {seed}: candidate {} ({:?}) evaluated differently in another order",
+                e.index,
+                e.config
+            );
+        }
         let s = &proven.stats;
         assert!(s.proven && s.strategy == Strategy::Proven);
         assert_eq!(s.candidates_bounded, space.candidates.len());
@@ -1413,4 +1431,86 @@ fn proven_ties_go_to_the_first_in_the_space() {
     // Each copy's bound is above the first's score (a bound is not the score): each is
     // evaluated, ties it, and loses the tie.
     assert_eq!(proven.stats.candidates_evaluated, 4);
+}
+
+/// The reference latency model with the chip's buffer felt only in the memory times: core
+/// times as with a 32 MiB buffer whatever the buffer, memory times that grow as it shrinks
+/// (none at 32 MiB, twice the duration at 2 MiB — above what a real model reports, an
+/// operator's duration, so that the floor binds on a model this small). Two chips that
+/// differ only in their buffer then have layers with the same core times whose memory
+/// floors differ.
+struct MemoryOnlyBuffer(ReferenceModel);
+
+impl LatencyModel for MemoryOnlyBuffer {
+    fn info(&self) -> archplace_plugin_sdk::ModelInfo {
+        self.0.info()
+    }
+
+    fn latency(
+        &self,
+        core: &archplace_plugin_sdk::CoreConfig,
+        ops: &[archplace_plugin_sdk::Op],
+    ) -> Result<Vec<archplace_plugin_sdk::OpCost>, EstimateError> {
+        let large = archplace_plugin_sdk::CoreConfig {
+            buffer_bytes: 32 << 20,
+            ..*core
+        };
+        let mib = core.buffer_bytes as f64 / (1u64 << 20) as f64;
+        let share = 2.0 * ((32.0 - mib) / 30.0).clamp(0.0, 1.0);
+        Ok(self
+            .0
+            .latency(&large, ops)?
+            .into_iter()
+            .map(|c| c.with_memory_seconds(c.seconds * share))
+            .collect())
+    }
+}
+
+/// A chip's evaluation does not depend on the chips evaluated before it: a chip whose
+/// layers have the same core times as the one before but longer memory times (a smaller
+/// buffer) scores as it scores alone — the memo of layer schedules keys the memory times
+/// too (it once reused the larger buffer's schedules, and a proven search, which visits
+/// such chips together, chose a small-buffer chip at the large one's throughput).
+#[test]
+fn a_chip_scores_the_same_after_a_chip_with_other_memory_times() {
+    let model = MemoryOnlyBuffer(ReferenceModel::default());
+    let (mut input, _) = tiny();
+    // Operators side by side on the cores (the reference's dataflow), so that a layer's
+    // memory times, which the cores share, can outlast its schedule.
+    input.training.execution = crate::execution::Execution::DATAFLOW;
+    let chip = |buffer_bytes: u64| archplace_plugin_sdk::AcceleratorConfig {
+        tensor_cores: 4,
+        vector_cores: 2,
+        width: 16,
+        depth: 16,
+        vector_width: 16,
+        buffer_bytes,
+    };
+    let candidate = |config: archplace_plugin_sdk::AcceleratorConfig, area_um2: f64| Candidate {
+        config,
+        area_um2,
+        bucket: 0,
+    };
+    let (large, small) = (chip(32 << 20), chip(2 << 20));
+    let both = Space {
+        candidates: vec![candidate(large, 2e6), candidate(small, 1e6)],
+        ..tiny().1
+    };
+    let alone = Space {
+        candidates: vec![candidate(small, 1e6)],
+        ..tiny().1
+    };
+    let score = |space: &Space, k: usize| {
+        let o = search(&input, space, &model, &(), None).unwrap();
+        o.explored[k].mean_throughput_samples_per_second.unwrap()
+    };
+    let (after, by_itself, of_large) = (score(&both, 1), score(&alone, 0), score(&both, 0));
+    assert!(
+        by_itself < of_large * (1.0 - 1e-3),
+        "not a test: the memory times do not slow the small buffer ({by_itself} against {of_large})"
+    );
+    assert_eq!(
+        after, by_itself,
+        "scored {after} after the large buffer, {by_itself} alone"
+    );
 }
