@@ -50,6 +50,13 @@ fn exhaustive_reference() -> (String, PathBuf) {
     (text, out.clone())
 }
 
+/// The spec of the proven pooled searches: the eight-layer space, `strategy = "proven"`.
+fn proven_spec() -> String {
+    let text = eight_layers("proven", true).replace("exhaustive = true", "strategy = \"proven\"");
+    assert!(text.contains("strategy = \"proven\""));
+    text
+}
+
 /// The pooled result in `pooled` is the single-machine one in `single`: `result.json` but
 /// for timings and work, `explored.jsonl` byte for byte.
 fn assert_same(single: &Path, pooled: &Path) {
@@ -167,8 +174,7 @@ fn a_proven_pooled_search_publishes_in_bound_order_and_gives_the_same_result() {
     let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = eight_layers("proven", true).replace("exhaustive = true", "strategy = \"proven\"");
-    assert!(text.contains("strategy = \"proven\""));
+    let text = proven_spec();
     let reference = single(t, &text);
     let nats = Nats::start(t);
     let pool = "look_ahead_items = 3\nitem_candidates = 2";
@@ -235,8 +241,7 @@ fn a_killed_coordinator_resumes_a_proven_search_without_evaluating_any_item_twic
     let _gate = crate::util::alone();
     let tmp = folder();
     let t = tmp.path();
-    let text = eight_layers("proven", true).replace("exhaustive = true", "strategy = \"proven\"");
-    assert!(text.contains("strategy = \"proven\""));
+    let text = proven_spec();
     let reference = single(t, &text);
     let nats = Nats::start(t);
     let coordinator = "work = false\nitem_candidates = 2";
