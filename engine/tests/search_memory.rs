@@ -166,7 +166,9 @@ fn measure(inp: &SearchInput, spec: &SpaceSpec) -> (u64, u64, usize, u64) {
         let space = enumerate(spec, &ReferenceModel::default()).expect("a space");
         let out =
             search::search(inp, &space, &ReferenceModel::default(), &(), None).expect("a search");
-        let solved = out.stats.schedules_by_bounds + out.stats.schedules_by_mip;
+        let solved = out.stats.schedules_by_bounds
+            + out.stats.schedules_by_mip
+            + out.stats.schedules_by_mip_reused;
         (space.candidates.len(), (out.explored.len(), solved))
     });
     let (explored, solved) = explored;

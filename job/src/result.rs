@@ -145,6 +145,11 @@ pub struct Work {
     /// Settled by bounds: the list schedule met the lower bound.
     pub mips_avoided: u64,
     pub mips_solved: u64,
+    /// A MIP's solution for another instance with the same cores' durations and
+    /// dependencies (a chip that differs only in its buffer), held to this instance's
+    /// memory floor: what solving it would give, without solving it again.
+    #[serde(default)]
+    pub mips_reused: u64,
     /// Answered by the memo of layer schedules: the same instance solved before.
     #[serde(default)]
     pub schedules_reused: u64,

@@ -453,6 +453,7 @@ impl Prepared<'_> {
                 layer_schedules: s.schedules_solved,
                 mips_avoided: s.schedules_by_bounds,
                 mips_solved: s.schedules_by_mip,
+                mips_reused: s.schedules_by_mip_reused,
                 schedules_reused: s.schedules_reused,
                 schedules_not_proven_optimal: s.schedules_not_proven_optimal,
                 mip_time_limit_hits: s.mip_time_limit_hits,

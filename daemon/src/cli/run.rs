@@ -497,10 +497,11 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
     }
     let w = &doc.work;
     outln!(
-        "layer schedules: {} ({} settled by bounds, {} MIPs, {} reused); results in {}",
+        "layer schedules: {} ({} settled by bounds, {} MIPs, {} from another buffer's MIP, {} reused); results in {}",
         thousands(w.layer_schedules),
         thousands(w.mips_avoided),
         thousands(w.mips_solved),
+        thousands(w.mips_reused),
         thousands(w.schedules_reused),
         dir.display()
     )?;

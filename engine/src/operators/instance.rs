@@ -5,7 +5,7 @@
 use super::estimate::estimate;
 use crate::execution::Execution;
 use crate::model::{Core, OpGraph};
-use crate::schedule::{Instance, Resource, Task};
+use crate::schedule::{Instance, Resource, ScheduleError, Skeleton, Task};
 use archplace_plugin_sdk::OpKind;
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
@@ -18,8 +18,60 @@ pub fn instance_with(
     graph: &OpGraph,
     config: &AcceleratorConfig,
     execution: Execution,
-    mut cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+    cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<Instance, EstimateError> {
+    Ok(super::restrict(
+        Instance {
+            tensor_cores: config.tensor_cores,
+            vector_cores: config.vector_cores,
+            tasks: unrestricted_tasks(graph, config, execution, cost)?,
+            edges: graph.edges.clone(),
+        },
+        execution,
+    ))
+}
+
+/// The operators of [`instance_with`]'s instance (of an acyclic graph), without its
+/// dependencies: what a layer's [`skeleton`] bounds it with.
+pub fn tasks_with(
+    graph: &OpGraph,
+    config: &AcceleratorConfig,
+    execution: Execution,
+    cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+) -> Result<Vec<Task>, EstimateError> {
+    let mut tasks = unrestricted_tasks(graph, config, execution, cost)?;
+    if execution != Execution::DATAFLOW {
+        super::restrict::restrict_durations(&mut tasks, execution);
+    }
+    Ok(tasks)
+}
+
+/// The structure of `graph`'s instances under `execution` on any chip ([`Skeleton`]):
+/// an error for a cyclic or malformed graph (whose instances [`crate::schedule`] refuses).
+pub fn skeleton(graph: &OpGraph, execution: Execution) -> Result<Skeleton, ScheduleError> {
+    let resources: Vec<Resource> = graph.nodes.iter().map(|n| resource(n.core)).collect();
+    let edges = super::restrict::restricted_edges(&resources, &graph.edges, execution)
+        .ok_or(ScheduleError::Cycle)?;
+    Skeleton::new(&resources, &edges)
+}
+
+/// The resource an operator of `core` occupies.
+fn resource(core: Core) -> Resource {
+    match core {
+        Core::Tensor => Resource::Tensor,
+        Core::Fused => Resource::Fused,
+        Core::Vector => Resource::Vector,
+        Core::Link => Resource::Link,
+    }
+}
+
+/// The operators' durations before [`super::restrict`].
+fn unrestricted_tasks(
+    graph: &OpGraph,
+    config: &AcceleratorConfig,
+    execution: Execution,
+    mut cost: impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+) -> Result<Vec<Task>, EstimateError> {
     let all_only = execution.all_cores_only();
     let (tc_all, tc_one) = (
         config.tensor_core(config.tensor_cores),
@@ -79,15 +131,7 @@ pub fn instance_with(
     if execution.all_cores_only() && execution.tensor_parallel_overlap {
         pipeline_collectives(graph, &mut tasks);
     }
-    Ok(super::restrict(
-        Instance {
-            tensor_cores: config.tensor_cores,
-            vector_cores: config.vector_cores,
-            tasks,
-            edges: graph.edges.clone(),
-        },
-        execution,
-    ))
+    Ok(tasks)
 }
 
 /// The scheduling instance of `graph` on `config` under `execution`, estimated by `model`.

@@ -8,5 +8,5 @@ pub mod instance;
 pub mod restrict;
 
 pub use estimate::{OpSet, estimate, estimate_all};
-pub use instance::{instance, instance_with, pipelined_exposure};
+pub use instance::{instance, instance_with, pipelined_exposure, skeleton, tasks_with};
 pub use restrict::restrict;

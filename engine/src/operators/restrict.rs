@@ -3,17 +3,16 @@
 //! special case, and a serial instance is proven optimal by its bound at once.
 
 use crate::execution::{Execution, OperatorExecution};
-use crate::schedule::{Instance, Resource};
+use crate::schedule::{Instance, Resource, Task};
 use std::collections::HashSet;
 
-/// A topological order of `inst`'s operators (smallest index first among the ready
+/// A topological order of the `n` operators of `edges` (smallest index first among the ready
 /// ones), or `None` for a cyclic or malformed graph — which [`crate::schedule::solve`]
 /// then reports.
-fn topological_order(inst: &Instance) -> Option<Vec<usize>> {
-    let n = inst.tasks.len();
+fn topological_order(n: usize, edges: &[(usize, usize)]) -> Option<Vec<usize>> {
     let mut indegree = vec![0usize; n];
     let mut next: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for &(a, b) in &inst.edges {
+    for &(a, b) in edges {
         if a >= n || b >= n {
             return None;
         }
@@ -50,32 +49,46 @@ pub fn restrict(mut inst: Instance, execution: Execution) -> Instance {
     if execution == Execution::DATAFLOW {
         return inst;
     }
-    let Some(order) = topological_order(&inst) else {
+    let resources: Vec<Resource> = inst.tasks.iter().map(|t| t.resource).collect();
+    let Some(edges) = restricted_edges(&resources, &inst.edges, execution) else {
         return inst;
     };
-    let mut existing: HashSet<(usize, usize)> = inst.edges.iter().copied().collect();
+    inst.edges = edges;
+    restrict_durations(&mut inst.tasks, execution);
+    inst
+}
+
+/// The dependencies of [`restrict`]'s instance, from the operators' `resources` and
+/// dependencies `edges` alone (the durations play no part): `None` for a cyclic or
+/// malformed graph, which [`restrict`] leaves as it is.
+pub fn restricted_edges(
+    resources: &[Resource],
+    edges: &[(usize, usize)],
+    execution: Execution,
+) -> Option<Vec<(usize, usize)>> {
+    if execution == Execution::DATAFLOW {
+        return Some(edges.to_vec());
+    }
+    let n = resources.len();
+    let order = topological_order(n, edges)?;
+    let mut existing: HashSet<(usize, usize)> = edges.iter().copied().collect();
     let mut add = |edges: &mut Vec<(usize, usize)>, a: usize, b: usize| {
         if existing.insert((a, b)) {
             edges.push((a, b));
         }
     };
-    let is_link = |i: usize| inst.tasks[i].resource == Resource::Link;
-    let takes_part = |i: usize| match inst.tasks[i].resource {
+    let is_link = |i: usize| resources[i] == Resource::Link;
+    let takes_part = |i: usize| match resources[i] {
         Resource::None => false,
         Resource::Link => !execution.tensor_parallel_overlap,
         _ => true,
     };
-    let mut edges = std::mem::take(&mut inst.edges);
+    let mut edges = edges.to_vec();
     match execution.operators {
         OperatorExecution::Sequential => {
             let chain: Vec<usize> = order.iter().copied().filter(|&i| takes_part(i)).collect();
             for w in chain.windows(2) {
                 add(&mut edges, w[0], w[1]);
-            }
-            for t in &mut inst.tasks {
-                if t.resource != Resource::Link && t.resource != Resource::None {
-                    t.single = t.parallel;
-                }
             }
         }
         OperatorExecution::Concurrent => {
@@ -87,8 +100,8 @@ pub fn restrict(mut inst: Instance, execution: Execution) -> Instance {
                     }
                     p
                 };
-                for l in (0..inst.tasks.len()).filter(|&i| is_link(i)) {
-                    for x in (0..inst.tasks.len()).filter(|&x| x != l && takes_part(x)) {
+                for l in (0..n).filter(|&i| is_link(i)) {
+                    for x in (0..n).filter(|&x| x != l && takes_part(x)) {
                         if position[x] < position[l] {
                             add(&mut edges, x, l);
                         } else {
@@ -99,8 +112,19 @@ pub fn restrict(mut inst: Instance, execution: Execution) -> Instance {
             }
         }
     }
-    inst.edges = edges;
-    inst
+    Some(edges)
+}
+
+/// The durations of [`restrict`]'s instance (of an acyclic graph): with sequential
+/// operators, every core operator runs on all the cores of its type, whatever the mode.
+pub fn restrict_durations(tasks: &mut [Task], execution: Execution) {
+    if execution.operators == OperatorExecution::Sequential {
+        for t in tasks {
+            if t.resource != Resource::Link && t.resource != Resource::None {
+                t.single = t.parallel;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,18 @@
 use super::Resource;
 use super::prep::Prep;
 
+/// The working vectors of [`Prep::lower_bound_in`], kept between calls.
+#[derive(Default)]
+pub(super) struct Scratch {
+    head: Vec<f64>,
+    a: Vec<f64>,
+    b: Vec<f64>,
+    w: Vec<f64>,
+    longest: Vec<f64>,
+    first: Vec<usize>,
+    pred_list: Vec<usize>,
+}
+
 impl Prep {
     /// A lower bound on the makespan.
     pub(super) fn lower_bound(&self) -> f64 {
@@ -18,31 +30,45 @@ impl Prep {
     /// [`Prep::lower_bound`] with the path-and-work bound tried at `steps` steps of each
     /// weight (fewer: cheaper and no stronger; any number is a valid bound).
     pub(super) fn lower_bound_with(&self, steps: usize) -> f64 {
+        self.lower_bound_in(steps, &mut Scratch::default())
+    }
+
+    /// [`Prep::lower_bound_with`], its working vectors in `scratch` (reused from one call
+    /// to the next: a proven search's bound pass bounds every series part of every layer of
+    /// every candidate, and allocating them each time took a third of it).
+    pub(super) fn lower_bound_in(&self, steps: usize, scratch: &mut Scratch) -> f64 {
         let m = self.len();
-        let (head, _) = self.heads_tails();
+        let head = &mut scratch.head;
+        head.clear();
+        head.resize(m, 0.0);
+        // Real operators are numbered in topological order, so every edge goes a → b > a.
+        for j in 0..m {
+            for &(a, b) in self.edges.iter().filter(|e| e.1 == j) {
+                head[b] = head[b].max(head[a] + self.min_duration(a));
+            }
+        }
         let critical = (0..m)
             .map(|i| head[i] + self.min_duration(i))
             .fold(0.0, f64::max);
         // Parallel operators run alone, so T ≥ Σ_parallel p + max(W_tc / tc, W_vc / vc)
         // ≥ Σ_i min(p_i, λ a_i + (1 − λ) b_i) for every λ in [0, 1].
-        let a: Vec<f64> = (0..m)
-            .map(|i| {
-                if self.res[i].uses_tensor() {
-                    self.single[i] / self.tc as f64
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let b: Vec<f64> = (0..m)
-            .map(|i| {
-                if self.res[i].uses_vector() {
-                    self.single[i] / self.vc as f64
-                } else {
-                    0.0
-                }
-            })
-            .collect();
+        let (a, b) = (&mut scratch.a, &mut scratch.b);
+        a.clear();
+        a.extend((0..m).map(|i| {
+            if self.res[i].uses_tensor() {
+                self.single[i] / self.tc as f64
+            } else {
+                0.0
+            }
+        }));
+        b.clear();
+        b.extend((0..m).map(|i| {
+            if self.res[i].uses_vector() {
+                self.single[i] / self.vc as f64
+            } else {
+                0.0
+            }
+        }));
         let work = |lambda: f64| -> f64 {
             (0..m)
                 .filter(|&i| self.res[i].is_core())
@@ -56,21 +82,19 @@ impl Prep {
                 })
                 .sum()
         };
-        let mut lambdas = vec![0.0, 1.0];
+        // λ = 0, 1, and where p_i = λ a_i + (1 − λ) b_i.
+        let mut work_bound = work(0.0).max(work(1.0));
         for i in 0..m {
-            // Where p_i = λ a_i + (1 − λ) b_i.
             let denom = a[i] - b[i];
             if denom.abs() > 0.0 {
                 let l = (self.parallel[i] - b[i]) / denom;
                 if (0.0..=1.0).contains(&l) {
-                    lambdas.push(l);
+                    work_bound = work_bound.max(work(l));
                 }
             }
         }
-        let work_bound = lambdas.into_iter().map(work).fold(0.0, f64::max);
-        critical
-            .max(work_bound)
-            .max(self.path_work_bound(&a, &b, steps))
+        let path_work = self.path_work_bound(steps, scratch);
+        critical.max(work_bound).max(path_work)
     }
 
     /// The most operators whose modes [`Prep::mode_bound`] enumerates (2^16 assignments, a
@@ -201,7 +225,7 @@ impl Prep {
     /// `Σ_j min(p_j, r_j)` plus the longest path of what lying on the path adds; the best
     /// μ of a grid is kept. (Links may overlap parallel operators: they count only in
     /// their own bound, one all-reduce at a time.)
-    pub(super) fn path_work_bound(&self, a: &[f64], b: &[f64], steps: usize) -> f64 {
+    pub(super) fn path_work_bound(&self, steps: usize, scratch: &mut Scratch) -> f64 {
         let m = self.len();
         let link: f64 = (0..m)
             .filter(|&i| self.res[i] == Resource::Link)
@@ -209,14 +233,42 @@ impl Prep {
             .sum();
         let steps = steps.max(1);
         let mut best = link;
-        let mut w = vec![0.0f64; m];
-        let mut longest = vec![0.0f64; m];
+        let Scratch {
+            a,
+            b,
+            w,
+            longest,
+            first,
+            pred_list,
+            ..
+        } = scratch;
+        w.clear();
+        w.resize(m, 0.0);
+        longest.clear();
+        longest.resize(m, 0.0);
         // Each operator's predecessors, in the order of the edges (the longest path below
-        // visits them 231 times: listed once, not found by scanning every edge each time).
-        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); m];
-        for &(x, j) in &self.edges {
-            preds[j].push(x);
+        // visits them 231 times: listed once, not found by scanning every edge each time),
+        // in one list: `pred_list[first[j]..first[j + 1]]`.
+        first.clear();
+        first.resize(m + 1, 0);
+        for &(_, j) in &self.edges {
+            first[j + 1] += 1;
         }
+        for j in 0..m {
+            first[j + 1] += first[j];
+        }
+        pred_list.clear();
+        pred_list.resize(self.edges.len(), 0);
+        // Filled in the edges' order, each `first[j]` moving to the end of `j`'s range
+        // (the start of `j + 1`'s), then moved back one place.
+        for &(x, j) in &self.edges {
+            pred_list[first[j]] = x;
+            first[j] += 1;
+        }
+        for j in (1..=m).rev() {
+            first[j] = first[j - 1];
+        }
+        first[0] = 0;
         for ia in 0..=steps {
             for ib in 0..=steps - ia {
                 let mu_path = ia as f64 / steps as f64;
@@ -247,7 +299,7 @@ impl Prep {
                 let mut top = 0.0f64;
                 for j in 0..m {
                     longest[j] = w[j];
-                    for &x in &preds[j] {
+                    for &x in &pred_list[first[j]..first[j + 1]] {
                         longest[j] = longest[j].max(longest[x] + w[j]);
                     }
                     top = top.max(longest[j]);

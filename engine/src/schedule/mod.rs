@@ -43,13 +43,16 @@ mod check;
 mod heuristic;
 mod mip;
 mod prep;
+mod skeleton;
 
 pub use check::check;
 use check::place;
 pub(crate) use prep::Prep;
+pub use skeleton::Skeleton;
 
 use crate::options::ScheduleOptions;
 use serde::Serialize;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// What an operator occupies while it runs.
@@ -160,6 +163,10 @@ pub struct Schedule {
     pub hit_time_limit: bool,
     /// The MIP stopped at its node limit (reproducibly) before proving optimality.
     pub hit_node_limit: bool,
+    /// MIPs this call ran: fewer than the parts a MIP solved where a [`CoresTrace`] knew
+    /// them already ([`solve_with`]).
+    #[serde(skip)]
+    pub mips_run: usize,
     pub solve_seconds: f64,
     pub placements: Vec<Placement>,
 }
@@ -260,6 +267,40 @@ pub enum ScheduleError {
 
 /// Solves `inst`.
 pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, ScheduleError> {
+    solve_with(inst, options, &CoresTrace::default())
+}
+
+/// What solving an instance's cores finds, whatever its memory times: per series part, its
+/// lower bound, its list schedule, and — the first time a memory floor below that list
+/// schedule asks for it — the rest of its solution (the MIP's, if one ran). Instances that
+/// differ only in their memory times (chips that differ only in their buffer) have the
+/// same cores' solutions: sharing a trace, they solve each part's cores once. The memory
+/// floor only decides whether the list schedule settles a part (it does when the floor
+/// reaches it) and lifts the part's makespan, so a schedule solved through a trace is,
+/// field for field, the one a fresh [`solve`] returns (the solver is deterministic: node
+/// limits; a part the wall-clock safety net stopped is not kept). A trace must only be
+/// shared by instances whose cores, operators, durations and dependencies are the same.
+#[derive(Default)]
+pub struct CoresTrace {
+    parts: OnceLock<Vec<PartTrace>>,
+}
+
+/// One series part's entry in a [`CoresTrace`].
+struct PartTrace {
+    lower: f64,
+    listed: (f64, Vec<f64>, Vec<Mode>),
+    /// The part's cores' schedule where the memory floor stays below the list schedule.
+    rest: OnceLock<Part>,
+}
+
+/// Solves `inst`, taking what `trace` already knows of its cores' schedules and adding to
+/// it what this instance solves ([`CoresTrace`]): the same schedule as [`solve`], with
+/// [`Schedule::mips_run`] counting only the MIPs this call ran.
+pub fn solve_with(
+    inst: &Instance,
+    options: &ScheduleOptions,
+    trace: &CoresTrace,
+) -> Result<Schedule, ScheduleError> {
     let started = Instant::now();
     let prep = Prep::new(inst)?;
     let m = prep.len();
@@ -267,9 +308,28 @@ pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, Sch
     let (mut span, mut lower, mut bound) = (0.0, 0.0, 0.0);
     let (mut memory, mut memory_bound) = (0.0, 0.0);
     let (mut optimal, mut mip, mut hit_time, mut hit_nodes) = (true, false, false, false);
+    let mut mips_run = 0;
     if m > 0 {
-        for r in prep.series_parts() {
-            let part = solve_part(&prep.slice(r), options)?;
+        let ranges = prep.series_parts();
+        let parts: Vec<Prep> = ranges.into_iter().map(|r| prep.slice(r)).collect();
+        let traced = trace.parts.get_or_init(|| {
+            parts
+                .iter()
+                .map(|p| PartTrace {
+                    lower: p.lower_bound(),
+                    listed: heuristic::best(p),
+                    rest: OnceLock::new(),
+                })
+                .collect()
+        });
+        if traced.len() != parts.len() {
+            return Err(ScheduleError::Solver(
+                "a cores trace shared by instances of different shapes".into(),
+            ));
+        }
+        for (p, t) in parts.iter().zip(traced) {
+            let (part, ran) = solve_part(p, options, t)?;
+            mips_run += usize::from(ran);
             starts.extend(part.starts.iter().map(|s| s + span));
             modes.extend(part.modes);
             span += part.makespan;
@@ -298,6 +358,7 @@ pub fn solve(inst: &Instance, options: &ScheduleOptions) -> Result<Schedule, Sch
         method: if mip { Method::Mip } else { Method::Bounds },
         hit_time_limit: hit_time,
         hit_node_limit: hit_nodes && !optimal,
+        mips_run,
         solve_seconds: started.elapsed().as_secs_f64(),
         placements: place(inst, &prep, &starts, &modes),
     })
@@ -330,6 +391,7 @@ pub fn makespan_lower_bound(inst: &Instance) -> Result<f64, ScheduleError> {
 }
 
 /// The schedule of one series part ([`Prep::series_parts`]), its starts from 0.
+#[derive(Clone)]
 struct Part {
     makespan: f64,
     starts: Vec<f64>,
@@ -374,15 +436,25 @@ impl Part {
 /// settles it: proven optimal when it meets the bound, accepted (with its gap) when it is
 /// within the accepted gap or no MIP may be built.
 fn settled(
-    (span, starts, modes): &(f64, Vec<f64>, Vec<Mode>),
+    listed: &(f64, Vec<f64>, Vec<Mode>),
     lower: f64,
     options: &ScheduleOptions,
     no_mip: bool,
 ) -> Option<Part> {
-    let optimal = *span <= lower + 1e-9 * span.max(1e-300);
+    let span = listed.0;
+    let optimal = span <= lower + 1e-9 * span.max(1e-300);
     let accepted =
         no_mip || (options.relative_gap > 0.0 && span - lower <= options.relative_gap * span);
-    (optimal || accepted).then(|| Part {
+    (optimal || accepted).then(|| listed_part(listed, lower, optimal))
+}
+
+/// The list schedule as the part's schedule, `optimal` or not.
+fn listed_part(
+    (span, starts, modes): &(f64, Vec<f64>, Vec<Mode>),
+    lower: f64,
+    optimal: bool,
+) -> Part {
+    Part {
         makespan: *span,
         starts: starts.clone(),
         modes: modes.clone(),
@@ -394,36 +466,53 @@ fn settled(
         hit_node_limit: false,
         memory: 0.0,
         memory_bound: 0.0,
-    })
-}
-
-/// The part's schedule held to its memory floor ([`Part::floored`]).
-fn solve_part(prep: &Prep, options: &ScheduleOptions) -> Result<Part, ScheduleError> {
-    let floor: f64 = prep.memory.iter().sum();
-    Ok(solve_cores(prep, options, floor)?.floored(floor))
-}
-
-/// Bounds, then the list schedule, then (if they do not meet within the accepted gap) the
-/// bound by the modes and a deeper list schedule, and only then the MIP warm-started with
-/// it. A list schedule within the memory floor `floor` settles the part: no schedule of
-/// the cores can make it shorter.
-fn solve_cores(prep: &Prep, options: &ScheduleOptions, floor: f64) -> Result<Part, ScheduleError> {
-    let lower = prep.lower_bound();
-    let listed = heuristic::best(prep);
-    let no_mip = options.heuristic_only || listed.0 <= floor;
-    if let Some(part) = settled(&listed, lower, options, no_mip) {
-        return Ok(part);
     }
+}
+
+/// The part's schedule held to its memory floor ([`Part::floored`]), and whether a MIP ran
+/// for it here. The bounds and the list schedule come from `trace`; a list schedule within
+/// the floor settles the part (no schedule of the cores can make it shorter); otherwise the
+/// floor plays no part in the cores' schedule, which `trace` keeps once solved.
+fn solve_part(
+    prep: &Prep,
+    options: &ScheduleOptions,
+    trace: &PartTrace,
+) -> Result<(Part, bool), ScheduleError> {
+    let floor: f64 = prep.memory.iter().sum();
+    let no_mip = options.heuristic_only || trace.listed.0 <= floor;
+    if let Some(part) = settled(&trace.listed, trace.lower, options, no_mip) {
+        return Ok((part.floored(floor), false));
+    }
+    if let Some(part) = trace.rest.get() {
+        return Ok((part.clone().floored(floor), false));
+    }
+    let part = solve_rest(prep, options, trace.lower, &trace.listed)?;
+    let ran = part.mip;
+    // A part the wall-clock safety net stopped depends on the machine: not kept.
+    if !part.hit_time_limit {
+        let _ = trace.rest.set(part.clone());
+    }
+    Ok((part.floored(floor), ran))
+}
+
+/// What follows a list schedule that the bounds did not settle: the bound by the modes,
+/// then a deeper list schedule, and only then the MIP warm-started with it.
+fn solve_rest(
+    prep: &Prep,
+    options: &ScheduleOptions,
+    lower: f64,
+    listed: &(f64, Vec<f64>, Vec<Mode>),
+) -> Result<Part, ScheduleError> {
     // Before a MIP: the bound by the modes, which often meets the list schedule.
     let lower = match prep.mode_bound() {
         Some(b) if b > lower => b.min(listed.0),
         _ => lower,
     };
-    if let Some(part) = settled(&listed, lower, options, false) {
+    if let Some(part) = settled(listed, lower, options, false) {
         return Ok(part);
     }
     // Then a deeper list-schedule search (pairs of mode flips).
-    let deeper = heuristic::deeper(prep, listed);
+    let deeper = heuristic::deeper(prep, listed.clone());
     if let Some(part) = settled(&deeper, lower, options, false) {
         return Ok(part);
     }

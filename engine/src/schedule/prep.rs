@@ -1,7 +1,7 @@
 //! The instance as the solver works on it ([`Prep`]): the operators that take time, their
 //! durations, which ones precede which (transitively), and its series parts.
 
-use super::{Instance, Mode, Resource, ScheduleError};
+use super::{Instance, Mode, Resource, ScheduleError, Task};
 
 /// The instance restricted to operators that take time, with precedence through the
 /// `none` operators kept.
@@ -26,31 +26,7 @@ pub(crate) struct Prep {
 impl Prep {
     pub(super) fn new(inst: &Instance) -> Result<Prep, ScheduleError> {
         let n = inst.tasks.len();
-        for (i, t) in inst.tasks.iter().enumerate() {
-            let ok = |x: f64| x.is_finite() && x >= 0.0;
-            if t.resource != Resource::None && !(ok(t.single) && ok(t.parallel)) {
-                return Err(ScheduleError::BadLatency(i, t.single, t.parallel));
-            }
-            if !ok(t.memory) {
-                return Err(ScheduleError::BadMemory(i, t.memory));
-            }
-            if (t.resource.uses_tensor() && inst.tensor_cores == 0)
-                || (t.resource.uses_vector() && inst.vector_cores == 0)
-            {
-                return Err(ScheduleError::NoCores(inst.tensor_cores, inst.vector_cores));
-            }
-        }
-        // Every schedule's makespan is at most the sum of the durations it uses: if that
-        // sum has no finite float, neither may a schedule.
-        let total: f64 = inst
-            .tasks
-            .iter()
-            .filter(|t| t.resource != Resource::None)
-            .map(|t| t.single.max(t.parallel).max(t.memory))
-            .sum();
-        if !total.is_finite() {
-            return Err(ScheduleError::Overflow);
-        }
+        check_tasks(&inst.tasks, inst.tensor_cores, inst.vector_cores)?;
         let mut succ = vec![Vec::new(); n];
         let mut indeg = vec![0; n];
         for &(a, b) in &inst.edges {
@@ -139,6 +115,66 @@ impl Prep {
             tc: inst.tensor_cores,
             vc: inst.vector_cores,
         })
+    }
+
+    /// No operators: what [`Prep::fill_for_bounds`] fills.
+    pub(super) fn empty() -> Prep {
+        Prep {
+            real: Vec::new(),
+            res: Vec::new(),
+            single: Vec::new(),
+            parallel: Vec::new(),
+            memory: Vec::new(),
+            can_parallel: Vec::new(),
+            reach: Vec::new(),
+            edges: Vec::new(),
+            tc: 0,
+            vc: 0,
+        }
+    }
+
+    /// This, made the operators `real` (original indices, in their order here) of `tasks`
+    /// with the precedence `edges` among them (indices into `real`), for the bounds alone:
+    /// the bounds read durations, resources and edges, never `reach`, which stays empty.
+    /// What [`super::Skeleton`] bounds an instance's series parts with, one after another
+    /// in the same vectors, without the precedence closure.
+    pub(super) fn fill_for_bounds(
+        &mut self,
+        tasks: &[Task],
+        real: &[usize],
+        edges: &[(usize, usize)],
+        tc: u32,
+        vc: u32,
+    ) {
+        self.real.clear();
+        self.real.extend_from_slice(real);
+        self.res.clear();
+        self.res.extend(real.iter().map(|&i| tasks[i].resource));
+        self.single.clear();
+        self.single.extend(real.iter().map(|&i| tasks[i].single));
+        self.parallel.clear();
+        self.parallel.extend(real.iter().map(|&i| {
+            let t = &tasks[i];
+            if t.resource.is_core() {
+                t.parallel
+            } else {
+                t.single
+            }
+        }));
+        self.memory.clear();
+        self.memory.extend(real.iter().map(|&i| {
+            let t = &tasks[i];
+            if t.resource.is_core() { t.memory } else { 0.0 }
+        }));
+        self.can_parallel.clear();
+        self.can_parallel.extend(
+            (0..real.len()).map(|i| self.res[i].is_core() && self.parallel[i] < self.single[i]),
+        );
+        self.reach.clear();
+        self.edges.clear();
+        self.edges.extend_from_slice(edges);
+        self.tc = tc;
+        self.vc = vc;
     }
 
     pub(super) fn len(&self) -> usize {
@@ -264,4 +300,32 @@ impl Prep {
         }
         k - matching
     }
+}
+
+/// The checks of an instance's operators [`Prep::new`] starts with: durations and memory
+/// times finite and not negative, cores for every operator, a sum a float holds.
+pub(super) fn check_tasks(tasks: &[Task], tc: u32, vc: u32) -> Result<(), ScheduleError> {
+    for (i, t) in tasks.iter().enumerate() {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if t.resource != Resource::None && !(ok(t.single) && ok(t.parallel)) {
+            return Err(ScheduleError::BadLatency(i, t.single, t.parallel));
+        }
+        if !ok(t.memory) {
+            return Err(ScheduleError::BadMemory(i, t.memory));
+        }
+        if (t.resource.uses_tensor() && tc == 0) || (t.resource.uses_vector() && vc == 0) {
+            return Err(ScheduleError::NoCores(tc, vc));
+        }
+    }
+    // Every schedule's makespan is at most the sum of the durations it uses: if that
+    // sum has no finite float, neither may a schedule.
+    let total: f64 = tasks
+        .iter()
+        .filter(|t| t.resource != Resource::None)
+        .map(|t| t.single.max(t.parallel).max(t.memory))
+        .sum();
+    if !total.is_finite() {
+        return Err(ScheduleError::Overflow);
+    }
+    Ok(())
 }

@@ -410,6 +410,7 @@ fn exposed_link_time_is_what_computation_does_not_cover() {
         method: Method::Bounds,
         hit_time_limit: false,
         hit_node_limit: false,
+        mips_run: 0,
         solve_seconds: 0.0,
         placements,
     };
@@ -546,4 +547,133 @@ fn the_memory_floor_agrees_with_exhaustive_search() {
         bound > 20,
         "the floor bound only {bound} cases: the test shows little"
     );
+}
+
+/// Instances that differ only in their memory times share a [`CoresTrace`]: each solved
+/// through it, in any order, gets the schedule solving it alone gives — every field, the
+/// placements, the flags — while the MIPs run once per part. Random instances large
+/// enough to need MIPs, each at memory times from none to floors above the list schedule
+/// (which settle parts without a MIP, before or after a variant that needs one), and a
+/// node limit low enough that some MIPs stop at it.
+#[test]
+fn a_shared_cores_trace_gives_the_schedule_solving_alone_gives() {
+    let mut rng = Rng(0x7a11_5eed_c0de_0042);
+    let (mut reused, mut settled_first, mut stopped) = (0, 0, 0);
+    for case in 0..150 {
+        let options = ScheduleOptions {
+            node_limit: if case % 3 == 0 { 1 } else { 200 },
+            time_limit_seconds: 1e3,
+            ..ScheduleOptions::default()
+        };
+        let n = 7 + rng.below(6) as usize;
+        let base = random_instance_with(&mut rng, n, 3);
+        let mut scales = [0.0, 0.2, 0.6, 1.5, 4.0];
+        // A random order: the trace fills from whichever variant comes first.
+        for i in (1..scales.len()).rev() {
+            scales.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let trace = CoresTrace::default();
+        let mut mips = 0;
+        for (k, &scale) in scales.iter().enumerate() {
+            let mut inst = base.clone();
+            for t in &mut inst.tasks {
+                t.memory = scale * t.single.min(t.parallel) * (1 + rng.below(4)) as f64 / 4.0;
+            }
+            let alone = solve(&inst, &options).unwrap();
+            let shared = solve_with(&inst, &options, &trace).unwrap();
+            let plain = |s: &Schedule| Schedule {
+                solve_seconds: 0.0,
+                mips_run: 0,
+                ..s.clone()
+            };
+            assert_eq!(plain(&shared), plain(&alone), "case {case}, scale {scale}");
+            check(&inst, &shared.placements).unwrap_or_else(|e| panic!("case {case}: {e}"));
+            assert!(shared.mips_run <= alone.mips_run, "case {case}");
+            if shared.method == Method::Mip && shared.mips_run < alone.mips_run {
+                reused += 1;
+            }
+            if shared.mips_run > 0 && k > 0 && mips == 0 {
+                // The variants before needed no MIP (their floors settled the parts).
+                settled_first += 1;
+            }
+            mips += shared.mips_run;
+            stopped += usize::from(shared.hit_node_limit);
+        }
+    }
+    assert!(
+        reused > 50,
+        "only {reused} MIPs reused: the test shows little"
+    );
+    assert!(
+        settled_first > 3,
+        "only {settled_first} MIPs after settled variants"
+    );
+    assert!(stopped > 3, "only {stopped} schedules at the node limit");
+}
+
+/// A [`Skeleton`] bounds an instance as [`makespan_lower_bound`] does, bit for bit and error
+/// for error: random structures (every resource, `none` operators, links), each with
+/// several random sets of durations and memory times on random cores, some of them
+/// invalid; and a cyclic or malformed structure has no skeleton, as its instances have no
+/// bound.
+#[test]
+fn a_skeleton_bounds_as_the_instance_does() {
+    let mut rng = Rng(0x5ce1_e70e_b0de_0001);
+    let (mut compared, mut errors, mut multipart) = (0, 0, 0);
+    for case in 0..300 {
+        let n = 1 + rng.below(14) as usize;
+        let base = random_instance_with(&mut rng, n, 4);
+        let resources: Vec<Resource> = base.tasks.iter().map(|t| t.resource).collect();
+        let skeleton = Skeleton::new(&resources, &base.edges).unwrap();
+        for _ in 0..5 {
+            let mut inst = random_instance_with(&mut rng, n, 4);
+            inst.edges.clone_from(&base.edges);
+            for (t, &r) in inst.tasks.iter_mut().zip(&resources) {
+                t.resource = r;
+                t.memory = t.single * rng.below(5) as f64 / 3.0;
+                if rng.below(40) == 0 {
+                    t.single = f64::NAN;
+                }
+            }
+            if rng.below(30) == 0 {
+                inst.tensor_cores = 0;
+            }
+            let want = makespan_lower_bound(&inst);
+            let got =
+                skeleton.makespan_lower_bound(&inst.tasks, inst.tensor_cores, inst.vector_cores);
+            match (&want, &got) {
+                (Ok(w), Ok(g)) => assert_eq!(w.to_bits(), g.to_bits(), "case {case}: {w} vs {g}"),
+                (Err(w), Err(g)) => {
+                    assert_eq!(format!("{w}"), format!("{g}"), "case {case}");
+                    errors += 1;
+                }
+                _ => panic!("case {case}: {want:?} vs {got:?}"),
+            }
+            compared += 1;
+            let prep = Prep::new(&inst);
+            multipart += usize::from(prep.is_ok_and(|p| p.len() > 0 && p.series_parts().len() > 1));
+        }
+    }
+    assert!(
+        errors > 10 && errors < compared / 2,
+        "{errors} errors of {compared}"
+    );
+    assert!(
+        multipart > 100,
+        "only {multipart} instances of several series parts"
+    );
+    // No skeleton for a cycle or an edge to nowhere, as no bound for their instances.
+    let r = [Resource::Tensor, Resource::Vector];
+    for edges in [vec![(0, 1), (1, 0)], vec![(0, 2)]] {
+        let inst = Instance {
+            tensor_cores: 1,
+            vector_cores: 1,
+            tasks: r.iter().map(|&r| Task::new(r, 1.0, 1.0)).collect(),
+            edges: edges.clone(),
+        };
+        assert_eq!(
+            Skeleton::new(&r, &edges).unwrap_err(),
+            makespan_lower_bound(&inst).unwrap_err()
+        );
+    }
 }

@@ -42,13 +42,22 @@
 
 use super::context::{Ctx, GraphKey, JobError, Run};
 use super::evaluate::Shape;
+use crate::model::OpGraph;
 use crate::model::{DISTINCT_LAYERS, ModelGraph};
-use crate::schedule;
+use crate::operators;
+use crate::schedule::{self, Skeleton};
 use crate::step::{self, StepInput};
 use crate::training::MemoryModel;
 use archplace_plugin_sdk::AcceleratorConfig;
 use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+
+/// Each layer graph's [`Skeleton`] (`None` for a graph whose instances the solver refuses:
+/// its bound builds the instance, and fails as the evaluation would), by the graph's
+/// address — the search's graphs stay where they are for its life, and the bound asks
+/// for the graph it holds, so no key is built per candidate.
+pub(super) type Skeletons = FxHashMap<usize, Option<Skeleton>>;
 
 /// Per model, per layer graph, the step floors of the plan shapes the search may price
 /// with that graph ([`Floor`]), the dominated ones left out.
@@ -186,6 +195,7 @@ impl Ctx<'_> {
         c: &AcceleratorConfig,
     ) -> Result<(f64, f64), JobError> {
         let counts = layer_counts(g);
+        let skeletons = self.skeletons.get_or_init(|| self.skeletons());
         let (mut device_seconds, mut seconds) = (0.0, 0.0);
         for (slot, layer) in g.distinct().into_iter().enumerate() {
             if counts[slot] == 0 {
@@ -193,15 +203,40 @@ impl Ctx<'_> {
             }
             let mut both = 0.0;
             for graph in [&layer.forward, &layer.backward] {
-                let inst = self.estimator.instance(graph, c)?;
-                both += schedule::makespan_lower_bound(&inst)
-                    .map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
+                let bound = match skeletons.get(&address(graph)) {
+                    Some(Some(skeleton)) => {
+                        let tasks = self.estimator.tasks(graph, c)?;
+                        skeleton.makespan_lower_bound(&tasks, c.tensor_cores, c.vector_cores)
+                    }
+                    _ => schedule::makespan_lower_bound(&self.estimator.instance(graph, c)?),
+                };
+                both += bound.map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
             }
             let devices = if layer.tensor_parallel { width } else { 1 };
             device_seconds += counts[slot] as f64 * devices as f64 * both;
             seconds += counts[slot] as f64 * both;
         }
         Ok((device_seconds, seconds))
+    }
+
+    /// The skeleton of every forward and backward graph of every distinct layer of every
+    /// layer graph of the search.
+    fn skeletons(&self) -> Skeletons {
+        let mut out = Skeletons::default();
+        for graphs in &self.graphs {
+            let mut keys: Vec<&GraphKey> = graphs.keys().collect();
+            keys.sort_unstable();
+            for g in keys.into_iter().map(|k| &graphs[k]) {
+                for layer in g.distinct() {
+                    for graph in [&layer.forward, &layer.backward] {
+                        out.entry(address(graph)).or_insert_with(|| {
+                            operators::skeleton(graph, self.input.training.execution).ok()
+                        });
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Every plan shape's floor of every placement run at every scale-up domain, by model
@@ -311,6 +346,11 @@ impl Ctx<'_> {
         }
         floors
     }
+}
+
+/// Where `graph` is: its key among [`Skeletons`].
+fn address(graph: &OpGraph) -> usize {
+    std::ptr::from_ref(graph) as usize
 }
 
 /// How many of each distinct layer ([`ModelGraph::distinct`]'s order) the model has: one

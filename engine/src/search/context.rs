@@ -25,6 +25,9 @@ pub(super) struct Ctx<'a> {
     /// The plan shapes' step floors a proven search bounds by, computed at its first
     /// bound.
     pub(super) floors: OnceLock<super::bound::Floors>,
+    /// The layer graphs' skeletons a proven search bounds with, worked out at its first
+    /// bound.
+    pub(super) skeletons: OnceLock<super::bound::Skeletons>,
 }
 
 impl<'a> Ctx<'a> {
@@ -48,6 +51,7 @@ impl<'a> Ctx<'a> {
             memo: ScheduleMemo::default(),
             shared: None,
             floors: OnceLock::new(),
+            skeletons: OnceLock::new(),
         }
     }
 }
@@ -228,6 +232,7 @@ pub(super) fn layer_name(index: usize, blocks: u64) -> String {
 }
 
 /// Why a layer could not be scheduled on a candidate.
+#[derive(Debug)]
 pub(super) enum JobError {
     /// The candidate is outside the latency model's domain: it fails, the search goes on.
     Infeasible(String),

@@ -3,8 +3,8 @@
 
 use crate::execution::Execution;
 use crate::model::OpGraph;
-use crate::operators::{estimate, instance_with};
-use crate::schedule::Instance;
+use crate::operators::{estimate, instance_with, tasks_with};
+use crate::schedule::{Instance, Task};
 use archplace_plugin_sdk::{
     AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
 };
@@ -108,6 +108,29 @@ impl Estimator<'_> {
         graph: &OpGraph,
         c: &AcceleratorConfig,
     ) -> Result<Instance, EstimateError> {
+        self.built(|cost| instance_with(graph, c, self.execution, cost))
+    }
+
+    /// The operators of [`Estimator::instance`]'s instance without its dependencies
+    /// ([`tasks_with`]), from the memo alike: what a proven search's bound pass needs of
+    /// a layer whose structure it has already ([`crate::schedule::Skeleton`]).
+    pub(super) fn tasks(
+        &self,
+        graph: &OpGraph,
+        c: &AcceleratorConfig,
+    ) -> Result<Vec<Task>, EstimateError> {
+        self.built(|cost| tasks_with(graph, c, self.execution, cost))
+    }
+
+    /// What `build` makes of a layer's operators with their costs: from the memo in
+    /// one pass under one read lock when it has them all; otherwise the missing ones are
+    /// estimated first (one batched call per core configuration) and `build` runs again.
+    fn built<T>(
+        &self,
+        build: impl Fn(
+            &mut dyn FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+        ) -> Result<T, EstimateError>,
+    ) -> Result<T, EstimateError> {
         let mut missing: BTreeMap<CoreConfig, Vec<Op>> = BTreeMap::new();
         {
             let cache = self
@@ -116,21 +139,19 @@ impl Estimator<'_> {
                 .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
             let zero = OpCost::new(0.0, 0.0);
             let mut hits = 0;
-            let inst = instance_with(graph, c, self.execution, |core, op| {
-                match cache.lookup(core, op) {
-                    Some(cost) => {
-                        hits += 1;
-                        Ok(cost)
-                    }
-                    None => {
-                        missing.entry(*core).or_default().push(op.clone());
-                        Ok(zero)
-                    }
+            let out = build(&mut |core, op| match cache.lookup(core, op) {
+                Some(cost) => {
+                    hits += 1;
+                    Ok(cost)
+                }
+                None => {
+                    missing.entry(*core).or_default().push(op.clone());
+                    Ok(zero)
                 }
             });
             if missing.is_empty() {
                 self.hits.fetch_add(hits, Ordering::Relaxed);
-                return inst;
+                return out;
             }
         }
         let mut fetched = 0;
@@ -146,12 +167,12 @@ impl Estimator<'_> {
             }
         }
         self.computed.fetch_add(fetched, Ordering::Relaxed);
-        let inst = instance_with(graph, c, self.execution, |core, op| self.cost(core, op));
+        let out = build(&mut |core, op| self.cost(core, op));
         // The second pass found the prefetched operators in the memo: not hits.
         self.hits.fetch_sub(
             fetched.min(self.hits.load(Ordering::Relaxed)),
             Ordering::Relaxed,
         );
-        inst
+        out
     }
 }

@@ -87,7 +87,8 @@ pub struct MemoryEstimate {
     /// The layer-schedule solver, once per thread ([`SOLVER_BYTES_PER_THREAD`]).
     pub solver_bytes: u64,
     /// The memo of layer schedules: its two generations of instances, each as large as the
-    /// largest layer graph's.
+    /// largest layer graph's, and as many cores' traces (a list schedule and a solution
+    /// per operator).
     #[serde(default)]
     pub schedule_memo_bytes: u64,
     /// A proven search's bounds: one per candidate and the order they sort into (nothing
@@ -175,8 +176,15 @@ pub fn estimate_for(
     let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
     // A key of 3 + 4 words per operator and a word per dependency (twice the graph's,
     // for safety), a solution, and the map's slot.
+    // Beside each, a cores' trace: its key (a word less per operator), and per series
+    // part (at most one per operator) its bounds, list schedule and solution — a start
+    // (8 bytes) and a mode (1) per operator in each, and some 224 bytes of vectors, locks
+    // and flags per part.
+    let trace_bytes = shape.largest_key_words.saturating_mul(8)
+        + shape.largest_graph.saturating_mul(2 * 9 + 224)
+        + 128;
     let schedule_memo_bytes = (2 * super::schedules::ScheduleMemo::GENERATION as u64)
-        .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128);
+        .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128 + trace_bytes);
     // Per candidate an optional bound (16 bytes), its place in the order (16) and the
     // order handed to a pool's coordinator with its positions (16).
     let bounds_bytes = if input.strategy == Strategy::Proven {

@@ -41,6 +41,11 @@ pub struct Stats {
     #[serde(default)]
     pub schedules_reused: u64,
     pub schedules_by_mip: u64,
+    /// Layer schedules a MIP solved for another instance with the same cores' durations
+    /// and dependencies (a chip that differs only in its buffer): that MIP's solution,
+    /// held to this instance's memory floor — the schedule solving it would give.
+    #[serde(default)]
+    pub schedules_by_mip_reused: u64,
     /// Layer schedules not proven within the accepted gap (`ScheduleOptions::relative_gap`,
     /// the spec's `schedule_gap`): those the MIP's node limit stopped further from the bound.
     pub schedules_not_proven_optimal: u64,
@@ -63,6 +68,7 @@ impl Stats {
         self.schedules_by_bounds += other.schedules_by_bounds;
         self.schedules_reused += other.schedules_reused;
         self.schedules_by_mip += other.schedules_by_mip;
+        self.schedules_by_mip_reused += other.schedules_by_mip_reused;
         self.schedules_not_proven_optimal += other.schedules_not_proven_optimal;
         self.mip_time_limit_hits += other.mip_time_limit_hits;
         self.placements_solved += other.placements_solved;
@@ -82,6 +88,7 @@ impl Stats {
             schedules_by_bounds: self.schedules_by_bounds - before.schedules_by_bounds,
             schedules_reused: self.schedules_reused - before.schedules_reused,
             schedules_by_mip: self.schedules_by_mip - before.schedules_by_mip,
+            schedules_by_mip_reused: self.schedules_by_mip_reused - before.schedules_by_mip_reused,
             schedules_not_proven_optimal: self.schedules_not_proven_optimal
                 - before.schedules_not_proven_optimal,
             mip_time_limit_hits: self.mip_time_limit_hits - before.mip_time_limit_hits,

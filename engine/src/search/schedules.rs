@@ -4,12 +4,12 @@
 use super::context::{Ctx, JobError};
 use super::observe::ScheduleEvent;
 use crate::model::OpGraph;
-use crate::schedule::{self, Instance, Method};
+use crate::schedule::{self, CoresTrace, Instance, Method};
 use crate::step::{self, GraphTiming};
 use archplace_plugin_sdk::AcceleratorConfig;
 use rayon::prelude::*;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// A scheduled layer: forward and backward seconds and utilisations.
@@ -72,13 +72,19 @@ pub trait SharedSchedules: Sync {
 /// search visits chips of one area together, so the reuse is among recent ones. The solver
 /// is deterministic (node limits), so a reused schedule is the one solving again would
 /// give.
+///
+/// Beside it, the cores' solutions ([`CoresTrace`]) by the instance's content less its
+/// memory times, as many: chips that differ only in their buffer solve each layer's cores
+/// once (the memory times floor each part's makespan and decide whether its list schedule
+/// settles it, nothing else), and each gets the schedule solving it alone would give.
 #[derive(Default)]
 pub(crate) struct ScheduleMemo {
     generations: Mutex<[HashMap<Vec<u64>, Solved>; 2]>,
+    traces: Mutex<[HashMap<Vec<u64>, Arc<CoresTrace>>; 2]>,
 }
 
 impl ScheduleMemo {
-    /// Instances per generation.
+    /// Instances per generation (of solutions, and of cores' traces).
     pub(crate) const GENERATION: usize = 2048;
 
     /// The instance's exact content as words: every field the solver reads — the memory
@@ -86,19 +92,27 @@ impl ScheduleMemo {
     /// buffer have the same core times and different memory times; keyed without them,
     /// one chip's schedule was reused for the other).
     pub(super) fn key(inst: &Instance) -> Vec<u64> {
-        let mut key = Vec::with_capacity(3 + 4 * inst.tasks.len() + inst.edges.len());
+        Self::words(inst, true)
+    }
+
+    /// The instance's content less its memory times: what its [`CoresTrace`] depends on.
+    pub(super) fn cores_key(inst: &Instance) -> Vec<u64> {
+        Self::words(inst, false)
+    }
+
+    fn words(inst: &Instance, memory: bool) -> Vec<u64> {
+        let per_task = if memory { 4 } else { 3 };
+        let mut key = Vec::with_capacity(3 + per_task * inst.tasks.len() + inst.edges.len());
         key.extend([
             u64::from(inst.tensor_cores),
             u64::from(inst.vector_cores),
             inst.tasks.len() as u64,
         ]);
         for t in &inst.tasks {
-            key.extend([
-                t.resource as u64,
-                t.single.to_bits(),
-                t.parallel.to_bits(),
-                t.memory.to_bits(),
-            ]);
+            key.extend([t.resource as u64, t.single.to_bits(), t.parallel.to_bits()]);
+            if memory {
+                key.push(t.memory.to_bits());
+            }
         }
         key.extend(
             inst.edges
@@ -121,6 +135,23 @@ impl ScheduleMemo {
             g[0].insert(key, solved);
         }
     }
+
+    /// The cores' trace of instances of content `cores_key`, a new one (remembered) if none
+    /// is known.
+    pub(super) fn trace(&self, cores_key: Vec<u64>) -> Arc<CoresTrace> {
+        let Ok(mut g) = self.traces.lock() else {
+            return Arc::default();
+        };
+        if let Some(t) = g[0].get(&cores_key).or_else(|| g[1].get(&cores_key)) {
+            return Arc::clone(t);
+        }
+        if g[0].len() >= Self::GENERATION {
+            g[1] = std::mem::take(&mut g[0]);
+        }
+        let t = Arc::<CoresTrace>::default();
+        g[0].insert(cores_key, Arc::clone(&t));
+        t
+    }
 }
 
 impl Ctx<'_> {
@@ -134,10 +165,11 @@ impl Ctx<'_> {
         Ok(inst)
     }
 
-    /// Solves one layer schedule; whether the wall-clock safety net stopped it.
-    fn solve(&self, inst: &Instance) -> Result<(Solved, bool), JobError> {
+    /// Solves one layer schedule through its cores' trace; whether the wall-clock safety
+    /// net stopped it.
+    fn solve(&self, inst: &Instance, trace: &CoresTrace) -> Result<(Solved, bool), JobError> {
         let t1 = Instant::now();
-        let s = schedule::solve(inst, &self.input.schedule)
+        let s = schedule::solve_with(inst, &self.input.schedule, trace)
             .map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
         let t2 = Instant::now();
         if (t2 - t1).as_secs_f64() > 0.25 {
@@ -153,16 +185,21 @@ impl Ctx<'_> {
             st.scheduling_seconds += (t2 - t1).as_secs_f64();
             match s.method {
                 Method::Bounds => st.schedules_by_bounds += 1,
-                Method::Mip => st.schedules_by_mip += 1,
+                Method::Mip if s.mips_run > 0 => st.schedules_by_mip += 1,
+                Method::Mip => st.schedules_by_mip_reused += 1,
             }
             st.mip_time_limit_hits += u64::from(s.hit_time_limit);
         }
-        self.observer.schedule(&ScheduleEvent {
-            method: s.method,
-            solve_seconds: s.solve_seconds,
-            hit_time_limit: s.hit_time_limit,
-            proven_optimal: s.optimal,
-        });
+        // A MIP's solution taken from another buffer's schedule is not a solve, as a memo
+        // hit is not: the metrics hear of the solves.
+        if s.method == Method::Bounds || s.mips_run > 0 {
+            self.observer.schedule(&ScheduleEvent {
+                method: s.method,
+                solve_seconds: s.solve_seconds,
+                hit_time_limit: s.hit_time_limit,
+                proven_optimal: s.optimal,
+            });
+        }
         let solved = Solved {
             makespan: s.makespan,
             util: s.utilisation(inst),
@@ -226,14 +263,36 @@ impl Ctx<'_> {
             }
             todo = still;
         }
-        let solved: Vec<(Solved, bool)> = todo
+        // What is left, by its cores' trace: instances that differ only in their memory
+        // times, one after another in their order (so that which of them runs a MIP does
+        // not depend on the threads); the groups in parallel.
+        let mut groups: Vec<(Arc<CoresTrace>, Vec<usize>)> = Vec::new();
+        let mut group_of: HashMap<Vec<u64>, usize> = HashMap::new();
+        for &k in &todo {
+            let cores_key = ScheduleMemo::cores_key(&instances[k]);
+            if let Some(&g) = group_of.get(&cores_key) {
+                groups[g].1.push(k);
+            } else {
+                group_of.insert(cores_key.clone(), groups.len());
+                groups.push((self.memo.trace(cores_key), vec![k]));
+            }
+        }
+        let mut solved: Vec<(usize, (Solved, bool))> = groups
             .par_iter()
-            .map(|&k| self.solve(&instances[k]))
+            .map(|(trace, ks)| {
+                ks.iter()
+                    .map(|&k| Ok((k, self.solve(&instances[k], trace)?)))
+                    .collect::<Result<Vec<_>, JobError>>()
+            })
             .collect::<Vec<_>>()
             .into_iter()
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        solved.sort_unstable_by_key(|&(k, _)| k);
         let mut new: Vec<(&[u64], Solved)> = Vec::new();
-        for (&k, &(s, hit_time_limit)) in todo.iter().zip(&solved) {
+        for &(k, (s, hit_time_limit)) in &solved {
             by_layer.insert(k, s);
             // A schedule the wall-clock safety net stopped depends on the machine: solved
             // again, not reused.

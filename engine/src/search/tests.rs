@@ -353,7 +353,10 @@ fn exhaustive_search_agrees_with_brute_force() {
     assert!(outcome.stats.estimate_cache_hits > 0);
     let st = &outcome.stats;
     assert_eq!(
-        st.schedules_by_bounds + st.schedules_by_mip + st.schedules_reused,
+        st.schedules_by_bounds
+            + st.schedules_by_mip
+            + st.schedules_by_mip_reused
+            + st.schedules_reused,
         st.schedules_solved
     );
 }
@@ -378,6 +381,7 @@ fn the_result_does_not_depend_on_the_thread_count() {
             s.schedules_solved,
             s.schedules_by_bounds,
             s.schedules_by_mip,
+            s.schedules_by_mip_reused,
             s.schedules_reused,
             s.schedules_not_proven_optimal,
         )
@@ -1087,6 +1091,7 @@ fn work_since_is_the_inverse_of_add_work() {
         schedules_by_bounds: 6,
         schedules_reused: 1,
         schedules_by_mip: 2,
+        schedules_by_mip_reused: 3,
         schedules_not_proven_optimal: 1,
         mip_time_limit_hits: 1,
         placements_solved: 9,
@@ -1355,6 +1360,58 @@ fn bounds_are_at_least_every_evaluated_score() {
         median > 0.62,
         "the median score is {median} of its bound ({feasible} of {candidates} feasible)"
     );
+}
+
+/// The bound pass bounds each layer through its graph's skeleton (the structure worked
+/// out once per search, `schedule::Skeleton`) and the operators' durations alone; that
+/// gives, bit for bit, the bound through each layer's whole instance — under every
+/// operator execution, where the restrictions add the dependencies the skeleton must hold.
+#[test]
+fn the_bound_through_skeletons_is_the_bound_through_instances() {
+    use crate::execution::{Execution, OperatorExecution};
+    let model = ReferenceModel::default();
+    let executions = [
+        Execution::default(),
+        Execution::DATAFLOW,
+        Execution {
+            operators: OperatorExecution::Sequential,
+            tensor_parallel_overlap: false,
+        },
+        Execution {
+            operators: OperatorExecution::Sequential,
+            tensor_parallel_overlap: true,
+        },
+    ];
+    let mut compared = 0;
+    for seed in 0..SEEDS / 4 {
+        let (mut input, space) = random_problem(seed);
+        input.training.execution = executions[(seed % 4) as usize];
+        let through_skeletons = Ctx::new(&input, &model, &());
+        let through_instances = Ctx::new(&input, &model, &());
+        // No skeletons: every layer is bounded through its instance.
+        assert!(through_instances.skeletons.set(Default::default()).is_ok());
+        for c in space.candidates.iter().take(40) {
+            match (
+                through_skeletons.bound(&c.config),
+                through_instances.bound(&c.config),
+            ) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a.to_bits(), b.to_bits(), "seed {seed}: {a} vs {b}");
+                    compared += 1;
+                }
+                (Err(a), Err(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}")),
+                (a, b) => panic!("seed {seed}: {a:?} vs {b:?}"),
+            }
+        }
+        assert!(
+            through_skeletons
+                .skeletons
+                .get()
+                .is_some_and(|s| s.values().all(Option::is_some)),
+            "seed {seed}: a layer graph without a skeleton"
+        );
+    }
+    assert!(compared > 500, "{compared} bounds compared");
 }
 
 /// A proven search gives exactly what an exhaustive one gives — the same chip, plans and
