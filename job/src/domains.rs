@@ -133,7 +133,7 @@ fn reasons(best: &Evaluated, w: usize) -> Vec<String> {
     };
     let mut out = Vec::new();
     let others = best.domains.iter().enumerate().filter(|(k, _)| *k != w);
-    for other in others.map(|(_, d)| d) {
+    for (k, other) in others {
         let Some(t_other) = other.mean_throughput_samples_per_second else {
             out.push(format!(
                 "on the best chip, no plan trains every model with {} devices per domain ({}); with {} they train",
@@ -146,7 +146,7 @@ fn reasons(best: &Evaluated, w: usize) -> Vec<String> {
         let t_win = at_winner.mean_throughput_samples_per_second.unwrap_or(0.0);
         if ties(t_win, t_other) {
             let smaller = at_winner.node_size.min(other.node_size);
-            for a in &at_winner.plans {
+            for a in best.domain_plans(w) {
                 out.push(format!(
                     "{} on the best chip: the same step with {} and {} devices per domain ({}): its tensor-, context- and expert-parallel groups span {} devices, within a domain of {smaller}; the smaller domain is kept",
                     a.model,
@@ -158,7 +158,7 @@ fn reasons(best: &Evaluated, w: usize) -> Vec<String> {
             }
             continue;
         }
-        for (a, b) in at_winner.plans.iter().zip(&other.plans) {
+        for (a, b) in best.domain_plans(w).iter().zip(best.domain_plans(k)) {
             out.push(format!(
                 "{} on the best chip: {} devices per domain train {} the speed of {} ({} vs {}){}",
                 a.model,

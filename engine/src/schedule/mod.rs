@@ -285,12 +285,29 @@ pub struct CoresTrace {
     parts: OnceLock<Vec<PartTrace>>,
 }
 
-/// One series part's entry in a [`CoresTrace`].
-struct PartTrace {
+/// One series part's entry in a [`CoresTrace`]: nothing for a part of one operator (its
+/// list schedule meets its bound at once: nothing to save, and most parts are such).
+enum PartTrace {
+    One,
+    Many(Box<Traced>),
+}
+
+/// What a [`CoresTrace`] keeps of a part of several operators.
+struct Traced {
     lower: f64,
     listed: (f64, Vec<f64>, Vec<Mode>),
     /// The part's cores' schedule where the memory floor stays below the list schedule.
     rest: OnceLock<Part>,
+}
+
+impl Traced {
+    fn of(p: &Prep) -> Traced {
+        Traced {
+            lower: p.lower_bound(),
+            listed: heuristic::best(p),
+            rest: OnceLock::new(),
+        }
+    }
 }
 
 /// Solves `inst`, taking what `trace` already knows of its cores' schedules and adding to
@@ -315,10 +332,12 @@ pub fn solve_with(
         let traced = trace.parts.get_or_init(|| {
             parts
                 .iter()
-                .map(|p| PartTrace {
-                    lower: p.lower_bound(),
-                    listed: heuristic::best(p),
-                    rest: OnceLock::new(),
+                .map(|p| {
+                    if p.len() == 1 {
+                        PartTrace::One
+                    } else {
+                        PartTrace::Many(Box::new(Traced::of(p)))
+                    }
                 })
                 .collect()
         });
@@ -328,7 +347,10 @@ pub fn solve_with(
             ));
         }
         for (p, t) in parts.iter().zip(traced) {
-            let (part, ran) = solve_part(p, options, t)?;
+            let (part, ran) = match t {
+                PartTrace::One => solve_part(p, options, &Traced::of(p))?,
+                PartTrace::Many(t) => solve_part(p, options, t)?,
+            };
             mips_run += usize::from(ran);
             starts.extend(part.starts.iter().map(|s| s + span));
             modes.extend(part.modes);
@@ -476,7 +498,7 @@ fn listed_part(
 fn solve_part(
     prep: &Prep,
     options: &ScheduleOptions,
-    trace: &PartTrace,
+    trace: &Traced,
 ) -> Result<(Part, bool), ScheduleError> {
     let floor: f64 = prep.memory.iter().sum();
     let no_mip = options.heuristic_only || trace.listed.0 <= floor;

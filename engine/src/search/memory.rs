@@ -87,8 +87,8 @@ pub struct MemoryEstimate {
     /// The layer-schedule solver, once per thread ([`SOLVER_BYTES_PER_THREAD`]).
     pub solver_bytes: u64,
     /// The memo of layer schedules: its two generations of instances, each as large as the
-    /// largest layer graph's, and as many cores' traces (a list schedule and a solution
-    /// per operator).
+    /// largest layer graph's, and as many cores' traces (each series part's bounds, list
+    /// schedule and solution); no more entries than the candidates can solve.
     #[serde(default)]
     pub schedule_memo_bytes: u64,
     /// A proven search's bounds: one per candidate and the order they sort into (nothing
@@ -175,16 +175,27 @@ pub fn estimate_for(
         );
     let solver_bytes = threads.saturating_mul(SOLVER_BYTES_PER_THREAD);
     // A key of 3 + 4 words per operator and a word per dependency (twice the graph's,
-    // for safety), a solution, and the map's slot.
-    // Beside each, a cores' trace: its key (a word less per operator), and per series
-    // part (at most one per operator) its bounds, list schedule and solution — a start
-    // (8 bytes) and a mode (1) per operator in each, and some 224 bytes of vectors, locks
-    // and flags per part.
+    // for safety), a solution, and the map's slot. Beside each, a cores' trace: its key (a
+    // word less per operator), 16 bytes per series part (at most one per operator), and
+    // per part of several operators (at most one per two) its bounds, list schedule and
+    // solution — a start (8 bytes) and a mode (1) per operator in each, some 170 bytes in
+    // a box and five allocations of at least 32 bytes. Entries: two generations, or fewer
+    // where the candidates cannot solve that many (each solves at most a forward and a
+    // backward instance of each distinct layer of each graph).
     let trace_bytes = shape.largest_key_words.saturating_mul(8)
-        + shape.largest_graph.saturating_mul(2 * 9 + 224)
+        + shape.largest_graph.saturating_mul(2 * 9 + 16)
+        + shape.largest_graph.div_ceil(2).saturating_mul(170 + 5 * 32)
         + 128;
-    let schedule_memo_bytes = (2 * super::schedules::ScheduleMemo::GENERATION as u64)
-        .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128 + trace_bytes);
+    let most = n
+        .saturating_add(1)
+        .saturating_mul(shape.widths)
+        .saturating_mul(2 * crate::model::DISTINCT_LAYERS as u64);
+    let entries = |generation: usize| (2 * generation as u64).min(most);
+    let schedule_memo_bytes = entries(super::schedules::ScheduleMemo::GENERATION)
+        .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128)
+        .saturating_add(
+            entries(super::schedules::ScheduleMemo::TRACE_GENERATION).saturating_mul(trace_bytes),
+        );
     // Per candidate an optional bound (16 bytes), its place in the order (16) and the
     // order handed to a pool's coordinator with its positions (16).
     let bounds_bytes = if input.strategy == Strategy::Proven {
@@ -222,14 +233,15 @@ pub fn estimate_for(
     }
 }
 
-/// CPU seconds the bound pass spends per operator of a candidate's layer graphs (building
-/// its schedule instance from the memo of estimates and bounding its makespan), measured
-/// with the release build on this project's 2-core reference machine: the GPT-3 example
-/// space, proven (29,360 candidates of 832 operators each, 16.6–17.1 s on 2 threads;
-/// the BERT-large and Llama-2-70B examples' passes, 13.2 s and 8.0 s, are 14% below and
-/// 13% above what it predicts for them, 15 s and 7 s). Plugin calls (a memo miss) come on top: one per distinct core
+/// CPU seconds the bound pass spends per operator of a candidate's layer graphs (taking its
+/// operators' durations from the memo of estimates and bounding each layer through its
+/// graph's skeleton), measured with the release build on this project's 2-core reference
+/// machine: the GPT-3 example space, proven (29,360 candidates of 832 operators each,
+/// 6.21–6.24 s on 2 threads, 0.51 µs per operator; the BERT-large and Llama-2-70B
+/// examples' passes, 4.3 s and 2.4 s, are 19% below and 2% below what it predicts for
+/// them, 5.3 s and 2.5 s). Plugin calls (a memo miss) come on top: one per distinct core
 /// configuration and operator.
-pub const BOUND_CPU_SECONDS_PER_OPERATOR: f64 = 1.4e-6;
+pub const BOUND_CPU_SECONDS_PER_OPERATOR: f64 = 0.5e-6;
 
 /// What a proven search's bound pass will cost, estimated from the spec before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -286,12 +298,12 @@ fn explored_bytes(input: &SearchInput, p: u64, longest: u64) -> u64 {
     // its `[plan]`'s when the split is uneven).
     let plan_summary =
         size::<ModelPlan>() + names + LIMITING_BYTES + 2 * stages.saturating_mul(size::<u64>());
-    // With several scale-up domain sizes a record holds each size's plans besides its
-    // best's.
+    // With several scale-up domain sizes a record holds each size's plans, its best's
+    // once (`Evaluated::summarise`).
     let domains = input.cluster.domains.len() as u64;
     let plans = (models * plan_summary).max(FAILURE_BYTES + names);
     let record = (3 * size::<Evaluated>())
-        .saturating_add(plans.saturating_mul(1 + domains))
+        .saturating_add(plans.saturating_mul(domains.max(1)))
         .saturating_add(domains.saturating_mul(size::<super::record::DomainScore>()))
         .saturating_add(size::<usize>());
     let best = (1 + domains).saturating_mul(models).saturating_mul(

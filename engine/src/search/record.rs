@@ -166,11 +166,40 @@ impl Evaluated {
     /// Drops what only the best candidate's report needs (each plan's stages and layers),
     /// keeping what `explored.jsonl`, the plots and the walk use: a search keeps every
     /// candidate's record, so this is its memory per candidate.
+    ///
+    /// With several scale-up domain sizes, the plans at the record's own size are its
+    /// `plans`: the summary keeps them once, the domain's list left empty
+    /// ([`Evaluated::at_domain`] and [`Evaluated::domain_plans`] give them back) — a
+    /// third of a summary with two sizes, and a million-candidate proven search bounds its
+    /// memory by a summary per candidate.
     pub fn summarise(&mut self) {
         let domains = self.domains.iter_mut().flat_map(|d| &mut d.plans);
         for p in self.plans.iter_mut().chain(domains) {
             p.stages = Vec::new();
             p.layers = Vec::new();
+        }
+        if let Some(size) = self.node_size
+            && self.mean_throughput_samples_per_second.is_some()
+            && let Some(d) = self.domains.iter_mut().find(|d| {
+                d.node_size == size
+                    && d.mean_throughput_samples_per_second
+                        == self.mean_throughput_samples_per_second
+                    && d.plans == self.plans
+            })
+        {
+            d.plans = Vec::new();
+        }
+    }
+
+    /// Each model's best plan at scale-up domain `k` (the record's own `plans` where a
+    /// summary keeps them once: a domain with a throughput always has plans).
+    pub fn domain_plans(&self, k: usize) -> &[ModelPlan] {
+        match self.domains.get(k) {
+            Some(d) if d.plans.is_empty() && d.mean_throughput_samples_per_second.is_some() => {
+                &self.plans
+            }
+            Some(d) => &d.plans,
+            None => &[],
         }
     }
 
@@ -183,7 +212,7 @@ impl Evaluated {
         Evaluated {
             mean_throughput_samples_per_second: d.mean_throughput_samples_per_second,
             hbm_bytes: d.hbm_bytes,
-            plans: d.plans.clone(),
+            plans: self.domain_plans(k).to_vec(),
             failure: d.failure.clone(),
             node_size: Some(d.node_size),
             domains: Vec::new(),

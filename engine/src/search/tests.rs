@@ -959,12 +959,30 @@ fn scale_up_domains_are_searched() {
         {
             larger_wins += 1;
             assert_eq!(e.node_size, Some(16));
-            assert_eq!(e.plans, e.domains[1].plans);
+            assert_eq!(e.plans, e.domain_plans(1));
         } else if small.is_some() && small >= large {
             assert_eq!(e.node_size, Some(2), "candidate {}", e.index);
         }
     }
     assert!(larger_wins > 0, "the larger domain never won");
+    // A summary keeps the plans at its own size once (its `plans`); the best is whole.
+    for e in both.explored.iter().filter(|e| e.is_summary()) {
+        if let Some(k) = e
+            .domains
+            .iter()
+            .position(|d| Some(d.node_size) == e.node_size)
+            && e.mean_throughput_samples_per_second.is_some()
+        {
+            assert!(e.domains[k].plans.is_empty(), "candidate {}", e.index);
+            assert!(!e.domain_plans(k).is_empty());
+        }
+    }
+    let best = both.best.as_ref().unwrap();
+    assert!(
+        best.domains
+            .iter()
+            .all(|d| d.mean_throughput_samples_per_second.is_none() || !d.plans.is_empty())
+    );
 }
 
 /// A supplier that evaluates with evaluators of its own (one per "worker", taking
@@ -1370,18 +1388,16 @@ fn bounds_are_at_least_every_evaluated_score() {
 fn the_bound_through_skeletons_is_the_bound_through_instances() {
     use crate::execution::{Execution, OperatorExecution};
     let model = ReferenceModel::default();
-    let executions = [
-        Execution::default(),
-        Execution::DATAFLOW,
-        Execution {
-            operators: OperatorExecution::Sequential,
-            tensor_parallel_overlap: false,
-        },
-        Execution {
-            operators: OperatorExecution::Sequential,
-            tensor_parallel_overlap: true,
-        },
-    ];
+    // Every operator execution, with and without overlapping collectives.
+    let executions: Vec<Execution> = OperatorExecution::ALL
+        .into_iter()
+        .flat_map(|operators| {
+            [false, true].map(|tensor_parallel_overlap| Execution {
+                operators,
+                tensor_parallel_overlap,
+            })
+        })
+        .collect();
     let mut compared = 0;
     for seed in 0..SEEDS / 4 {
         let (mut input, space) = random_problem(seed);
