@@ -25,9 +25,6 @@ fn validate_accepts_every_example_and_the_default() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
-/// A spec whose search may need more memory than the budget is refused before it starts,
-/// with the estimate, its largest parts and what to change; under a larger
-/// budget the same spec is accepted and its estimate printed.
 /// `-v` is archplace's own events; the WebAssembly runtime's internals (hundreds of lines
 /// per plugin load) only at `-vvv`.
 #[test]
@@ -204,6 +201,9 @@ fn a_search_above_the_budget_by_its_configurations_is_estimated_again_by_its_can
     );
 }
 
+/// A spec whose search may need more memory than the budget is refused before it starts,
+/// with the estimate, its largest parts and what to change; under a larger
+/// budget the same spec is accepted and its estimate printed.
 #[test]
 fn a_search_above_the_memory_budget_is_refused_with_the_numbers() {
     let _gate = crate::util::shared();

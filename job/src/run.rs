@@ -168,11 +168,10 @@ pub fn prepare<'a>(
             .space_bytes
             .saturating_add(estimate.cost_models_bytes);
         if estimate.total_bytes > budget && enumeration <= budget {
-            let t = std::time::Instant::now();
-            let s = space::enumerate(&spec_ref.space, models.area.as_ref())?;
+            let (s, seconds) = enumerated(spec_ref, &models)?;
             estimate =
                 memory::estimate_for(spec_ref, source, threads, Some(s.candidates.len() as u64));
-            space = Some((s, t.elapsed().as_secs_f64()));
+            space = Some((s, seconds));
         }
         memory::check(spec_ref, &estimate, budget).map_err(RunError::Memory)?;
     }
@@ -285,11 +284,7 @@ impl Prepared<'_> {
     pub fn run(mut self, steering: Steering<'_>) -> Result<Finished, RunError> {
         let (space, enumeration) = match self.space.take() {
             Some(s) => s,
-            None => {
-                let t = std::time::Instant::now();
-                let s = space::enumerate(&self.spec.space, self.models.area.as_ref())?;
-                (s, t.elapsed().as_secs_f64())
-            }
+            None => enumerated(&self.spec, &self.models)?,
         };
         let spec: &Spec = &self.spec;
         let identity = self.identity();
@@ -485,6 +480,13 @@ struct RunFacts {
 }
 
 /// Each cost model's parameters as used: the spec's values over the model's defaults.
+/// `spec`'s space enumerated with the area model, and the seconds that took.
+fn enumerated(spec: &Spec, models: &CostModels) -> Result<(Space, f64), RunError> {
+    let t = std::time::Instant::now();
+    let s = space::enumerate(&spec.space, models.area.as_ref())?;
+    Ok((s, t.elapsed().as_secs_f64()))
+}
+
 fn parameters_used(spec: &Spec, models: &CostModels) -> BTreeMap<String, BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for info in [models.area.info(), models.latency.info()] {

@@ -39,14 +39,7 @@ impl Prep {
     pub(super) fn lower_bound_in(&self, steps: usize, scratch: &mut Scratch) -> f64 {
         let m = self.len();
         let head = &mut scratch.head;
-        head.clear();
-        head.resize(m, 0.0);
-        // Real operators are numbered in topological order, so every edge goes a → b > a.
-        for j in 0..m {
-            for &(a, b) in self.edges.iter().filter(|e| e.1 == j) {
-                head[b] = head[b].max(head[a] + self.min_duration(a));
-            }
-        }
+        self.heads_into(head);
         let critical = (0..m)
             .map(|i| head[i] + self.min_duration(i))
             .fold(0.0, f64::max);

@@ -252,20 +252,28 @@ impl Prep {
     /// durations.
     pub(super) fn heads_tails(&self) -> (Vec<f64>, Vec<f64>) {
         let m = self.len();
-        let mut head = vec![0.0f64; m];
+        let mut head = Vec::new();
+        self.heads_into(&mut head);
         let mut tail = vec![0.0f64; m];
-        // Real operators are numbered in topological order, so every edge goes a → b > a.
-        for j in 0..m {
-            for &(a, b) in self.edges.iter().filter(|e| e.1 == j) {
-                head[b] = head[b].max(head[a] + self.min_duration(a));
-            }
-        }
         for i in (0..m).rev() {
             for &(a, b) in self.edges.iter().filter(|e| e.0 == i) {
                 tail[a] = tail[a].max(tail[b] + self.min_duration(b));
             }
         }
         (head, tail)
+    }
+
+    /// The heads of [`Prep::heads_tails`], into `head` (a vector the caller reuses).
+    pub(super) fn heads_into(&self, head: &mut Vec<f64>) {
+        let m = self.len();
+        head.clear();
+        head.resize(m, 0.0);
+        // Real operators are numbered in topological order, so every edge goes a → b > a.
+        for j in 0..m {
+            for &(a, b) in self.edges.iter().filter(|e| e.1 == j) {
+                head[b] = head[b].max(head[a] + self.min_duration(a));
+            }
+        }
     }
 
     /// Size of the largest set of pairwise unordered operators among `members` (Dilworth:
