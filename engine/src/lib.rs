@@ -16,6 +16,7 @@
 //! * [`execution`] — which of a layer's operators may overlap (dataflow chip, or one
 //!   kernel at a time);
 //! * [`training`] — precision, optimizer, recomputation, the cluster, bytes per parameter;
+//! * [`pipeline`] — pipeline schedules: layout, rules, activations in flight, simulation;
 //! * [`space`] — the architecture space: its axes, enumerated and sized by the area model.
 //!
 //! Computation, bottom-up:
@@ -40,6 +41,8 @@ pub mod network;
 pub mod execution;
 
 pub mod training;
+
+pub mod pipeline;
 
 pub mod space;
 
