@@ -48,6 +48,7 @@ use crate::network::Network;
 use crate::operators::estimate;
 use crate::operators::instance_with;
 use crate::options::ScheduleOptions;
+use crate::pipeline::{Layout, ModelStage, PipelineSchedule, ScheduleError, Slots};
 use crate::schedule::{self, Instance, Resource};
 pub use crate::training::{ContextExchange, ContextMethod};
 use crate::training::{Fp8Scaling, Optimizer, Precision, Recomputation, StateBytes};
@@ -67,6 +68,11 @@ pub struct StepPlan {
     pub micro_batch: u64,
     /// Virtual pipeline stages per device (1: plain 1F1B).
     pub interleaving: u64,
+    /// How the pipeline runs its micro-batches ([`PipelineSchedule`]); a plan that leaves
+    /// it unsaid runs 1F1B, or the interleaved schedule with `interleaving > 1`
+    /// ([`StepPlan::schedule`]).
+    #[serde(default, skip_serializing_if = "PipelineSchedule::is_default")]
+    pub pipeline_schedule: PipelineSchedule,
     pub recomputation: Recomputation,
     pub sequence_parallel: bool,
     pub precision: Precision,
@@ -274,15 +280,47 @@ impl StepPlan {
             .saturating_mul(self.data_parallel.max(1))
     }
 
+    /// The schedule the plan runs: `pipeline_schedule`, or with it unsaid (1F1B) and more
+    /// than one chunk per device, the interleaved schedule (as plans said it before
+    /// schedules had names).
+    pub fn schedule(&self) -> PipelineSchedule {
+        if self.pipeline_schedule.is_default() {
+            PipelineSchedule::implied(self.interleaving)
+        } else {
+            self.pipeline_schedule
+        }
+    }
+
     /// Blocks per pipeline stage (a device's chunks), for a model of `layers` blocks.
     pub fn blocks_per_stage(&self, layers: u64) -> Vec<u64> {
         match &self.stage_layers {
             Some(list) => list.clone(),
             None => {
-                let (p, v) = (self.pipeline_parallel.max(1), self.interleaving.max(1));
+                let p = self.pipeline_parallel.max(1);
+                let v = self.even_chunks();
                 vec![layers / (p * v) * v; p as usize]
             }
         }
+    }
+
+    /// The chunks an even split divides the blocks into per device: the interleaved
+    /// schedule's `interleaving` (Megatron-LM's equal chunks); the other schedules split
+    /// each device's blocks themselves ([`crate::pipeline::Layout`]).
+    fn even_chunks(&self) -> u64 {
+        if self.schedule() == PipelineSchedule::Interleaved {
+            self.interleaving.max(1)
+        } else {
+            1
+        }
+    }
+
+    /// How the plan's schedule lays the model's blocks over its devices.
+    pub fn layout(&self, layers: u64) -> Layout {
+        Layout::of(
+            self.schedule(),
+            self.interleaving,
+            &self.blocks_per_stage(layers),
+        )
     }
 }
 
@@ -578,14 +616,16 @@ pub enum StepError {
         chunks: u64,
     },
     #[error(
-        "stage_layers {stages:?} must give the blocks of each of the {pipeline} pipeline stage(s), summing to the model's {layers}, every stage but the first and the last holding at least one, with interleaving 1 (it is {interleaving})"
+        "stage_layers {stages:?} must give the blocks of each of the {pipeline} pipeline stage(s), summing to the model's {layers}, every stage but the first and the last holding at least one"
     )]
     StageLayers {
         stages: Vec<u64>,
         pipeline: u64,
         layers: u64,
-        interleaving: u64,
     },
+    #[error("{0}")]
+    PipelineSchedule(ScheduleError),
+
     #[error(
         "zero_stage = {stage}: ZeRO has stages 0 (replicated), 1 (optimizer sharded), 2 (and gradients), 3 (and weights: FSDP)"
     )]
@@ -707,6 +747,8 @@ pub struct LayerTiming {
     /// Each pass's operators' durations by kind of work ([`Work`]).
     pub forward_work: [f64; Work::COUNT],
     pub backward_work: [f64; Work::COUNT],
+    /// Of `backward`, the weight gradients' time ([`GraphTiming::weight_gradient`]).
+    pub backward_weight: f64,
 }
 
 impl LayerTiming {
@@ -728,6 +770,7 @@ impl LayerTiming {
             attention_core_memory: forward.attention_core_memory,
             forward_work: forward.work,
             backward_work: backward.work,
+            backward_weight: backward.weight_gradient,
         }
     }
 }
@@ -749,6 +792,9 @@ pub struct GraphTiming {
     pub attention_core_memory: f64,
     /// The operators' durations (on all cores of their kind) by kind of work.
     pub work: [f64; Work::COUNT],
+    /// The weight-gradient operators' durations (a backward graph's `…grad_weight`
+    /// GEMMs): what the zero-bubble schedules run as a pass of their own.
+    pub weight_gradient: f64,
 }
 
 /// What the step takes of a layer's schedule.
@@ -784,6 +830,7 @@ pub fn graph_timing(
     let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
     let (mut memory, mut core_memory, mut memory_known) = (0.0, 0.0, false);
     let mut work = [0.0; Work::COUNT];
+    let mut weight_gradient = 0.0;
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
         let all = match node.core {
             crate::model::Core::Vector => c.vector_core(c.vector_cores),
@@ -801,6 +848,9 @@ pub fn graph_timing(
             task.parallel
         };
         work[node.work() as usize] += seconds;
+        if node.name.contains(".grad_weight") && task.resource.is_core() {
+            weight_gradient += seconds;
+        }
         if task.resource == Resource::Link {
             link += seconds;
         } else if task.resource.is_core() {
@@ -824,6 +874,7 @@ pub fn graph_timing(
         memory: memory_known.then_some(memory.min(makespan)),
         attention_core_memory: core_memory,
         work,
+        weight_gradient: weight_gradient.min(makespan),
     })
 }
 
@@ -915,17 +966,17 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
             max: m.max_tensor_parallel,
         });
     }
-    let (p, v) = (pl.pipeline_parallel, pl.interleaving);
+    let p = pl.pipeline_parallel;
+    let v = pl.even_chunks();
     let chunks = p.saturating_mul(v);
     if let Some(list) = &pl.stage_layers {
         let inner_empty = list.len() > 2 && list[1..list.len() - 1].contains(&0);
         let sum = list.iter().try_fold(0u64, |a, &b| a.checked_add(b));
-        if p == 0 || v != 1 || list.len() as u64 != p || sum != Some(m.layers) || inner_empty {
+        if p == 0 || list.len() as u64 != p || sum != Some(m.layers) || inner_empty {
             found.push(StepError::StageLayers {
                 stages: list.clone(),
                 pipeline: p,
                 layers: m.layers,
-                interleaving: v,
             });
         }
     } else if p == 0 || v == 0 || chunks > m.layers || !m.layers.is_multiple_of(chunks) {
@@ -974,12 +1025,22 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
         return found;
     }
     let micro_batches = input.global_batch / per_step;
-    if v > 1 && (p < 2 || !micro_batches.is_multiple_of(p)) {
+    let schedule = pl.schedule();
+    if schedule == PipelineSchedule::Interleaved
+        && pl.interleaving > 1
+        && (p < 2 || !micro_batches.is_multiple_of(p))
+    {
         found.push(StepError::Interleaving {
             micro_batches,
             pipeline: p,
         });
     }
+    found.extend(
+        schedule
+            .problems(p, pl.interleaving, micro_batches)
+            .into_iter()
+            .map(StepError::PipelineSchedule),
+    );
     found
 }
 
@@ -1160,7 +1221,9 @@ pub fn plan_floor(input: &StepInput, g: &ModelGraph) -> PlanFloor {
         state_bytes: total / p,
         hideable_sync_seconds: (all - exposed).max(0.0),
         exposed_sync_seconds: exposed,
-        transfer_seconds: if pl.pipeline_parallel_overlap && pl.interleaving > 1 {
+        transfer_seconds: if (pl.pipeline_parallel_overlap && pl.interleaving > 1)
+            || pl.schedule().overlaps_chunks()
+        {
             0.0
         } else {
             point_to_point_seconds(input)
@@ -1345,60 +1408,49 @@ fn stage_memory(
 ) -> Vec<StageSummary> {
     let pl = &input.plan;
     let (p, v) = (pl.pipeline_parallel, pl.interleaving);
-    let blocks = pl.blocks_per_stage(input.model.layers);
-    let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
+    let schedule = pl.schedule();
+    let loads = device_loads(pl, input.model.layers, g);
     let dense_block = g.dense_block.as_ref().unwrap_or(&g.block);
     let mut stages = Vec::with_capacity(p as usize);
-    for k in 0..p {
-        let (first, last) = (k == 0, k + 1 == p);
-        let per_stage = blocks[k as usize];
-        let nd = dense[k as usize].min(per_stage);
-        let n = per_stage - nd;
-        // Per block kind of the stage: (layer, how many).
-        let kinds = [(&g.block, n), (dense_block, nd)];
+    for (k, load) in loads.iter().enumerate() {
+        let (held, run) = (load.held, load.run);
+        let whole = |x: f64| x as u64;
+        // Per block kind the device holds: (layer, how many).
+        let kinds = [
+            (&g.block, whole(held.main)),
+            (dense_block, whole(held.dense)),
+        ];
         let mut params: u64 = kinds.iter().map(|(l, c)| c * l.parameters).sum();
-        if first {
-            params += g.embedding.parameters;
-        }
-        let mut experts = n * g.block.expert_parameters;
+        params += whole(held.embedding) * g.embedding.parameters;
+        let mut experts = whole(held.main) * g.block.expert_parameters;
         let mut quantised: u64 = kinds.iter().map(|(l, c)| c * l.quantised_parameters).sum();
-        // The multi-token-prediction modules sit in the last stage, with the head.
-        let mtp = g.mtp.as_ref().filter(|_| last);
-        if last {
-            params += g.head.parameters;
-            if first {
-                // One stage holds both ends: a tied output embedding (or the copy of the
-                // input embedding multi-token prediction looks up) is the input's.
-                params -= g.head.shared_parameters;
-            }
-            if let Some(l) = mtp {
-                params += l.parameters;
-                experts += l.expert_parameters;
-                quantised += l.quantised_parameters;
-            }
+        // The multi-token-prediction modules sit with the head.
+        let mtp = g.mtp.as_ref().filter(|_| held.mtp > 0.0);
+        params += whole(held.head) * g.head.parameters;
+        if load.shared_ends {
+            // One device holds both ends of one copy of the model: a tied output embedding
+            // (or the copy of the input embedding multi-token prediction looks up) is the
+            // input's.
+            params -= g.head.shared_parameters;
         }
-        let in_flight = (p - k).min(micro_batches) as f64
-            * if first && v > 1 {
-                1.0 + (p - 1) as f64 / (p * v) as f64
-            } else {
-                1.0
-            };
-        let mut per_micro_batch: u64 = kinds
-            .iter()
-            .map(|(l, c)| c * l.kept_bytes(pl.recomputation))
-            .sum();
-        if first {
-            per_micro_batch += g.embedding.stash_bytes;
+        if let Some(l) = mtp {
+            params += whole(held.mtp) * l.parameters;
+            experts += whole(held.mtp) * l.expert_parameters;
+            quantised += whole(held.mtp) * l.quantised_parameters;
         }
-        let mut activations = in_flight * per_micro_batch as f64;
-        if last {
-            // The head's activations live from its forward to its backward, which follows;
-            // so do the multi-token-prediction modules' that precede it.
-            activations += g.head.stash_bytes as f64;
-            activations += mtp.map_or(0, |l| l.kept_bytes(pl.recomputation)) as f64;
-        }
+        let in_flight = schedule.in_flight(k as u64, p, v, micro_batches);
+        // One micro-batch's kept activations on the device (DualPipe's: the mean of its two
+        // stages', which the schedule's count is in).
+        let per_micro_batch = run.main * g.block.kept_bytes(pl.recomputation) as f64
+            + run.dense * dense_block.kept_bytes(pl.recomputation) as f64
+            + run.embedding * g.embedding.stash_bytes as f64;
+        let mut activations = in_flight * per_micro_batch;
+        // The head's activations live from its forward to its backward, which follows; so
+        // do the multi-token-prediction modules' that precede it.
+        activations += held.head * g.head.stash_bytes as f64;
+        activations += mtp.map_or(0, |l| l.kept_bytes(pl.recomputation)) as f64;
         if pl.recomputation != Recomputation::None {
-            // One block's rematerialised activations (the larger kind's on the stage).
+            // One block's rematerialised activations (the larger kind's on the device).
             activations += kinds
                 .iter()
                 .filter(|(_, c)| *c > 0)
@@ -1408,13 +1460,13 @@ fn stage_memory(
                 .fold(0.0, f64::max);
         }
         let [weights, gradients, optimizer, state_total] = state.bytes(params, experts);
-        // The largest layer on the stage, for what ZeRO-2/3 hold unsharded while it runs.
+        // The largest layer on the device, for what ZeRO-2/3 hold unsharded while it runs.
         let largest = kinds
             .iter()
             .filter(|(_, c)| *c > 0)
             .map(|(l, _)| l.parameters)
-            .chain(first.then_some(g.embedding.parameters))
-            .chain(last.then_some(g.head.parameters))
+            .chain((held.embedding > 0.0).then_some(g.embedding.parameters))
+            .chain((held.head > 0.0).then_some(g.head.parameters))
             .chain(mtp.map(|l| l.parameters))
             .max()
             .unwrap_or(0);
@@ -1428,10 +1480,10 @@ fn stage_memory(
             total: state_total + gathered + copies + unsharded + activations,
         };
         stages.push(StageSummary {
-            stage: k,
-            blocks: per_stage,
-            embedding: first,
-            head: last,
+            stage: k as u64,
+            blocks: whole(held.main + held.dense),
+            embedding: held.embedding > 0.0,
+            head: held.head > 0.0,
             parameters: params,
             expert_parameters: experts,
             quantised_parameters: quantised,
@@ -1596,11 +1648,17 @@ struct PipelineTimes {
     memory: Option<f64>,
     /// The slowest stage's operators' durations per micro-batch by kind of work.
     work: [f64; Work::COUNT],
+    /// Per device and micro-batch: forward, backward, recomputation, weight gradients
+    /// (within backward), the time in the steady state and running alone (the timeline's
+    /// passes).
+    devices: Vec<[f64; 6]>,
+    /// The slowest device's, as the bubble took it.
+    steady: Steady,
 }
 
 /// Each stage's time per micro-batch (set in `stages`): its layers' compute, tensor-parallel
 /// communication and recomputation, and the point-to-point transfers of its chunks; the
-/// slowest stage's parts and the bubble.
+/// slowest stage's parts and the bubble ([`pipeline_bubble`]).
 fn pipeline_times(
     input: &StepInput,
     g: &ModelGraph,
@@ -1608,30 +1666,31 @@ fn pipeline_times(
     stages: &mut [StageSummary],
 ) -> PipelineTimes {
     let pl = &input.plan;
-    let (p, v) = (pl.pipeline_parallel, pl.interleaving);
+    let schedule = pl.schedule();
     let [emb, blk, head, dns, mtp] = *timing;
     let again = [blk, dns, mtp].map(|l| recompute_of(pl.recomputation, &l));
     let p2p = point_to_point_seconds(input);
-    let blocks = pl.blocks_per_stage(input.model.layers);
-    let dense = dense_per_stage(pl, input.model.layers, g.dense_blocks);
+    let loads = device_loads(pl, input.model.layers, g);
     let exchanges = all_to_all_seconds(input, g);
     let kv = [
         kv_exchange_seconds(input, Some(&g.block), &blk),
         kv_exchange_seconds(input, g.dense_block.as_ref(), &dns),
         kv_exchange_seconds(input, g.mtp.as_ref(), &mtp),
     ];
-    // Per stage, each kind of recomputed layer: its timing, what it recomputes, how many
-    // the stage holds, its all-to-all seconds (the repeated block, the dense block, the
-    // multi-token-prediction modules, which sit on the last stage).
+    // Per device, each kind of recomputed layer: its timing, what it recomputes, how many
+    // each micro-batch runs on the device, its all-to-all seconds (the repeated block, the
+    // dense block, the multi-token-prediction modules).
     let kinds = |k: u64| {
-        let nd = dense[k as usize];
-        let n = blocks[k as usize].saturating_sub(nd);
-        let nm = u64::from(g.mtp.is_some() && k + 1 == p);
+        let run = loads[k as usize].run;
         [
-            (blk, again[0], n as f64, exchanges[0]),
-            (dns, again[1], nd as f64, exchanges[1]),
-            (mtp, again[2], nm as f64, exchanges[2]),
+            (blk, again[0], run.main, exchanges[0]),
+            (dns, again[1], run.dense, exchanges[1]),
+            (mtp, again[2], run.mtp, exchanges[2]),
         ]
+    };
+    let ends = |k: u64| {
+        let run = loads[k as usize].run;
+        [(run.embedding, emb), (run.head, head)]
     };
     let exchanged = |k: u64| kinds(k).iter().map(|(_, _, n, a)| n * a).sum::<f64>();
     // The context-parallel exchanges per stage and micro-batch: (exposed, all).
@@ -1643,23 +1702,24 @@ fn pipeline_times(
                 (e + n * x.0, a + n * x.1)
             })
     };
-    // Per stage and micro-batch: (forward, backward, recompute, tp communication).
-    let parts = |k: u64| -> (f64, f64, f64, f64) {
-        let (mut f, mut bw, mut r, mut comm) = (0.0, 0.0, 0.0, 0.0);
+    // Per stage and micro-batch: (forward, backward, recompute, tp communication, weight
+    // gradients within backward).
+    let parts = |k: u64| -> [f64; 5] {
+        let [mut f, mut bw, mut r, mut comm, mut w] = [0.0; 5];
         for (l, again, n, _) in kinds(k) {
             f += n * (l.forward - l.forward_communication);
             bw += n * (l.backward - l.backward_communication);
             r += n * again.0;
             comm += n * (l.forward_communication + l.backward_communication + again.1);
+            w += n * l.backward_weight;
         }
-        for (on, l) in [(k == 0, emb), (k + 1 == p, head)] {
-            if on {
-                f += l.forward - l.forward_communication;
-                bw += l.backward - l.backward_communication;
-                comm += l.forward_communication + l.backward_communication;
-            }
+        for (n, l) in ends(k) {
+            f += n * (l.forward - l.forward_communication);
+            bw += n * (l.backward - l.backward_communication);
+            comm += n * (l.forward_communication + l.backward_communication);
+            w += n * l.backward_weight;
         }
-        (f, bw, r, comm)
+        [f, bw, r, comm, w.min(bw)]
     };
     // Per stage and micro-batch: the time the memory is busy, when every layer says.
     let memory = |k: u64| -> Option<f64> {
@@ -1674,9 +1734,9 @@ fn pipeline_times(
                 busy += n * (l.forward_memory? + l.backward_memory? + recomputed?);
             }
         }
-        for (on, l) in [(k == 0, emb), (k + 1 == p, head)] {
-            if on {
-                busy += l.forward_memory? + l.backward_memory?;
+        for (n, l) in ends(k) {
+            if n > 0.0 {
+                busy += n * (l.forward_memory? + l.backward_memory?);
             }
         }
         Some(busy)
@@ -1696,56 +1756,142 @@ fn pipeline_times(
             (traffic, traffic)
         }
     };
-    // The all-to-all per micro-batch a stage exposes: all of it, or with the overlap what
-    // its computation (forward, backward, recomputation) does not cover.
-    let exposed = |k: u64, busy: f64| {
+    // The all-to-all per micro-batch a stage exposes: all of it, or with the overlap (or
+    // DualPipe's overlapped chunks) what its computation does not cover.
+    let a2a_hidden = pl.all_to_all_overlap || schedule.overlaps_chunks();
+    let exposed = |k: u64, busy: f64, hidden: bool| {
         let all = exchanged(k);
-        if pl.all_to_all_overlap {
-            (all - busy).max(0.0)
-        } else {
-            all
-        }
+        if hidden { (all - busy).max(0.0) } else { all }
     };
     // The point-to-point time per micro-batch a stage exposes in the steady state: all of
-    // it, or with the overlap (interleaved only) what the stage's work does not cover.
-    let transfers = |work: f64| {
-        if pl.pipeline_parallel_overlap && v > 1 {
-            (p2p - work).max(0.0)
-        } else {
-            p2p
-        }
+    // it, or with the interleaved overlap or DualPipe's overlapped chunks what the stage's
+    // work does not cover.
+    let p2p_hidden = (pl.pipeline_parallel_overlap && schedule == PipelineSchedule::Interleaved)
+        || schedule.overlaps_chunks();
+    let transfers = |work: f64, hidden: bool| {
+        if hidden { (p2p - work).max(0.0) } else { p2p }
+    };
+    // A device's time per micro-batch with the steady state's overlaps, and with every
+    // transfer exposed (DualPipe's passes that run alone): (time, fsdp, sent).
+    let per_micro_batch = |s: &StageSummary, hidden: (bool, bool)| {
+        let [f, bw, r, comm, _] = parts(s.stage);
+        let sharded = fsdp(s, f + bw + r);
+        let work = f + bw + r + comm + exposed(s.stage, f + bw + r, hidden.0) + contexts(s.stage).0;
+        let sent = transfers(work, hidden.1);
+        (work + sharded.1 + sent, sharded, sent)
     };
     let mut slowest = (0, 0.0, (0.0, 0.0), p2p);
+    let mut devices = Vec::with_capacity(stages.len());
     for s in stages.iter_mut() {
-        let (f, bw, r, comm) = parts(s.stage);
-        let sharded = fsdp(s, f + bw + r);
-        let work = f + bw + r + comm + exposed(s.stage, f + bw + r) + contexts(s.stage).0;
-        let sent = transfers(work);
-        s.seconds_per_micro_batch = work + sharded.1 + sent;
+        let (seconds, sharded, sent) = per_micro_batch(s, (a2a_hidden, p2p_hidden));
+        let [f, bw, r, _, w] = parts(s.stage);
+        let alone = per_micro_batch(s, (pl.all_to_all_overlap, false)).0;
+        devices.push([f, bw, r, w, seconds, alone]);
+        s.seconds_per_micro_batch = seconds;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch, sharded, sent);
         }
     }
-    let (f, bw, r, comm) = parts(slowest.0);
-    let ends = [(slowest.0 == 0, emb), (slowest.0 + 1 == p, head)];
-    let work = stage_work(pl.recomputation, &kinds(slowest.0), ends);
+    let [f, bw, r, comm, w] = parts(slowest.0);
+    let alone = stages.get(slowest.0 as usize).map_or(slowest.1, |s| {
+        per_micro_batch(s, (pl.all_to_all_overlap, false)).0
+    });
+    let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
+    let steady = Steady {
+        seconds: slowest.1,
+        alone,
+        exposed_transfers: slowest.1 - slowest.3 + p2p,
+        compute: [f, bw, r, w],
+    };
+    let bubble = pipeline_bubble(pl, micro_batches, steady);
+    let work = stage_work(pl.recomputation, &kinds(slowest.0), ends(slowest.0));
     PipelineTimes {
         work,
         forward: f,
         backward: bw,
         recomputation: r,
         communication: comm,
-        all_to_all: exposed(slowest.0, f + bw + r),
+        all_to_all: exposed(slowest.0, f + bw + r, a2a_hidden),
         all_to_all_traffic: exchanged(slowest.0),
         context: contexts(slowest.0).0,
         context_traffic: contexts(slowest.0).1,
         fsdp: slowest.2.1,
         fsdp_traffic: slowest.2.0,
         point_to_point: slowest.3,
-        // The fill and the flush wait for every transfer, overlapped or not.
-        bubble: (p - 1) as f64 / v as f64 * (slowest.1 - slowest.3 + p2p),
+        bubble,
         recompute_joules: again.map(|a| a.2),
         memory: memory(slowest.0),
+        devices,
+        steady,
+    }
+}
+
+/// The slowest device's time per micro-batch as the pipeline's bubble needs it.
+#[derive(Debug, Clone, Copy)]
+struct Steady {
+    /// In the steady state, with its overlaps.
+    seconds: f64,
+    /// A pass running alone, every all-to-all and transfer exposed (but the all-to-all
+    /// overlap the plan sets).
+    alone: f64,
+    /// With every transfer exposed, as the fill and the flush wait for them.
+    exposed_transfers: f64,
+    /// Forward, backward, recomputation and, within backward, the weight gradients: how
+    /// a pass's time is split into the schedule's passes.
+    compute: [f64; 4],
+}
+
+/// The pipeline's time beyond `m` steady micro-batches. 1F1B and interleaved 1F1B in
+/// closed form: `(p − 1)/v` micro-batches with every transfer exposed (Narayanan et al.
+/// 2021; the simulation gives it exactly, `pipeline::tests`). The other schedules by
+/// simulating them ([`crate::pipeline::simulate`]) with every device at the slowest one's
+/// pace: a pass's time split into forward, input gradient and weight gradient in
+/// proportion to their computation (communication with them), each chunk a share of it,
+/// and for DualPipe a forward and a backward chunk overlapped taking the steady state's
+/// time: the makespan less `m` steady micro-batches — idle time, and for DualPipe the
+/// transfers its passes that run alone expose.
+fn pipeline_bubble(pl: &StepPlan, m: u64, steady: Steady) -> f64 {
+    let schedule = pl.schedule();
+    let (p, v) = (pl.pipeline_parallel, pl.interleaving);
+    if matches!(
+        schedule,
+        PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved
+    ) {
+        // The fill and the flush wait for every transfer, overlapped or not.
+        return (p - 1) as f64 / v.max(1) as f64 * steady.exposed_transfers;
+    }
+    let sim = crate::pipeline::simulate(schedule, p, v, m, pass_slots(pl, steady));
+    (sim.makespan - m as f64 * steady.seconds).max(0.0)
+}
+
+/// A device's passes per chunk from its time per micro-batch (`steady`): forward, input
+/// gradient (with recomputation) and weight gradient in proportion to their computation,
+/// each a chunk's share; for DualPipe the overlapped pair takes the steady state's time and
+/// a pass alone its share of the time with every transfer exposed. 1F1B's and interleaved
+/// 1F1B's backward is whole (the weight gradient inside the input gradient's slot).
+fn pass_slots(pl: &StepPlan, steady: Steady) -> Slots {
+    let schedule = pl.schedule();
+    let [f, bw, r, w] = steady.compute;
+    let compute = f + bw + r;
+    let alone = if schedule.overlaps_chunks() {
+        steady.alone
+    } else {
+        steady.seconds
+    };
+    let share = |x: f64| {
+        if compute > 0.0 {
+            alone * x / compute
+        } else {
+            alone / 3.0
+        }
+    };
+    let chunks = schedule.chunks_visited(pl.interleaving) as f64;
+    let w = if schedule.splits_backward() { w } else { 0.0 };
+    Slots {
+        forward: share(f) / chunks,
+        backward_input: share(bw - w + r) / chunks,
+        weight: share(w) / chunks,
+        overlapped: steady.seconds / chunks,
     }
 }
 
@@ -1759,7 +1905,7 @@ type StageKind = (LayerTiming, (f64, f64, f64), f64, f64);
 fn stage_work(
     r: Recomputation,
     kinds: &[StageKind; 3],
-    ends: [(bool, LayerTiming); 2],
+    ends: [(f64, LayerTiming); 2],
 ) -> [f64; Work::COUNT] {
     std::array::from_fn(|w| {
         let mut busy = 0.0;
@@ -1772,10 +1918,8 @@ fn stage_work(
             };
             busy += n * (l.forward_work[w] + l.backward_work[w] + again);
         }
-        for (on, l) in ends {
-            if on {
-                busy += l.forward_work[w] + l.backward_work[w];
-            }
+        for (n, l) in ends {
+            busy += n * (l.forward_work[w] + l.backward_work[w]);
         }
         busy
     })
@@ -1807,7 +1951,8 @@ fn point_to_point_seconds(input: &StepInput) -> f64 {
     let tier = input.network.tier(pl.stage_ranks().saturating_mul(p));
     let bytes = (pl.micro_batch * input.model.seq_len * input.model.hidden * e) as f64
         / (t * pl.context_parallel) as f64;
-    2.0 * pl.interleaving as f64 * (tier.latency_seconds + bytes / tier.bytes_per_second)
+    let chunks = pl.schedule().chunks_visited(pl.interleaving) as f64;
+    2.0 * chunks * (tier.latency_seconds + bytes / tier.bytes_per_second)
 }
 
 /// The all-to-all seconds per micro-batch of one layer of each recomputed kind (the
@@ -1903,34 +2048,95 @@ pub(crate) fn kv_exchange_passes(
 }
 
 /// Dense blocks per pipeline stage (device): the model's first `dense` blocks, where the
-/// plan places them — stages hold consecutive blocks, or with the interleaved schedule
-/// device `k` holds chunks `k, k + p, k + 2p, …` of equal size.
+/// plan's schedule places them ([`StepPlan::layout`]) — stages hold consecutive blocks,
+/// with the interleaved schedule device `k` holds chunks `k, k + p, k + 2p, …`, on a V
+/// chunks `k` and `2p − 1 − k`, with DualPipe stages `k` and `p − 1 − k`.
 pub fn dense_per_stage(pl: &StepPlan, layers: u64, dense: u64) -> Vec<u64> {
-    let (p, v) = (pl.pipeline_parallel.max(1), pl.interleaving.max(1));
-    let overlap = |from: u64, to: u64| to.min(dense).saturating_sub(from.min(dense));
-    if pl.stage_layers.is_some() || v == 1 {
-        let mut start = 0;
-        return pl
-            .blocks_per_stage(layers)
-            .iter()
-            .map(|&n| {
-                let here = overlap(start, start + n);
-                start += n;
-                here
-            })
-            .collect();
-    }
-    let chunk = layers / (p * v);
-    (0..p)
-        .map(|k| {
-            (0..v)
-                .map(|j| {
-                    let c = j * p + k;
-                    overlap(c * chunk, (c + 1) * chunk)
-                })
+    let layout = pl.layout(layers);
+    layout
+        .devices
+        .iter()
+        .map(|chunks| {
+            chunks
+                .iter()
+                .map(|&c| dense_in(layout.stages[c], dense))
                 .sum()
         })
         .collect()
+}
+
+/// The first `dense` blocks of the model that `stage` holds.
+fn dense_in(stage: ModelStage, dense: u64) -> u64 {
+    let (from, to) = (stage.first_block, stage.first_block + stage.blocks);
+    to.min(dense).saturating_sub(from.min(dense))
+}
+
+/// What one pipeline device holds of each kind of layer, or runs of it per micro-batch:
+/// repeated blocks, dense blocks, the multi-token-prediction modules, the embedding, the
+/// head. Held counts are whole; run counts weigh each chunk by the share of micro-batches
+/// that pass through it (DualPipe's two stages: half each).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Counts {
+    main: f64,
+    dense: f64,
+    mtp: f64,
+    embedding: f64,
+    head: f64,
+}
+
+/// A device's layers: what it holds and what each micro-batch runs on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Load {
+    held: Counts,
+    run: Counts,
+    /// One copy of a tied output embedding serves both ends on the device (it holds the
+    /// first and the last stage of one copy of the model).
+    shared_ends: bool,
+}
+
+/// Each device's [`Load`] under the plan's schedule.
+fn device_loads(pl: &StepPlan, layers: u64, g: &ModelGraph) -> Vec<Load> {
+    let schedule = pl.schedule();
+    let layout = pl.layout(layers);
+    let share =
+        schedule.chunks_visited(pl.interleaving) as f64 / schedule.chunks(pl.interleaving) as f64;
+    let last = layout.stages.len().saturating_sub(1);
+    layout
+        .devices
+        .iter()
+        .map(|chunks| {
+            let mut load = Load::default();
+            for &c in chunks {
+                let stage = layout.stages[c];
+                let dense = dense_in(stage, g.dense_blocks) as f64;
+                let counts = Counts {
+                    main: stage.blocks as f64 - dense,
+                    dense,
+                    mtp: f64::from(u8::from(c == last && g.mtp.is_some())),
+                    embedding: f64::from(u8::from(c == 0)),
+                    head: f64::from(u8::from(c == last)),
+                };
+                load.held = load.held.plus(counts, 1.0);
+                load.run = load.run.plus(counts, share);
+            }
+            load.shared_ends = chunks.contains(&0)
+                && chunks.contains(&last)
+                && schedule != PipelineSchedule::DualPipe;
+            load
+        })
+        .collect()
+}
+
+impl Counts {
+    fn plus(self, o: Counts, w: f64) -> Counts {
+        Counts {
+            main: self.main + w * o.main,
+            dense: self.dense + w * o.dense,
+            mtp: self.mtp + w * o.mtp,
+            embedding: self.embedding + w * o.embedding,
+            head: self.head + w * o.head,
+        }
+    }
 }
 
 /// The data-parallel synchronisation once per step of the largest stage's `dense` and
@@ -2099,6 +2305,8 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     let hardware_flops = run_flops + recomputed * per_micro_batch;
     (model_flops, hardware_flops)
 }
+
+pub mod timeline;
 
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! the step explained — and one operator on that chip, for comparing latency models.
 
 use crate::explain::{HBM_LIMITS_FROM, hbm_busy_fraction};
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::{self, StepError, StepInput, StepReport};
 use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::format_bytes;
@@ -229,7 +230,20 @@ pub fn describe_plan(input: &StepInput) -> String {
         p.pipeline_parallel,
         p.data_parallel,
         p.micro_batch,
-        if p.interleaving > 1 {
+        if !matches!(
+            p.schedule(),
+            PipelineSchedule::OneFOneB | PipelineSchedule::Interleaved
+        ) {
+            let blocks = p
+                .stage_layers
+                .as_ref()
+                .map(|list| {
+                    let list: Vec<String> = list.iter().map(u64::to_string).collect();
+                    format!(", blocks per stage {}", list.join(", "))
+                })
+                .unwrap_or_default();
+            format!("{}{blocks}", p.schedule().describe())
+        } else if p.interleaving > 1 {
             format!(
                 "interleaved 1F1B ({} virtual stages per device{})",
                 p.interleaving,

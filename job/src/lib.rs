@@ -22,5 +22,6 @@ pub mod memory;
 pub mod plot;
 pub mod result;
 pub mod run;
+pub mod timeline;
 
 pub use run::{Finished, Prepared, RunError, Steering, prepare};

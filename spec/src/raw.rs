@@ -4,6 +4,7 @@
 //! every problem can be reported with its location.
 
 use archplace_engine::model::{Activation, AttentionKernel, Norm, NormPosition, Positions};
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::ContextMethod;
 use archplace_engine::training::{Fp8Scaling, MemoryModel, Optimizer, Precision, Recomputation};
 use schemars::JsonSchema;
@@ -177,6 +178,11 @@ pub struct RawPlan {
     pub micro_batch: Option<u64>,
     /// Virtual pipeline stages per device (default 1: plain 1F1B).
     pub interleaving: Option<u64>,
+    /// How the pipeline runs its micro-batches: "1f1b", "interleaved" (`interleaving`
+    /// chunks per device), "zero-bubble" (ZB-H1), "zbv" (ZB-V, two chunks in a V),
+    /// "dualpipe" (DeepSeek-V3's, two copies of the parameters) or "dualpipev". Default:
+    /// "interleaved" with `interleaving` > 1, else "1f1b".
+    pub pipeline_schedule: Option<PipelineSchedule>,
     /// "none", "selective" or "full" (default: the first of `[training]`'s list).
     pub recomputation: Option<RawRecomputation>,
     /// Sequence parallelism (default false; only changes anything with t > 1).

@@ -454,6 +454,13 @@ pub fn plan_table(p: &StepPlan) -> Table {
     t.insert("data_parallel".into(), int(p.data_parallel));
     t.insert("micro_batch".into(), int(p.micro_batch));
     t.insert("interleaving".into(), int(p.interleaving));
+    let schedule = p.schedule();
+    if schedule != archplace_engine::pipeline::PipelineSchedule::implied(p.interleaving) {
+        t.insert(
+            "pipeline_schedule".into(),
+            Value::String(schedule.name().into()),
+        );
+    }
     t.insert("recomputation".into(), name(&p.recomputation));
     t.insert(
         "sequence_parallel".into(),

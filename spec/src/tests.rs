@@ -711,11 +711,33 @@ fn a_plan_takes_uneven_stages_as_megatron_gives_them() {
     );
     let d = errors(&with("stage_layers = [12, 12]\nfirst_stage_layers = 12"));
     find(&d, "plan.first_stage_layers");
-    let d = errors(&with(
-        "stage_layers = [12, 12, 12, 12, 12, 12, 12, 12]\ninterleaving = 2",
-    ));
-    let e = find(&d, "plan.stage_layers");
-    assert!(e.message.contains("with interleaving 1 (it is 2)"), "{e:?}");
+    // Uneven stages may be interleaved (each stage's blocks split over its chunks).
+    assert_eq!(
+        list(&with(
+            "first_stage_layers = 6\nlast_stage_layers = 6\ninterleaving = 2"
+        )),
+        Some(vec![6, 14, 14, 14, 14, 14, 14, 6])
+    );
+    assert_eq!(
+        list(&with(
+            "stage_layers = [12, 12, 12, 12, 12, 12, 12, 12]\ninterleaving = 2"
+        )),
+        Some(vec![12; 8])
+    );
+    // A schedule's rules, located at the key.
+    let d = errors(&with("interleaving = 2\npipeline_schedule = \"1f1b\""));
+    let e = find(&d, "plan.pipeline_schedule");
+    assert!(
+        e.message
+            .contains("needs pipeline_schedule = \"interleaved\""),
+        "{e:?}"
+    );
+    let d = errors(&with("pipeline_schedule = \"zbv\"\ninterleaving = 3"));
+    let e = find(&d, "plan.pipeline_schedule");
+    assert!(
+        e.message.contains("runs 2 model chunk(s) per device"),
+        "{e:?}"
+    );
 }
 
 #[test]

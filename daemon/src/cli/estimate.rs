@@ -4,6 +4,7 @@
 use super::{Exit, load_spec, print_json};
 use anyhow::{Context, Result, anyhow};
 use archplace_engine::step::estimate_step;
+use archplace_engine::step::timeline::estimate_step_timeline;
 use archplace_job::estimate::{self, OpRequest};
 use archplace_plugin_sdk::{Direction, ElementType, VectorKind};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,14 @@ pub struct EstimateArgs {
     /// `[cost_model] calibration`; refused when made for another plugin or version.
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
+    /// Write the step's timeline in Chrome's Trace Event Format (open it in Perfetto or
+    /// chrome://tracing): one track per pipeline stage and chunk, each micro-batch's
+    /// passes, the exposed communication, the synchronisation and the optimizer.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    /// Draw the step's timeline as an SVG, one lane per pipeline stage.
+    #[arg(long, value_name = "FILE")]
+    pub timeline_svg: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -107,7 +116,25 @@ fn run_step(
     let input = spec.step_input(scheduling)?;
     let info = models.latency.info();
     let latency_name = format!("{} {}", info.name, info.version);
-    let result = estimate_step(&input, models.latency.as_ref());
+    let (result, timeline) = if args.timeline.is_some() || args.timeline_svg.is_some() {
+        match estimate_step_timeline(&input, models.latency.as_ref()) {
+            Ok((r, t)) => (Ok(r), Some(t)),
+            Err(e) => (Err(e), None),
+        }
+    } else {
+        (estimate_step(&input, models.latency.as_ref()), None)
+    };
+    if let Some(t) = &timeline {
+        if let Some(file) = &args.timeline {
+            let text = serde_json::to_vec(&archplace_job::timeline::chrome_trace(t))?;
+            archplace_util::atomic::write(file, &text)
+                .with_context(|| format!("writing the timeline to {}", file.display()))?;
+        }
+        if let Some(file) = &args.timeline_svg {
+            archplace_util::atomic::write(file, archplace_job::timeline::svg(t).as_bytes())
+                .with_context(|| format!("writing the timeline to {}", file.display()))?;
+        }
+    }
     if let Err(archplace_engine::step::StepError::CostModel(e)) = &result {
         return Err(anyhow!("the latency model failed: {e}"));
     }

@@ -651,6 +651,8 @@ impl Ctx<'_> {
             data_parallel: shape.data_parallel,
             micro_batch: run.micro_batch,
             interleaving: shape.interleaving,
+            // Implied by the chunks: 1F1B, or interleaved with more than one.
+            pipeline_schedule: Default::default(),
             recomputation: run.recompute,
             sequence_parallel: run.sequence_parallel && t > 1,
             precision: tr.precision(run.precision),
@@ -958,6 +960,7 @@ impl Ctx<'_> {
                 data_parallel: bl.data,
                 micro_batch: run.micro_batch,
                 interleaving: 1,
+                pipeline_schedule: Default::default(),
                 recomputation: run.recompute,
                 sequence_parallel: run.sequence_parallel && t > 1,
                 precision: tr.precision(run.precision),

@@ -11,6 +11,7 @@ fn plan(t: u64, p: u64, d: u64) -> StepPlan {
         data_parallel: d,
         micro_batch: 1,
         interleaving: 1,
+        pipeline_schedule: Default::default(),
         recomputation: Recomputation::Full,
         sequence_parallel: false,
         precision: Precision::Bf16Mixed,
@@ -393,14 +394,14 @@ fn a_stage_list_moves_blocks_between_stages() {
 }
 
 /// A stage list must give each stage's blocks (one per stage, summing to the model's,
-/// none empty but the first and the last) and cannot be interleaved.
+/// none empty but the first and the last), interleaved or not.
 #[test]
 fn a_stage_list_that_does_not_fit_the_plan_is_refused_with_the_numbers() {
     let cases: [(Vec<u64>, u64); 5] = [
         (vec![12; 7], 1),
         (vec![13; 8], 1),
         (vec![12, 12, 0, 24, 12, 12, 12, 12], 1),
-        (vec![12; 8], 2),
+        (vec![13; 8], 2),
         (vec![], 1),
     ];
     for (list, v) in cases {
@@ -414,7 +415,6 @@ fn a_stage_list_that_does_not_fit_the_plan_is_refused_with_the_numbers() {
                 stages: list,
                 pipeline: 8,
                 layers: 96,
-                interleaving: v,
             }
         );
         assert!(e.to_string().contains("summing to the model's 96"), "{e}");
@@ -1511,4 +1511,85 @@ fn pipeline_overlap_hides_the_steady_states_transfers() {
     // Plain 1F1B: Megatron-LM runs its transfers exposed either way.
     let (a, b) = (run(1, false, 25e9), run(1, true, 25e9));
     assert_eq!(a.time, b.time);
+}
+
+/// Every schedule's timeline: each stage's passes add up to its time per micro-batch
+/// times the micro-batches (DualPipe's to at most the pipeline), passes of a stage never
+/// overlap, and the last span ends at the step time.
+#[test]
+fn each_schedules_timeline_adds_up_to_the_estimate() {
+    use crate::pipeline::PipelineSchedule as S;
+    use crate::step::timeline::estimate_step_timeline;
+    for s in S::ALL {
+        for recompute in [Recomputation::None, Recomputation::Full] {
+            let mut pl = plan(8, 4, 4);
+            pl.pipeline_schedule = s;
+            pl.interleaving = if s == S::Interleaved { 2 } else { 1 };
+            pl.recomputation = recompute;
+            let input = gpt3(pl, 1 << 20);
+            let latency = ReferenceModel::default();
+            let (report, timeline) = estimate_step_timeline(&input, &latency).unwrap();
+            assert_eq!(report, estimate_step(&input, &latency).unwrap(), "{s:?}");
+            let end = timeline
+                .spans
+                .iter()
+                .map(|x| x.start_seconds + x.duration_seconds)
+                .fold(0.0, f64::max);
+            assert!(
+                rel(end, report.step_seconds) < 1e-9,
+                "{s:?}: {end} vs {}",
+                report.step_seconds
+            );
+            let m = report.micro_batches_per_replica as f64;
+            for stage in &report.stages {
+                let busy = timeline.busy_seconds(stage.stage);
+                if s.overlaps_chunks() {
+                    assert!(busy <= timeline.pipeline_seconds * (1.0 + 1e-9));
+                    assert!(busy >= m * stage.seconds_per_micro_batch * (1.0 - 1e-9));
+                } else {
+                    assert!(
+                        rel(busy, m * stage.seconds_per_micro_batch) < 1e-9,
+                        "{s:?} stage {}: {busy} vs {}",
+                        stage.stage,
+                        m * stage.seconds_per_micro_batch
+                    );
+                }
+                let mut mine: Vec<_> = timeline
+                    .spans
+                    .iter()
+                    .filter(|x| x.stage == stage.stage)
+                    .collect();
+                mine.sort_by(|a, b| a.start_seconds.total_cmp(&b.start_seconds));
+                for pair in mine.windows(2) {
+                    let gap =
+                        pair[1].start_seconds - (pair[0].start_seconds + pair[0].duration_seconds);
+                    assert!(gap >= -1e-9 * report.step_seconds, "{s:?}: spans overlap");
+                }
+            }
+            if s.splits_backward() {
+                assert!(
+                    timeline.spans.iter().any(|x| x.kind == "weight gradient"),
+                    "{s:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Zero-bubble's bubble is below 1F1B's at the same memory; DualPipe keeps two copies of
+/// the weights.
+#[test]
+fn zero_bubble_shrinks_the_bubble_and_dualpipe_doubles_the_weights() {
+    use crate::pipeline::PipelineSchedule as S;
+    let run = |s: S| {
+        let mut pl = plan(8, 4, 4);
+        pl.pipeline_schedule = s;
+        estimate_step(&gpt3(pl, 1 << 20), &ReferenceModel::default()).unwrap()
+    };
+    let (one, zb, dual) = (run(S::OneFOneB), run(S::ZeroBubble), run(S::DualPipe));
+    assert!(zb.time.pipeline_bubble_seconds < one.time.pipeline_bubble_seconds);
+    assert_eq!(zb.memory_bytes, one.memory_bytes);
+    assert!(dual.time.pipeline_bubble_seconds < one.time.pipeline_bubble_seconds);
+    let weights = |r: &StepReport| r.stages.iter().map(|s| s.parameters).sum::<u64>();
+    assert_eq!(weights(&dual), 2 * weights(&one));
 }

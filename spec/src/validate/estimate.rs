@@ -6,6 +6,7 @@ use super::models::Entry;
 use super::rules::{count_in, positive};
 use crate::raw::{RawFixedAccelerator, RawPlan, RawSpec};
 use crate::{Ctx, EstimateSpec, FieldPath, ModelSpec};
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::{self, ContextExchange, Sharding, StepError, StepInput, StepPlan};
 use archplace_engine::training::{Cluster, Precision, Recomputation, Training};
 use archplace_plugin_sdk::units::{parse_bytes, parse_flops};
@@ -91,16 +92,28 @@ pub(super) fn estimate(
         plan.stage_layers = list;
     }
     overlap_needs_experts(ctx, &pp, p, &fine);
-    if p.pipeline_parallel_overlap.is_none() && plan.interleaving <= 1 {
+    let interleaved = plan.schedule() == PipelineSchedule::Interleaved;
+    if p.pipeline_parallel_overlap.is_none() && !interleaved {
         // `[training]`'s applies to interleaved plans, as in a search.
         plan.pipeline_parallel_overlap = false;
     }
-    if p.pipeline_parallel_overlap == Some(true) && plan.interleaving <= 1 {
+    plan_schedule(ctx, &pp, p);
+    if p.pipeline_parallel_overlap == Some(true) && !interleaved {
+        let runs = match plan.schedule() {
+            PipelineSchedule::OneFOneB => format!(
+                "plain 1F1B (interleaving {}), whose transfers are always exposed",
+                plan.interleaving
+            ),
+            s if s.overlaps_chunks() => format!(
+                "{}, whose overlapped chunks hide their transfers by themselves",
+                s.describe()
+            ),
+            s => format!("{}, whose transfers are exposed", s.describe()),
+        };
         ctx.mismatch(
             &pp.key("pipeline_parallel_overlap"),
             format!(
-                "pipeline_parallel_overlap overlaps an interleaved pipeline's transfers (Megatron-LM's overlap_p2p_comm); this plan runs plain 1F1B (interleaving {}), whose transfers are always exposed",
-                plan.interleaving
+                "pipeline_parallel_overlap overlaps an interleaved pipeline's transfers (Megatron-LM's overlap_p2p_comm); this plan runs {runs}"
             ),
             Some("give an interleaving above 1, or leave `pipeline_parallel_overlap` out".into()),
         );
@@ -397,6 +410,21 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
     }
 }
 
+/// `[plan]`'s schedule said against its chunks: plain 1F1B named with more than one chunk
+/// per device (the engine takes an unsaid schedule with chunks for the interleaved one).
+fn plan_schedule(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
+    let v = p.interleaving.unwrap_or(1);
+    if p.pipeline_schedule == Some(PipelineSchedule::OneFOneB) && v > 1 {
+        ctx.mismatch(
+            &pp.key("pipeline_schedule"),
+            format!(
+                "pipeline_schedule = \"1f1b\" runs one model chunk per device; interleaving = {v} needs pipeline_schedule = \"interleaved\""
+            ),
+            Some("say \"interleaved\", or leave `interleaving` out".into()),
+        );
+    }
+}
+
 /// `[plan]`'s counts (at `pp`): the four a plan needs given, each in range.
 fn plan_counts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
     for (key, value) in [
@@ -470,6 +498,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .interleaving
             .or_else(|| training.pipeline_interleaving.first().copied())
             .unwrap_or(1),
+        pipeline_schedule: p.pipeline_schedule.unwrap_or_default(),
         recomputation: p.recomputation.map_or_else(
             || {
                 training
@@ -674,6 +703,16 @@ fn plan_fits(
                     pp.key("data_parallel"),
                     pp.key("context_parallel"),
                     pp.key("zero_stage"),
+                ],
+            ),
+            StepError::PipelineSchedule(_) => (
+                "pipeline_schedule",
+                vec![
+                    pp.key("pipeline_parallel"),
+                    pp.key("interleaving"),
+                    pp.key("micro_batch"),
+                    pp.key("data_parallel"),
+                    training.key("global_batch"),
                 ],
             ),
             StepError::Interleaving { .. } => (
