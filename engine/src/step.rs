@@ -1721,26 +1721,6 @@ fn pipeline_times(
         }
         [f, bw, r, comm, w.min(bw)]
     };
-    // Per stage and micro-batch: the time the memory is busy, when every layer says.
-    let memory = |k: u64| -> Option<f64> {
-        let mut busy = 0.0;
-        for (l, _, n, _) in kinds(k) {
-            let recomputed = match pl.recomputation {
-                Recomputation::None => Some(0.0),
-                Recomputation::Selective => Some(l.attention_core_memory),
-                Recomputation::Full => l.forward_memory,
-            };
-            if n > 0.0 {
-                busy += n * (l.forward_memory? + l.backward_memory? + recomputed?);
-            }
-        }
-        for (n, l) in ends(k) {
-            if n > 0.0 {
-                busy += n * (l.forward_memory? + l.backward_memory?);
-            }
-        }
-        Some(busy)
-    };
     // ZeRO-2/3's traffic per micro-batch: all of it, what the stage's computation does not
     // hide.
     let fsdp = |s: &StageSummary, busy: f64| {
@@ -1820,7 +1800,7 @@ fn pipeline_times(
         point_to_point: slowest.3,
         bubble,
         recompute_joules: again.map(|a| a.2),
-        memory: memory(slowest.0),
+        memory: memory_busy(pl.recomputation, &kinds(slowest.0), ends(slowest.0)),
         devices,
         steady,
     }
@@ -1893,6 +1873,31 @@ fn pass_slots(pl: &StepPlan, steady: Steady) -> Slots {
         weight: share(w) / chunks,
         overlapped: steady.seconds / chunks,
     }
+}
+
+/// A stage's time per micro-batch that the memory is busy, when every layer says.
+fn memory_busy(
+    r: Recomputation,
+    kinds: &[StageKind; 3],
+    ends: [(f64, LayerTiming); 2],
+) -> Option<f64> {
+    let mut busy = 0.0;
+    for (l, _, n, _) in kinds {
+        let recomputed = match r {
+            Recomputation::None => Some(0.0),
+            Recomputation::Selective => Some(l.attention_core_memory),
+            Recomputation::Full => l.forward_memory,
+        };
+        if *n > 0.0 {
+            busy += n * (l.forward_memory? + l.backward_memory? + recomputed?);
+        }
+    }
+    for (n, l) in ends {
+        if n > 0.0 {
+            busy += n * (l.forward_memory? + l.backward_memory?);
+        }
+    }
+    Some(busy)
 }
 
 /// A kind of recomputed layer on a stage: its timing, what recomputing one costs

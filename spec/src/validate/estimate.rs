@@ -92,32 +92,7 @@ pub(super) fn estimate(
         plan.stage_layers = list;
     }
     overlap_needs_experts(ctx, &pp, p, &fine);
-    let interleaved = plan.schedule() == PipelineSchedule::Interleaved;
-    if p.pipeline_parallel_overlap.is_none() && !interleaved {
-        // `[training]`'s applies to interleaved plans, as in a search.
-        plan.pipeline_parallel_overlap = false;
-    }
-    plan_schedule(ctx, &pp, p);
-    if p.pipeline_parallel_overlap == Some(true) && !interleaved {
-        let runs = match plan.schedule() {
-            PipelineSchedule::OneFOneB => format!(
-                "plain 1F1B (interleaving {}), whose transfers are always exposed",
-                plan.interleaving
-            ),
-            s if s.overlaps_chunks() => format!(
-                "{}, whose overlapped chunks hide their transfers by themselves",
-                s.describe()
-            ),
-            s => format!("{}, whose transfers are exposed", s.describe()),
-        };
-        ctx.mismatch(
-            &pp.key("pipeline_parallel_overlap"),
-            format!(
-                "pipeline_parallel_overlap overlaps an interleaved pipeline's transfers (Megatron-LM's overlap_p2p_comm); this plan runs {runs}"
-            ),
-            Some("give an interleaving above 1, or leave `pipeline_parallel_overlap` out".into()),
-        );
-    }
+    plan_schedule(ctx, &pp, p, &mut plan);
     if p.expert_tensor_parallel.is_none() {
         plan.expert_tensor_parallel = models.first().map_or(1, |e| {
             e.spec.config.expert_tensor_parallel(plan.tensor_parallel)
@@ -411,8 +386,10 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
 }
 
 /// `[plan]`'s schedule said against its chunks: plain 1F1B named with more than one chunk
-/// per device (the engine takes an unsaid schedule with chunks for the interleaved one).
-fn plan_schedule(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
+/// per device (the engine takes an unsaid schedule with chunks for the interleaved one);
+/// the interleaved overlap asked of another schedule (`[training]`'s applies to interleaved
+/// plans only, as in a search).
+fn plan_schedule(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan, plan: &mut StepPlan) {
     let v = p.interleaving.unwrap_or(1);
     if p.pipeline_schedule == Some(PipelineSchedule::OneFOneB) && v > 1 {
         ctx.mismatch(
@@ -421,6 +398,31 @@ fn plan_schedule(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan) {
                 "pipeline_schedule = \"1f1b\" runs one model chunk per device; interleaving = {v} needs pipeline_schedule = \"interleaved\""
             ),
             Some("say \"interleaved\", or leave `interleaving` out".into()),
+        );
+    }
+    let interleaved = plan.schedule() == PipelineSchedule::Interleaved;
+    if p.pipeline_parallel_overlap.is_none() && !interleaved {
+        // `[training]`'s applies to interleaved plans, as in a search.
+        plan.pipeline_parallel_overlap = false;
+    }
+    if p.pipeline_parallel_overlap == Some(true) && !interleaved {
+        let runs = match plan.schedule() {
+            PipelineSchedule::OneFOneB => format!(
+                "plain 1F1B (interleaving {}), whose transfers are always exposed",
+                plan.interleaving
+            ),
+            s if s.overlaps_chunks() => format!(
+                "{}, whose overlapped chunks hide their transfers by themselves",
+                s.describe()
+            ),
+            s => format!("{}, whose transfers are exposed", s.describe()),
+        };
+        ctx.mismatch(
+            &pp.key("pipeline_parallel_overlap"),
+            format!(
+                "pipeline_parallel_overlap overlaps an interleaved pipeline's transfers (Megatron-LM's overlap_p2p_comm); this plan runs {runs}"
+            ),
+            Some("give an interleaving above 1, or leave `pipeline_parallel_overlap` out".into()),
         );
     }
 }
