@@ -15,8 +15,8 @@
 //! * [`network`] — the network's tiers and ring collectives over them;
 //! * [`execution`] — which of a layer's operators may overlap (dataflow chip, or one
 //!   kernel at a time);
-//! * [`training`] — precision, optimizer, recomputation, the cluster, bytes per parameter;
 //! * [`pipeline`] — pipeline schedules: layout, rules, activations in flight, simulation;
+//! * [`training`] — precision, optimizer, recomputation, the cluster, bytes per parameter;
 //! * [`space`] — the architecture space: its axes, enumerated and sized by the area model.
 //!
 //! Computation, bottom-up:
@@ -40,9 +40,9 @@ pub mod network;
 
 pub mod execution;
 
-pub mod training;
-
 pub mod pipeline;
+
+pub mod training;
 
 pub mod space;
 

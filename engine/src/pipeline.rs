@@ -293,6 +293,21 @@ impl PipelineSchedule {
         found
     }
 
+    /// The least the bubble can be, in units of the slowest device's time per micro-batch,
+    /// whatever the chip: 1F1B's `p − 1` and the interleaved `(p − 1)/v` (their bubble is
+    /// exactly that, with every transfer exposed); 0 for the others, whose bubble depends
+    /// on how a pass splits into forward, input and weight gradient (what a proven
+    /// search's bound may assume, `search::bound`).
+    pub fn bubble_floor(self, p: u64, interleaving: u64) -> f64 {
+        match self {
+            PipelineSchedule::OneFOneB => p.saturating_sub(1) as f64,
+            PipelineSchedule::Interleaved => {
+                p.saturating_sub(1) as f64 / interleaving.max(1) as f64
+            }
+            _ => 0.0,
+        }
+    }
+
     /// Micro-batches whose activations device `k` of `p` holds at its peak, in units of
     /// one micro-batch's activations of the device's chunks (for DualPipe, of one of its
     /// two stages: their mean), with `v` chunks and `m` micro-batches per replica — as each

@@ -9,6 +9,7 @@
 //! With the distributed optimizer (ZeRO-1) everything the optimizer owns — master weights,
 //! its gradient copy, moments — is sharded over the data-parallel group.
 
+use crate::pipeline::PipelineSchedule;
 use archplace_plugin_sdk::ElementType;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -404,6 +405,10 @@ pub struct Training {
     /// Model chunks per device to try (1: plain 1F1B; above 1: interleaved 1F1B with
     /// equal chunks).
     pub pipeline_interleaving: Vec<u64>,
+    /// Pipeline schedules to try (`[training] pipeline_schedule`), in
+    /// [`PipelineSchedule::ALL`]'s order; empty: 1F1B, and the interleaved schedule for
+    /// the interleavings above 1.
+    pub pipeline_schedules: Vec<PipelineSchedule>,
     /// Expert-parallel widths to try for Mixture-of-Experts models (each model takes those
     /// dividing its experts; dense models run 1).
     pub expert_parallel: Vec<u64>,

@@ -112,6 +112,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             data_parallel_overlap: false,
             sequence_parallel: vec![false, true],
             pipeline_interleaving: vec![1],
+            pipeline_schedules: Vec::new(),
             expert_parallel: vec![1],
             context_parallel: vec![1],
             context_exchange: Default::default(),

@@ -8,6 +8,7 @@
 use crate::chip;
 use crate::result::{Configuration, ExploredLine, PlanLine, ResultDoc};
 use archplace_engine::network::{Network, Tier};
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::search::Evaluated;
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::format_bytes;
@@ -50,6 +51,10 @@ pub struct Explanation {
     pub rivals: Vec<Rival>,
     /// The winner's neighbours along each axis of the space, as far as they were evaluated.
     pub sensitivities: Vec<Sensitivity>,
+    /// With pipeline schedules searched: per model, the schedule that won and what it
+    /// gains over the best 1F1B plan on the winner (a fraction of that plan's throughput).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<(String, PipelineSchedule, f64)>,
 }
 
 /// What limits one model's plan on a chip.
@@ -212,6 +217,13 @@ pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation
         rivals.push(rival("largest", l));
     }
     Some(Explanation {
+        schedules: best_plans
+            .iter()
+            .filter_map(|p| {
+                p.gain_over_one_f_one_b()
+                    .map(|(s, gain)| (p.model.clone(), s, gain))
+            })
+            .collect(),
         best: best_plans
             .iter()
             .map(|p| limit(p, best.hbm_bytes, network))
@@ -359,6 +371,12 @@ fn differences(
                 ("recomputation", p.recomputation.name().to_string()),
                 ("interleaving", p.pipeline_interleaving.to_string()),
                 (
+                    "pipeline schedule",
+                    p.plan
+                        .as_ref()
+                        .map_or("-".into(), |x| x.schedule().name().to_string()),
+                ),
+                (
                     "precision",
                     p.precision.map_or("-".into(), |x| x.name().to_string()),
                 ),
@@ -452,6 +470,15 @@ pub fn render(e: &Explanation) -> String {
     let mut o = String::new();
     for l in &e.best {
         let _ = writeln!(o, "why: {} is limited by {}", l.model, words(l));
+    }
+    for (model, schedule, gain) in &e.schedules {
+        let _ = writeln!(
+            o,
+            "schedule: {model} runs {} ({}), {:+.1}% throughput over its best 1F1B plan",
+            schedule.name(),
+            schedule.describe(),
+            100.0 * gain
+        );
     }
     for r in &e.rivals {
         let _ = writeln!(

@@ -3,6 +3,7 @@
 //! described in the README; the format is versioned by [`RESULT_FORMAT_VERSION`].
 
 use archplace_cost_port::ModelSource;
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::search::{Evaluated, ModelPlan, Outcome, Strategy};
 use archplace_engine::step::{MemoryBreakdown, StepPlan, TimeBreakdown};
 use archplace_engine::training::{Precision, Recomputation};
@@ -266,9 +267,25 @@ pub struct PlanLine {
     pub memory_bytes: MemoryBreakdown,
     #[serde(default)]
     pub limiting: String,
+    /// With `[training] pipeline_schedule`: the schedule that won and the best 1F1B
+    /// plan's throughput beside it (see `ModelPlan::pipeline_schedule`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_schedule: Option<PipelineSchedule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_f_one_b_throughput_samples_per_second: Option<f64>,
     /// The plan as `archplace estimate`'s `[plan]` takes it (see `ModelPlan::plan`).
     #[serde(default)]
     pub plan: Option<StepPlan>,
+}
+
+impl PlanLine {
+    /// With schedules searched: what the winning schedule gains over the best 1F1B plan,
+    /// as a fraction of that plan's throughput (`None` without schedules or a 1F1B plan).
+    pub fn gain_over_one_f_one_b(&self) -> Option<(PipelineSchedule, f64)> {
+        let schedule = self.pipeline_schedule?;
+        let base = self.one_f_one_b_throughput_samples_per_second?;
+        (base > 0.0).then(|| (schedule, self.throughput_samples_per_second / base - 1.0))
+    }
 }
 
 impl From<&ModelPlan> for PlanLine {
@@ -297,6 +314,8 @@ impl From<&ModelPlan> for PlanLine {
             hbm_busy_seconds: p.hbm_busy_seconds,
             memory_bytes: p.memory_bytes,
             limiting: p.limiting.clone(),
+            pipeline_schedule: p.pipeline_schedule,
+            one_f_one_b_throughput_samples_per_second: p.one_f_one_b_throughput_samples_per_second,
             plan: p.plan.clone(),
         }
     }

@@ -462,6 +462,12 @@ pub struct RawTraining {
     /// more is Megatron-LM's interleaved 1F1B with equal chunks. Needs the megatron memory
     /// model.
     pub pipeline_interleaving: Option<OneOrMany<u64>>,
+    /// Pipeline schedules to try, a name or a list: "1f1b", "interleaved" (with the
+    /// interleavings above 1 of `pipeline_interleaving`), "zero-bubble", "zbv",
+    /// "dualpipe", "dualpipev" (as `[plan] pipeline_schedule`). Default: "1f1b", and
+    /// "interleaved" when `pipeline_interleaving` lists more than 1. Needs the megatron
+    /// memory model.
+    pub pipeline_schedule: Option<OneOrMany<PipelineSchedule>>,
     /// Expert-parallel widths to try for Mixture-of-Experts models, one value or a list
     /// (default 1): each model takes those dividing its experts, dense models 1. The
     /// experts' groups fold into the tensor × data-parallel ranks of a stage.

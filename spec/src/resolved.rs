@@ -268,6 +268,15 @@ fn training(tr: &Training) -> Table {
                 "pipeline_interleaving".into(),
                 ints(&tr.pipeline_interleaving),
             );
+            // Only when given (specs without it resolve as before).
+            if !tr.pipeline_schedules.is_empty() {
+                let names = tr
+                    .pipeline_schedules
+                    .iter()
+                    .map(|s| Value::String(s.name().into()))
+                    .collect();
+                t.insert("pipeline_schedule".into(), Value::Array(names));
+            }
             // Only with context parallelism (specs without it resolve as before).
             if tr.context_parallel.iter().any(|&cp| cp > 1) {
                 t.insert("context_parallel".into(), ints(&tr.context_parallel));

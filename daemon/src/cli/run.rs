@@ -296,12 +296,25 @@ fn print_plan(
         } else {
             format!("{} pipeline stages", m.pipeline_stages)
         },
-        if m.pipeline_interleaving > 1 {
-            format!(", interleaved ({} chunks each)", m.pipeline_interleaving)
-        } else {
-            String::new()
+        match (m.pipeline_schedule, m.pipeline_interleaving) {
+            (Some(s), v) if s.chunks(v) > 1 =>
+                format!(", {} ({} chunks each)", s.name(), s.chunks(v)),
+            (Some(s), _) => format!(", {}", s.name()),
+            (None, v) if v > 1 => format!(", interleaved ({v} chunks each)"),
+            (None, _) => String::new(),
         }
     )?;
+    if let (Some(s), Some(base)) = (
+        m.pipeline_schedule,
+        m.one_f_one_b_throughput_samples_per_second,
+    ) && base > 0.0
+    {
+        outln!(
+            "    pipeline schedule: {} ({:+.1}% throughput over the best 1F1B plan)",
+            s.describe(),
+            100.0 * (m.throughput_samples_per_second / base - 1.0)
+        )?;
+    }
     if m.expert_parallel > 1 || m.expert_tensor_parallel > 1 {
         outln!(
             "    experts: EP = {} × ETP = {} (folded into the t × d ranks of each stage)",

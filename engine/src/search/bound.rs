@@ -45,6 +45,7 @@ use super::evaluate::Shape;
 use crate::model::OpGraph;
 use crate::model::{DISTINCT_LAYERS, ModelGraph};
 use crate::operators;
+use crate::pipeline::PipelineSchedule;
 use crate::schedule::{self, Skeleton};
 use crate::step::{self, StepInput};
 use crate::training::MemoryModel;
@@ -70,13 +71,15 @@ pub(super) type Floors = Vec<BTreeMap<GraphKey, Vec<Floor>>>;
 ///
 /// Why it holds (the step model, `step::priced`): the step is the sum of non-negative
 /// parts, among them `n · T` (the slowest stage's time per micro-batch `T`, which counts
-/// its layers' makespans, times `n = B / (m · d)` micro-batches), the bubble
-/// `(p − 1)/v · T` at least (the transfers it re-exposes only add) and the data-parallel
+/// its layers' makespans, times `n = B / (m · d)` micro-batches), the bubble `b · T` at
+/// least (`b` the schedule's floor, `PipelineSchedule::bubble_floor`: `(p − 1)/v` for
+/// 1F1B and interleaved 1F1B, whose transfers it re-exposes only add; 0 for the
+/// zero-bubble schedules and DualPipe) and the data-parallel
 /// synchronisation: `S` exposed, plus `X` that the overlap may hide behind the slowest
 /// stage's forward and backward passes, which take at most `T − q` together (`q`: the
 /// point-to-point transfers a stage exposes per micro-batch, which `T` counts and the
 /// bubble too) — so at least `max(0, X − (T − q))` of it shows. `T − q` is at least the
-/// mean stage's `L / p`, and `(n + b)(T' + q) + max(0, X − T') + S` (`b = (p − 1)/v`)
+/// mean stage's `L / p`, and `(n + b)(T' + q) + max(0, X − T') + S`
 /// only grows with `T'` (`n ≥ 1`), so `step ≥ max((n + b)(L/p + q) + S,
 /// (n + b)(L/p + q) − L/p + X + S)`. `S`, `X` and `q` are those of the
 /// stages' mean parameters, and a shape whose state alone (by the stages' mean) exceeds
@@ -271,7 +274,8 @@ impl Ctx<'_> {
     }
 
     /// The floors of `run`'s plan shapes at width `key.1`: every `p` stages of `v` chunks
-    /// (1 and the training's interleavings) and `d` replicas on at most the cluster's
+    /// (1 and the training's interleavings) under each schedule the search prices them
+    /// with (its bubble's floor, `PipelineSchedule::bubble_floor`) and `d` replicas on at most the cluster's
     /// devices that the step model accepts and whose state fits the largest HBM size.
     fn shape_floors(&self, run: &Run, key: &GraphKey, c: &AcceleratorConfig) -> Vec<Floor> {
         let tr = &self.input.training;
@@ -305,7 +309,11 @@ impl Ctx<'_> {
         };
         let mut floors = Vec::new();
         let most_stages = (cluster.devices / replica).min(layers.saturating_add(2));
-        for &v in &interleavings {
+        let shapes: Vec<(u64, PipelineSchedule)> = interleavings
+            .iter()
+            .flat_map(|&v| self.schedules_for(v).into_iter().map(move |s| (v, s)))
+            .collect();
+        for &(v, schedule) in &shapes {
             for p in 1..=most_stages {
                 for d in 1..=cluster.devices / (replica * p) {
                     // `step::problems` rejects these too, but only after the plan is
@@ -322,6 +330,9 @@ impl Ctx<'_> {
                     };
                     let stage_layers = (v == 1).then(|| spread(layers, p));
                     input.plan = self.shape_plan(run, shape, stage_layers);
+                    if schedule != PipelineSchedule::implied(v) {
+                        input.plan.pipeline_schedule = schedule;
+                    }
                     input.devices = self.devices_for(&input.plan);
                     if !step::problems(&input).is_empty() {
                         continue;
@@ -331,8 +342,8 @@ impl Ctx<'_> {
                         continue;
                     }
                     let n = (tr.global_batch / per_step) as f64;
-                    // Micro-batch slots of the pipeline: `n` plus the bubble's.
-                    let slots = n + (p - 1) as f64 / v as f64;
+                    // Micro-batch slots of the pipeline: `n` plus the bubble's least.
+                    let slots = n + schedule.bubble_floor(p, v);
                     let pipeline = slots / p as f64;
                     let fixed = slots * floor.transfer_seconds + floor.exposed_sync_seconds;
                     floors.push(Floor {

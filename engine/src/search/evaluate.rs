@@ -7,6 +7,7 @@ use super::context::{Ctx, GraphKey, JobError, Run, layer_name};
 use super::record::{BaselineReport, DomainScore, Evaluated, LayerReport, ModelPlan, StageReport};
 use super::schedules::Timed;
 use crate::model::{DISTINCT_LAYERS, Layer, LayerKind, ModelGraph, OpGraph};
+use crate::pipeline::PipelineSchedule;
 use crate::placement::{
     self, Chain, Edge, Fixed, Layer as ChainLayer, MegatronMemory, MemoryRule, Plan, Resync,
     Runnable, Settings, StagePlan,
@@ -40,6 +41,9 @@ pub(super) struct Priced {
     plan: Plan,
     step: Option<(StepPlan, StepReport)>,
     seconds: f64,
+    /// With `[training] pipeline_schedule` given, the best 1F1B plan's step at the same
+    /// HBM size (what the chosen schedule gains over it).
+    one_f_one_b_seconds: Option<f64>,
 }
 
 impl Timed {
@@ -543,15 +547,7 @@ impl Ctx<'_> {
             let plans = proposed
                 .into_iter()
                 .enumerate()
-                .map(|(h, plans)| {
-                    plans
-                        .into_iter()
-                        .filter_map(|p| self.price(run, p, h, c, times))
-                        .fold(None, |best: Option<Priced>, p| match best {
-                            Some(b) if b.seconds <= p.seconds => Some(b),
-                            _ => Some(p),
-                        })
-                })
+                .map(|(h, plans)| self.best_priced(run, plans, h, c, times))
                 .collect();
             out.push((chains, plans));
         }
@@ -733,6 +729,7 @@ impl Ctx<'_> {
         &self,
         run: &Run,
         plan: Plan,
+        schedule: PipelineSchedule,
         h: usize,
         c: &AcceleratorConfig,
         times: &Times,
@@ -743,9 +740,14 @@ impl Ctx<'_> {
                 plan,
                 step: None,
                 seconds,
+                one_f_one_b_seconds: None,
             });
         }
-        let step_plan = self.step_plan(run, &plan);
+        let mut step_plan = self.step_plan(run, &plan);
+        if schedule != PipelineSchedule::implied(step_plan.interleaving) {
+            step_plan.pipeline_schedule = schedule;
+            step_plan.pipeline_parallel_overlap = false;
+        }
         let at = At {
             chip: c,
             hbm: h,
@@ -756,7 +758,65 @@ impl Ctx<'_> {
             seconds: report.step_seconds,
             plan,
             step: Some((step_plan, report)),
+            one_f_one_b_seconds: None,
         })
+    }
+
+    /// The fastest of the program's `proposals` at HBM size `h`, each priced under every
+    /// schedule the training tries for its chunks ([`Evaluator::schedules_for`]; ties to
+    /// the earlier proposal, then schedule); with schedules given, the best 1F1B plan's
+    /// step beside it.
+    fn best_priced(
+        &self,
+        run: &Run,
+        proposals: Vec<Plan>,
+        h: usize,
+        c: &AcceleratorConfig,
+        times: &Times,
+    ) -> Option<Priced> {
+        let listed = !self.input.training.pipeline_schedules.is_empty();
+        let (mut best, mut one_f_one_b): (Option<Priced>, Option<f64>) = (None, None);
+        for plan in proposals {
+            let mut schedules = self.schedules_for(plan.interleaving);
+            if listed && plan.interleaving <= 1 && !schedules.contains(&PipelineSchedule::OneFOneB)
+            {
+                schedules.insert(0, PipelineSchedule::OneFOneB);
+            }
+            for schedule in schedules {
+                let Some(p) = self.price(run, plan.clone(), schedule, h, c, times) else {
+                    continue;
+                };
+                if listed && schedule == PipelineSchedule::OneFOneB {
+                    one_f_one_b = Some(one_f_one_b.map_or(p.seconds, |s| s.min(p.seconds)));
+                    if !self.input.training.pipeline_schedules.contains(&schedule) {
+                        continue;
+                    }
+                }
+                best = match best {
+                    Some(b) if b.seconds <= p.seconds => Some(b),
+                    _ => Some(p),
+                };
+            }
+        }
+        best.map(|b| Priced {
+            one_f_one_b_seconds: one_f_one_b,
+            ..b
+        })
+    }
+
+    /// The schedules a proposal of `interleaving` chunks is priced under: the training's
+    /// (`[training] pipeline_schedule`) that run such a layout — the interleaved schedule
+    /// for chunks above 1, the others for one — or without a list the implied one.
+    pub(super) fn schedules_for(&self, interleaving: u64) -> Vec<PipelineSchedule> {
+        let listed = &self.input.training.pipeline_schedules;
+        if listed.is_empty() {
+            return vec![PipelineSchedule::implied(interleaving)];
+        }
+        listed
+            .iter()
+            .copied()
+            .filter(|s| (*s == PipelineSchedule::Interleaved) == (interleaving > 1))
+            .collect()
     }
 
     /// Per HBM size, each model's best plan on scale-up domain `domain` and their mean
@@ -912,6 +972,12 @@ impl Ctx<'_> {
             memory_bytes,
             layers,
             baseline,
+            pipeline_schedule: (!tr.pipeline_schedules.is_empty())
+                .then(|| step_plan.as_ref().map(StepPlan::schedule))
+                .flatten(),
+            one_f_one_b_throughput_samples_per_second: priced
+                .one_f_one_b_seconds
+                .map(|s| tr.global_batch as f64 / s),
             plan: step_plan,
         }
     }

@@ -4,6 +4,7 @@
 
 use super::observe::Stats;
 use crate::model::LayerKind;
+use crate::pipeline::PipelineSchedule;
 use crate::step::{MemoryBreakdown, StepPlan, TimeBreakdown};
 use crate::training::{Precision, Recomputation};
 use archplace_plugin_sdk::AcceleratorConfig;
@@ -111,6 +112,12 @@ pub struct ModelPlan {
     pub layers: Vec<LayerReport>,
     /// The baseline strategy on the same chip, HBM, micro-batch and recomputation.
     pub baseline: Option<BaselineReport>,
+    /// With `[training] pipeline_schedule` given, the schedule the plan runs and the best
+    /// 1F1B plan's throughput at the same HBM size (`None` when no 1F1B plan fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_schedule: Option<PipelineSchedule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_f_one_b_throughput_samples_per_second: Option<f64>,
     /// The plan as `archplace estimate`'s `[plan]` takes it, which prices it the same
     /// (the Megatron-LM memory model; `None` with the reference's, whose plans the
     /// placement program prices as the reference system does).

@@ -3,6 +3,7 @@ use crate::model::preset;
 use crate::model::{BuildOptions, LayerKind, ModelConfig, OpGraph, build};
 use crate::operators as layer;
 use crate::options::ScheduleOptions;
+use crate::pipeline::PipelineSchedule;
 use crate::placement::{self, Chain, Edge, Layer as ChainLayer, Resync, Settings};
 use crate::schedule;
 use crate::space::Candidate;
@@ -53,6 +54,7 @@ fn tiny() -> (SearchInput, Space) {
             data_parallel_overlap: false,
             sequence_parallel: vec![false],
             pipeline_interleaving: vec![1],
+            pipeline_schedules: Vec::new(),
             expert_parallel: vec![1],
             context_parallel: vec![1],
             context_exchange: Default::default(),
@@ -1193,6 +1195,11 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
     }
     let devices = d.pick(&[4, 8, 16]);
     let hbm: u64 = d.pick(&[4u64 << 20, 16 << 20, 64 << 20]);
+    let interleavings = if megatron && d.coin() {
+        vec![1, 2]
+    } else {
+        vec![1]
+    };
     let input = SearchInput {
         models: vec![ModelInput {
             config: config.clone(),
@@ -1232,10 +1239,23 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
             } else {
                 vec![false]
             },
-            pipeline_interleaving: if megatron && d.coin() {
-                vec![1, 2]
+            pipeline_interleaving: interleavings.clone(),
+            // Every schedule now and then, the interleaved one with its chunks.
+            pipeline_schedules: if megatron && d.coin() {
+                let mut listed: Vec<PipelineSchedule> = PipelineSchedule::ALL
+                    .into_iter()
+                    .filter(|s| {
+                        (*s == PipelineSchedule::Interleaved) == interleavings.contains(&2)
+                            && (*s == PipelineSchedule::Interleaved || d.coin())
+                    })
+                    .collect();
+                if !listed.iter().any(|s| *s != PipelineSchedule::Interleaved) {
+                    listed.push(PipelineSchedule::ZeroBubble);
+                    listed.sort();
+                }
+                listed
             } else {
-                vec![1]
+                Vec::new()
             },
             expert_parallel: if moe { vec![1, 2] } else { vec![1] },
             context_parallel: if megatron && d.coin() {

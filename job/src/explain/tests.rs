@@ -1,5 +1,6 @@
 use super::*;
 use crate::result::PlanLine;
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::{MemoryBreakdown, TimeBreakdown};
 use archplace_engine::training::Recomputation;
 
@@ -44,6 +45,8 @@ fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
             ..MemoryBreakdown::default()
         },
         limiting: time.limiting().into(),
+        pipeline_schedule: None,
+        one_f_one_b_throughput_samples_per_second: None,
         plan: None,
     }
 }
@@ -171,7 +174,12 @@ fn sensitivities_are_the_nearest_neighbours_along_each_axis() {
         best: vec![limit(&plan(0.1, 0.05, 4.0), 16 << 30, None)],
         rivals: Vec::new(),
         sensitivities: s,
+        schedules: vec![("gpt3".into(), PipelineSchedule::ZeroBubble, 0.125)],
     });
+    assert!(
+        text.contains("schedule: gpt3 runs zero-bubble (zero-bubble ZB-H1 (Qi et al. 2024)), +12.5% throughput over its best 1F1B plan"),
+        "{text}"
+    );
     assert!(
         text.contains("tensor_cores 4: 2 does not fit, 8 -12.5%"),
         "{text}"

@@ -160,6 +160,8 @@ fn plan(stages: Vec<StageReport>) -> ModelPlan {
         limiting: "backward".into(),
         layers: Vec::new(),
         baseline: None,
+        pipeline_schedule: None,
+        one_f_one_b_throughput_samples_per_second: None,
         plan: None,
     }
 }

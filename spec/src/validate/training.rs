@@ -5,6 +5,7 @@ use super::rules::{count_in, duplicates, element_at, ring_overlap};
 use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::training::{
     ContextExchange, MemoryModel, Optimizer, Precision, Recomputation, Training,
 };
@@ -107,6 +108,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
     );
     let pipeline_interleaving =
         interleaving(ctx, &path, t.pipeline_interleaving.as_ref(), reference);
+    let pipeline_schedules = schedules(ctx, &path, t, &pipeline_interleaving, reference);
     let expert_parallel = expert_parallel(ctx, &path, t.expert_parallel.as_ref());
     let (context_parallel, context_exchange) = context_parallel(ctx, &path, t, reference);
     let bytes_per_element = t.bytes_per_element.unwrap_or(2);
@@ -129,6 +131,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         data_parallel_overlap: t.data_parallel_overlap.unwrap_or(false),
         sequence_parallel,
         pipeline_interleaving,
+        pipeline_schedules,
         expert_parallel,
         context_parallel,
         context_exchange,
@@ -256,6 +259,62 @@ fn interleaving(
         }
     }
     pipeline_interleaving
+}
+
+/// `pipeline_schedule`: the schedules a search tries (empty: the implied ones), each
+/// once, in `PipelineSchedule::ALL`'s order; "interleaved" only with an interleaving above
+/// 1 to try, and an interleaving above 1 only with "interleaved" listed; none with the
+/// reference memory model, whose pipeline is its own.
+fn schedules(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    t: &RawTraining,
+    interleavings: &[u64],
+    reference: bool,
+) -> Vec<PipelineSchedule> {
+    let at = path.key("pipeline_schedule");
+    let Some(given) = t.pipeline_schedule.as_ref() else {
+        return Vec::new();
+    };
+    let listed: Vec<PipelineSchedule> = match given {
+        OneOrMany::One(s) => vec![*s],
+        OneOrMany::Many(list) => list.clone(),
+    };
+    if listed.is_empty() {
+        ctx.error(
+            &at,
+            "an empty list of pipeline schedules",
+            Some("e.g. \"1f1b\" or [\"1f1b\", \"zero-bubble\"]".into()),
+        );
+        return Vec::new();
+    }
+    if reference {
+        ctx.mismatch(
+            &at,
+            "the reference memory model prices its own pipeline (1F1B); it has no schedules",
+            Some("use memory_model = \"megatron\", or leave `pipeline_schedule` out".into()),
+        );
+        return Vec::new();
+    }
+    let interleaved = listed.contains(&PipelineSchedule::Interleaved);
+    let chunks = interleavings.iter().any(|&v| v > 1);
+    if interleaved && !chunks {
+        ctx.mismatch(
+            &at,
+            "\"interleaved\" needs an interleaving above 1 to try; pipeline_interleaving lists none",
+            Some("add e.g. pipeline_interleaving = [1, 2]".into()),
+        );
+    } else if chunks && !interleaved && ctx.fine(&path.key("pipeline_interleaving")) {
+        ctx.mismatch(
+            &path.key("pipeline_interleaving"),
+            "an interleaving above 1 runs the interleaved schedule, which pipeline_schedule does not list",
+            Some("add \"interleaved\" to pipeline_schedule, or leave the interleavings above 1 out".into()),
+        );
+    }
+    PipelineSchedule::ALL
+        .into_iter()
+        .filter(|s| listed.contains(s))
+        .collect()
 }
 
 /// `zero_stage`: stages 0 to 3, not beside `distributed_optimizer` (which says 0 or 1),
