@@ -245,13 +245,20 @@ pub fn describe_plan(input: &StepInput) -> String {
             format!("{}{blocks}", p.schedule().describe())
         } else if p.interleaving > 1 {
             format!(
-                "interleaved 1F1B ({} virtual stages per device{})",
+                "interleaved 1F1B ({} virtual stages per device{}){}",
                 p.interleaving,
                 if p.pipeline_parallel_overlap {
                     ", transfers overlapped with the steady state"
                 } else {
                     ""
-                }
+                },
+                p.stage_layers
+                    .as_ref()
+                    .map(|list| {
+                        let list: Vec<String> = list.iter().map(u64::to_string).collect();
+                        format!(", blocks per stage {}", list.join(", "))
+                    })
+                    .unwrap_or_default()
             )
         } else {
             match &p.stage_layers {

@@ -6,7 +6,8 @@
 //!   counters ([`crate::result`]); written last, so its presence means the folder is whole;
 //! * `explored.jsonl` — one line per evaluated candidate;
 //! * `spec.json` — the spec as validated, every default filled in (SI units);
-//! * `pareto.svg`, `placement.svg` — pictures of the two ([`crate::plot`]);
+//! * `pareto.svg`, `placement.svg` — pictures of the two ([`crate::plot`]), and
+//!   `timeline.svg`, the best plan's step ([`crate::timeline`]);
 //! * `error.json` — the located errors of an invalid spec, or why a search failed;
 //! * `journal.jsonl` — the checkpoint of a search under way ([`crate::journal`]).
 //!
@@ -81,8 +82,9 @@ pub fn result_dir(root: &Path, spec: &Spec) -> PathBuf {
         .join(&spec.content_hash[..16.min(spec.content_hash.len())])
 }
 
-/// The two pictures of a finished search: `pareto.svg` and `placement.svg`.
-pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], PlotError> {
+/// The pictures of a finished search: `pareto.svg`, `placement.svg` and, when the step
+/// model prices its best plan, `timeline.svg` (that plan's step, one lane per stage).
+pub fn plots(finished: &Finished) -> Result<Vec<(&'static str, String)>, PlotError> {
     let o = &finished.outcome;
     let title = &finished.doc.spec.name;
     let pareto = plot::pareto_svg(&plot::ParetoInput {
@@ -105,7 +107,11 @@ pub fn plots(finished: &Finished) -> Result<[(&'static str, String); 2], PlotErr
         )?,
         None => plot::placement_svg(title, "no chip", &[], 0)?,
     };
-    Ok([("pareto.svg", pareto), ("placement.svg", placement)])
+    let mut out = vec![("pareto.svg", pareto), ("placement.svg", placement)];
+    if let Some(t) = &finished.timeline {
+        out.push(("timeline.svg", crate::timeline::svg(t)));
+    }
+    Ok(out)
 }
 
 /// The `result.json` of `dir` if it holds the complete results of the spec content `hash`:

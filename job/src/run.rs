@@ -17,6 +17,7 @@ use archplace_engine::search::{
     self, Evaluated, Local, Observer, Outcome, Search, Stats, Strategy, Supplier,
 };
 use archplace_engine::space::{self, Space};
+use archplace_engine::step::timeline::Timeline;
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_spec::{Diagnostic, Spec};
 use std::collections::{BTreeMap, BTreeSet};
@@ -73,6 +74,9 @@ pub struct Finished {
     /// The reference configuration marked in `pareto.svg`: the area budget's, or the
     /// reference system's largest chip; with its area when it is the budget.
     pub reference: (AcceleratorConfig, Option<f64>),
+    /// The best plan's step as a timeline (its first model's; `timeline.svg`), when the
+    /// step model prices it (not with the reference's memory model).
+    pub timeline: Option<Timeline>,
 }
 
 /// How a distributed search ended, for the distributor's records.
@@ -331,12 +335,18 @@ impl Prepared<'_> {
             space::AreaBudget::ReferenceConfig(c) => (*c, Some(space.budget_um2)),
             space::AreaBudget::Um2(_) => (space::REFERENCE_CONFIG, None),
         };
+        let timeline = if outcome.stats.cancelled {
+            None
+        } else {
+            crate::timeline::of_best(spec, &doc, self.models.latency.as_ref())
+        };
         Ok(Finished {
             doc,
             spec: spec.clone(),
             outcome,
             space,
             reference,
+            timeline,
         })
     }
 

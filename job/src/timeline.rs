@@ -3,9 +3,65 @@
 //! track per pipeline stage and chunk; Perfetto and chrome://tracing open it) and an SVG
 //! with one lane per stage.
 
-use archplace_engine::step::timeline::{Span, Timeline};
+use crate::result::ResultDoc;
+use archplace_engine::step::StepInput;
+use archplace_engine::step::timeline::{Span, Timeline, estimate_step_timeline};
+use archplace_plugin_sdk::LatencyModel;
+use archplace_spec::Spec;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
+
+/// The timeline of the best plan of a search's `doc` (its first model's), re-estimated by
+/// the step model with the search's layer schedules; `None` when the search has no best,
+/// prices with the reference's memory model, or the re-estimate does not give the plan's
+/// step time (then a warning says so: the picture would not be the answer's).
+pub fn of_best(spec: &Spec, doc: &ResultDoc, latency: &dyn LatencyModel) -> Option<Timeline> {
+    let best = doc.best.as_ref()?;
+    let plan = best.models.first()?;
+    let step_plan = plan.plan.clone()?;
+    let model = spec.models.iter().find(|m| m.config.name == plan.model)?;
+    let networks = spec.cluster.networks();
+    let network = match best.node_size {
+        Some(n) => *networks.iter().find(|x| x.node_size == n)?,
+        None => spec.cluster.network,
+    };
+    let devices = if spec.space.use_all_devices {
+        spec.cluster.devices
+    } else {
+        plan.devices_used
+    };
+    let input = StepInput {
+        model: model.config.clone(),
+        plan: step_plan,
+        accelerator: best.configuration.chip,
+        hbm_bytes: best.hbm_bytes,
+        devices,
+        global_batch: spec.training.global_batch,
+        network,
+        peak_flops_per_second: None,
+        schedule: spec.search_input().schedule,
+        execution: spec.training.execution,
+    };
+    match estimate_step_timeline(&input, latency) {
+        Ok((report, timeline)) => {
+            let want = plan.time_per_batch_seconds;
+            if (report.step_seconds - want).abs() <= 1e-9 * want.abs().max(1e-30) {
+                Some(timeline)
+            } else {
+                tracing::warn!(
+                    step_seconds = report.step_seconds,
+                    plan_seconds = want,
+                    "the best plan's timeline was not drawn: its re-estimate differs from the search's"
+                );
+                None
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the best plan's timeline was not drawn");
+            None
+        }
+    }
+}
 
 /// The track of a span: one per stage and chunk, the step-wide parts on the stage's first.
 fn track(t: &Timeline, s: &Span) -> u64 {
@@ -64,13 +120,14 @@ fn colour(kind: &str) -> &'static str {
         "forward + backward (overlapped)" => "#9d755d",
         "communication" | "pipeline transfers (fill and flush)" => "#bab0ac",
         "optimizer step" => "#54a24b",
-        _ => "#b279a2",
+        "data-parallel communication" => "#b279a2",
+        _ => "#ff9da6",
     }
 }
 
 /// The timeline as an SVG: one lane per pipeline stage, time left to right.
 pub fn svg(t: &Timeline) -> String {
-    let (width, lane, left, top) = (1200.0, 22.0, 80.0, 30.0);
+    let (width, lane, left, top) = (1400.0, 22.0, 80.0, 30.0);
     let scale = if t.step_seconds > 0.0 {
         (width - left - 10.0) / t.step_seconds
     } else {
@@ -118,18 +175,21 @@ pub fn svg(t: &Timeline) -> String {
         "recomputation",
         "forward + backward (overlapped)",
         "communication",
+        "data-parallel communication",
         "optimizer step",
     ];
-    for (i, kind) in kinds.iter().enumerate() {
-        let x = left + 150.0 * i as f64;
+    // Each label's width at about 6.2 px a character (11 px sans-serif).
+    let mut x = left;
+    for kind in kinds {
         let _ = writeln!(
             out,
-            r#"<rect x="{x}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{kind}</text>"#,
+            r#"<rect x="{x:.1}" y="{}" width="10" height="10" fill="{}"/><text x="{:.1}" y="{}">{kind}</text>"#,
             legend_y - 9.0,
             colour(kind),
             x + 14.0,
             legend_y
         );
+        x += 14.0 + 6.2 * kind.len() as f64 + 16.0;
     }
     out.push_str("</svg>\n");
     out

@@ -279,3 +279,66 @@ fn layouts_place_uneven_stages_and_both_directions() {
     );
     assert_eq!(split_evenly(7, 2), [4, 3]);
 }
+
+/// The rows of docs/validation.md's "Pipeline schedules" table: the published bubble and
+/// memory formulas (Sea AI Lab's table for 1F1B, ZB1P and ZBV at `F = B = W`; DeepSeek's
+/// for DualPipe and DualPipeV) against the simulation, at `p = 8`, `m = 32`. The page
+/// quotes these numbers; this test fails when they change.
+#[test]
+// The rows are printed for the page (`-- --nocapture`).
+#[allow(clippy::disallowed_macros)]
+fn the_published_schedule_tables_against_the_simulation() {
+    let (p, m) = (8u64, 32u64);
+    let rate = |sim: &Simulated, busy: f64| (sim.makespan - busy) / sim.makespan;
+    // Sea AI Lab: bubble rate B = (p − 1)/(m + p − 1) for 1F1B, B/3 for ZB1P, 0 for ZBV.
+    let b = (p - 1) as f64 / (m + p - 1) as f64;
+    let one = simulate(S::OneFOneB, p, 1, m, slots(1.0, 2.0, 0.0, 0.0));
+    let zb = simulate(S::ZeroBubble, p, 1, m, slots(1.0, 1.0, 1.0, 0.0));
+    let zbv = simulate(S::Zbv, p, 1, m, slots(0.5, 0.5, 0.5, 0.0));
+    let busy = 3.0 * m as f64;
+    let rows = [
+        ("1f1b", b, rate(&one, busy)),
+        ("zero-bubble", b / 3.0, rate(&zb, busy)),
+        ("zbv", 0.0, rate(&zbv, busy)),
+    ];
+    let quoted = [(0.1795, 0.1795), (0.0598, 0.0680), (0.0, 0.0352)];
+    for ((name, published, simulated), (p4, s4)) in rows.iter().zip(quoted) {
+        println!("{name}: published {published:.4}, simulated {simulated:.4}");
+        assert!(
+            (published - p4).abs() < 5e-5 && (simulated - s4).abs() < 5e-5,
+            "{name}"
+        );
+    }
+    // Activation memory against 1F1B's (1x for ZB1P and ZBV): the simulated peaks.
+    assert_eq!(zb.peak_chunks_in_flight[0], one.peak_chunks_in_flight[0]);
+    assert_eq!(
+        zbv.peak_chunks_in_flight.iter().max(),
+        Some(&(2 * p as u32))
+    );
+    // DeepSeek: DualPipe's bubble (PP/2 − 1)(F&B + B − 3W) and PP + 1 activations, at
+    // F = B = W = 1 and an overlapped pair F&B = 2.5.
+    let dual = simulate(S::DualPipe, p, 1, m, slots(1.0, 1.0, 1.0, 2.5));
+    let worst = idle(&dual, p).into_iter().fold(0.0, f64::max);
+    let published = (p / 2 - 1) as f64 * (2.5 + 2.0 - 3.0);
+    println!(
+        "dualpipe: published bubble {published}, simulated {worst}; peak {:?}",
+        dual.peak_chunks_in_flight
+    );
+    assert!((worst - published).abs() < 1e-9);
+    assert_eq!(
+        dual.peak_chunks_in_flight.iter().max(),
+        Some(&(p as u32 + 1))
+    );
+    let v = simulate(S::DualPipeV, p, 1, m, slots(0.5, 0.5, 0.5, 1.25));
+    let idle_v = idle(&v, p).into_iter().fold(0.0, f64::max);
+    let published_v = (2 * p / 2 - 1) as f64 * (1.25 + 1.0 - 1.5);
+    println!(
+        "dualpipev: published bubble {published_v}, simulated {idle_v}; peak {:?}",
+        v.peak_chunks_in_flight
+    );
+    assert!((idle_v - published_v).abs() < 1e-9);
+    assert_eq!(
+        v.peak_chunks_in_flight.iter().max(),
+        Some(&(2 * p as u32 + 1))
+    );
+}

@@ -723,13 +723,13 @@ impl Ctx<'_> {
         Ok((input.plan, report))
     }
 
-    /// `plan` priced (see [`Priced`]); `None` when the step model refuses it (it needs
-    /// more memory by the step model's count than by the program's bound).
+    /// `plan` run under `schedule`, priced (see [`Priced`]); `None` when the step model
+    /// refuses it (it needs more memory by the step model's count than by the program's
+    /// bound, or the schedule's rules do not hold).
     fn price(
         &self,
         run: &Run,
-        plan: Plan,
-        schedule: PipelineSchedule,
+        (plan, schedule): (Plan, PipelineSchedule),
         h: usize,
         c: &AcceleratorConfig,
         times: &Times,
@@ -783,7 +783,7 @@ impl Ctx<'_> {
                 schedules.insert(0, PipelineSchedule::OneFOneB);
             }
             for schedule in schedules {
-                let Some(p) = self.price(run, plan.clone(), schedule, h, c, times) else {
+                let Some(p) = self.price(run, (plan.clone(), schedule), h, c, times) else {
                     continue;
                 };
                 if listed && schedule == PipelineSchedule::OneFOneB {

@@ -500,7 +500,12 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .interleaving
             .or_else(|| training.pipeline_interleaving.first().copied())
             .unwrap_or(1),
-        pipeline_schedule: p.pipeline_schedule.unwrap_or_default(),
+        // The implied schedule is kept unsaid, as the search's plans say it (the same
+        // plan compares equal however it was written).
+        pipeline_schedule: p
+            .pipeline_schedule
+            .filter(|&s| s != PipelineSchedule::implied(p.interleaving.unwrap_or(1)))
+            .unwrap_or_default(),
         recomputation: p.recomputation.map_or_else(
             || {
                 training
