@@ -260,6 +260,7 @@ examples! {
     estimate_a100: "estimate-a100",
     estimate_deepseek_v3_h800: "estimate-deepseek-v3-h800",
     estimate_llama3_70b_h100: "estimate-llama3-70b-h100",
+    estimate_llama3_405b_h100: "estimate-llama3-405b-h100",
     estimate_llama3_70b_128k_cp_h100: "estimate-llama3-70b-128k-cp-h100",
     estimate_llama3_8b_fsdp_h100: "estimate-llama3-8b-fsdp-h100",
     estimate_mixtral_8x22b_b200: "estimate-mixtral-8x22b-b200",

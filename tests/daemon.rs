@@ -1413,7 +1413,7 @@ fn assert_whole(dir: &Path, after_restart: bool) {
 }
 
 /// The file-system steps of a job's life, from the daemon's log (the fault-injection hook
-/// logs each): 12 atomic writes of 4 steps each, 48 in all — the job record written when
+/// logs each): 13 atomic writes of 4 steps each, 52 in all — the job record written when
 /// the spec is found, queued and started; `status.json` when the search starts and once a
 /// second while it runs (once on a fast machine; each further second adds 4 steps); the
 /// result files; `status.json` and the job record when it is done. Returns the number of
@@ -1464,6 +1464,7 @@ fn job_steps(log: &str) -> u32 {
             "spec.json",
             "pareto.svg",
             "placement.svg",
+            "timeline.svg",
             "result.json",
             "status.json",
             "job record",
@@ -1471,7 +1472,7 @@ fn job_steps(log: &str) -> u32 {
     "#]]
     .assert_debug_eq(&shown);
     let progress = files.len() - shown.len();
-    assert_eq!(steps.len(), 48 + 4 * progress, "{files:?}");
+    assert_eq!(steps.len(), 52 + 4 * progress, "{files:?}");
     steps.len() as u32
 }
 

@@ -6,6 +6,8 @@
 //! * `estimate/a100-example/wasm` — `archplace estimate`'s work in-process for
 //!   `config/specs/estimate-a100.toml` (the gpu-like plugin, loaded once): build the model,
 //!   estimate and schedule its layers, the step model. Target ≤ 5 ms.
+//! * `estimate/deepseek-v3/SCHEDULE` — the DeepSeek-V3 example under each pipeline
+//!   schedule. Target ≤ 3 ms.
 
 // A benchmark reports what it could not measure on stderr.
 #![allow(clippy::print_stderr)]
@@ -89,5 +91,43 @@ fn estimate(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, search, estimate);
+/// `estimate/deepseek-v3/SCHEDULE` — the DeepSeek-V3 example
+/// (`config/specs/estimate-deepseek-v3-h800.toml`, 16 stages, 120 micro-batches) under
+/// each pipeline schedule that runs its plan: the step model with the schedule's
+/// simulation. Target ≤ 3 ms.
+fn estimate_schedules(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let spec = archplace_spec::load(&root.join("config/specs/estimate-deepseek-v3-h800.toml"))
+        .expect("the DeepSeek-V3 example spec");
+    let host = Host::new(HostOptions {
+        plugin_dirs: vec![root.join("target/plugins")],
+        ..HostOptions::default()
+    })
+    .expect("a host");
+    let models =
+        archplace_spec::resolve_cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))
+            .expect("the gpu-like plugin: run scripts/build-plugins first");
+    let base = spec
+        .step_input(archplace_spec::Scheduling::default())
+        .expect("a fixed chip and plan");
+    let latency = models.latency.clone();
+    let mut g = c.benchmark_group("estimate/deepseek-v3");
+    for schedule in archplace_engine::pipeline::PipelineSchedule::ALL {
+        if schedule == archplace_engine::pipeline::PipelineSchedule::Interleaved {
+            continue; // 61 blocks over 16 stages of equal chunks: not this plan's shape.
+        }
+        let mut input = base.clone();
+        input.plan.pipeline_schedule = schedule;
+        g.bench_function(schedule.name(), |b| {
+            b.iter(|| {
+                archplace_engine::step::estimate_step(black_box(&input), latency.as_ref())
+                    .expect("the example plan fits")
+                    .step_seconds
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, search, estimate, estimate_schedules);
 criterion_main!(benches);

@@ -763,7 +763,7 @@ impl Ctx<'_> {
     }
 
     /// The fastest of the program's `proposals` at HBM size `h`, each priced under every
-    /// schedule the training tries for its chunks ([`Evaluator::schedules_for`]; ties to
+    /// schedule the training tries for its chunks ([`Ctx::schedules_for`]; ties to
     /// the earlier proposal, then schedule); with schedules given, the best 1F1B plan's
     /// step beside it.
     fn best_priced(
