@@ -489,6 +489,26 @@ pub fn simulate(
     sim.run()
 }
 
+/// [`simulate`]'s makespan alone: the step model's need, without keeping every pass (a
+/// pipeline of thousands of micro-batches places hundreds of thousands).
+pub fn simulated_makespan(
+    schedule: PipelineSchedule,
+    p: u64,
+    interleaving: u64,
+    m: u64,
+    slots: Slots,
+) -> f64 {
+    let mut sim = Sim::new(
+        schedule,
+        p as usize,
+        interleaving as usize,
+        m as usize,
+        slots,
+    );
+    sim.record = false;
+    sim.run().makespan
+}
+
 /// The simulation's state.
 struct Sim {
     schedule: PipelineSchedule,
@@ -515,6 +535,9 @@ struct Sim {
     next_f: Vec<Vec<usize>>,
     next_b: Vec<Vec<usize>>,
     passes: Vec<Placed>,
+    /// Whether `passes` keeps every pass (else only `makespan` is kept).
+    record: bool,
+    makespan: f64,
 }
 
 impl Sim {
@@ -542,7 +565,9 @@ impl Sim {
             peak: vec![0; p],
             next_f: vec![vec![0; chunks]; p],
             next_b: vec![vec![0; chunks]; p],
-            passes: Vec::with_capacity(3 * m * p * chunks),
+            passes: Vec::new(),
+            record: true,
+            makespan: 0.0,
         };
         for k in 0..p {
             sim.orders[k] = match schedule {
@@ -686,21 +711,39 @@ impl Sim {
         )
     }
 
+    /// When device `k` can start its next pass (infinity: nothing placeable yet).
+    fn decision_time(&self, k: usize) -> f64 {
+        if self.is_greedy() {
+            self.greedy_time(k)
+        } else {
+            match self.orders[k].get(self.next[k]) {
+                Some(&a) => self.ready(a).max(self.free_at[k]),
+                None => f64::INFINITY,
+            }
+        }
+    }
+
+    /// The device running stage `stage` of direction `dir`.
+    fn device_of(&self, dir: usize, stage: usize) -> usize {
+        let p = self.p;
+        match self.schedule {
+            PipelineSchedule::DualPipe if dir == 1 => p - 1 - stage,
+            PipelineSchedule::Interleaved => stage % p,
+            PipelineSchedule::Zbv | PipelineSchedule::DualPipeV if stage >= p => 2 * p - 1 - stage,
+            _ => stage,
+        }
+    }
+
     fn run(mut self) -> Simulated {
+        // Each device's decision time, kept current: a placement changes only its own
+        // device's and those holding the stages next to the units it ran.
+        let mut decision: Vec<f64> = (0..self.p).map(|k| self.decision_time(k)).collect();
         loop {
             // The device that decides first: the earliest time any device can start its
             // next pass (ties: the lowest device). Passes placed later start no earlier, so
             // nothing can become ready before it.
             let mut pick: Option<(f64, usize)> = None;
-            for k in 0..self.p {
-                let t = if self.is_greedy() {
-                    self.greedy_time(k)
-                } else {
-                    match self.orders[k].get(self.next[k]) {
-                        Some(&a) => self.ready(a).max(self.free_at[k]),
-                        None => f64::INFINITY,
-                    }
-                };
+            for (k, &t) in decision.iter().enumerate() {
                 if t.is_finite() && pick.is_none_or(|(best, _)| t < best) {
                     pick = Some((t, k));
                 }
@@ -716,10 +759,22 @@ impl Sim {
                 self.orders[k][self.next[k] - 1]
             };
             self.place(k, t, action);
+            let units = match action {
+                Action::F(u) | Action::B(u, _) => [Some(u), None],
+                Action::Fb(f, b) => [Some(f), Some(b)],
+                Action::W => [None, None],
+            };
+            decision[k] = self.decision_time(k);
+            for u in units.into_iter().flatten() {
+                let next = (u.stage + 1 < self.stages).then(|| self.device_of(u.dir, u.stage + 1));
+                let previous = (u.stage > 0).then(|| self.device_of(u.dir, u.stage - 1));
+                for d in [next, previous].into_iter().flatten() {
+                    decision[d] = self.decision_time(d);
+                }
+            }
         }
-        let makespan = self.passes.iter().map(|p| p.end).fold(0.0, f64::max);
         Simulated {
-            makespan,
+            makespan: self.makespan,
             passes: self.passes,
             peak_chunks_in_flight: self.peak,
         }
@@ -773,6 +828,10 @@ impl Sim {
             && let Some(u) = self.queued[k].pop_front()
         {
             first = Some(self.ids(u));
+        }
+        self.makespan = self.makespan.max(end);
+        if !self.record {
+            return;
         }
         let (micro_batch, stage) = first.unwrap_or((0, 0));
         self.passes.push(Placed {

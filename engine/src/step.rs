@@ -1840,8 +1840,8 @@ fn pipeline_bubble(pl: &StepPlan, m: u64, steady: Steady) -> f64 {
         // The fill and the flush wait for every transfer, overlapped or not.
         return (p - 1) as f64 / v.max(1) as f64 * steady.exposed_transfers;
     }
-    let sim = crate::pipeline::simulate(schedule, p, v, m, pass_slots(pl, steady));
-    (sim.makespan - m as f64 * steady.seconds).max(0.0)
+    let makespan = crate::pipeline::simulated_makespan(schedule, p, v, m, pass_slots(pl, steady));
+    (makespan - m as f64 * steady.seconds).max(0.0)
 }
 
 /// A device's passes per chunk from its time per micro-batch (`steady`): forward, input
