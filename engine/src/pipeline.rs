@@ -737,18 +737,18 @@ impl Sim {
     fn run(mut self) -> Simulated {
         // Each device's decision time, kept current: a placement changes only its own
         // device's and those holding the stages next to the units it ran.
-        let mut decision: Vec<f64> = (0..self.p).map(|k| self.decision_time(k)).collect();
+        let mut decision = Tournament::new(self.p);
+        for k in 0..self.p {
+            decision.set(k, self.decision_time(k));
+        }
         loop {
             // The device that decides first: the earliest time any device can start its
             // next pass (ties: the lowest device). Passes placed later start no earlier, so
             // nothing can become ready before it.
-            let mut pick: Option<(f64, usize)> = None;
-            for (k, &t) in decision.iter().enumerate() {
-                if t.is_finite() && pick.is_none_or(|(best, _)| t < best) {
-                    pick = Some((t, k));
-                }
+            let (t, k) = decision.min();
+            if !t.is_finite() {
+                break;
             }
-            let Some((t, k)) = pick else { break };
             let action = if self.is_greedy() {
                 match self.greedy_choice(k, t) {
                     Some(a) => a,
@@ -764,12 +764,12 @@ impl Sim {
                 Action::Fb(f, b) => [Some(f), Some(b)],
                 Action::W => [None, None],
             };
-            decision[k] = self.decision_time(k);
+            decision.set(k, self.decision_time(k));
             for u in units.into_iter().flatten() {
                 let next = (u.stage + 1 < self.stages).then(|| self.device_of(u.dir, u.stage + 1));
                 let previous = (u.stage > 0).then(|| self.device_of(u.dir, u.stage - 1));
                 for d in [next, previous].into_iter().flatten() {
-                    decision[d] = self.decision_time(d);
+                    decision.set(d, self.decision_time(d));
                 }
             }
         }
@@ -850,6 +850,40 @@ impl Sim {
         (0..self.chunks)
             .find(|&j| self.schedule.stage_of(k as u64, j as u64, self.p as u64) as usize == stage)
             .unwrap_or(0)
+    }
+}
+
+/// The devices' decision times in a tournament tree: the earliest (ties: the lowest
+/// device) in constant time, a device's change in `log p` steps — the simulation asks for
+/// the earliest once per pass.
+struct Tournament {
+    leaves: usize,
+    /// Node `i`'s winner (time, device); leaves from `leaves`, the root at 1.
+    nodes: Vec<(f64, usize)>,
+}
+
+impl Tournament {
+    fn new(n: usize) -> Tournament {
+        let leaves = n.next_power_of_two().max(1);
+        Tournament {
+            leaves,
+            nodes: vec![(f64::INFINITY, usize::MAX); 2 * leaves],
+        }
+    }
+
+    fn set(&mut self, k: usize, t: f64) {
+        let mut i = self.leaves + k;
+        self.nodes[i] = (t, k);
+        while i > 1 {
+            i /= 2;
+            let (a, b) = (self.nodes[2 * i], self.nodes[2 * i + 1]);
+            // The earlier; equal times to the lower device (the left one).
+            self.nodes[i] = if b.0 < a.0 { b } else { a };
+        }
+    }
+
+    fn min(&self) -> (f64, usize) {
+        self.nodes[1]
     }
 }
 
