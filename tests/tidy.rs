@@ -156,19 +156,20 @@ fn engine_modules() -> Vec<String> {
         .collect()
 }
 
-/// The engine's top-level modules that the code of one file names (`crate::x`, or
-/// `super::…` climbing to the crate root), outside tests.
+/// The module paths that the code of one engine file names (`crate::x::…`, or `super::…`
+/// climbing towards the crate root), outside tests and inline modules.
 struct ModuleUses {
     /// The file's module path below the crate root (`["search", "memory"]`).
     module: Vec<String>,
     /// Inline modules entered (for `super`).
     inline: Vec<String>,
-    used: BTreeSet<String>,
+    /// Every module path named, whole (`["search", "context", "Ctx"]`).
+    paths: BTreeSet<Vec<String>>,
 }
 
 impl ModuleUses {
-    /// The top-level module a path starting `crate`/`super`/`self` names, if any.
-    fn resolve(&self, segments: &[String]) -> Option<String> {
+    /// The whole path a path starting `crate`/`super`/`self` names, from the crate root.
+    fn resolve_full(&self, segments: &[String]) -> Option<Vec<String>> {
         let mut here: Vec<String> = self.module.iter().chain(&self.inline).cloned().collect();
         let mut rest = segments;
         match rest.first().map(String::as_str) {
@@ -185,12 +186,15 @@ impl ModuleUses {
             Some("self") => rest = &rest[1..],
             _ => return None,
         }
-        here.first().cloned().or_else(|| rest.first().cloned())
+        here.extend(rest.iter().cloned());
+        Some(here)
     }
 
     fn record(&mut self, segments: Vec<String>) {
-        if let Some(m) = self.resolve(&segments) {
-            self.used.insert(m);
+        if self.inline.is_empty()
+            && let Some(full) = self.resolve_full(&segments)
+        {
+            self.paths.insert(full);
         }
     }
 }
@@ -268,53 +272,78 @@ fn module_path(path: &Path) -> Vec<String> {
     parts
 }
 
-/// For each engine module, the other top-level modules its code outside tests names.
-fn engine_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// The modules the engine's module `path` declares, in order, outside tests (`[]`: lib.rs).
+fn declared_in(path: &[String]) -> Vec<String> {
+    let dir = Path::new("engine/src").join(path.join("/"));
+    let file = if path.is_empty() {
+        dir.join("lib.rs")
+    } else if root().join(&dir).join("mod.rs").exists() {
+        dir.join("mod.rs")
+    } else {
+        dir.with_extension("rs")
+    };
+    if !root().join(&file).exists() {
+        return Vec::new();
+    }
+    parse(&file)
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Mod(m) if m.content.is_none() && !test_only(&m.attrs) => {
+                Some(m.ident.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// At every level of the engine, each module's files import only the modules declared
+/// before it by their common parent: `search/evaluate.rs` may name `search::context`
+/// (declared before `evaluate` in `search/mod.rs`) but not `search::bound` — so no two
+/// modules import each other, at the top or inside one.
+#[test]
+fn each_engine_module_at_every_level_imports_only_modules_declared_before_it() {
+    let mut wrong = BTreeSet::new();
+    let mut checked = 0;
     for path in rust_files()
         .iter()
         .filter(|p| p.starts_with("engine/src") && !test_file(p))
     {
         let module = module_path(path);
-        let Some(top) = module.first().cloned() else {
-            continue; // lib.rs declares the modules
-        };
         let mut v = ModuleUses {
-            module,
+            module: module.clone(),
             inline: Vec::new(),
-            used: BTreeSet::new(),
+            paths: BTreeSet::new(),
         };
         v.visit_file(&parse(path));
-        v.used.remove(&top);
-        imports.entry(top).or_default().extend(v.used);
-    }
-    imports
-}
-
-#[test]
-fn each_engine_module_imports_only_modules_declared_before_it() {
-    let order = engine_modules();
-    assert!(order.len() >= 10, "engine/src/lib.rs declares {order:?}");
-    let position = |m: &str| order.iter().position(|o| o == m);
-    let mut wrong = Vec::new();
-    for (module, used) in engine_imports() {
-        let Some(at) = position(&module) else {
-            continue;
-        };
-        for u in used {
-            match position(&u) {
-                Some(p) if p < at => {}
-                Some(_) => wrong.push(format!(
-                    "`{module}` imports `{u}`, declared after it in engine/src/lib.rs"
-                )),
-                None => {}
+        for named in &v.paths {
+            let common = module.iter().zip(named).take_while(|(a, b)| a == b).count();
+            if common >= module.len() || common >= named.len() {
+                continue; // itself, or its own items and children
+            }
+            let parent = &module[..common];
+            let order = declared_in(parent);
+            let position = |m: &str| order.iter().position(|o| o == m);
+            if let (Some(at), Some(used)) = (position(&module[common]), position(&named[common])) {
+                checked += 1;
+                if used > at {
+                    wrong.insert(format!(
+                        "`{}` imports `{}`, declared after it",
+                        module[..=common].join("::"),
+                        named[..=common].join("::")
+                    ));
+                }
             }
         }
     }
     assert!(
+        checked > 100,
+        "only {checked} imports between sibling modules seen"
+    );
+    assert!(
         wrong.is_empty(),
         "the engine's module order (ARCHITECTURE.md, \"The engine's modules\"):\n{}",
-        wrong.join("\n")
+        wrong.into_iter().collect::<Vec<_>>().join("\n")
     );
 }
 

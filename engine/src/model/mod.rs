@@ -2,9 +2,13 @@
 //! layers, `docs/reference.md` §1, with its defects fixed, §3): no tracing, every shape
 //! derived from the configuration.
 
-pub mod build;
+// In their order: each imports only those before it (a tidy test checks it); one per
+// group, as rustfmt would sort consecutive declarations.
 pub mod config;
+
 pub mod graph;
+
+pub mod build;
 
 pub use crate::training::Numerics;
 pub use build::{

@@ -38,11 +38,18 @@
 // Operators are indices into several parallel arrays; index loops read best here.
 #![allow(clippy::needless_range_loop)]
 
-mod bounds;
-mod check;
-mod heuristic;
-mod mip;
+// In their order: each imports only those before it (a tidy test checks it); one per
+// group, as rustfmt would sort consecutive declarations.
 mod prep;
+
+mod bounds;
+
+mod heuristic;
+
+mod mip;
+
+mod check;
+
 mod skeleton;
 
 pub use check::check;

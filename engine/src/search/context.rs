@@ -4,8 +4,8 @@
 
 use super::estimator::Estimator;
 use super::input::SearchInput;
+use super::memo::{ScheduleMemo, SharedSchedules};
 use super::observe::{Observer, Stats};
-use super::schedules::{ScheduleMemo, SharedSchedules};
 use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build};
 use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
@@ -24,10 +24,10 @@ pub(super) struct Ctx<'a> {
     pub(super) shared: Option<&'a dyn SharedSchedules>,
     /// The plan shapes' step floors a proven search bounds by, computed at its first
     /// bound.
-    pub(super) floors: OnceLock<super::bound::Floors>,
+    pub(super) floors: OnceLock<super::floor::Floors<GraphKey>>,
     /// The layer graphs' skeletons a proven search bounds with, worked out at its first
     /// bound.
-    pub(super) skeletons: OnceLock<super::bound::Skeletons>,
+    pub(super) skeletons: OnceLock<super::floor::Skeletons>,
 }
 
 impl<'a> Ctx<'a> {

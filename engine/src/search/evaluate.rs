@@ -4,8 +4,8 @@
 
 use super::SearchError;
 use super::context::{Ctx, GraphKey, JobError, Run, layer_name};
+use super::memo::Timed;
 use super::record::{BaselineReport, DomainScore, Evaluated, LayerReport, ModelPlan, StageReport};
-use super::schedules::Timed;
 use crate::model::{DISTINCT_LAYERS, Layer, LayerKind, ModelGraph, OpGraph};
 use crate::pipeline::PipelineSchedule;
 use crate::placement::{

@@ -191,10 +191,10 @@ pub fn estimate_for(
         .saturating_mul(shape.widths)
         .saturating_mul(2 * crate::model::DISTINCT_LAYERS as u64);
     let entries = |generation: usize| (2 * generation as u64).min(most);
-    let schedule_memo_bytes = entries(super::schedules::ScheduleMemo::GENERATION)
+    let schedule_memo_bytes = entries(super::memo::ScheduleMemo::GENERATION)
         .saturating_mul(shape.largest_key_words.saturating_mul(8) + 128)
         .saturating_add(
-            entries(super::schedules::ScheduleMemo::TRACE_GENERATION).saturating_mul(trace_bytes),
+            entries(super::memo::ScheduleMemo::TRACE_GENERATION).saturating_mul(trace_bytes),
         );
     // Per candidate an optional bound (16 bytes), its place in the order (16) and the
     // order handed to a pool's coordinator with its positions (16).

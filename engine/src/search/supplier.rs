@@ -2,9 +2,9 @@
 //! them, with the search's memos ([`Evaluator`]).
 
 use super::context::Ctx;
+use super::memo::SharedSchedules;
 use super::observe::{Observer, Stats};
 use super::record::Evaluated;
-use super::schedules::SharedSchedules;
 use super::{SearchError, SearchInput};
 use crate::space::Candidate;
 use archplace_plugin_sdk::LatencyModel;
