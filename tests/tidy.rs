@@ -256,27 +256,49 @@ impl<'ast> Visit<'ast> for ModuleUses {
     }
 }
 
-/// The module path of an engine source file: `engine/src/search/memory.rs` → `[search,
-/// memory]`; `mod.rs` and `lib.rs` name their folder's module.
-fn module_path(path: &Path) -> Vec<String> {
+/// The crates whose modules keep their order: every member of the workspace but the
+/// plugins (their own small crates).
+const ORDERED_CRATES: [&str; 11] = [
+    "plugin-sdk",
+    "util",
+    "cost-port",
+    "engine",
+    "plugin-host",
+    "spec",
+    "calibrate",
+    "job",
+    "pool",
+    "service",
+    "daemon",
+];
+
+/// The module path of a source file of crate `krate`: `engine/src/search/memory.rs` →
+/// `[search, memory]`; `mod.rs`, `lib.rs` and `main.rs` name their folder's module.
+fn module_path(krate: &str, path: &Path) -> Vec<String> {
     let rel = path
-        .strip_prefix("engine/src")
-        .expect("an engine source file");
+        .strip_prefix(format!("{krate}/src"))
+        .expect("a source file of the crate");
     let mut parts: Vec<String> = rel
         .iter()
         .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    if parts.last().is_some_and(|l| l == "mod" || l == "lib") {
+    let root_file = parts.len() == 1 && parts[0] == "main";
+    if root_file || parts.last().is_some_and(|l| l == "mod" || l == "lib") {
         parts.pop();
     }
     parts
 }
 
-/// The modules the engine's module `path` declares, in order, outside tests (`[]`: lib.rs).
-fn declared_in(path: &[String]) -> Vec<String> {
-    let dir = Path::new("engine/src").join(path.join("/"));
+/// The modules that module `path` of crate `krate` declares, in order, outside tests
+/// (`[]`: its lib.rs or main.rs).
+fn declared_in(krate: &str, path: &[String]) -> Vec<String> {
+    let dir = Path::new(krate).join("src").join(path.join("/"));
     let file = if path.is_empty() {
-        dir.join("lib.rs")
+        if root().join(&dir).join("lib.rs").exists() {
+            dir.join("lib.rs")
+        } else {
+            dir.join("main.rs")
+        }
     } else if root().join(&dir).join("mod.rs").exists() {
         dir.join("mod.rs")
     } else {
@@ -297,52 +319,56 @@ fn declared_in(path: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// At every level of the engine, each module's files import only the modules declared
+/// In every crate and at every level, each module's files import only the modules declared
 /// before it by their common parent: `search/evaluate.rs` may name `search::context`
 /// (declared before `evaluate` in `search/mod.rs`) but not `search::bound` — so no two
-/// modules import each other, at the top or inside one.
+/// modules of a crate import each other, at the top or inside one.
 #[test]
-fn each_engine_module_at_every_level_imports_only_modules_declared_before_it() {
+fn each_module_at_every_level_imports_only_modules_declared_before_it() {
     let mut wrong = BTreeSet::new();
     let mut checked = 0;
-    for path in rust_files()
-        .iter()
-        .filter(|p| p.starts_with("engine/src") && !test_file(p))
-    {
-        let module = module_path(path);
-        let mut v = ModuleUses {
-            module: module.clone(),
-            inline: Vec::new(),
-            paths: BTreeSet::new(),
-        };
-        v.visit_file(&parse(path));
-        for named in &v.paths {
-            let common = module.iter().zip(named).take_while(|(a, b)| a == b).count();
-            if common >= module.len() || common >= named.len() {
-                continue; // itself, or its own items and children
-            }
-            let parent = &module[..common];
-            let order = declared_in(parent);
-            let position = |m: &str| order.iter().position(|o| o == m);
-            if let (Some(at), Some(used)) = (position(&module[common]), position(&named[common])) {
-                checked += 1;
-                if used > at {
-                    wrong.insert(format!(
-                        "`{}` imports `{}`, declared after it",
-                        module[..=common].join("::"),
-                        named[..=common].join("::")
-                    ));
+    for krate in ORDERED_CRATES {
+        for path in rust_files()
+            .iter()
+            .filter(|p| p.starts_with(format!("{krate}/src")) && !test_file(p))
+        {
+            let module = module_path(krate, path);
+            let mut v = ModuleUses {
+                module: module.clone(),
+                inline: Vec::new(),
+                paths: BTreeSet::new(),
+            };
+            v.visit_file(&parse(path));
+            for named in &v.paths {
+                let common = module.iter().zip(named).take_while(|(a, b)| a == b).count();
+                if common >= module.len() || common >= named.len() {
+                    continue; // itself, or its own items and children
+                }
+                let parent = &module[..common];
+                let order = declared_in(krate, parent);
+                let position = |m: &str| order.iter().position(|o| o == m);
+                if let (Some(at), Some(used)) =
+                    (position(&module[common]), position(&named[common]))
+                {
+                    checked += 1;
+                    if used > at {
+                        wrong.insert(format!(
+                            "{krate}: `{}` imports `{}`, declared after it",
+                            module[..=common].join("::"),
+                            named[..=common].join("::")
+                        ));
+                    }
                 }
             }
         }
     }
     assert!(
-        checked > 100,
+        checked > 200,
         "only {checked} imports between sibling modules seen"
     );
     assert!(
         wrong.is_empty(),
-        "the engine's module order (ARCHITECTURE.md, \"The engine's modules\"):\n{}",
+        "module order (ARCHITECTURE.md, \"Invariants\", 19):\n{}",
         wrong.into_iter().collect::<Vec<_>>().join("\n")
     );
 }

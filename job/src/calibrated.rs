@@ -208,7 +208,7 @@ pub struct SearchUncertainty {
     pub chips: Vec<ChipOdds>,
     /// The chip best in the most draws, when it is not the search's best.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub most_often_best: Option<crate::result::Configuration>,
+    pub most_often_best: Option<crate::lines::Configuration>,
     /// Candidate evaluations made for it (each chip's placement under other values).
     pub evaluations: usize,
     pub seconds: f64,
@@ -217,7 +217,7 @@ pub struct SearchUncertainty {
 /// One of the best chips under the parameters' uncertainty.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChipOdds {
-    pub configuration: crate::result::Configuration,
+    pub configuration: crate::lines::Configuration,
     pub mean_throughput_samples_per_second: f64,
     /// 5th and 95th percentile of its mean throughput over the draws (exact evaluations
     /// at the draws that sit there).
@@ -316,7 +316,7 @@ pub fn search_uncertainty(
             let (a, b) = (exact[2 * k], exact[2 * k + 1]);
             let (a, b) = (a.unwrap_or(base[k]), b.unwrap_or(base[k]));
             ChipOdds {
-                configuration: crate::result::Configuration::new(&e.config, e.area_um2),
+                configuration: crate::lines::Configuration::new(&e.config, e.area_um2),
                 mean_throughput_samples_per_second: base[k],
                 throughput_interval: [a.min(b), a.max(b)],
                 best_probability: wins[k] as f64 / draws.len() as f64,

@@ -2,7 +2,7 @@
 //! (`8 TC 128×128, 2 VC ×128, 128 MiB`), whole in summaries and logs (its cores, buffer,
 //! area and HBM).
 
-use crate::result::Configuration;
+use crate::lines::Configuration;
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::format_bytes;
 

@@ -6,7 +6,7 @@
 //! a size is the best of the explored candidates there; ties go to the smaller chip, then
 //! to the one visited first, as in the search.
 
-use crate::result::{Configuration, PlanLine};
+use crate::lines::{Configuration, PlanLine};
 use archplace_engine::search::{
     Evaluated, ModelPlan, Outcome, TIE_RELATIVE, faster_or_smaller, ties,
 };

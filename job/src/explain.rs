@@ -6,7 +6,7 @@
 //! run's summary said when it ended.
 
 use crate::chip;
-use crate::result::{Configuration, ExploredLine, PlanLine, ResultDoc};
+use crate::lines::{Best, Configuration, ExploredLine, NEAR_TIE, PlanLine};
 use archplace_engine::network::{Network, Tier};
 use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::search::Evaluated;
@@ -160,9 +160,11 @@ pub fn needed(best: &AcceleratorConfig, explored: &[Evaluated]) -> Vec<usize> {
 
 /// The explanation of `doc`'s answer from the candidates of `explored`; `None` when no chip
 /// trained every model.
-pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation> {
-    let best = doc.best.as_ref()?;
-    let network = doc.spec.network.as_ref();
+pub fn explain(
+    best: &Best,
+    network: Option<&Network>,
+    explored: &[ExploredLine],
+) -> Option<Explanation> {
     let top = best.mean_throughput_samples_per_second;
     let is_best =
         |e: &ExploredLine| e.configuration.chip == best.configuration.chip && e.hbm_bytes.is_some();
@@ -201,7 +203,7 @@ pub fn explain(doc: &ResultDoc, explored: &[ExploredLine]) -> Option<Explanation
         .iter()
         .take(NEXT_BEST)
         .map(|e| {
-            let tie = throughput(e) >= top * (1.0 - crate::result::NEAR_TIE);
+            let tie = throughput(e) >= top * (1.0 - NEAR_TIE);
             rival(if tie { "near-tie" } else { "next best" }, e)
         })
         .collect();

@@ -11,17 +11,32 @@
 // Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
 #![warn(clippy::iter_over_hash_type)]
 
-pub mod calibrated;
+// In their order: each imports only those before it (ARCHITECTURE.md, invariant 19; a
+// tidy test checks it). One per group: rustfmt would sort consecutive declarations.
+pub mod lines;
+
 pub mod chip;
-pub mod domains;
-pub mod estimate;
-pub mod explain;
-pub mod folder;
+
 pub mod journal;
+
 pub mod memory;
+
 pub mod plot;
+
+pub mod domains;
+
+pub mod explain;
+
+pub mod calibrated;
+
 pub mod result;
-pub mod run;
+
+pub mod estimate;
+
 pub mod timeline;
+
+pub mod run;
+
+pub mod folder;
 
 pub use run::{Finished, Prepared, RunError, Steering, prepare};

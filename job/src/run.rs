@@ -474,7 +474,10 @@ impl Prepared<'_> {
                 .into_iter()
                 .map(|k| ExploredLine::from(&outcome.explored[k]))
                 .collect();
-            doc.explanation = crate::explain::explain(&doc, &lines);
+            doc.explanation = doc
+                .best
+                .as_ref()
+                .and_then(|b| crate::explain::explain(b, doc.spec.network.as_ref(), &lines));
         }
         doc
     }

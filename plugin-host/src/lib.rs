@@ -22,14 +22,23 @@
 // The host's API is what the service, the pool and the CLI use: every item says what it is.
 #![deny(missing_docs)]
 
+// In their order: each imports only those before it (ARCHITECTURE.md, invariant 19; a
+// tidy test checks it). One per group: rustfmt would sort consecutive declarations.
 mod bindings;
+
 pub mod cache;
+
 pub mod catalog;
+
 pub mod check;
-mod inspect;
-mod memo;
-mod session;
+
 mod store;
+
+mod inspect;
+
+mod memo;
+
+mod session;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;

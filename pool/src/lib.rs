@@ -31,14 +31,24 @@
 // Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
 #![warn(clippy::iter_over_hash_type)]
 
+// In their order: each imports only those before it (ARCHITECTURE.md, invariant 19; a
+// tidy test checks it). One per group: rustfmt would sort consecutive declarations.
 pub mod config;
-pub mod coordinator;
-pub mod distributor;
-pub mod metrics;
-pub mod objects;
+
 pub mod protocol;
+
+pub mod objects;
+
+pub mod coordinator;
+
+pub mod distributor;
+
+pub mod metrics;
+
 pub mod schedules;
+
 pub mod synthetic;
+
 pub mod worker;
 
 pub use config::PoolConfig;

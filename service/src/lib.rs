@@ -15,14 +15,24 @@
 //! restart searches them again; the same happens after kill -9, because a job is only
 //! `done` once its result files are written.
 
+// In their order: each imports only those before it (ARCHITECTURE.md, invariant 19; a
+// tidy test checks it). One per group: rustfmt would sort consecutive declarations.
 pub mod config;
+
 pub mod folder;
-pub mod http;
-mod intake;
-pub mod jobs;
+
 mod lock;
+
+pub mod jobs;
+
 pub mod metrics;
+
+pub mod http;
+
 mod state;
+
+mod intake;
+
 mod worker;
 
 use archplace_plugin_host::Host;

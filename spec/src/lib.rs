@@ -10,15 +10,24 @@
 // Results must not depend on a hash map's order (ARCHITECTURE.md, "Determinism").
 #![warn(clippy::iter_over_hash_type)]
 
-pub mod calibration;
-pub mod diagnostic;
-mod input;
+// In their order: each imports only those before it (ARCHITECTURE.md, invariant 19; a
+// tidy test checks it). One per group: rustfmt would sort consecutive declarations.
 pub mod raw;
+
+pub mod calibration;
+
+pub mod diagnostic;
+
+mod input;
+
 mod resolved;
+
 mod schema;
+
+mod validate;
+
 pub use input::{EstimateSpecError, Scheduling};
 pub use resolved::{estimate_toml, plan_table, resolved};
-mod validate;
 
 use archplace_engine::model::ModelConfig;
 use archplace_engine::space::SpaceSpec;

@@ -18,7 +18,11 @@ pub struct ExplainArgs {
 
 pub fn run(args: &ExplainArgs) -> Result<Exit> {
     let (doc, explored) = folder::read_results(&args.dir)?;
-    let Some(e) = explain::explain(&doc, &explored) else {
+    let explained = doc
+        .best
+        .as_ref()
+        .and_then(|b| explain::explain(b, doc.spec.network.as_ref(), &explored));
+    let Some(e) = explained else {
         outln!(
             "search `{}`: no chip trained every model; nothing to explain (see {})",
             doc.spec.name,

@@ -8,13 +8,22 @@ pub(super) const MAX_ELEMENTS: u128 = 1 << 53;
 /// Largest number of configurations an axis product may have.
 pub(super) const MAX_SPACE: u128 = 4_000_000;
 
-mod cluster;
-mod cost_model;
-mod estimate;
-mod models;
+// In their order: each imports only those before it (ARCHITECTURE.md, invariant 19; a
+// tidy test checks it). One per group: rustfmt would sort consecutive declarations.
 mod rules;
+
+mod cluster;
+
+mod cost_model;
+
+mod models;
+
+mod estimate;
+
 mod runnable;
+
 mod space;
+
 mod training;
 
 use cluster::cluster;
