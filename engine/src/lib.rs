@@ -17,6 +17,7 @@
 //!   kernel at a time);
 //! * [`pipeline`] — pipeline schedules: layout, rules, activations in flight, simulation;
 //! * [`training`] — precision, optimizer, recomputation, the cluster, bytes per parameter;
+//! * [`plan`] — the training plan: parallelism, schedule, stages, choices (one type);
 //! * [`space`] — the architecture space: its axes, enumerated and sized by the area model.
 //!
 //! Computation, bottom-up:
@@ -43,6 +44,8 @@ pub mod execution;
 pub mod pipeline;
 
 pub mod training;
+
+pub mod plan;
 
 pub mod space;
 

@@ -1020,31 +1020,16 @@ impl Ctx<'_> {
                     }
                 })
                 .collect();
-            let plan = StepPlan {
+            // The run's plan in the baseline's shape (plain 1F1B, its stage list), every
+            // expert on every rank of a stage.
+            let shape = Shape {
                 tensor_parallel: t,
                 pipeline_parallel: bl.pipeline,
                 data_parallel: bl.data,
-                micro_batch: run.micro_batch,
                 interleaving: 1,
-                pipeline_schedule: Default::default(),
-                recomputation: run.recompute,
-                sequence_parallel: run.sequence_parallel && t > 1,
-                precision: tr.precision(run.precision),
-                fp8_scaling: tr.fp8_scaling,
-                fp8_param_gather: tr.fp8_param_gather && run.zero >= 1,
-                optimizer: tr.optimizer,
-                distributed_optimizer: run.zero >= 1,
-                sharding: tr.sharding(run.zero, run.reshard),
-                expert_parallel: 1,
-                expert_tensor_parallel: model.config.expert_tensor_parallel(t),
-                all_to_all_overlap: tr.all_to_all_overlap,
-                // Plain 1F1B: its transfers are exposed.
-                pipeline_parallel_overlap: false,
-                // The run's context parallelism (its graphs are the run's).
-                context_parallel: run.context_parallel,
-                context_exchange: tr.context_exchange,
-                stage_layers: uneven(list, blocks),
             };
+            let mut plan = self.shape_plan(run, shape, uneven(list, blocks));
+            plan.expert_parallel = 1;
             let cp = run.context_parallel;
             let needed = t
                 .saturating_mul(cp)

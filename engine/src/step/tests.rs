@@ -2,6 +2,7 @@ use super::*;
 use crate::model::preset;
 use crate::network::Tier;
 use crate::space::REFERENCE_CONFIG;
+use crate::training::{Fp8Scaling, Optimizer, Precision};
 use archplace_reference_cost::ReferenceModel;
 
 fn plan(t: u64, p: u64, d: u64) -> StepPlan {
