@@ -213,6 +213,7 @@ fn placement_hbm(c: &mut Criterion) {
             sync_per_parameter_byte: 2.0,
         }),
         resync: Resync::LargestStage,
+        bubble_per_stage: 1.0,
         runnable: Default::default(),
     };
     let sizes = [32.0, 64.0, 80.0].map(|g: f64| g * (1u64 << 30) as f64);

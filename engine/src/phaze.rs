@@ -167,6 +167,7 @@ pub fn problem(input: &Input) -> Result<Problem, InputError> {
         recompute: input.activation_recomputation,
         memory: MemoryRule::Reference { optimizer_copies },
         resync: Resync::FirstStage,
+        bubble_per_stage: 1.0,
         runnable: Default::default(),
     };
     let fixed = match (

@@ -308,6 +308,46 @@ impl PipelineSchedule {
         }
     }
 
+    /// The bubble in micro-batch slots per pipeline stage beyond the first (loads of the
+    /// slowest stage), for passes of these times per micro-batch of a device: what the
+    /// placement program charges a pipeline of `s` stages, `m + (s − 1)·b`, when it
+    /// proposes stage boundaries for this schedule. 1 for 1F1B, `1/v` interleaved
+    /// (exactly); for the others the simulation's bubble on 8 stages and 32 micro-batches
+    /// over its 7 stages beyond the first (their bubble grows with the stages as 1F1B's
+    /// does: the papers' `(p − 1)(…)` and `(PP/2 − 1)(…)`).
+    pub fn bubble_per_stage(self, interleaving: u64, per_micro_batch: Slots) -> f64 {
+        match self {
+            PipelineSchedule::OneFOneB => return 1.0,
+            PipelineSchedule::Interleaved => return 1.0 / interleaving.max(1) as f64,
+            _ => {}
+        }
+        let Slots {
+            forward,
+            backward_input,
+            weight,
+            overlapped,
+        } = per_micro_batch;
+        let whole = forward + backward_input + weight;
+        if whole <= 0.0 || !whole.is_finite() {
+            return 1.0;
+        }
+        let steady = if self.overlaps_chunks() {
+            overlapped.min(whole)
+        } else {
+            whole
+        };
+        let chunks = self.chunks_visited(interleaving) as f64;
+        let slots = Slots {
+            forward: forward / chunks,
+            backward_input: backward_input / chunks,
+            weight: weight / chunks,
+            overlapped: steady / chunks,
+        };
+        let (p, m) = (8, 32);
+        let makespan = simulated_makespan(self, p, interleaving, m, slots);
+        ((makespan - m as f64 * steady) / ((p - 1) as f64 * steady)).clamp(0.0, 1.0)
+    }
+
     /// Micro-batches whose activations device `k` of `p` holds at its peak, in units of
     /// one micro-batch's activations of the device's chunks (for DualPipe, of one of its
     /// two stages: their mean), with `v` chunks and `m` micro-batches per replica — as each

@@ -98,6 +98,10 @@ pub struct Settings {
     pub resync: Resync,
     /// Which plans a framework can run: what the program may return.
     pub runnable: Runnable,
+    /// The bubble's micro-batch slots per pipeline stage beyond the first, in loads of the
+    /// slowest stage: 1 for 1F1B (the reference's `m + s − 1`), less for the schedules
+    /// that fill it ([`crate::pipeline::PipelineSchedule::bubble_per_stage`]).
+    pub bubble_per_stage: f64,
 }
 
 /// Constraints that make a plan one a framework (Megatron-LM) can run. The reference's
@@ -707,7 +711,8 @@ fn best_in_level(
                         continue;
                     }
                     for (e, rest) in p.front(p.idx(j, s - 1, q)).iter().enumerate() {
-                        let pipeline = rest.load.max(first) * (m + s as u64 - 1) as f64;
+                        let slots = m as f64 + (s - 1) as f64 * settings.bubble_per_stage;
+                        let pipeline = rest.load.max(first) * slots;
                         let params = match settings.resync {
                             Resync::FirstStage => r.params,
                             Resync::LargestStage => rest.pmax.max(r.params),
@@ -757,7 +762,8 @@ fn evaluate(settings: &Settings, width: u64, d: u64, stages: Vec<StagePlan>) -> 
         data_parallel: d,
         interleaving: 1,
         stages,
-        time_per_batch: bottleneck * (m + s - 1) as f64 + resync,
+        time_per_batch: bottleneck * (m as f64 + (s - 1) as f64 * settings.bubble_per_stage)
+            + resync,
         resync_time: resync,
     }
 }

@@ -131,6 +131,7 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
         },
         // A third of the cases ask for plans a framework runs (every device, an even
         // split of the batch), checked against the oracle under the same constraints.
+        bubble_per_stage: 1.0,
         runnable: match rng.below(6) {
             0 => Runnable {
                 all_devices: true,
@@ -336,6 +337,7 @@ fn branching_graphs_are_refused() {
             optimizer_copies: 0.0,
         },
         resync: Resync::FirstStage,
+        bubble_per_stage: 1.0,
         runnable: Default::default(),
     };
     assert_eq!(
@@ -426,6 +428,7 @@ fn uniform(
             sync_per_parameter_byte: 0.0,
         }),
         resync: Resync::LargestStage,
+        bubble_per_stage: 1.0,
         runnable: Default::default(),
     };
     (vec![chain], settings)
@@ -655,6 +658,7 @@ fn placement_memory_grows_linearly_with_layers() {
             optimizer_copies: 1.0,
         },
         resync: Resync::LargestStage,
+        bubble_per_stage: 1.0,
         runnable: Default::default(),
     };
     let mut peaks = Vec::new();
@@ -688,6 +692,7 @@ fn a_chain_beyond_the_step_limit_is_refused_with_numbers() {
             optimizer_copies: 1.0,
         },
         resync: Resync::FirstStage,
+        bubble_per_stage: 1.0,
         runnable: Default::default(),
     };
     let most = max_layers(8, false);

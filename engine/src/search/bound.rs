@@ -40,11 +40,11 @@
 //! latency model's answers, which the evaluation then finds there), so a candidate whose
 //! layers the latency model cannot estimate fails here as it would there.
 
-use super::context::{Ctx, GraphKey, JobError, Run};
+use super::context::{Ctx, GraphKey, JobError, Run, layer_counts};
 use super::evaluate::Shape;
 use super::floor::{Floor, Floors, Skeletons, undominated};
+use crate::model::ModelGraph;
 use crate::model::OpGraph;
-use crate::model::{DISTINCT_LAYERS, ModelGraph};
 use crate::operators;
 use crate::pipeline::PipelineSchedule;
 use crate::schedule;
@@ -289,22 +289,4 @@ impl Ctx<'_> {
 /// Where `graph` is: its key among [`Skeletons`].
 fn address(graph: &OpGraph) -> usize {
     std::ptr::from_ref(graph) as usize
-}
-
-/// How many of each distinct layer ([`ModelGraph::distinct`]'s order) the model has: one
-/// embedding and one head, the repeated blocks, the dense blocks, the
-/// multi-token-prediction modules (one layer) — zero for a slot the model lacks.
-fn layer_counts(g: &ModelGraph) -> [u64; DISTINCT_LAYERS] {
-    let dense = if g.dense_block.is_some() {
-        g.dense_blocks
-    } else {
-        0
-    };
-    [
-        1,
-        g.blocks.saturating_sub(dense),
-        1,
-        dense,
-        u64::from(g.mtp.is_some()),
-    ]
 }

@@ -6,7 +6,9 @@ use super::estimator::Estimator;
 use super::input::SearchInput;
 use super::memo::{ScheduleMemo, SharedSchedules};
 use super::observe::{Observer, Stats};
-use crate::model::{BuildOptions, ExpertLayout, ModelConfig, ModelGraph, Numerics, build};
+use crate::model::{
+    BuildOptions, DISTINCT_LAYERS, ExpertLayout, ModelConfig, ModelGraph, Numerics, build,
+};
 use crate::training::{MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
@@ -316,4 +318,22 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
         graphs.push(map);
     }
     graphs
+}
+
+/// How many of each distinct layer ([`ModelGraph::distinct`]'s order) the model has: one
+/// embedding and one head, the repeated blocks, the dense blocks, the
+/// multi-token-prediction modules (one layer) — zero for a slot the model lacks.
+pub(super) fn layer_counts(g: &ModelGraph) -> [u64; DISTINCT_LAYERS] {
+    let dense = if g.dense_block.is_some() {
+        g.dense_blocks
+    } else {
+        0
+    };
+    [
+        1,
+        g.blocks.saturating_sub(dense),
+        1,
+        dense,
+        u64::from(g.mtp.is_some()),
+    ]
 }

@@ -3,11 +3,11 @@
 //! plans chosen and reported with their breakdowns.
 
 use super::SearchError;
-use super::context::{Ctx, GraphKey, JobError, Run, layer_name};
+use super::context::{Ctx, GraphKey, JobError, Run, layer_counts, layer_name};
 use super::memo::Timed;
 use super::record::{BaselineReport, DomainScore, Evaluated, LayerReport, ModelPlan, StageReport};
 use crate::model::{DISTINCT_LAYERS, Layer, LayerKind, ModelGraph, OpGraph};
-use crate::pipeline::PipelineSchedule;
+use crate::pipeline::{PipelineSchedule, Slots};
 use crate::placement::{
     self, Chain, Edge, Fixed, Layer as ChainLayer, MegatronMemory, MemoryRule, Plan, Resync,
     Runnable, Settings, StagePlan,
@@ -68,6 +68,27 @@ struct At<'c> {
     chip: &'c AcceleratorConfig,
     hbm: usize,
     devices: u64,
+}
+
+/// One micro-batch's passes through the whole model on one device, from its layer
+/// schedules: forward, input gradient, weight gradient (and the pair's time, unoverlapped)
+/// — the split a schedule's bubble per stage depends on.
+fn passes(g: &ModelGraph, timed: &[Timed; DISTINCT_LAYERS]) -> Slots {
+    let counts = layer_counts(g);
+    let (mut f, mut b, mut w) = (0.0, 0.0, 0.0);
+    for (c, t) in counts.iter().zip(timed) {
+        let c = *c as f64;
+        f += c * t.fwd.timing.makespan;
+        b += c * t.bwd.timing.makespan;
+        w += c * t.bwd.timing.weight_gradient;
+    }
+    let w = w.min(b);
+    Slots {
+        forward: f,
+        backward_input: b - w,
+        weight: w,
+        overlapped: f + b,
+    }
 }
 
 /// Blocks per pipeline stage of a placement's stages over a chain `embedding, block ×
@@ -301,6 +322,7 @@ impl Ctx<'_> {
             resync: Resync::LargestStage,
             // Only plans a framework runs: an even split of the batch over the replicas,
             // and every device unless the spec says otherwise.
+            bubble_per_stage: 1.0,
             runnable: Runnable {
                 all_devices: self.input.use_all_devices,
                 even_batches: true,
@@ -535,7 +557,8 @@ impl Ctx<'_> {
                 let k = match known {
                     Some(k) => k,
                     None => {
-                        let width = self.propose(run, key, chain, &settings, &memory_bytes);
+                        let width =
+                            self.propose(run, (key, chain), &settings, &memory_bytes, times);
                         programs.push((chain.clone(), settings, width));
                         programs.len() - 1
                     }
@@ -583,19 +606,55 @@ impl Ctx<'_> {
     fn propose(
         &self,
         run: &Run,
-        key: &GraphKey,
-        chain: &Chain,
+        (key, chain): (&GraphKey, &Chain),
         settings: &Settings,
         memory_bytes: &[f64],
+        times: &Times,
     ) -> Vec<Vec<Plan>> {
         let tr = &self.input.training;
         let t = Instant::now();
         let mut proposed: Vec<Vec<Plan>> = vec![Vec::new(); memory_bytes.len()];
         let graph = &self.graphs[run.model][key];
         let one = std::slice::from_ref(chain);
-        if let Ok(each) = placement::best_plans(one, settings, memory_bytes) {
-            for (h, p) in each.into_iter().enumerate() {
-                proposed[h].extend(p);
+        // 1F1B's boundaries, and those of each schedule listed whose bubble per stage
+        // differs (the zero-bubble schedules fill theirs: deeper pipelines pay less).
+        let mut bubbles = vec![1.0];
+        if let Some(timed) = times.get(&(run.model, *key)) {
+            let passes = passes(graph, timed);
+            for s in self.schedules_for(1) {
+                let b = s.bubble_per_stage(1, passes);
+                if !bubbles.contains(&b) {
+                    bubbles.push(b);
+                }
+            }
+        }
+        for bubble_per_stage in bubbles {
+            let at = Settings {
+                bubble_per_stage,
+                ..settings.clone()
+            };
+            if let Ok(each) = placement::best_plans(one, &at, memory_bytes) {
+                for (h, plan) in each.into_iter().enumerate() {
+                    if let Some(p) = plan {
+                        // The same layout found again is priced once.
+                        let same = |q: &Plan| {
+                            (
+                                q.tensor_parallel,
+                                q.data_parallel,
+                                q.interleaving,
+                                &q.stages,
+                            ) == (
+                                p.tensor_parallel,
+                                p.data_parallel,
+                                p.interleaving,
+                                &p.stages,
+                            )
+                        };
+                        if !proposed[h].iter().any(same) {
+                            proposed[h].push(p);
+                        }
+                    }
+                }
             }
         }
         for &v in tr.pipeline_interleaving.iter().filter(|&&v| v > 1) {

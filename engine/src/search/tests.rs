@@ -217,6 +217,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                             resync: Resync::LargestStage,
                             // The plans the search proposes: every device, an even
                             // split of the batch.
+                            bubble_per_stage: 1.0,
                             runnable: placement::Runnable {
                                 all_devices: input.use_all_devices,
                                 even_batches: true,
