@@ -884,18 +884,37 @@ pub fn estimate_step(
     input: &StepInput,
     latency: &dyn LatencyModel,
 ) -> Result<StepReport, StepError> {
+    let (g, stages, timing) = prepared(input, latency)?;
+    priced(input, &g, stages, &timing, &mut one_cost(latency))
+}
+
+/// What pricing a plan starts from: the plan checked, its graph, its stages (memory first:
+/// a plan that does not fit is answered without any cost-model work) and its layers'
+/// timing on the chip.
+type Prepared = (
+    ModelGraph,
+    (Vec<StageSummary>, Worst),
+    [LayerTiming; DISTINCT_LAYERS],
+);
+
+fn prepared(input: &StepInput, latency: &dyn LatencyModel) -> Result<Prepared, StepError> {
     check(input)?;
     let g = graph(input);
-    // Memory first: a plan that does not fit is answered without any cost-model work.
     let stages = fitting_stages(input, &g)?;
     let timing = layer_timings(input, &g, latency)?;
-    let mut cost = |core: &CoreConfig, op: &Op| -> Result<OpCost, EstimateError> {
+    Ok((g, stages, timing))
+}
+
+/// One operator's cost from `latency` (the optimizer step's, the weight casts').
+fn one_cost(
+    latency: &dyn LatencyModel,
+) -> impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError> + '_ {
+    move |core: &CoreConfig, op: &Op| {
         Ok(estimate(latency, core, std::slice::from_ref(op))?
             .first()
             .copied()
             .unwrap_or(OpCost::new(0.0, 0.0)))
-    };
-    priced(input, &g, stages, &timing, &mut cost)
+    }
 }
 
 /// [`estimate_step`] of a plan whose layers are already timed: `g` is [`graph`]`(input)`,

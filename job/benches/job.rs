@@ -13,7 +13,9 @@
 #![allow(clippy::print_stderr)]
 
 use archplace_cost_port::{CostModelSource, NativeModels};
+use archplace_engine::step::StepInput;
 use archplace_plugin_host::{Host, HostOptions};
+use archplace_plugin_sdk::LatencyModel;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::Path;
@@ -63,9 +65,11 @@ fn search(c: &mut Criterion) {
     g.finish();
 }
 
-fn estimate(c: &mut Criterion) {
+/// An example estimate spec's step input and its latency model (the gpu-like plugin,
+/// loaded once, its answers memoised by the host as in the daemon).
+fn example(name: &str) -> (StepInput, Arc<dyn LatencyModel>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let spec = archplace_spec::load(&root.join("config/specs/estimate-a100.toml"))
+    let spec = archplace_spec::load(&root.join("config/specs").join(name))
         .expect("the example estimate spec");
     let host = Host::new(HostOptions {
         plugin_dirs: vec![root.join("target/plugins")],
@@ -78,10 +82,13 @@ fn estimate(c: &mut Criterion) {
     let input = spec
         .step_input(archplace_spec::Scheduling::default())
         .expect("a fixed chip and plan");
-    // As in the daemon, the host memoises the (deterministic) plugin's answers: after the
-    // first iteration this is the engine's work with warm answers (the engine's own bench,
-    // `step/…`, has no memo and runs the MIP).
-    let latency = models.latency.clone();
+    (input, models.latency.clone())
+}
+
+fn estimate(c: &mut Criterion) {
+    let (input, latency) = example("estimate-a100.toml");
+    // After the first iteration this is the engine's work with warm answers (the engine's
+    // own bench, `step/…`, has no memo and runs the MIP).
     c.bench_function("estimate/a100-example/wasm", |b| {
         b.iter(|| {
             archplace_engine::step::estimate_step(black_box(&input), latency.as_ref())
@@ -96,21 +103,7 @@ fn estimate(c: &mut Criterion) {
 /// each pipeline schedule that runs its plan: the step model with the schedule's
 /// simulation. Target ≤ 3 ms.
 fn estimate_schedules(c: &mut Criterion) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let spec = archplace_spec::load(&root.join("config/specs/estimate-deepseek-v3-h800.toml"))
-        .expect("the DeepSeek-V3 example spec");
-    let host = Host::new(HostOptions {
-        plugin_dirs: vec![root.join("target/plugins")],
-        ..HostOptions::default()
-    })
-    .expect("a host");
-    let models =
-        archplace_spec::resolve_cost_models(&spec, &host, Arc::new(AtomicBool::new(false)))
-            .expect("the gpu-like plugin: run scripts/build-plugins first");
-    let base = spec
-        .step_input(archplace_spec::Scheduling::default())
-        .expect("a fixed chip and plan");
-    let latency = models.latency.clone();
+    let (base, latency) = example("estimate-deepseek-v3-h800.toml");
     let mut g = c.benchmark_group("estimate/deepseek-v3");
     for schedule in archplace_engine::pipeline::PipelineSchedule::ALL {
         if schedule == archplace_engine::pipeline::PipelineSchedule::Interleaved {

@@ -5,12 +5,11 @@
 //! device's own work takes, and the last event ends at the report's `step_seconds`.
 
 use super::{
-    PipelineTimes, StepError, StepInput, StepReport, check, fitting_stages, graph, layer_timings,
-    pass_slots, pipeline_times, priced,
+    PipelineTimes, StepError, StepInput, StepReport, one_cost, pass_slots, pipeline_times,
+    prepared, priced,
 };
-use crate::operators::estimate;
 use crate::pipeline::{Pass, PipelineSchedule, Slots, simulate};
-use archplace_plugin_sdk::{CoreConfig, EstimateError, LatencyModel, Op, OpCost};
+use archplace_plugin_sdk::LatencyModel;
 use serde::Serialize;
 
 /// One span of a device's time.
@@ -59,19 +58,10 @@ pub fn estimate_step_timeline(
     input: &StepInput,
     latency: &dyn LatencyModel,
 ) -> Result<(StepReport, Timeline), StepError> {
-    check(input)?;
-    let g = graph(input);
-    let stages = fitting_stages(input, &g)?;
-    let timing = layer_timings(input, &g, latency)?;
-    let mut cost = |core: &CoreConfig, op: &Op| -> Result<OpCost, EstimateError> {
-        Ok(estimate(latency, core, std::slice::from_ref(op))?
-            .first()
-            .copied()
-            .unwrap_or(OpCost::new(0.0, 0.0)))
-    };
+    let (g, stages, timing) = prepared(input, latency)?;
     let mut summaries = stages.0.clone();
     let times = pipeline_times(input, &g, &timing, &mut summaries);
-    let report = priced(input, &g, stages, &timing, &mut cost)?;
+    let report = priced(input, &g, stages, &timing, &mut one_cost(latency))?;
     let timeline = draw(input, &report, &times);
     Ok((report, timeline))
 }
