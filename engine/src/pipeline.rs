@@ -432,11 +432,6 @@ impl Layout {
             .collect();
         Layout { stages, devices }
     }
-
-    /// Whether model stage `s` is the first (it holds the embedding) or the last (the head).
-    pub fn ends(&self, s: usize) -> (bool, bool) {
-        (s == 0, s + 1 == self.stages.len())
-    }
 }
 
 /// One micro-batch's pass through one chunk, the timeline's unit.
@@ -646,6 +641,20 @@ impl Sim {
         }
     }
 
+    /// What greedy device `k` could run next: per chunk, its next input gradient and, while
+    /// the activations held leave room, its next forward.
+    fn greedy_candidates(&self, k: usize) -> impl Iterator<Item = Action> + '_ {
+        (0..self.chunks).flat_map(move |j| {
+            let stage = self.schedule.stage_of(k as u64, j as u64, self.p as u64) as usize;
+            let unit = |mb| Unit { dir: 0, stage, mb };
+            let (b, f) = (self.next_b[k][j], self.next_f[k][j]);
+            let backward = (b < self.per_dir).then(|| Action::B(unit(b), true));
+            let room = self.held[k] + self.reserve(j) <= self.cap(k);
+            let forward = (f < self.per_dir && room).then(|| Action::F(unit(f)));
+            backward.into_iter().chain(forward)
+        })
+    }
+
     /// The greedy choice of device `k` at time `t` (zero-bubble schedules): a ready input
     /// gradient first (the deepest stage), then a forward while the activations held stay
     /// under the schedule's memory (the oldest micro-batch, then the deepest stage), then a
@@ -654,36 +663,19 @@ impl Sim {
     /// ZB-H1's `(p − 1)(F + B − W)`.
     /// `None` when nothing is ready by `t`.
     fn greedy_choice(&self, k: usize, t: f64) -> Option<Action> {
-        let cap = self.cap(k);
         let mut best_b: Option<Unit> = None;
         let mut best_f: Option<Unit> = None;
-        for j in 0..self.chunks {
-            let stage = self.schedule.stage_of(k as u64, j as u64, self.p as u64) as usize;
-            let b = self.next_b[k][j];
-            if b < self.per_dir {
-                let u = Unit {
-                    dir: 0,
-                    stage,
-                    mb: b,
-                };
-                if self.ready(Action::B(u, true)) <= t && best_b.is_none_or(|x| x.stage < stage) {
-                    best_b = Some(u);
-                }
-            }
-            let f = self.next_f[k][j];
-            if f < self.per_dir && self.held[k] + self.reserve(j) <= cap {
-                let u = Unit {
-                    dir: 0,
-                    stage,
-                    mb: f,
-                };
-                if self.ready(Action::F(u)) <= t
-                    && best_f.is_none_or(|x| {
+        for a in self.greedy_candidates(k).filter(|&a| self.ready(a) <= t) {
+            match a {
+                Action::B(u, _) if best_b.is_none_or(|x| x.stage < u.stage) => best_b = Some(u),
+                Action::F(u)
+                    if best_f.is_none_or(|x| {
                         (u.mb, std::cmp::Reverse(u.stage)) < (x.mb, std::cmp::Reverse(x.stage))
-                    })
+                    }) =>
                 {
-                    best_f = Some(u);
+                    best_f = Some(u)
                 }
+                _ => {}
             }
         }
         if let Some(u) = best_b {
@@ -698,33 +690,13 @@ impl Sim {
     /// The earliest time a greedy device could start anything (infinity: nothing is
     /// placeable yet).
     fn greedy_time(&self, k: usize) -> f64 {
-        let mut t = f64::INFINITY;
         if !self.queued[k].is_empty() {
             return self.free_at[k];
         }
-        for j in 0..self.chunks {
-            let stage = self.schedule.stage_of(k as u64, j as u64, self.p as u64) as usize;
-            let b = self.next_b[k][j];
-            if b < self.per_dir {
-                t = t.min(self.ready(Action::B(
-                    Unit {
-                        dir: 0,
-                        stage,
-                        mb: b,
-                    },
-                    true,
-                )));
-            }
-            let f = self.next_f[k][j];
-            if f < self.per_dir && self.held[k] + self.reserve(j) <= self.cap(k) {
-                t = t.min(self.ready(Action::F(Unit {
-                    dir: 0,
-                    stage,
-                    mb: f,
-                })));
-            }
-        }
-        t.max(self.free_at[k])
+        self.greedy_candidates(k)
+            .map(|a| self.ready(a))
+            .fold(f64::INFINITY, f64::min)
+            .max(self.free_at[k])
     }
 
     /// The chunks' activations a greedy device may hold: 1F1B's (`p − k` micro-batches)
@@ -982,25 +954,24 @@ struct Phases {
     order: Vec<Action>,
 }
 
+/// Phase `x`'s next micro-batch by `count` (its forwards' or its backwards'), counted.
+fn next_unit(units: [(usize, usize); 2], count: &mut [usize; 2], x: usize) -> Unit {
+    let (dir, stage) = units[x];
+    count[x] += 1;
+    Unit {
+        dir,
+        stage,
+        mb: count[x] - 1,
+    }
+}
+
 impl Phases {
     fn f(&mut self, x: usize) -> Unit {
-        let (dir, stage) = self.units[x];
-        self.f[x] += 1;
-        Unit {
-            dir,
-            stage,
-            mb: self.f[x] - 1,
-        }
+        next_unit(self.units, &mut self.f, x)
     }
 
     fn b(&mut self, x: usize) -> Unit {
-        let (dir, stage) = self.units[x];
-        self.b[x] += 1;
-        Unit {
-            dir,
-            stage,
-            mb: self.b[x] - 1,
-        }
+        next_unit(self.units, &mut self.b, x)
     }
 
     fn forward(&mut self, x: usize) {

@@ -266,6 +266,15 @@ impl StepPlan {
         }
     }
 
+    /// Whether the pipeline's point-to-point transfers may hide behind the steady state's
+    /// work: the interleaved schedule with `pipeline_parallel_overlap` (Megatron-LM's
+    /// `overlap_p2p_comm`), or DualPipe's overlapped chunks.
+    pub fn hides_transfers(&self) -> bool {
+        let schedule = self.schedule();
+        (self.pipeline_parallel_overlap && schedule == PipelineSchedule::Interleaved)
+            || schedule.overlaps_chunks()
+    }
+
     /// How the plan's schedule lays the model's blocks over its devices.
     pub fn layout(&self, layers: u64) -> Layout {
         Layout::of(

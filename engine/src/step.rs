@@ -363,7 +363,6 @@ pub enum StepError {
     },
     #[error("{0}")]
     PipelineSchedule(ScheduleError),
-
     #[error(
         "zero_stage = {stage}: ZeRO has stages 0 (replicated), 1 (optimizer sharded), 2 (and gradients), 3 (and weights: FSDP)"
     )]
@@ -978,9 +977,7 @@ pub fn plan_floor(input: &StepInput, g: &ModelGraph) -> PlanFloor {
         state_bytes: total / p,
         hideable_sync_seconds: (all - exposed).max(0.0),
         exposed_sync_seconds: exposed,
-        transfer_seconds: if (pl.pipeline_parallel_overlap && pl.interleaving > 1)
-            || pl.schedule().overlaps_chunks()
-        {
+        transfer_seconds: if pl.hides_transfers() {
             0.0
         } else {
             point_to_point_seconds(input)
@@ -1405,11 +1402,9 @@ struct PipelineTimes {
     memory: Option<f64>,
     /// The slowest stage's operators' durations per micro-batch by kind of work.
     work: [f64; Work::COUNT],
-    /// Per device and micro-batch: forward, backward, recomputation, weight gradients
-    /// (within backward), the time in the steady state and running alone (the timeline's
-    /// passes).
-    devices: Vec<[f64; 6]>,
-    /// The slowest device's, as the bubble took it.
+    /// Each device's time per micro-batch ([`Steady`]: the timeline's passes); the
+    /// slowest's is `steady`, as the bubble took it.
+    devices: Vec<Steady>,
     steady: Steady,
 }
 
@@ -1501,17 +1496,17 @@ fn pipeline_times(
         if hidden { (all - busy).max(0.0) } else { all }
     };
     // The point-to-point time per micro-batch a stage exposes in the steady state: all of
-    // it, or with the interleaved overlap or DualPipe's overlapped chunks what the stage's
-    // work does not cover.
-    let p2p_hidden = (pl.pipeline_parallel_overlap && schedule == PipelineSchedule::Interleaved)
-        || schedule.overlaps_chunks();
+    // it, or when the schedule hides transfers what the stage's work does not cover.
+    let p2p_hidden = pl.hides_transfers();
     let transfers = |work: f64, hidden: bool| {
         if hidden { (p2p - work).max(0.0) } else { p2p }
     };
-    // A device's time per micro-batch with the steady state's overlaps, and with every
-    // transfer exposed (DualPipe's passes that run alone): (time, fsdp, sent).
-    let per_micro_batch = |s: &StageSummary, hidden: (bool, bool)| {
-        let [f, bw, r, comm, _] = parts(s.stage);
+    // A device's time per micro-batch from its parts, with the steady state's overlaps,
+    // and with every transfer exposed (DualPipe's passes that run alone): (time, fsdp,
+    // sent).
+    let per_micro_batch = |s: &StageSummary,
+                           [f, bw, r, comm, _]: [f64; 5],
+                           hidden: (bool, bool)| {
         let sharded = fsdp(s, f + bw + r);
         let work = f + bw + r + comm + exposed(s.stage, f + bw + r, hidden.0) + contexts(s.stage).0;
         let sent = transfers(work, hidden.1);
@@ -1520,26 +1515,30 @@ fn pipeline_times(
     let mut slowest = (0, 0.0, (0.0, 0.0), p2p);
     let mut devices = Vec::with_capacity(stages.len());
     for s in stages.iter_mut() {
-        let (seconds, sharded, sent) = per_micro_batch(s, (a2a_hidden, p2p_hidden));
-        let [f, bw, r, _, w] = parts(s.stage);
-        let alone = per_micro_batch(s, (pl.all_to_all_overlap, false)).0;
-        devices.push([f, bw, r, w, seconds, alone]);
+        let part = parts(s.stage);
+        let (seconds, sharded, sent) = per_micro_batch(s, part, (a2a_hidden, p2p_hidden));
+        // Only DualPipe's passes run alone (`pass_slots`).
+        let alone = if schedule.overlaps_chunks() {
+            per_micro_batch(s, part, (pl.all_to_all_overlap, false)).0
+        } else {
+            seconds
+        };
+        let [f, bw, r, _, w] = part;
+        devices.push(Steady {
+            seconds,
+            alone,
+            // The fill and the flush wait for every transfer, overlapped or not.
+            exposed_transfers: seconds - sent + p2p,
+            compute: [f, bw, r, w],
+        });
         s.seconds_per_micro_batch = seconds;
         if s.seconds_per_micro_batch > slowest.1 {
             slowest = (s.stage, s.seconds_per_micro_batch, sharded, sent);
         }
     }
-    let [f, bw, r, comm, w] = parts(slowest.0);
-    let alone = stages.get(slowest.0 as usize).map_or(slowest.1, |s| {
-        per_micro_batch(s, (pl.all_to_all_overlap, false)).0
-    });
+    let [f, bw, r, comm, _] = parts(slowest.0);
+    let steady = devices.get(slowest.0 as usize).copied().unwrap_or_default();
     let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
-    let steady = Steady {
-        seconds: slowest.1,
-        alone,
-        exposed_transfers: slowest.1 - slowest.3 + p2p,
-        compute: [f, bw, r, w],
-    };
     let bubble = pipeline_bubble(pl, micro_batches, steady);
     let work = stage_work(pl.recomputation, &kinds(slowest.0), ends(slowest.0));
     PipelineTimes {
@@ -1563,8 +1562,8 @@ fn pipeline_times(
     }
 }
 
-/// The slowest device's time per micro-batch as the pipeline's bubble needs it.
-#[derive(Debug, Clone, Copy)]
+/// A device's time per micro-batch as the pipeline's bubble and timeline need it.
+#[derive(Debug, Clone, Copy, Default)]
 struct Steady {
     /// In the steady state, with its overlaps.
     seconds: f64,

@@ -2,6 +2,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use super::*;
+use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::training::Recomputation;
 
 const GOOD: &str = r#"
@@ -1136,4 +1137,48 @@ fn an_nvl72_cluster_is_racks_of_72_on_nvlink() {
         assert_eq!(n.inter_node.bytes_per_second, 50e9);
         assert_eq!(s.cluster.hbm_bytes, vec![186 << 30]);
     }
+}
+
+/// A schedule named in `[plan]` runs its own chunks, whatever `[training]`'s interleavings
+/// (the implied schedule is kept unsaid, however written); a schedule listed twice in
+/// `[training]` is a mistake at its place.
+#[test]
+fn a_named_schedule_takes_its_own_chunks_and_a_listed_one_counts_once() {
+    let with = |training: &str, plan: &str| {
+        format!("{GOOD}{PLAN}")
+            .replace(
+                "optimizer = \"adam\"",
+                &format!("optimizer = \"adam\"\n{training}"),
+            )
+            .replace("micro_batch = 1\n", &format!("micro_batch = 1\n{plan}\n"))
+    };
+    let plan = |src: &str| parse(src, "t.toml").unwrap().estimate.unwrap().plan;
+    let interleavings = "pipeline_interleaving = [2, 1]";
+    let named = plan(&with(interleavings, "pipeline_schedule = \"zero-bubble\""));
+    assert_eq!(
+        (named.interleaving, named.schedule()),
+        (1, PipelineSchedule::ZeroBubble)
+    );
+    let one = plan(&with(interleavings, "pipeline_schedule = \"1f1b\""));
+    assert_eq!(
+        (one.interleaving, one.schedule()),
+        (1, PipelineSchedule::OneFOneB)
+    );
+    // Unsaid, the plan takes [training]'s first interleaving and the schedule it implies,
+    // the same plan as when the implied schedule is said.
+    let unsaid = plan(&with(interleavings, ""));
+    assert_eq!(
+        (unsaid.interleaving, unsaid.schedule()),
+        (2, PipelineSchedule::Interleaved)
+    );
+    assert_eq!(
+        unsaid,
+        plan(&with(interleavings, "pipeline_schedule = \"interleaved\""))
+    );
+    let d = errors(&with(
+        "pipeline_schedule = [\"1f1b\", \"zero-bubble\", \"1f1b\"]",
+        "",
+    ));
+    let e = find(&d, "training.pipeline_schedule[2]");
+    assert!(e.message.contains("listed twice"), "{e:?}");
 }

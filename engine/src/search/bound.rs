@@ -221,6 +221,7 @@ impl Ctx<'_> {
             pipeline_parallel: 1,
             data_parallel: 1,
             interleaving: 1,
+            schedule: PipelineSchedule::OneFOneB,
         };
         let mut input = StepInput {
             model: config.clone(),
@@ -254,12 +255,10 @@ impl Ctx<'_> {
                         pipeline_parallel: p,
                         data_parallel: d,
                         interleaving: v,
+                        schedule,
                     };
                     let stage_layers = (v == 1).then(|| spread(layers, p));
                     input.plan = self.shape_plan(run, shape, stage_layers);
-                    if schedule != PipelineSchedule::implied(v) {
-                        input.plan.pipeline_schedule = schedule;
-                    }
                     input.devices = self.devices_for(&input.plan);
                     if !step::problems(&input).is_empty() {
                         continue;

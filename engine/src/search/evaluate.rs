@@ -60,6 +60,8 @@ pub(super) struct Shape {
     pub(super) pipeline_parallel: u64,
     pub(super) data_parallel: u64,
     pub(super) interleaving: u64,
+    /// The schedule it runs (the one its chunks imply, unless the training lists others).
+    pub(super) schedule: PipelineSchedule,
 }
 
 /// Where a plan is priced: the chip, the HBM size (index) and the devices it runs on.
@@ -675,7 +677,7 @@ impl Ctx<'_> {
 
     /// The step plan of a placement of `run`: the program's stages, widths and replicas
     /// with the run's choices, as `[plan]` would give them.
-    fn step_plan(&self, run: &Run, plan: &Plan) -> StepPlan {
+    fn step_plan(&self, run: &Run, plan: &Plan, schedule: PipelineSchedule) -> StepPlan {
         let blocks = self.input.models[run.model].config.layers;
         let stage_layers = if plan.interleaving > 1 {
             None
@@ -687,6 +689,7 @@ impl Ctx<'_> {
             pipeline_parallel: plan.stages.len() as u64,
             data_parallel: plan.data_parallel,
             interleaving: plan.interleaving.max(1),
+            schedule,
         };
         self.shape_plan(run, shape, stage_layers)
     }
@@ -706,8 +709,12 @@ impl Ctx<'_> {
             data_parallel: shape.data_parallel,
             micro_batch: run.micro_batch,
             interleaving: shape.interleaving,
-            // Implied by the chunks: 1F1B, or interleaved with more than one.
-            pipeline_schedule: Default::default(),
+            // Unsaid when the chunks imply it (1F1B, or interleaved with more than one).
+            pipeline_schedule: if shape.schedule == PipelineSchedule::implied(shape.interleaving) {
+                PipelineSchedule::default()
+            } else {
+                shape.schedule
+            },
             recomputation: run.recompute,
             sequence_parallel: run.sequence_parallel && t > 1,
             precision: tr.precision(run.precision),
@@ -723,7 +730,8 @@ impl Ctx<'_> {
                 .expert_tensor_parallel(t),
             all_to_all_overlap: tr.all_to_all_overlap,
             // Interleaved plans only, as Megatron-LM runs it.
-            pipeline_parallel_overlap: tr.pipeline_parallel_overlap && shape.interleaving > 1,
+            pipeline_parallel_overlap: tr.pipeline_parallel_overlap
+                && shape.schedule == PipelineSchedule::Interleaved,
             context_parallel: run.context_parallel,
             context_exchange: tr.context_exchange,
             stage_layers,
@@ -802,11 +810,7 @@ impl Ctx<'_> {
                 one_f_one_b_seconds: None,
             });
         }
-        let mut step_plan = self.step_plan(run, &plan);
-        if schedule != PipelineSchedule::implied(step_plan.interleaving) {
-            step_plan.pipeline_schedule = schedule;
-            step_plan.pipeline_parallel_overlap = false;
-        }
+        let step_plan = self.step_plan(run, &plan, schedule);
         let at = At {
             chip: c,
             hbm: h,
@@ -1086,6 +1090,7 @@ impl Ctx<'_> {
                 pipeline_parallel: bl.pipeline,
                 data_parallel: bl.data,
                 interleaving: 1,
+                schedule: PipelineSchedule::OneFOneB,
             };
             let mut plan = self.shape_plan(run, shape, uneven(list, blocks));
             plan.expert_parallel = 1;

@@ -74,22 +74,20 @@ fn draw(input: &StepInput, report: &StepReport, times: &PipelineTimes) -> Timeli
     let m = report.micro_batches_per_replica;
     let sim = simulate(schedule, p, v, m, pass_slots(pl, times.steady));
     let chunks = schedule.chunks(v);
+    // Each device's own passes: drawn with its durations at the slowest device's pace.
+    let own: Vec<(Slots, [f64; 4])> = times
+        .devices
+        .iter()
+        .map(|d| (pass_slots(pl, *d), d.compute))
+        .collect();
     let mut spans = Vec::with_capacity(sim.passes.len() * 3 + 4 * p as usize);
     for pass in &sim.passes {
         let k = pass.device as usize;
-        let own = times.devices.get(k).copied().unwrap_or_default();
-        let [f, bw, r, w, seconds, alone] = own;
-        let steady = super::Steady {
-            seconds,
-            alone,
-            exposed_transfers: seconds,
-            compute: [f, bw, r, w],
-        };
-        let slots = pass_slots(pl, steady);
+        let (slots, compute) = own.get(k).copied().unwrap_or_default();
         let chunk = (0..chunks)
             .find(|&j| schedule.stage_of(k as u64, j, p) == u64::from(pass.stage))
             .unwrap_or(0);
-        let pieces = pieces(pass.pass, slots, own, schedule.chunks_visited(v) as f64);
+        let pieces = pieces(pass.pass, slots, compute, schedule.chunks_visited(v) as f64);
         let mut at = pass.start;
         for (kind, duration) in pieces {
             if duration <= 0.0 {
@@ -157,8 +155,8 @@ fn draw(input: &StepInput, report: &StepReport, times: &PipelineTimes) -> Timeli
 /// What a pass of a device is made of, in order: its computation and, after it, its share
 /// of the device's exposed communication (the time per micro-batch beyond forward,
 /// backward and recomputation, shared in proportion to them).
-fn pieces(pass: Pass, slots: Slots, own: [f64; 6], chunks: f64) -> Vec<(&'static str, f64)> {
-    let [f, bw, r, w, _, _] = own;
+fn pieces(pass: Pass, slots: Slots, compute: [f64; 4], chunks: f64) -> Vec<(&'static str, f64)> {
+    let [f, bw, r, w] = compute;
     let split = |total: f64, parts: &[(&'static str, f64)]| {
         let compute: f64 = parts.iter().map(|p| p.1).sum();
         let mut out: Vec<(&'static str, f64)> = parts

@@ -390,7 +390,7 @@ fn accelerator(ctx: &mut Ctx<'_>, ap: &FieldPath, a: &RawFixedAccelerator) -> Ch
 /// the interleaved overlap asked of another schedule (`[training]`'s applies to interleaved
 /// plans only, as in a search).
 fn plan_schedule(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan, plan: &mut StepPlan) {
-    let v = p.interleaving.unwrap_or(1);
+    let v = plan.interleaving;
     if p.pipeline_schedule == Some(PipelineSchedule::OneFOneB) && v > 1 {
         ctx.mismatch(
             &pp.key("pipeline_schedule"),
@@ -490,21 +490,23 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
     let zero = p
         .zero_stage
         .or_else(|| training.zero_stages.first().copied());
+    // Left out, a choice is the first value [training] lists; but a schedule named in
+    // [plan] other than the interleaved one runs its own chunks.
+    let interleaving = p.interleaving.unwrap_or_else(|| match p.pipeline_schedule {
+        Some(s) if s != PipelineSchedule::Interleaved => 1,
+        _ => training.pipeline_interleaving.first().copied().unwrap_or(1),
+    });
     StepPlan {
         tensor_parallel: p.tensor_parallel.unwrap_or(1),
         pipeline_parallel: p.pipeline_parallel.unwrap_or(1),
         data_parallel: p.data_parallel.unwrap_or(1),
         micro_batch: p.micro_batch.unwrap_or(1),
-        // Left out, a choice is the first value [training] lists.
-        interleaving: p
-            .interleaving
-            .or_else(|| training.pipeline_interleaving.first().copied())
-            .unwrap_or(1),
+        interleaving,
         // The implied schedule is kept unsaid, as the search's plans say it (the same
         // plan compares equal however it was written).
         pipeline_schedule: p
             .pipeline_schedule
-            .filter(|&s| s != PipelineSchedule::implied(p.interleaving.unwrap_or(1)))
+            .filter(|&s| s != PipelineSchedule::implied(interleaving))
             .unwrap_or_default(),
         recomputation: p.recomputation.map_or_else(
             || {

@@ -262,7 +262,7 @@ fn interleaving(
 }
 
 /// `pipeline_schedule`: the schedules a search tries (empty: the implied ones), each
-/// once, in `PipelineSchedule::ALL`'s order; "interleaved" only with an interleaving above
+/// listed once (`choices`), tried in `PipelineSchedule::ALL`'s order; "interleaved" only with an interleaving above
 /// 1 to try, and an interleaving above 1 only with "interleaved" listed; none with the
 /// reference memory model, whose pipeline is its own.
 fn schedules(
@@ -276,18 +276,15 @@ fn schedules(
     let Some(given) = t.pipeline_schedule.as_ref() else {
         return Vec::new();
     };
-    let listed: Vec<PipelineSchedule> = match given {
-        OneOrMany::One(s) => vec![*s],
-        OneOrMany::Many(list) => list.clone(),
-    };
-    if listed.is_empty() {
-        ctx.error(
-            &at,
-            "an empty list of pipeline schedules",
-            Some("e.g. \"1f1b\" or [\"1f1b\", \"zero-bubble\"]".into()),
-        );
+    let Some(listed) = choices(
+        ctx,
+        &at,
+        Some(given),
+        PipelineSchedule::OneFOneB,
+        "e.g. \"1f1b\" or [\"1f1b\", \"zero-bubble\"]",
+    ) else {
         return Vec::new();
-    }
+    };
     if reference {
         ctx.mismatch(
             &at,
