@@ -2,14 +2,18 @@
 //! tensor, context, data, pipeline and expert parallelism, the pipeline's schedule and
 //! its stages, the micro-batch, recomputation, precision, the optimizer and how data
 //! parallelism shards the state. It is the one plan type: `[plan]` gives it
-//! (`archplace-spec`), the search proposes and records it (`search::ModelPlan::plan`),
-//! `result.json` and `archplace estimate` carry it, and the step model prices it
+//! (`archplace-spec`), the search proposes and records it (`search::ModelPlan::plan`, a
+//! [`RecordedPlan`]), `result.json` and `archplace estimate` carry it, and the step model prices it
 //! (`step`). What a plan means for the pipeline is its schedule's
 //! ([`crate::pipeline`]).
 
 use crate::pipeline::{Layout, PipelineSchedule};
 use crate::training::{ContextExchange, Fp8Scaling, Optimizer, Precision, Recomputation};
 use serde::{Deserialize, Serialize};
+
+mod recorded;
+
+pub use recorded::RecordedPlan;
 
 /// A fixed training plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

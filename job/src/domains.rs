@@ -6,7 +6,7 @@
 //! a size is the best of the explored candidates there; ties go to the smaller chip, then
 //! to the one visited first, as in the search.
 
-use crate::lines::{Configuration, PlanLine};
+use crate::lines::Configuration;
 use archplace_engine::search::{
     Evaluated, ModelPlan, Outcome, TIE_RELATIVE, faster_or_smaller, ties,
 };
@@ -40,7 +40,7 @@ pub struct DomainBest {
     /// Its throughput relative to the winning size's best (≤ 1).
     pub relative_to_winner: Option<f64>,
     /// Each model's plan on that chip at this size.
-    pub plans: Vec<PlanLine>,
+    pub plans: Vec<ModelPlan>,
 }
 
 /// The comparison, when the search tried several sizes (its candidates carry `domains`).
@@ -86,7 +86,7 @@ pub fn compare(outcome: &Outcome) -> Option<DomainComparison> {
             relative_to_winner: throughput(b).zip(top).map(|(t, top)| t / top),
             plans: b
                 .as_ref()
-                .map(|e| e.plans.iter().map(PlanLine::from).collect())
+                .map(|e| e.plans.iter().map(ModelPlan::summary).collect())
                 .unwrap_or_default(),
         })
         .collect();
@@ -177,7 +177,8 @@ fn reasons(best: &Evaluated, w: usize) -> Vec<String> {
 /// The consecutive ranks a plan's fast groups span: the tensor- and context-parallel
 /// ranks of a sequence (`t × CP`), or an expert-parallel group (`EP × ETP`) if wider.
 fn group_span(p: &ModelPlan) -> u64 {
-    (p.tensor_parallel * p.context_parallel).max(p.expert_parallel * p.expert_tensor_parallel)
+    (p.plan.step.tensor_parallel * p.plan.step.context_parallel)
+        .max(p.plan.step.expert_parallel * p.plan.step.expert_tensor_parallel)
 }
 
 /// `1.31×`.
@@ -187,14 +188,17 @@ fn ratio(r: f64) -> String {
 
 /// A plan's shape: `t 8 × EP 64 × CP 2 × p 4 × d 16`.
 fn shape(p: &ModelPlan) -> String {
-    let mut s = format!("t {}", p.tensor_parallel);
-    if p.expert_parallel > 1 {
-        s += &format!(", EP {}", p.expert_parallel);
+    let mut s = format!("t {}", p.plan.step.tensor_parallel);
+    if p.plan.step.expert_parallel > 1 {
+        s += &format!(", EP {}", p.plan.step.expert_parallel);
     }
-    if p.context_parallel > 1 {
-        s += &format!(", CP {}", p.context_parallel);
+    if p.plan.step.context_parallel > 1 {
+        s += &format!(", CP {}", p.plan.step.context_parallel);
     }
-    s + &format!(", p {}, d {}", p.pipeline_stages, p.data_parallel)
+    s + &format!(
+        ", p {}, d {}",
+        p.plan.step.pipeline_parallel, p.plan.step.data_parallel
+    )
 }
 
 /// The two parts of the step that change most from `b` to `a`: `; expert-parallel

@@ -6,10 +6,10 @@
 //! run's summary said when it ended.
 
 use crate::chip;
-use crate::lines::{Best, Configuration, ExploredLine, NEAR_TIE, PlanLine};
+use crate::lines::{Best, Configuration, ExploredLine, NEAR_TIE};
 use archplace_engine::network::{Network, Tier};
 use archplace_engine::pipeline::PipelineSchedule;
-use archplace_engine::search::Evaluated;
+use archplace_engine::search::{Evaluated, ModelPlan};
 use archplace_plugin_sdk::AcceleratorConfig;
 use archplace_plugin_sdk::units::format_bytes;
 use serde::{Deserialize, Serialize};
@@ -168,7 +168,7 @@ pub fn explain(
     let top = best.mean_throughput_samples_per_second;
     let is_best =
         |e: &ExploredLine| e.configuration.chip == best.configuration.chip && e.hbm_bytes.is_some();
-    let best_plans: Vec<PlanLine> = best.models.iter().map(PlanLine::from).collect();
+    let best_plans = &best.models;
     let mut fitting: Vec<&ExploredLine> = explored
         .iter()
         .filter(|e| e.mean_throughput_samples_per_second.is_some() && !is_best(e))
@@ -195,7 +195,7 @@ pub fn explain(
             .map(|p| limit(p, e.hbm_bytes.unwrap_or(0), network))
             .collect(),
         differences: differences(
-            (&best.configuration, best.hbm_bytes, &best_plans),
+            (&best.configuration, best.hbm_bytes, best_plans),
             (&e.configuration, e.hbm_bytes.unwrap_or(0), &e.plans),
         ),
     };
@@ -241,15 +241,15 @@ fn throughput(e: &ExploredLine) -> f64 {
 
 /// What limits `p` on a chip with `hbm_bytes` of HBM, on `network` (the tier each
 /// group's traffic crosses named when known).
-pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
+pub fn limit(p: &ModelPlan, hbm_bytes: u64, network: Option<&Network>) -> Limit {
     let t = &p.time;
     // Ranks are ordered tensor-parallel first, then context-parallel, then data-parallel,
     // then pipeline: a group spans that many consecutive ranks.
-    let (tp, dp) = (p.tensor_parallel, p.data_parallel);
-    let tcp = tp.saturating_mul(p.context_parallel);
+    let (tp, dp) = (p.plan.step.tensor_parallel, p.plan.step.data_parallel);
+    let tcp = tp.saturating_mul(p.plan.step.context_parallel);
     let all = tcp
         .saturating_mul(dp)
-        .saturating_mul(p.pipeline_stages as u64);
+        .saturating_mul(p.plan.step.pipeline_parallel);
     let chip = t.forward_seconds + t.backward_seconds + t.recomputation_seconds;
     let hbm_busy_fraction = hbm_busy_fraction(p.hbm_busy_seconds, chip);
     let chip_name = match hbm_busy_fraction {
@@ -269,7 +269,10 @@ pub fn limit(p: &PlanLine, hbm_bytes: u64, network: Option<&Network>) -> Limit {
                 "expert-parallel network{}",
                 tier_words(
                     network,
-                    p.expert_parallel.saturating_mul(p.expert_tensor_parallel)
+                    p.plan
+                        .step
+                        .expert_parallel
+                        .saturating_mul(p.plan.step.expert_tensor_parallel)
                 )
             ),
             t.all_to_all_seconds,
@@ -347,8 +350,8 @@ fn round3(x: f64) -> String {
 /// What differs between the winner `a` and `b`: chip axes, HBM, each model's plan
 /// choices, and the two time parts that moved most.
 fn differences(
-    a: (&Configuration, u64, &[PlanLine]),
-    b: (&Configuration, u64, &[PlanLine]),
+    a: (&Configuration, u64, &[ModelPlan]),
+    b: (&Configuration, u64, &[ModelPlan]),
 ) -> Vec<String> {
     let mut out = Vec::new();
     for ((name, x), (_, y)) in axes(&a.0.chip).into_iter().zip(axes(&b.0.chip)) {
@@ -364,27 +367,38 @@ fn differences(
         out.push(format!("HBM {} → {}", format_bytes(a.1), format_bytes(b.1)));
     }
     for (p, q) in a.2.iter().zip(b.2) {
-        let choices = |p: &PlanLine| {
+        let choices = |p: &ModelPlan| {
             [
-                ("t", p.tensor_parallel.to_string()),
-                ("p", p.pipeline_stages.to_string()),
-                ("d", p.data_parallel.to_string()),
-                ("micro-batch", p.micro_batch.to_string()),
-                ("recomputation", p.recomputation.name().to_string()),
-                ("interleaving", p.pipeline_interleaving.to_string()),
+                ("t", p.plan.step.tensor_parallel.to_string()),
+                ("p", p.plan.step.pipeline_parallel.to_string()),
+                ("d", p.plan.step.data_parallel.to_string()),
+                ("micro-batch", p.plan.step.micro_batch.to_string()),
+                (
+                    "recomputation",
+                    p.plan.step.recomputation.name().to_string(),
+                ),
+                ("interleaving", p.plan.step.interleaving.to_string()),
                 (
                     "pipeline schedule",
                     p.plan
-                        .as_ref()
+                        .estimable()
                         .map_or("-".into(), |x| x.schedule().name().to_string()),
                 ),
                 (
                     "precision",
-                    p.precision.map_or("-".into(), |x| x.name().to_string()),
+                    p.plan
+                        .precision()
+                        .map_or("-".into(), |x| x.name().to_string()),
                 ),
-                ("distributed optimizer", p.distributed_optimizer.to_string()),
-                ("ZeRO stage", p.zero_stage.to_string()),
-                ("sequence parallel", p.sequence_parallel.to_string()),
+                (
+                    "distributed optimizer",
+                    p.plan.step.distributed_optimizer.to_string(),
+                ),
+                ("ZeRO stage", p.plan.step.zero_stage().to_string()),
+                (
+                    "sequence parallel",
+                    p.plan.step.sequence_parallel.to_string(),
+                ),
             ]
         };
         let changed: Vec<String> = choices(p)

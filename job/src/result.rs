@@ -3,12 +3,12 @@
 //! described in the README; the format is versioned by [`RESULT_FORMAT_VERSION`].
 
 use archplace_cost_port::ModelSource;
-use archplace_engine::search::{Evaluated, Outcome, Strategy};
+use archplace_engine::search::{Evaluated, ModelPlan, Outcome, Strategy};
 use archplace_plugin_sdk::ModelInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub use crate::lines::{Best, Configuration, DomainLine, ExploredLine, NEAR_TIE, PlanLine};
+pub use crate::lines::{Best, Configuration, DomainLine, ExploredLine, NEAR_TIE};
 
 /// Version of the result format.
 pub const RESULT_FORMAT_VERSION: u32 = 1;
@@ -51,7 +51,7 @@ pub struct NearTie {
     pub relative_to_best: f64,
     /// Each model's plan on it.
     #[serde(default)]
-    pub plans: Vec<PlanLine>,
+    pub plans: Vec<ModelPlan>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -197,7 +197,7 @@ pub fn near_ties(outcome: &Outcome) -> Vec<NearTie> {
                 node_size: e.node_size,
                 mean_throughput_samples_per_second: t,
                 relative_to_best: if top > 0.0 { t / top } else { 0.0 },
-                plans: e.plans.iter().map(PlanLine::from).collect(),
+                plans: e.plans.iter().map(ModelPlan::summary).collect(),
             }
         })
         .collect()

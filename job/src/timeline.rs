@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 pub fn of_best(spec: &Spec, doc: &ResultDoc, latency: &dyn LatencyModel) -> Option<Timeline> {
     let best = doc.best.as_ref()?;
     let plan = best.models.first()?;
-    let step_plan = plan.plan.clone()?;
+    let step_plan = plan.plan.estimable()?.clone();
     let model = spec.models.iter().find(|m| m.config.name == plan.model)?;
     let networks = spec.cluster.networks();
     let network = match best.node_size {
@@ -28,7 +28,7 @@ pub fn of_best(spec: &Spec, doc: &ResultDoc, latency: &dyn LatencyModel) -> Opti
     let devices = if spec.space.use_all_devices {
         spec.cluster.devices
     } else {
-        plan.devices_used
+        plan.plan.devices_used()
     };
     let input = StepInput {
         model: model.config.clone(),

@@ -269,19 +269,19 @@ fn print_plan(
         significant(m.throughput_samples_per_second, 4),
         significant(m.throughput_tokens_per_second, 4),
         significant(m.time_per_batch_seconds, 3),
-        m.micro_batch,
-        m.recomputation.name(),
-        match m.precision {
+        m.plan.step.micro_batch,
+        m.plan.step.recomputation.name(),
+        match m.plan.precision() {
             Some(p) => format!(
                 ", {}{}{}",
                 p.name(),
-                match m.zero_stage {
+                match m.plan.step.zero_stage() {
                     2 => ", ZeRO-2",
                     3 => ", ZeRO-3 (FSDP)",
-                    _ if m.distributed_optimizer => ", distributed optimizer",
+                    _ if m.plan.step.distributed_optimizer => ", distributed optimizer",
                     _ => "",
                 },
-                if m.sequence_parallel {
+                if m.plan.step.sequence_parallel {
                     ", sequence parallel"
                 } else {
                     ""
@@ -289,14 +289,14 @@ fn print_plan(
             ),
             None => String::new(),
         },
-        m.tensor_parallel,
-        m.data_parallel,
-        if m.pipeline_stages == 1 {
+        m.plan.step.tensor_parallel,
+        m.plan.step.data_parallel,
+        if m.plan.step.pipeline_parallel == 1 {
             "1 pipeline stage".to_string()
         } else {
-            format!("{} pipeline stages", m.pipeline_stages)
+            format!("{} pipeline stages", m.plan.step.pipeline_parallel)
         },
-        match (m.pipeline_schedule, m.pipeline_interleaving) {
+        match (m.pipeline_schedule, m.plan.step.interleaving) {
             (Some(s), v) if s.chunks(v) > 1 =>
                 format!(", {} ({} chunks each)", s.name(), s.chunks(v)),
             (Some(s), _) => format!(", {}", s.name()),
@@ -315,37 +315,41 @@ fn print_plan(
             100.0 * (m.throughput_samples_per_second / base - 1.0)
         )?;
     }
-    if m.expert_parallel > 1 || m.expert_tensor_parallel > 1 {
+    if m.plan.step.expert_parallel > 1 || m.plan.step.expert_tensor_parallel > 1 {
         outln!(
             "    experts: EP = {} × ETP = {} (folded into the t × d ranks of each stage)",
-            m.expert_parallel,
-            m.expert_tensor_parallel
+            m.plan.step.expert_parallel,
+            m.plan.step.expert_tensor_parallel
         )?;
     }
-    if m.context_parallel > 1 {
+    if m.plan.step.context_parallel > 1 {
         outln!(
             "    context parallelism: CP = {} (each sequence split over CP ranks)",
-            m.context_parallel
+            m.plan.step.context_parallel
         )?;
     }
     outln!(
         "    devices: t × {}p × d = {} × {}{} × {} = {}{}; blocks per stage: {}{}",
-        if m.context_parallel > 1 { "CP × " } else { "" },
-        m.tensor_parallel,
-        if m.context_parallel > 1 {
-            format!("{} × ", m.context_parallel)
+        if m.plan.step.context_parallel > 1 {
+            "CP × "
+        } else {
+            ""
+        },
+        m.plan.step.tensor_parallel,
+        if m.plan.step.context_parallel > 1 {
+            format!("{} × ", m.plan.step.context_parallel)
         } else {
             String::new()
         },
-        m.pipeline_stages,
-        m.data_parallel,
-        thousands(m.devices_used),
-        if m.devices_used == cluster_devices {
+        m.plan.step.pipeline_parallel,
+        m.plan.step.data_parallel,
+        thousands(m.plan.devices_used()),
+        if m.plan.devices_used() == cluster_devices {
             " (all)".to_string()
         } else {
             format!(" of {}", thousands(cluster_devices))
         },
-        stage_split(&m.stage_layers),
+        stage_split(&m.plan.stage_layers()),
         if m.layers
             .iter()
             .any(|l| l.layer == archplace_engine::model::LayerKind::Mtp)
@@ -465,7 +469,7 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
     }
     // The chip and each plan, as `archplace estimate` takes them.
     for m in &best.models {
-        if let Some(plan) = &m.plan {
+        if let Some(plan) = m.plan.estimable() {
             outln!(
                 "  {} for `archplace estimate --mip` (the same numbers), in a spec with this model, [training] and [cluster]{}:",
                 m.model,

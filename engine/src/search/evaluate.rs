@@ -12,6 +12,7 @@ use crate::placement::{
     self, Chain, Edge, Fixed, Layer as ChainLayer, MegatronMemory, MemoryRule, Plan, Resync,
     Runnable, Settings, StagePlan,
 };
+use crate::plan::RecordedPlan;
 use crate::space::Candidate;
 use crate::step::{
     self, LayerTiming, MemoryBreakdown, StepError, StepInput, StepPlan, StepReport, TimeBreakdown,
@@ -943,7 +944,7 @@ impl Ctx<'_> {
         c: &AcceleratorConfig,
     ) -> ModelPlan {
         let plan = &priced.plan;
-        let (m, b) = (run.model, run.micro_batch);
+        let m = run.model;
         let model = &self.input.models[m];
         let t = plan.tensor_parallel;
         let tr = &self.input.training;
@@ -1002,28 +1003,25 @@ impl Ctx<'_> {
             None => self.breakdown(run, plan, g, &times[&(m, key)]),
         };
         let hbm_busy_seconds = step.and_then(|r| r.hbm_busy_seconds);
-        let step_plan = priced.step.as_ref().map(|(p, _)| p.clone());
+        let recorded = match &priced.step {
+            Some((p, _)) => RecordedPlan::priced(p.clone(), g.blocks),
+            None => RecordedPlan::reference(
+                &self.shape_plan(
+                    run,
+                    Shape {
+                        tensor_parallel: t,
+                        pipeline_parallel: plan.stages.len() as u64,
+                        data_parallel: plan.data_parallel,
+                        interleaving: plan.interleaving,
+                        schedule: PipelineSchedule::implied(plan.interleaving),
+                    },
+                    Some(stage_blocks(&plan.stages, g.blocks)),
+                ),
+                g.blocks,
+            ),
+        };
         ModelPlan {
             model: model.config.name.clone(),
-            micro_batch: b,
-            activation_recomputation: run.recompute != Recomputation::None,
-            recomputation: run.recompute,
-            precision: match tr.memory_model {
-                MemoryModel::Megatron => Some(tr.precision(run.precision)),
-                MemoryModel::Reference => None,
-            },
-            distributed_optimizer: run.zero >= 1,
-            zero_stage: run.zero,
-            sequence_parallel: run.sequence_parallel && t > 1,
-            expert_parallel: run.expert_parallel,
-            expert_tensor_parallel: model.config.expert_tensor_parallel(t),
-            context_parallel: run.context_parallel,
-            tensor_parallel: t,
-            data_parallel: plan.data_parallel,
-            pipeline_stages: plan.stages.len(),
-            pipeline_interleaving: plan.interleaving,
-            stage_layers: stage_blocks(&plan.stages, g.blocks),
-            devices_used: t * run.context_parallel * plan.data_parallel * plan.stages.len() as u64,
             time_per_batch_seconds: priced.seconds,
             gradient_all_reduce_seconds: time.data_parallel_communication_seconds,
             throughput_samples_per_second: throughput,
@@ -1035,13 +1033,12 @@ impl Ctx<'_> {
             memory_bytes,
             layers,
             baseline,
-            pipeline_schedule: (!tr.pipeline_schedules.is_empty())
-                .then(|| step_plan.as_ref().map(StepPlan::schedule))
-                .flatten(),
+            pipeline_schedule: (!tr.pipeline_schedules.is_empty() && recorded.estimable)
+                .then(|| recorded.step.schedule()),
             one_f_one_b_throughput_samples_per_second: priced
                 .one_f_one_b_seconds
                 .map(|s| tr.global_batch as f64 / s),
-            plan: step_plan,
+            plan: recorded,
         }
     }
 

@@ -294,8 +294,9 @@ fn explored_bytes(input: &SearchInput, p: u64, longest: u64) -> u64 {
         .max()
         .unwrap_or(0);
     let stages = longest.min(input.cluster.devices.max(1));
-    // A summary keeps each plan's blocks per stage, twice (the record's `stage_layers` and
-    // its `[plan]`'s when the split is uneven).
+    // A summary keeps each plan's blocks per stage once, in its `[plan]` when the split is
+    // uneven (the record's `stage_layers` key is derived when written); counted twice, as
+    // before records held the plan once: an upper bound.
     let plan_summary =
         size::<ModelPlan>() + names + LIMITING_BYTES + 2 * stages.saturating_mul(size::<u64>());
     // With several scale-up domain sizes a record holds each size's plans, its best's

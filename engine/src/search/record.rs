@@ -4,15 +4,11 @@
 
 use crate::model::LayerKind;
 use crate::pipeline::PipelineSchedule;
+use crate::plan::RecordedPlan;
 use crate::space::Strategy;
-use crate::step::{MemoryBreakdown, StepPlan, TimeBreakdown};
-use crate::training::{Precision, Recomputation};
+use crate::step::{MemoryBreakdown, TimeBreakdown};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::{Deserialize, Serialize};
-
-fn one() -> u64 {
-    1
-}
 
 /// The stages of a plan, with the layers they hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,51 +45,18 @@ pub struct LayerReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelPlan {
     pub model: String,
-    pub micro_batch: u64,
-    /// Whether anything is recomputed (`recomputation` says what).
-    pub activation_recomputation: bool,
-    #[serde(default)]
-    pub recomputation: Recomputation,
-    /// The numeric format (the Megatron memory model; `None` with the reference's).
-    #[serde(default)]
-    pub precision: Option<Precision>,
-    #[serde(default)]
-    pub distributed_optimizer: bool,
-    /// The ZeRO stage (1 is the distributed optimizer; 2 and 3 shard the gradients and the
-    /// weights too).
-    #[serde(default)]
-    pub zero_stage: u64,
-    /// Sequence parallelism (only with a tensor-parallel width above 1).
-    #[serde(default)]
-    pub sequence_parallel: bool,
-    /// The experts' expert-parallel and expert-tensor-parallel widths (1 and 1 for a
-    /// dense model).
-    #[serde(default = "one")]
-    pub expert_parallel: u64,
-    #[serde(default = "one")]
-    pub expert_tensor_parallel: u64,
-    /// CP: ranks each sequence is split over (1 without context parallelism).
-    #[serde(default = "one")]
-    pub context_parallel: u64,
-    pub tensor_parallel: u64,
-    pub data_parallel: u64,
-    pub pipeline_stages: usize,
-    /// Model chunks per device: 1 for plain 1F1B, more for interleaved 1F1B (its stages
-    /// then list each device's layers as one range; they run as that many equal chunks).
-    #[serde(default = "one")]
-    pub pipeline_interleaving: u64,
-    /// Transformer blocks per pipeline stage, first to last (the embedding with the first
-    /// stage, the head with the last).
-    #[serde(default)]
-    pub stage_layers: Vec<u64>,
-    /// Devices the plan uses: `tensor_parallel × context_parallel × pipeline_stages ×
-    /// data_parallel` (all of the cluster's unless `[search] use_all_devices = false`).
-    #[serde(default)]
-    pub devices_used: u64,
+    /// The plan: written as the flat keys records have always had (`micro_batch`,
+    /// `tensor_parallel`, `pipeline_stages`, `stage_layers`, `devices_used`, ...) and the
+    /// whole plan under `plan`, as `archplace estimate`'s `[plan]` takes it (`null` with
+    /// the reference's memory model, whose plans the placement program prices as the
+    /// reference system does).
+    #[serde(flatten)]
+    pub plan: RecordedPlan,
     pub time_per_batch_seconds: f64,
     pub gradient_all_reduce_seconds: f64,
     pub throughput_samples_per_second: f64,
     pub throughput_tokens_per_second: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageReport>,
     /// Where the time per batch goes on the slowest stage (the parts add up to
     /// `time_per_batch_seconds`).
@@ -109,6 +72,7 @@ pub struct ModelPlan {
     /// The largest part of the time.
     #[serde(default)]
     pub limiting: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<LayerReport>,
     /// The baseline strategy on the same chip, HBM, micro-batch and recomputation.
     pub baseline: Option<BaselineReport>,
@@ -118,11 +82,36 @@ pub struct ModelPlan {
     pub pipeline_schedule: Option<PipelineSchedule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_f_one_b_throughput_samples_per_second: Option<f64>,
-    /// The plan as `archplace estimate`'s `[plan]` takes it, which prices it the same
-    /// (the Megatron-LM memory model; `None` with the reference's, whose plans the
-    /// placement program prices as the reference system does).
-    #[serde(default)]
-    pub plan: Option<StepPlan>,
+}
+
+impl ModelPlan {
+    /// Drops what only the best candidate's report needs: the stages, layers and
+    /// baseline (`explored.jsonl` and the summaries a search keeps per candidate).
+    pub fn summarise(&mut self) {
+        self.stages = Vec::new();
+        self.layers = Vec::new();
+        self.baseline = None;
+    }
+
+    /// The plan without what [`ModelPlan::summarise`] drops.
+    pub fn summary(&self) -> ModelPlan {
+        ModelPlan {
+            stages: Vec::new(),
+            layers: Vec::new(),
+            baseline: None,
+            plan: self.plan.clone(),
+            model: self.model.clone(),
+            limiting: self.limiting.clone(),
+            ..*self
+        }
+    }
+    /// With schedules searched: what the winning schedule gains over the best 1F1B plan,
+    /// as a fraction of that plan's throughput (`None` without schedules or a 1F1B plan).
+    pub fn gain_over_one_f_one_b(&self) -> Option<(PipelineSchedule, f64)> {
+        let schedule = self.pipeline_schedule?;
+        let base = self.one_f_one_b_throughput_samples_per_second?;
+        (base > 0.0).then(|| (schedule, self.throughput_samples_per_second / base - 1.0))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,7 +159,8 @@ pub struct DomainScore {
 }
 
 impl Evaluated {
-    /// Drops what only the best candidate's report needs (each plan's stages and layers),
+    /// Drops what only the best candidate's report needs (each plan's stages, layers and
+    /// baseline),
     /// keeping what `explored.jsonl`, the plots and the walk use: a search keeps every
     /// candidate's record, so this is its memory per candidate.
     ///
@@ -182,8 +172,7 @@ impl Evaluated {
     pub fn summarise(&mut self) {
         let domains = self.domains.iter_mut().flat_map(|d| &mut d.plans);
         for p in self.plans.iter_mut().chain(domains) {
-            p.stages = Vec::new();
-            p.layers = Vec::new();
+            p.summarise();
         }
         if let Some(size) = self.node_size
             && self.mean_throughput_samples_per_second.is_some()

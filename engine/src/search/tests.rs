@@ -327,10 +327,10 @@ fn exhaustive_search_agrees_with_brute_force() {
     let plan = &best.plans[0];
     assert_eq!(
         (
-            plan.micro_batch,
-            plan.tensor_parallel,
-            plan.data_parallel,
-            plan.recomputation
+            plan.plan.step.micro_batch,
+            plan.plan.step.tensor_parallel,
+            plan.plan.step.data_parallel,
+            plan.plan.step.recomputation
         ),
         (chosen.1, chosen.2, chosen.3, chosen.4)
     );
@@ -593,7 +593,7 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
         let Some(hbm) = e.hbm_bytes else { continue };
         feasible += 1;
         for p in &e.plans {
-            assert!(p.precision.is_some());
+            assert!(p.plan.precision().is_some());
             for s in &p.stages {
                 assert!(s.memory_bytes <= hbm as f64, "candidate {}: {s:?}", e.index);
             }
@@ -634,11 +634,11 @@ fn interleaving_is_searched() {
                 pb.time_per_batch_seconds,
                 pa.time_per_batch_seconds
             );
-            if pb.pipeline_interleaving == 2 {
+            if pb.plan.step.interleaving == 2 {
                 interleaved += 1;
                 let hbm = b.hbm_bytes.unwrap() as f64;
                 assert!(pb.stages.iter().all(|s| s.memory_bytes <= hbm));
-                assert!(pb.pipeline_stages >= 2);
+                assert!(pb.plan.step.pipeline_parallel >= 2);
             }
         }
     }
@@ -677,7 +677,7 @@ fn assert_priced_as_estimate(
     b: &crate::search::Evaluated,
     pb: &crate::search::ModelPlan,
 ) -> crate::step::StepReport {
-    let plan = pb.plan.as_ref().expect("a [plan]");
+    let plan = pb.plan.estimable().expect("a [plan]");
     let hbm = b.hbm_bytes.expect("an HBM size");
     assert!(pb.memory_bytes.total <= hbm as f64, "candidate {}", b.index);
     let e = estimate_of(input, b, plan);
@@ -740,12 +740,15 @@ fn expert_parallelism_is_searched() {
                 pb.time_per_batch_seconds,
                 pa.time_per_batch_seconds
             );
-            let plan = pb.plan.as_ref().unwrap();
-            assert_eq!(plan.expert_parallel, pb.expert_parallel);
-            assert_eq!(plan.expert_tensor_parallel, pb.tensor_parallel);
-            let ranks = pb.tensor_parallel * pb.data_parallel;
-            assert_eq!(ranks % (pb.expert_parallel * pb.expert_tensor_parallel), 0);
-            if pb.expert_parallel > 1 {
+            let plan = pb.plan.estimable().unwrap();
+            assert_eq!(plan.expert_parallel, pb.plan.step.expert_parallel);
+            assert_eq!(plan.expert_tensor_parallel, pb.plan.step.tensor_parallel);
+            let ranks = pb.plan.step.tensor_parallel * pb.plan.step.data_parallel;
+            assert_eq!(
+                ranks % (pb.plan.step.expert_parallel * pb.plan.step.expert_tensor_parallel),
+                0
+            );
+            if pb.plan.step.expert_parallel > 1 {
                 chose += 1;
                 assert!(pb.time.all_to_all_seconds > 0.0);
                 assert_priced_as_estimate(&input, b, pb);
@@ -802,7 +805,10 @@ fn zero_stages_are_searched() {
                 "candidate {}",
                 b.index
             );
-            assert_eq!(pb.plan.as_ref().unwrap().zero_stage(), pb.zero_stage);
+            assert_eq!(
+                pb.plan.estimable().unwrap().zero_stage(),
+                pb.plan.step.zero_stage()
+            );
         }
     }
     input.training.zero_stages = vec![3];
@@ -812,10 +818,10 @@ fn zero_stages_are_searched() {
     for b in &fsdp.explored {
         for pb in &b.plans {
             plans += 1;
-            assert_eq!(pb.zero_stage, 3);
-            assert!(pb.distributed_optimizer);
+            assert_eq!(pb.plan.step.zero_stage(), 3);
+            assert!(pb.plan.step.distributed_optimizer);
             assert_priced_as_estimate(&input, b, pb);
-            if pb.data_parallel > 1 {
+            if pb.plan.step.data_parallel > 1 {
                 assert!(pb.time.fsdp_communication_seconds > 0.0);
             }
         }
@@ -842,7 +848,7 @@ fn resharding_is_searched() {
         let after = b.mean_throughput_samples_per_second.unwrap_or(0.0);
         assert!(after >= before * (1.0 - 1e-12), "candidate {}", a.index);
         for pb in &b.plans {
-            let plan = pb.plan.as_ref().unwrap();
+            let plan = pb.plan.estimable().unwrap();
             kept += u64::from(!plan.sharding.reshard_after_forward);
             assert_priced_as_estimate(&input, b, pb);
         }
@@ -882,18 +888,18 @@ fn context_parallelism_is_searched() {
         let after = b.mean_throughput_samples_per_second.unwrap_or(0.0);
         assert!(after >= before * (1.0 - 1e-12), "candidate {}", a.index);
         for pb in &b.plans {
-            let plan = pb.plan.as_ref().unwrap();
-            assert_eq!(plan.context_parallel, pb.context_parallel);
+            let plan = pb.plan.estimable().unwrap();
+            assert_eq!(plan.context_parallel, pb.plan.step.context_parallel);
             assert_eq!(
-                pb.tensor_parallel
-                    * pb.context_parallel
-                    * pb.data_parallel
-                    * pb.pipeline_stages as u64,
+                pb.plan.step.tensor_parallel
+                    * pb.plan.step.context_parallel
+                    * pb.plan.step.data_parallel
+                    * pb.plan.step.pipeline_parallel,
                 input.cluster.devices
             );
-            assert_eq!(pb.devices_used, input.cluster.devices);
+            assert_eq!(pb.plan.devices_used(), input.cluster.devices);
             let e = assert_priced_as_estimate(&input, b, pb);
-            if pb.context_parallel > 1 {
+            if pb.plan.step.context_parallel > 1 {
                 chose += 1;
                 assert!(pb.time.context_parallel_communication_seconds >= 0.0);
                 assert!(e.operator_seconds.context_parallel > 0.0);
@@ -1405,6 +1411,47 @@ fn bounds_are_at_least_every_evaluated_score() {
 /// out once per search, `schedule::Skeleton`) and the operators' durations alone; that
 /// gives, bit for bit, the bound through each layer's whole instance — under every
 /// operator execution, where the restrictions add the dependencies the skeleton must hold.
+/// A record holds its plan once and writes from it the flat keys the result files have
+/// always had: every record of random searches (both memory models, every schedule)
+/// reads back equal, its flat keys say the plan's axes and its stages hold the model's
+/// blocks, and only the step model's plans carry `plan` and `precision`.
+#[test]
+fn every_record_writes_its_plan_as_the_flat_keys_and_reads_back_equal() {
+    let mut checked = [0, 0];
+    for seed in 0..16 {
+        let (input, space) = random_problem(seed);
+        let megatron = input.training.memory_model == MemoryModel::Megatron;
+        let outcome = whole(&input, &space);
+        for p in outcome.explored.iter().flat_map(|e| &e.plans) {
+            let v = serde_json::to_value(p).expect("a record serialises");
+            let back: ModelPlan = serde_json::from_value(v.clone()).expect("and reads back");
+            assert_eq!(&back, p, "seed {seed}");
+            let step = &p.plan.step;
+            let (t, d) = (step.tensor_parallel, step.data_parallel);
+            let (pp, cp) = (step.pipeline_parallel, step.context_parallel);
+            assert_eq!(v["tensor_parallel"], t);
+            assert_eq!(v["data_parallel"], d);
+            assert_eq!(v["pipeline_stages"], pp);
+            assert_eq!(v["context_parallel"], cp);
+            assert_eq!(v["micro_batch"], step.micro_batch);
+            assert_eq!(v["pipeline_interleaving"], step.interleaving);
+            assert_eq!(v["zero_stage"], step.zero_stage());
+            assert_eq!(v["devices_used"], t * cp * pp * d);
+            let layers: Vec<u64> =
+                serde_json::from_value(v["stage_layers"].clone()).expect("a list of blocks");
+            assert_eq!(layers.len() as u64, pp, "seed {seed}");
+            assert_eq!(layers.iter().sum::<u64>(), input.models[0].config.layers);
+            assert_eq!(v["plan"].is_null(), !megatron);
+            assert_eq!(v["precision"].is_null(), !megatron);
+            checked[usize::from(megatron)] += 1;
+        }
+    }
+    assert!(
+        checked.iter().all(|&n| n > 0),
+        "both memory models: {checked:?}"
+    );
+}
+
 #[test]
 fn the_bound_through_skeletons_is_the_bound_through_instances() {
     use crate::execution::{Execution, OperatorExecution};

@@ -1,8 +1,7 @@
 use super::*;
-use crate::result::PlanLine;
 use archplace_engine::pipeline::PipelineSchedule;
+use archplace_engine::search::ModelPlan;
 use archplace_engine::step::{MemoryBreakdown, TimeBreakdown};
-use archplace_engine::training::Recomputation;
 
 fn conf(tensor_cores: u32, buffer_mib: u64, area_mm2: f64) -> Configuration {
     let mut chip = archplace_engine::space::REFERENCE_CONFIG;
@@ -11,31 +10,20 @@ fn conf(tensor_cores: u32, buffer_mib: u64, area_mm2: f64) -> Configuration {
     Configuration { chip, area_mm2 }
 }
 
-fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
+fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> ModelPlan {
     let time = TimeBreakdown {
         forward_seconds: forward,
         backward_seconds: 2.0 * forward,
         data_parallel_communication_seconds: data_parallel_seconds,
         ..TimeBreakdown::default()
     };
-    PlanLine {
+    ModelPlan {
         model: "m".into(),
-        micro_batch: 1,
-        activation_recomputation: false,
-        recomputation: Recomputation::None,
-        precision: None,
-        distributed_optimizer: false,
-        zero_stage: 0,
-        sequence_parallel: false,
-        expert_parallel: 1,
-        expert_tensor_parallel: 1,
-        context_parallel: 1,
-        tensor_parallel: 1,
-        data_parallel: 8,
-        pipeline_stages: 2,
-        pipeline_interleaving: 1,
-        stage_layers: vec![2, 2],
-        devices_used: 16,
+        plan: serde_json::from_value(serde_json::json!({
+            "micro_batch": 1, "activation_recomputation": false, "tensor_parallel": 1,
+            "data_parallel": 8, "pipeline_stages": 2, "stage_layers": [2, 2],
+        }))
+        .expect("a plan's flat keys"),
         throughput_samples_per_second: 256.0 / time.total(),
         time_per_batch_seconds: time.total(),
         time,
@@ -45,13 +33,17 @@ fn plan(forward: f64, data_parallel_seconds: f64, memory_gib: f64) -> PlanLine {
             ..MemoryBreakdown::default()
         },
         limiting: time.limiting().into(),
+        gradient_all_reduce_seconds: data_parallel_seconds,
+        throughput_tokens_per_second: 0.0,
+        stages: Vec::new(),
+        layers: Vec::new(),
+        baseline: None,
         pipeline_schedule: None,
         one_f_one_b_throughput_samples_per_second: None,
-        plan: None,
     }
 }
 
-fn line(index: usize, c: Configuration, p: Option<PlanLine>) -> ExploredLine {
+fn line(index: usize, c: Configuration, p: Option<ModelPlan>) -> ExploredLine {
     ExploredLine {
         index,
         configuration: c,
@@ -132,7 +124,7 @@ fn a_network_limit_names_its_tier() {
 fn differences_name_axes_choices_and_time() {
     let a = plan(0.1, 0.05, 4.0);
     let mut b = plan(0.1, 0.127, 4.0);
-    b.data_parallel = 4;
+    b.plan.step.data_parallel = 4;
     let d = differences(
         (&conf(4, 32, 100.0), 16 << 30, std::slice::from_ref(&a)),
         (&conf(8, 32, 180.0), 16 << 30, std::slice::from_ref(&b)),

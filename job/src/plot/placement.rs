@@ -106,37 +106,37 @@ fn draw_model(area: &Area<'_>, plan: &ModelPlan, hbm_bytes: u64) -> DrawResult {
 /// stage) and what fills memory (the fullest stage).
 fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
     // A stage's devices are per data-parallel replica (t × CP).
-    let d = plan.data_parallel;
+    let d = plan.plan.step.data_parallel;
     let devices: u64 = plan.stages.iter().map(|s| s.devices).sum::<u64>() * d;
     let font = ("sans-serif", 16).into_font().color(&BLACK);
     caption.draw(&Text::new(
         format!(
             "{}: {} pipeline stages{}, t = {} (tensor){}{}, d = {} (data) — {} devices; micro-batch {}, recomputation {}",
             plan.model,
-            plan.pipeline_stages,
-            if plan.pipeline_interleaving > 1 {
-                format!(" ({} chunks each, interleaved)", plan.pipeline_interleaving)
+            plan.plan.step.pipeline_parallel,
+            if plan.plan.step.interleaving > 1 {
+                format!(" ({} chunks each, interleaved)", plan.plan.step.interleaving)
             } else {
                 String::new()
             },
-            plan.tensor_parallel,
-            if plan.expert_parallel > 1 || plan.expert_tensor_parallel > 1 {
+            plan.plan.step.tensor_parallel,
+            if plan.plan.step.expert_parallel > 1 || plan.plan.step.expert_tensor_parallel > 1 {
                 format!(
                     ", experts over EP = {} × ETP = {}",
-                    plan.expert_parallel, plan.expert_tensor_parallel
+                    plan.plan.step.expert_parallel, plan.plan.step.expert_tensor_parallel
                 )
             } else {
                 String::new()
             },
-            if plan.context_parallel > 1 {
-                format!(", CP = {} (context)", plan.context_parallel)
+            if plan.plan.step.context_parallel > 1 {
+                format!(", CP = {} (context)", plan.plan.step.context_parallel)
             } else {
                 String::new()
             },
-            plan.data_parallel,
+            plan.plan.step.data_parallel,
             devices,
-            plan.micro_batch,
-            plan.recomputation.name(),
+            plan.plan.step.micro_batch,
+            plan.plan.step.recomputation.name(),
         ),
         (20, 14),
         font.clone(),
@@ -192,7 +192,7 @@ fn draw_caption(caption: &Area<'_>, plan: &ModelPlan) -> DrawResult {
 
 /// The pipeline: one block per stage, as wide as its layers, labelled as room allows.
 fn draw_stages(blocks: &Area<'_>, plan: &ModelPlan) -> DrawResult {
-    let d = plan.data_parallel;
+    let d = plan.plan.step.data_parallel;
     let layers: usize = plan.stages.iter().map(|s| s.layers).sum::<usize>().max(1);
     let (w, h) = blocks.dim_in_pixel();
     let (x0, usable) = (20i32, w as i32 - 40);
