@@ -143,7 +143,7 @@ fn editing_or_deleting_a_running_spec_cancels_its_search() {
     let tmp = folder();
     let dir = tmp.path();
     let d = Daemon::start(dir);
-    drop_spec(dir, "slow.toml", &default_spec());
+    drop_spec(dir, "slow.toml", &slow_spec());
     d.wait_state("default-bert-large", "running", 60);
     // Edit: the old content's search is cancelled, the new content is searched.
     drop_spec(dir, "slow.toml", TINY);
@@ -164,7 +164,7 @@ fn editing_or_deleting_a_running_spec_cancels_its_search() {
     drop_spec(
         dir,
         "slow2.toml",
-        &default_spec().replace("default-bert-large", "slow-two"),
+        &slow_spec().replace("default-bert-large", "slow-two"),
     );
     d.wait_state("slow-two", "running", 60);
     std::fs::remove_file(dir.join("specs/slow2.toml")).unwrap();
@@ -178,7 +178,7 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
     let dir = tmp.path();
     // A slow search: SIGTERM must stop it at its next safe point, within 10 s.
     let mut d = Daemon::start(dir);
-    drop_spec(dir, "slow.toml", &default_spec());
+    drop_spec(dir, "slow.toml", &slow_spec());
     d.wait_state("default-bert-large", "running", 60);
     d.signal("-TERM");
     let (code, took) = d.wait(Duration::from_secs(10));
@@ -502,12 +502,8 @@ fn invalid_and_oversized_specs_are_answered_at_once_while_a_search_runs() {
     )
     .unwrap();
     let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
-    // Exhaustive: minutes of search, so that it is certainly still running when every
-    // bad spec has been answered (the converging default takes about a second, which a
-    // loaded machine can spend answering them).
-    let long = default_spec().replace("[search]\n", "[search]\nexhaustive = true\n");
-    assert_ne!(long, default_spec());
-    drop_spec(dir, "long.toml", &long);
+    // Certainly still running when every bad spec has been answered.
+    drop_spec(dir, "long.toml", &slow_spec());
     d.wait_state("default-bert-large", "running", 60);
     for i in 0..20 {
         drop_spec(
@@ -643,7 +639,7 @@ fn sighup_reloads_the_config_and_finds_new_plugins_without_dropping_searches() {
         ],
     );
     // A slow search runs meanwhile.
-    drop_spec(dir, "slow.toml", &default_spec());
+    drop_spec(dir, "slow.toml", &slow_spec());
     d.wait_state("default-bert-large", "running", 60);
     // A spec naming a plugin that is not installed yet is invalid, with a located error.
     let uses = |name: &str| {
@@ -1565,7 +1561,7 @@ fn renaming_a_spec_during_its_search_moves_its_labels_and_paths() {
     let dir = tmp.path();
     let d = Daemon::start(dir);
     let addr = d.metrics_addr();
-    drop_spec(dir, "before.toml", &default_spec());
+    drop_spec(dir, "before.toml", &slow_spec());
     d.wait_state("default-bert-large", "running", 60);
     d.until(
         Duration::from_secs(60),
@@ -1601,9 +1597,9 @@ fn an_identical_copy_is_a_duplicate_not_a_rename() {
     let tmp = folder();
     let dir = tmp.path();
     let d = Daemon::start(dir);
-    drop_spec(dir, "first.toml", &default_spec());
+    drop_spec(dir, "first.toml", &slow_spec());
     d.wait_state("default-bert-large", "running", 60);
-    drop_spec(dir, "copy.toml", &default_spec());
+    drop_spec(dir, "copy.toml", &slow_spec());
     d.until(Duration::from_secs(30), "the duplicate in the log", || {
         d.log()
             .contains("the same content as another spec in the folder")
@@ -1822,7 +1818,7 @@ fn systemd_hears_ready_status_watchdog_and_stopping() {
     socket
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    drop_spec(dir, "slow.toml", &default_spec());
+    drop_spec(dir, "slow.toml", &slow_spec());
     let mut d = Daemon::start_env(dir, &[], &[("NOTIFY_SOCKET", &socket_path)]);
     let mut heard = String::new();
     let mut buf = [0u8; 4096];

@@ -83,6 +83,20 @@ pub fn default_spec() -> String {
     std::fs::read_to_string(root().join("spec/src/default.toml")).expect("the default spec")
 }
 
+/// The default spec searched exhaustively: minutes of search (about six on this machine's
+/// debug build), so that a test that needs a search still running when it acts — edits,
+/// renames, copies, reloads, signals — never races it (the converging default takes under
+/// a second, which a loaded machine can spend before the test acts).
+pub fn slow_spec() -> String {
+    let slow = default_spec().replace("[search]\n", "[search]\nexhaustive = true\n");
+    assert_ne!(
+        slow,
+        default_spec(),
+        "the default spec has a [search] table"
+    );
+    slow
+}
+
 /// 128 chips of an 8-layer model (126 fit): about 10 s on one thread of a debug build;
 /// every layer schedule bounded by a node limit, so each candidate's result is the same on
 /// every machine and in every run. `exhaustive = false` converges after two buckets.
