@@ -1114,6 +1114,80 @@ fn estimate_of_the_mixtral_example_shows_its_all_to_all_and_memory() {
     assert!(v.get("mtp_parameters").is_none());
 }
 
+/// The long-sequence example with each context-parallel exchange `estimate` takes — the
+/// ring, the all-gather and Ulysses' all-to-all — at a layout Ulysses can run (Llama 3
+/// 70B's 8 key-value heads over t × CP = 4 × 2): each prices its exchange, says which it
+/// ran, and its step adds up; at t = 8 the all-to-all is refused with the heads' numbers.
+#[test]
+fn estimate_prices_each_context_parallel_exchange() {
+    let _gate = crate::util::shared();
+    let path = root().join("config/specs/estimate-llama3-70b-128k-cp-h100.toml");
+    let base = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("tensor_parallel = 8", "tensor_parallel = 4")
+        .replace("context_parallel = 16", "context_parallel = 2")
+        .replace("data_parallel = 1", "data_parallel = 16");
+    let plugins = plugin_dir();
+    let estimate = |text: &str, json: bool| {
+        let (_dir, spec) = temp_spec("cp.toml", text);
+        let spec = spec.display().to_string();
+        let mut args = vec!["--plugin-dir", &plugins, "estimate", &spec];
+        if json {
+            args.push("--json");
+        }
+        run(&args)
+    };
+    for (method, words) in [
+        ("ring", "ring attention"),
+        ("all_gather", "all-gathered"),
+        ("all_to_all", "Ulysses all-to-all"),
+    ] {
+        let text = base.replace(
+            "[plan]\n",
+            &format!("[plan]\ncontext_parallel_exchange = \"{method}\"\n"),
+        );
+        let o = estimate(&text, true);
+        assert!(o.status.success(), "{method}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        // The exchange's whole time; exposed, all of it but with the ring (overlapped).
+        let whole = v["operator_seconds"]["context_parallel"].as_f64().unwrap();
+        let exposed = v["time"]["context_parallel_communication_seconds"]
+            .as_f64()
+            .unwrap();
+        assert!(whole > 0.0, "{method}: {v}");
+        if method != "ring" {
+            assert!(
+                (exposed - whole).abs() < 1e-12 * whole,
+                "{method}: {exposed} vs {whole}"
+            );
+        }
+        let parts: f64 = v["time"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(serde_json::Value::as_f64)
+            .sum();
+        let step = v["step_seconds"].as_f64().unwrap();
+        assert!(
+            (parts - step).abs() < 1e-9 * step,
+            "{method}: {parts} vs {step}"
+        );
+        let o = estimate(&text, false);
+        assert!(stdout(&o).contains(words), "{method}: {}", stdout(&o));
+    }
+    let refused = std::fs::read_to_string(&path).unwrap().replace(
+        "[plan]\n",
+        "[plan]\ncontext_parallel_exchange = \"all_to_all\"\n",
+    );
+    let o = estimate(&refused, false);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("64 heads and 8 key-value heads do not divide among them"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The FP8 example (Llama-3-70B on 64 H100s, Megatron-Bridge's published layout) answers
 /// with its casts in the breakdowns and its weights' quantised copies in memory, faster
 /// than the same plan in bf16 by what FP8 GEMMs give on the H100 and no more; a latency

@@ -41,25 +41,105 @@ impl OperatorExecution {
     }
 }
 
+/// Whether and how tensor-parallel collectives overlap computation. Written `false` /
+/// `true` (the two it had first: none, pipelined) or by name.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, Serialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorParallelOverlap {
+    /// Each collective runs alone, as Megatron-LM runs them without its overlap options.
+    #[default]
+    None,
+    /// Transformer Engine's overlap (Megatron-LM's `--tp-comm-overlap`; NeMo's "Communication
+    /// Overlap" page): besides overlapping what the graph lets them ("bulk"), sequence
+    /// parallelism's all-gathers and reduce-scatters are cut into as many chunks as the
+    /// group has ranks and pipelined with the GEMM they feed or drain, one chunk of either
+    /// exposed (`crate::operators::pipelined_exposure`).
+    Pipelined,
+    /// PyTorch's asynchronous tensor parallelism (torch.compile's micro-pipeline pass;
+    /// `torch.ops.symm_mem.fused_all_gather_matmul` and `fused_matmul_reduce_scatter`;
+    /// Wang et al., "Introducing Async Tensor Parallelism in PyTorch", 2024): the GEMM an
+    /// all-gather feeds or a reduce-scatter drains is decomposed into one GEMM per rank's
+    /// shard of the rows, each `1/t` of them — `t` kernels, each less efficient than the
+    /// whole (their waves' tails) — while the copy engines move the shards. The gather's
+    /// first GEMM takes the rank's own shard, so only what the others' transfers take
+    /// beyond the remaining GEMMs is exposed; the reduce-scatter's last shard is sent after
+    /// its GEMM. Other collectives overlap as the graph lets them.
+    Async,
+}
+
+impl TensorParallelOverlap {
+    pub const ALL: [TensorParallelOverlap; 3] = [
+        TensorParallelOverlap::None,
+        TensorParallelOverlap::Pipelined,
+        TensorParallelOverlap::Async,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorParallelOverlap::None => "none",
+            TensorParallelOverlap::Pipelined => "pipelined",
+            TensorParallelOverlap::Async => "async",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+
+    /// Whether collectives overlap computation at all.
+    pub fn overlaps(self) -> bool {
+        self != TensorParallelOverlap::None
+    }
+}
+
+impl From<bool> for TensorParallelOverlap {
+    /// `true`: the overlap the key meant before it had names (Transformer Engine's).
+    fn from(on: bool) -> Self {
+        if on {
+            TensorParallelOverlap::Pipelined
+        } else {
+            TensorParallelOverlap::None
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TensorParallelOverlap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Flag(bool),
+            Name(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Flag(on) => Ok(on.into()),
+            Given::Name(name) => Self::from_name(&name).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown tensor-parallel overlap \"{name}\": use \"none\", \"pipelined\" or \"async\" (or false / true)"
+                ))
+            }),
+        }
+    }
+}
+
 /// How a layer runs: operator concurrency and whether tensor-parallel collectives may
 /// overlap computation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Execution {
     pub operators: OperatorExecution,
-    /// Tensor-parallel collectives overlap independent computation (off by default: the
-    /// collective runs alone, as Megatron-LM runs it without its overlap options). With
-    /// sequential operators this is Transformer Engine's overlap (Megatron-LM's
-    /// `--tp-comm-overlap`): besides overlapping what the graph lets them, sequence
-    /// parallelism's all-gathers and reduce-scatters are pipelined with the GEMM they feed
-    /// or drain (`crate::operators::pipelined_exposure`).
-    pub tensor_parallel_overlap: bool,
+    /// Whether and how tensor-parallel collectives overlap independent computation (none
+    /// by default). With concurrent operators any overlap lets them run beside what the
+    /// graph allows; with sequential operators [`TensorParallelOverlap`] says how.
+    pub tensor_parallel_overlap: TensorParallelOverlap,
 }
 
 impl Execution {
     /// The reference's semantics: everything that can overlap does.
     pub const DATAFLOW: Execution = Execution {
         operators: OperatorExecution::Concurrent,
-        tensor_parallel_overlap: true,
+        tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
     };
 
     /// Whether operators run on all cores only (no single-core durations are needed).

@@ -409,6 +409,15 @@ pub enum StepError {
         attention: String,
     },
     #[error(
+        "context_parallel_exchange = \"all_to_all\" (Ulysses) gives each of the t × CP = {t} × {cp} ranks its own heads: {heads} heads and {kv_heads} key-value heads do not divide among them"
+    )]
+    ContextAllToAll {
+        heads: u64,
+        kv_heads: u64,
+        t: u64,
+        cp: u64,
+    },
+    #[error(
         "t = {t} × CP = {cp} × p = {p} × d = {d} is {needed} devices; the cluster has {devices}"
     )]
     Devices {
@@ -669,6 +678,7 @@ impl Costs<'_> {
             exposed_link: self
                 .execution
                 .tensor_parallel_overlap
+                .overlaps()
                 .then(|| s.exposed_link_seconds(&inst)),
         };
         Ok(graph_timing(g, &inst, c, outcome, |core, op| {
@@ -727,6 +737,13 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
     let d = pl.data_parallel;
     found.extend(expert_problems(m, pl));
     found.extend(context_problems(m, pl.context_parallel));
+    if pl.context_exchange.method == ContextMethod::AllToAll {
+        found.extend(all_to_all_problem(
+            m,
+            pl.tensor_parallel,
+            pl.context_parallel,
+        ));
+    }
     if pl.sharding.zero_stage > 3 {
         found.push(StepError::ZeroStage {
             stage: pl.sharding.zero_stage,
@@ -826,6 +843,28 @@ fn expert_problems(m: &ModelConfig, pl: &StepPlan) -> Vec<StepError> {
         found.push(StepError::MoeSequenceParallel { t });
     }
     found
+}
+
+/// Ulysses' all-to-all (`ContextMethod::AllToAll`) at tensor-parallel width `t` and
+/// context-parallel size `cp`: each CP rank attends to `1/CP` of its tensor-parallel
+/// rank's heads, so those heads and the key-value heads must divide among the CP ranks
+/// (Transformer Engine's `a2a` asserts both; the latent attention's keys and values are
+/// per head). The step's check and the search's choice of widths.
+pub(crate) fn all_to_all_problem(m: &ModelConfig, t: u64, cp: u64) -> Option<StepError> {
+    let kv_heads = if m.attention == AttentionKernel::Mla {
+        m.heads
+    } else {
+        m.kv_heads
+    };
+    let ranks = t.max(1).saturating_mul(cp.max(1));
+    (cp > 1 && !(m.heads.is_multiple_of(ranks) && kv_heads.is_multiple_of(ranks))).then_some(
+        StepError::ContextAllToAll {
+            heads: m.heads,
+            kv_heads,
+            t,
+            cp,
+        },
+    )
 }
 
 /// Context parallelism of `cp` ranks against the model: CP splits the sequence into `2·CP`
@@ -1766,8 +1805,11 @@ fn kv_exchange_seconds(
 /// at hand, `1/CP` of the attention's time: each step exposes what its transfer takes
 /// beyond that (all of it without overlap). The all-gather collects every rank's keys and
 /// values before attention (backward again, and the gradients reduce-scattered), not
-/// overlapped. Recomputation that reruns the attention (full; selective, which recomputes
-/// the core) exchanges again.
+/// overlapped. Ulysses' all-to-all (`ContextMethod::AllToAll`) moves `(CP − 1)/CP` of the
+/// rank's queries, keys and values before attention and of its output after it, backward
+/// the output's gradient and then the others' — the same bytes both ways, whatever `CP` —
+/// not overlapped. Recomputation that reruns the attention (full; selective, which
+/// recomputes the core) exchanges again.
 pub(crate) fn kv_exchange_passes(
     net: &Network,
     exchange: ContextExchange,
@@ -1781,6 +1823,9 @@ pub(crate) fn kv_exchange_passes(
     let (cp, count) = (x.group, x.count.max(1) as f64);
     let steps = cp.saturating_sub(1) as f64;
     let bytes = x.bytes as f64;
+    // Ulysses' two all-to-alls of one pass (forward and backward alike).
+    let ulysses = net.all_to_all_seconds((x.bytes + x.query_bytes) as f64, cp, x.stride)
+        + net.all_to_all_seconds(x.output_bytes as f64, cp, x.stride);
     // Per attention and pass: (exposed, all).
     let pass = |attention: f64, bytes: f64| match exchange.method {
         ContextMethod::Ring => {
@@ -1796,6 +1841,7 @@ pub(crate) fn kv_exchange_passes(
             let gather = net.ring_seconds(cp as f64 * bytes, 1.0, cp, x.stride);
             (gather, gather)
         }
+        ContextMethod::AllToAll => (ulysses, ulysses),
     };
     let attention = Work::Attention as usize;
     let forward = pass(l.forward_work[attention], bytes);

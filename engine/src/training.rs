@@ -499,7 +499,7 @@ impl Default for ContextExchange {
     }
 }
 
-/// The two ways a context-parallel group shares keys and values.
+/// The ways a context-parallel group shares what attention needs across the sequence.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
 )]
@@ -513,15 +513,29 @@ pub enum ContextMethod {
     /// The keys and values all-gathered before attention (and their gradients
     /// reduce-scattered after it), not overlapped (`--cp-comm-type all_gather`).
     AllGather,
+    /// DeepSpeed-Ulysses (Jacobs et al. 2023, "DeepSpeed Ulysses: System Optimizations for
+    /// Enabling Training of Extreme Long Sequence Transformer Models", §3): an all-to-all
+    /// turns each rank's queries, keys and values of its share of the sequence into the
+    /// whole sequence's of `1/CP` of the heads; attention runs on those heads; a second
+    /// all-to-all returns the output to the sequence split. Backward the same two, the
+    /// output gradient's and then the query, key and value gradients'. Not overlapped
+    /// (`--cp-comm-type a2a`, Transformer Engine's `a2a`); the heads — and the key-value
+    /// heads — of a tensor-parallel rank must divide among the CP ranks.
+    AllToAll,
 }
 
 impl ContextMethod {
-    pub const ALL: [ContextMethod; 2] = [ContextMethod::Ring, ContextMethod::AllGather];
+    pub const ALL: [ContextMethod; 3] = [
+        ContextMethod::Ring,
+        ContextMethod::AllGather,
+        ContextMethod::AllToAll,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ContextMethod::Ring => "ring",
             ContextMethod::AllGather => "all_gather",
+            ContextMethod::AllToAll => "all_to_all",
         }
     }
 

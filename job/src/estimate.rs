@@ -2,6 +2,7 @@
 //! the step explained — and one operator on that chip, for comparing latency models.
 
 use crate::explain::{HBM_LIMITS_FROM, hbm_busy_fraction};
+use archplace_engine::execution::TensorParallelOverlap;
 use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::{self, StepError, StepInput, StepReport};
 use archplace_plugin_sdk::text::thousands;
@@ -304,10 +305,10 @@ pub fn describe_plan(input: &StepInput) -> String {
         + &format!(
             "; operators {}, tensor-parallel collectives {}",
             input.execution.operators.name(),
-            if input.execution.tensor_parallel_overlap {
-                "overlapped"
-            } else {
-                "not overlapped"
+            match input.execution.tensor_parallel_overlap {
+                TensorParallelOverlap::None => "not overlapped",
+                TensorParallelOverlap::Pipelined => "overlapped (pipelined with their GEMMs)",
+                TensorParallelOverlap::Async => "overlapped (async: decomposed GEMMs)",
             }
         )
 }
@@ -345,6 +346,7 @@ fn context_words(p: &step::StepPlan) -> String {
         (step::ContextMethod::Ring, true) => "ring attention, transfers overlapped",
         (step::ContextMethod::Ring, false) => "ring attention, transfers not overlapped",
         (step::ContextMethod::AllGather, _) => "keys and values all-gathered",
+        (step::ContextMethod::AllToAll, _) => "Ulysses all-to-all, the heads split over CP",
     };
     format!(", CP = {} ({how})", p.context_parallel)
 }
@@ -439,7 +441,7 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
             100.0 * s / r.step_seconds
         );
     }
-    if input.execution.tensor_parallel_overlap {
+    if input.execution.tensor_parallel_overlap.overlaps() {
         let _ = writeln!(
             o,
             "  (tensor-parallel communication: the time computation does not hide; forward and backward are the cores' busy time)"

@@ -66,6 +66,16 @@ pub enum OneOrMany<T> {
     Many(Vec<T>),
 }
 
+/// A flag or a name: the schema of a key that was a boolean before its values had names
+/// (`tensor_parallel_overlap`).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum FlagOrName<T> {
+    Flag(bool),
+    Name(T),
+}
+
 /// Read by the value's own type, so that a wrong value gets that type's message (`unknown
 /// variant `fp8`, expected one of `bf16-mixed`, …`) instead of an untagged enum's "a value
 /// or a list of values".
@@ -233,7 +243,8 @@ pub struct RawPlan {
     /// (or MLA); the sequence must split into 2·CP equal chunks (causal models).
     pub context_parallel: Option<u64>,
     /// How the context-parallel ranks share keys and values: "ring" (default; Megatron's
-    /// `--cp-comm-type p2p`) or "all_gather".
+    /// `--cp-comm-type p2p`), "all_gather" or "all_to_all" (DeepSpeed-Ulysses, `a2a`: the
+    /// heads of a tensor-parallel rank split over CP, so they must divide by it).
     pub context_parallel_exchange: Option<ContextMethod>,
     /// With the ring: each step's transfer overlaps the attention of the chunk at hand
     /// (default true).
@@ -490,7 +501,9 @@ pub struct RawTraining {
     /// divide the devices and split its sequence so; needs a fused attention kernel.
     pub context_parallel: Option<OneOrMany<u64>>,
     /// How context-parallel ranks exchange keys and values: "ring" (default, Megatron-Core's
-    /// `p2p`) or "all_gather". `[plan]` may say otherwise for `estimate`.
+    /// `p2p`), "all_gather" or "all_to_all" (DeepSpeed-Ulysses, `a2a`; the search tries the
+    /// tensor-parallel widths whose heads divide by CP). `[plan]` may say otherwise for
+    /// `estimate`.
     pub context_parallel_exchange: Option<ContextMethod>,
     /// With the ring: each step's transfer runs while attention computes (default true).
     pub context_parallel_overlap: Option<bool>,
@@ -504,11 +517,13 @@ pub struct RawTraining {
     /// different cores overlap, a dataflow accelerator) or "sequential" (one operator at a
     /// time on all the cores of its type, as Megatron-LM runs kernels on a GPU).
     pub operator_execution: Option<archplace_engine::execution::OperatorExecution>,
-    /// Tensor-parallel collectives overlap independent computation (default false: each
-    /// runs alone); with sequential operators and sequence parallelism, each all-gather
-    /// and reduce-scatter is also pipelined with its GEMM (Transformer Engine's
-    /// `tp_comm_overlap`).
-    pub tensor_parallel_overlap: Option<bool>,
+    /// Whether tensor-parallel collectives overlap independent computation: "none"
+    /// (default, also `false`: each runs alone), "pipelined" (also `true`: Transformer
+    /// Engine's `tp_comm_overlap` — with sequential operators and sequence parallelism each
+    /// all-gather and reduce-scatter is pipelined with its GEMM) or "async" (PyTorch's
+    /// async TP: those GEMMs decomposed into one per rank's shard while the shards move).
+    #[schemars(with = "Option<FlagOrName<archplace_engine::execution::TensorParallelOverlap>>")]
+    pub tensor_parallel_overlap: Option<archplace_engine::execution::TensorParallelOverlap>,
 }
 
 /// The devices that train the model.

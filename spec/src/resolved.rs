@@ -307,7 +307,7 @@ fn training(tr: &Training) -> Table {
     t.insert("operator_execution".into(), name(&tr.execution.operators));
     t.insert(
         "tensor_parallel_overlap".into(),
-        Value::Boolean(tr.execution.tensor_parallel_overlap),
+        name(&tr.execution.tensor_parallel_overlap),
     );
     t
 }

@@ -2,6 +2,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use super::*;
+use archplace_engine::execution::TensorParallelOverlap;
 use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::training::Recomputation;
 
@@ -457,7 +458,7 @@ fn training_choices_and_their_defaults() {
         s.training.execution,
         archplace_engine::execution::Execution {
             operators: archplace_engine::execution::OperatorExecution::Sequential,
-            tensor_parallel_overlap: true,
+            tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
         }
     );
     let d = errors(&GOOD.replace("optimizer = \"adam\"", "pipeline_interleaving = [1, 65]"));

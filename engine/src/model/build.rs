@@ -86,15 +86,21 @@ impl AllToAll {
     }
 }
 
-/// The keys and values a context-parallel rank shares with its group in each attention of
-/// a layer: what one step of ring attention passes to the next rank (the rank's chunks'
-/// keys and values; backward their gradients with them), or what an all-gather collects
-/// from every rank. The step model prices them on the tier the group lives on, with the
+/// What a context-parallel rank shares with its group in each attention of a layer: what
+/// one step of ring attention passes to the next rank (the rank's chunks' keys and values;
+/// backward their gradients with them), what an all-gather collects from every rank, or
+/// what Ulysses' all-to-alls redistribute (queries, keys and values; the output). The step model prices them on the tier the group lives on, with the
 /// plan's way of exchanging ([`crate::step::ContextExchange`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct KvExchange {
     /// The rank's keys and values of one attention, in bytes.
     pub bytes: u64,
+    /// The rank's queries of one attention, in bytes (what Ulysses' all-to-all moves
+    /// besides the keys and values).
+    pub query_bytes: u64,
+    /// The rank's attention output of one attention, in bytes (Ulysses' second
+    /// all-to-all).
+    pub output_bytes: u64,
     /// CP: the ranks exchanging.
     pub group: u64,
     /// Ranks between two members of the group (the tensor-parallel ranks sit between them).
@@ -420,14 +426,27 @@ impl<'a> Ctx<'a> {
             return None;
         }
         let cfg = self.cfg;
-        let per_token = match (cfg.attention, cfg.mla) {
+        let heads = cfg.heads / self.t;
+        // Per token: keys and values, queries, output.
+        let (kv, query, output) = match (cfg.attention, cfg.mla) {
             (AttentionKernel::Mla, Some(m)) => {
-                cfg.heads / self.t * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+                let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+                (
+                    heads * (qk + m.v_head_dim),
+                    heads * qk,
+                    heads * m.v_head_dim,
+                )
             }
-            _ => cfg.kv_heads / self.t * 2 * cfg.head_dim(),
+            _ => {
+                let d = cfg.head_dim();
+                (cfg.kv_heads / self.t * 2 * d, heads * d, heads * d)
+            }
         };
+        let bytes = |per_token: u64| self.tokens() * per_token * self.bpe;
         Some(KvExchange {
-            bytes: self.tokens() * per_token * self.bpe,
+            bytes: bytes(kv),
+            query_bytes: bytes(query),
+            output_bytes: bytes(output),
             group: self.cp,
             stride: self.t,
             count,

@@ -3,12 +3,12 @@
 //! to what the [`Execution`] allows.
 
 use super::estimate::estimate;
-use crate::execution::Execution;
+use crate::execution::{Execution, TensorParallelOverlap};
 use crate::model::{Core, OpGraph};
 use crate::schedule::{Instance, Resource, ScheduleError, Skeleton, Task};
 use archplace_plugin_sdk::OpKind;
 use archplace_plugin_sdk::{
-    AcceleratorConfig, CoreConfig, EstimateError, LatencyModel, Op, OpCost,
+    AcceleratorConfig, CoreConfig, EstimateError, Gemm, LatencyModel, Op, OpCost,
 };
 
 /// The scheduling instance of `graph` on `config` under `execution`, with `cost`
@@ -128,8 +128,14 @@ fn unrestricted_tasks(
             memory,
         });
     }
-    if execution.all_cores_only() && execution.tensor_parallel_overlap {
-        pipeline_collectives(graph, &mut tasks);
+    if execution.all_cores_only() {
+        match execution.tensor_parallel_overlap {
+            TensorParallelOverlap::None => {}
+            TensorParallelOverlap::Pipelined => pipeline_collectives(graph, &mut tasks),
+            TensorParallelOverlap::Async => {
+                decompose_collective_gemms(graph, &mut tasks, &tc_all, &mut cost)?;
+            }
+        }
     }
     Ok(tasks)
 }
@@ -169,13 +175,37 @@ pub fn pipelined_exposure(collective: f64, gemm: f64, chunks: u32) -> f64 {
 /// reduce-scatter under the weight-gradient GEMM) overlap as the graph lets them: NVIDIA's
 /// "bulk" overlap.
 fn pipeline_collectives(graph: &OpGraph, tasks: &mut [Task]) {
-    let longest = |ends: &mut dyn Iterator<Item = usize>, tasks: &[Task]| {
-        ends.filter(|&j| matches!(graph.nodes[j].op.kind, OpKind::Gemm(_)))
-            .map(|j| tasks[j].parallel)
-            .fold(None, |best: Option<f64>, d| {
-                Some(best.map_or(d, |b| b.max(d)))
-            })
+    for p in partners(graph) {
+        let Some(gemm) = p.gemms.iter().map(|&j| tasks[j].parallel).reduce(f64::max) else {
+            continue;
+        };
+        let t = &mut tasks[p.collective];
+        let exposed = pipelined_exposure(t.parallel, gemm, p.group);
+        t.single = exposed;
+        t.parallel = exposed;
+    }
+}
+
+/// A sequence-parallel collective and the GEMMs it is overlapped with.
+struct Partner {
+    collective: usize,
+    /// The GEMMs it feeds (an all-gather), or else those it drains (a reduce-scatter).
+    gemms: Vec<usize>,
+    group: u32,
+    /// The collective gathers the GEMMs' input (else it reduce-scatters their output).
+    gathers: bool,
+}
+
+/// Each pipelined collective of `graph` ([`crate::model::OpNode::pipelined`]) with the
+/// GEMMs it feeds (an all-gather), or else those it drains (a reduce-scatter): from the
+/// graph alone, so that a memo's prefetch asks for the operators the instance will.
+fn partners(graph: &OpGraph) -> Vec<Partner> {
+    let gemms = |ends: Vec<usize>| -> Vec<usize> {
+        ends.into_iter()
+            .filter(|&j| matches!(graph.nodes[j].op.kind, OpKind::Gemm(_)))
+            .collect()
     };
+    let mut found = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         let OpKind::AllReduce { group, .. } = node.op.kind else {
             continue;
@@ -183,15 +213,84 @@ fn pipeline_collectives(graph: &OpGraph, tasks: &mut [Task]) {
         if !node.pipelined {
             continue;
         }
-        let mut consumers = graph.edges.iter().filter(|e| e.0 == i).map(|e| e.1);
-        let mut producers = graph.edges.iter().filter(|e| e.1 == i).map(|e| e.0);
-        let Some(gemm) = longest(&mut consumers, tasks).or_else(|| longest(&mut producers, tasks))
-        else {
-            continue;
+        let consumers = gemms(
+            graph
+                .edges
+                .iter()
+                .filter(|e| e.0 == i)
+                .map(|e| e.1)
+                .collect(),
+        );
+        let (gemms, gathers) = if consumers.is_empty() {
+            let producers = graph.edges.iter().filter(|e| e.1 == i).map(|e| e.0);
+            (gemms(producers.collect()), false)
+        } else {
+            (consumers, true)
         };
-        let t = &mut tasks[i];
-        let exposed = pipelined_exposure(t.parallel, gemm, group);
+        if !gemms.is_empty() {
+            found.push(Partner {
+                collective: i,
+                gemms,
+                group,
+                gathers,
+            });
+        }
+    }
+    found
+}
+
+/// With PyTorch's asynchronous tensor parallelism ([`TensorParallelOverlap::Async`]):
+/// the GEMMs each sequence-parallel collective feeds (all of them: PyTorch fuses one
+/// all-gather with every matmul of the gathered input) or drains run as `group` GEMMs of
+/// `1/group` of their rows (the rows are the tokens the collective gathers or scatters),
+/// each priced by the latency model — their sum is the decomposed GEMM's time, more than
+/// the whole's where the smaller GEMMs fill the chip less. The collective keeps what the
+/// decomposition leaves exposed: an all-gather's first GEMMs take the rank's own shard,
+/// so the `group − 1` transfers hide behind the `group − 1` shards' GEMMs after them
+/// (`max(0, c − g·(k − 1)/k)`, `g` the GEMMs' decomposed time); a reduce-scatter's last
+/// shard goes out after its GEMM ([`pipelined_exposure`]).
+fn decompose_collective_gemms(
+    graph: &OpGraph,
+    tasks: &mut [Task],
+    tensor_cores: &CoreConfig,
+    cost: &mut impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
+) -> Result<(), EstimateError> {
+    let mut decomposed = vec![false; tasks.len()];
+    for p in partners(graph) {
+        let k = p.group.max(1);
+        for &j in &p.gemms {
+            if decomposed[j] || k <= 1 {
+                continue;
+            }
+            let OpKind::Gemm(g) = graph.nodes[j].op.kind else {
+                continue;
+            };
+            if g.m < u64::from(k) {
+                continue;
+            }
+            let mut shard = graph.nodes[j].op.clone();
+            shard.kind = OpKind::Gemm(Gemm {
+                m: g.m.div_ceil(u64::from(k)),
+                ..g
+            });
+            let c = cost(tensor_cores, &shard)?;
+            let t = &mut tasks[j];
+            let whole = f64::from(k) * c.seconds;
+            t.single = whole;
+            t.parallel = whole;
+            t.memory = f64::from(k) * c.memory_seconds.unwrap_or(0.0);
+            decomposed[j] = true;
+        }
+        let gemm: f64 = p.gemms.iter().map(|&j| tasks[j].parallel).sum();
+        let t = &mut tasks[p.collective];
+        let kf = f64::from(k);
+        let exposed = if p.gathers {
+            (t.parallel - gemm * (kf - 1.0) / kf).max(0.0)
+        } else {
+            pipelined_exposure(t.parallel, gemm, k)
+        };
         t.single = exposed;
         t.parallel = exposed;
     }
+    Ok(())
 }

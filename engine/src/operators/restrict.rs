@@ -80,7 +80,7 @@ pub fn restricted_edges(
     let is_link = |i: usize| resources[i] == Resource::Link;
     let takes_part = |i: usize| match resources[i] {
         Resource::None => false,
-        Resource::Link => !execution.tensor_parallel_overlap,
+        Resource::Link => !execution.tensor_parallel_overlap.overlaps(),
         _ => true,
     };
     let mut edges = edges.to_vec();
@@ -92,7 +92,7 @@ pub fn restricted_edges(
             }
         }
         OperatorExecution::Concurrent => {
-            if !execution.tensor_parallel_overlap {
+            if !execution.tensor_parallel_overlap.overlaps() {
                 let position: Vec<usize> = {
                     let mut p = vec![0; order.len()];
                     for (k, &i) in order.iter().enumerate() {
@@ -130,6 +130,7 @@ pub fn restrict_durations(tasks: &mut [Task], execution: Execution) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::execution::TensorParallelOverlap;
     use crate::options::ScheduleOptions;
     use crate::schedule::{self, Task};
 
@@ -172,7 +173,7 @@ mod tests {
     fn sequential_runs_one_operator_at_a_time_on_all_cores() {
         let seq = Execution {
             operators: OperatorExecution::Sequential,
-            tensor_parallel_overlap: false,
+            tensor_parallel_overlap: TensorParallelOverlap::None,
         };
         let inst = restrict(layer(), seq);
         // 2 + 2 + 1 + 3 + 1, proven by the bound alone.
@@ -183,7 +184,7 @@ mod tests {
             layer(),
             Execution {
                 operators: OperatorExecution::Sequential,
-                tensor_parallel_overlap: true,
+                tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             },
         );
         assert_eq!(makespan(&overlap), (8.0, true));
@@ -195,7 +196,7 @@ mod tests {
             layer(),
             Execution {
                 operators: OperatorExecution::Concurrent,
-                tensor_parallel_overlap: false,
+                tensor_parallel_overlap: TensorParallelOverlap::None,
             },
         );
         // Op 4 comes after the link in topological order and ops 0–2 before it: 0 (0–2),
@@ -212,7 +213,7 @@ mod tests {
             inst.clone(),
             Execution {
                 operators: OperatorExecution::Sequential,
-                tensor_parallel_overlap: false,
+                tensor_parallel_overlap: TensorParallelOverlap::None,
             },
         );
         assert_eq!(restricted, inst);

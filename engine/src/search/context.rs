@@ -9,7 +9,7 @@ use super::observe::{Observer, Stats};
 use crate::model::{
     BuildOptions, DISTINCT_LAYERS, ExpertLayout, ModelConfig, ModelGraph, Numerics, build,
 };
-use crate::training::{MemoryModel, Precision, Recomputation, Training};
+use crate::training::{ContextMethod, MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -130,7 +130,9 @@ impl Training {
             .context_parallel
             .iter()
             .copied()
-            .filter(|&cp| context_parallel_fits(cfg, cp, devices).is_ok())
+            .filter(|&cp| {
+                context_parallel_fits(cfg, cp, devices, self.context_exchange.method).is_ok()
+            })
             .collect();
         if sizes.is_empty() { vec![1] } else { sizes }
     }
@@ -208,19 +210,39 @@ impl Training {
     }
 }
 
-/// Why context-parallel size `cp` cannot split `cfg` over `devices`: it must divide the
-/// devices, and meet the step model's rules (`step::context_problems`: the sequence in
-/// `2·CP` equal chunks, a fused attention kernel).
-pub fn context_parallel_fits(cfg: &ModelConfig, cp: u64, devices: u64) -> Result<(), String> {
+/// Why context-parallel size `cp` cannot split `cfg` over `devices` with the exchange
+/// `method`: it must divide the devices, and meet the step model's rules
+/// (`step::context_problems`: the sequence in `2·CP` equal chunks, a fused attention
+/// kernel; with Ulysses' all-to-all, `step::all_to_all_problem` at one tensor-parallel
+/// width at least: the heads divide among `t × CP` ranks).
+pub fn context_parallel_fits(
+    cfg: &ModelConfig,
+    cp: u64,
+    devices: u64,
+    method: ContextMethod,
+) -> Result<(), String> {
     if cp == 0 || !devices.is_multiple_of(cp) {
         return Err(format!(
             "context-parallel size {cp} does not divide the {devices} devices"
         ));
     }
-    match crate::step::context_problems(cfg, cp).first() {
-        Some(why) => Err(format!("{}: {why}", cfg.name)),
-        None => Ok(()),
+    if let Some(why) = crate::step::context_problems(cfg, cp).first() {
+        return Err(format!("{}: {why}", cfg.name));
     }
+    if method == ContextMethod::AllToAll {
+        let problems: Vec<_> = cfg
+            .tensor_parallel_widths()
+            .into_iter()
+            .filter(|&t| t.saturating_mul(cp) <= devices)
+            .map(|t| crate::step::all_to_all_problem(cfg, t, cp))
+            .collect();
+        if let Some(Some(why)) = problems.first()
+            && problems.iter().all(Option::is_some)
+        {
+            return Err(format!("{}: {why}", cfg.name));
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn layer_name(index: usize, blocks: u64) -> String {
@@ -288,7 +310,10 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                         .into_iter()
                         .flat_map(|sp| contexts.iter().map(move |&cp| (sp, cp)))
                     {
-                        if t.saturating_mul(cp) > input.cluster.devices {
+                        if t.saturating_mul(cp) > input.cluster.devices
+                            || (input.training.context_exchange.method == ContextMethod::AllToAll
+                                && crate::step::all_to_all_problem(&m.config, t, cp).is_some())
+                        {
                             continue;
                         }
                         for (domain, network) in input.cluster.networks().iter().enumerate() {

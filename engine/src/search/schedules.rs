@@ -206,6 +206,7 @@ impl Ctx<'_> {
                     .training
                     .execution
                     .tensor_parallel_overlap
+                    .overlaps()
                     .then_some(solved.exposed_link),
             },
             |core, op| self.estimator.known(core, op),

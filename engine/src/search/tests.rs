@@ -907,6 +907,28 @@ fn context_parallelism_is_searched() {
         }
     }
     assert!(chose > 0, "no candidate split its sequences");
+
+    // Ulysses' all-to-all: every plan that splits sequences gives each of its t × CP ranks
+    // whole heads, and is priced as `estimate` prices it.
+    input.training.context_exchange.method = crate::training::ContextMethod::AllToAll;
+    let ulysses = whole(&input, &space);
+    let mut split = 0;
+    for e in &ulysses.explored {
+        for pb in &e.plans {
+            let step = &pb.plan.step;
+            let heads = input.models[0].config.heads;
+            assert!(heads.is_multiple_of(step.tensor_parallel * step.context_parallel));
+            let r = assert_priced_as_estimate(&input, e, pb);
+            if step.context_parallel > 1 {
+                split += 1;
+                assert!(r.operator_seconds.context_parallel > 0.0);
+            }
+        }
+    }
+    assert!(
+        split > 0,
+        "no candidate split its sequences with the all-to-all"
+    );
 }
 
 /// The scale-up domain's size is a search dimension: a tiny Mixture-of-Experts model on 16
@@ -1207,7 +1229,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
     } else {
         vec![1]
     };
-    let input = SearchInput {
+    let mut input = SearchInput {
         models: vec![ModelInput {
             config: config.clone(),
             baseline: None,
@@ -1344,6 +1366,15 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
     };
     let space = enumerate(&spec, &ReferenceModel::default()).unwrap();
     assert!(!space.candidates.is_empty(), "seed {seed}: an empty space");
+    // Drawn last, so that the draws above stay those of every earlier version: a third of
+    // the problems run one kernel at a time with each way of overlapping collectives.
+    if d.next().is_multiple_of(3) {
+        input.training.execution = crate::execution::Execution {
+            operators: crate::execution::OperatorExecution::Sequential,
+            tensor_parallel_overlap: crate::execution::TensorParallelOverlap::ALL
+                [(d.next() % 3) as usize],
+        };
+    }
     (input, space)
 }
 
@@ -1454,13 +1485,13 @@ fn every_record_writes_its_plan_as_the_flat_keys_and_reads_back_equal() {
 
 #[test]
 fn the_bound_through_skeletons_is_the_bound_through_instances() {
-    use crate::execution::{Execution, OperatorExecution};
+    use crate::execution::{Execution, OperatorExecution, TensorParallelOverlap};
     let model = ReferenceModel::default();
-    // Every operator execution, with and without overlapping collectives.
+    // Every operator execution with each way of overlapping collectives.
     let executions: Vec<Execution> = OperatorExecution::ALL
         .into_iter()
         .flat_map(|operators| {
-            [false, true].map(|tensor_parallel_overlap| Execution {
+            TensorParallelOverlap::ALL.map(|tensor_parallel_overlap| Execution {
                 operators,
                 tensor_parallel_overlap,
             })
@@ -1469,7 +1500,7 @@ fn the_bound_through_skeletons_is_the_bound_through_instances() {
     let mut compared = 0;
     for seed in 0..SEEDS / 4 {
         let (mut input, space) = random_problem(seed);
-        input.training.execution = executions[(seed % 4) as usize];
+        input.training.execution = executions[seed as usize % executions.len()];
         let through_skeletons = Ctx::new(&input, &model, &());
         let through_instances = Ctx::new(&input, &model, &());
         // No skeletons: every layer is bounded through its instance.

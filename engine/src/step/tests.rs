@@ -998,6 +998,103 @@ fn context_parallel_exchanges_closed_form() {
     }
 }
 
+/// Ulysses' all-to-all (`context_parallel_exchange = "all_to_all"`): per block and pass two
+/// all-to-alls of the rank's share of the sequence — queries, keys and values
+/// (`b·s/CP·(heads + 2·kv_heads)/t·head_dim` elements), then the output
+/// (`b·s/CP·heads/t·head_dim`) — each sending `(CP − 1)/CP` of it, the same forward and
+/// backward, again under full recomputation, never overlapped. A rank's bytes shrink as
+/// `1/CP` while the all-gather's gathered keys and values stay the whole sequence's: the
+/// all-to-all's time falls with CP where the all-gather's does not (DeepSpeed-Ulysses §3.2:
+/// "communication volume per link ... constant" as sequence and devices grow together).
+#[test]
+fn ulysses_all_to_all_closed_form() {
+    let mut previous: Option<(f64, f64)> = None;
+    for cp in [2, 4] {
+        let mut input = llama3_long(cp);
+        input.plan.context_exchange.method = ContextMethod::AllToAll;
+        let x = graph(&input).block.kv_exchange.unwrap();
+        let m = &input.model;
+        let (b, s, t) = (1.0, (m.seq_len / cp) as f64, 2.0);
+        let d = m.head_dim() as f64;
+        let elements = |heads: u64| b * s * heads as f64 / t * d;
+        assert_eq!(x.bytes as f64, 2.0 * elements(2 * m.kv_heads));
+        assert_eq!(x.query_bytes as f64, 2.0 * elements(m.heads));
+        assert_eq!(x.output_bytes as f64, 2.0 * elements(m.heads));
+        let net = input.network;
+        let a2a = |bytes: u64| net.all_to_all_seconds(bytes as f64, cp, 2);
+        let pass = a2a(x.bytes + x.query_bytes) + a2a(x.output_bytes);
+        // The all-to-all sends (CP − 1)/CP of the buffer on the group's tier.
+        let tier = if 2 * cp <= 8 { 300e9 } else { 25e9 };
+        let latency = if 2 * cp <= 8 { 5e-6 } else { 10e-6 };
+        let sent = (cp - 1) as f64 / cp as f64;
+        assert!(
+            rel(
+                a2a(x.output_bytes),
+                sent * x.output_bytes as f64 / tier + latency
+            ) < 1e-12
+        );
+        let (micro_batches, blocks) = (8.0 / 2.0, 16.0);
+        let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+        let want = micro_batches * blocks * 2.0 * pass;
+        let got = r.time.context_parallel_communication_seconds;
+        assert!(rel(got, want) < 1e-12, "cp {cp}: {got} vs {want}");
+        let mut full = input.clone();
+        full.plan.recomputation = Recomputation::Full;
+        let f = estimate_step(&full, &ReferenceModel::default()).unwrap();
+        let want_full = micro_batches * blocks * 3.0 * pass;
+        assert!(rel(f.time.context_parallel_communication_seconds, want_full) < 1e-12);
+        let mut gather = input.clone();
+        gather.plan.context_exchange.method = ContextMethod::AllGather;
+        let g = estimate_step(&gather, &ReferenceModel::default()).unwrap();
+        let gathered = g.time.context_parallel_communication_seconds;
+        if let Some((ulysses, all_gather)) = previous {
+            assert!(
+                got < ulysses,
+                "cp {cp}: the all-to-all's time falls with CP"
+            );
+            assert!(
+                gathered > 0.9 * all_gather,
+                "cp {cp}: the all-gather's does not"
+            );
+        }
+        previous = Some((got, gathered));
+    }
+}
+
+/// Ulysses splits a tensor-parallel rank's heads over the CP ranks: Llama 3 8B's 8
+/// key-value heads at `t = 2` go over CP = 4, not over CP = 8 — refused with the numbers,
+/// and the search's sizes skip it.
+#[test]
+fn ulysses_needs_the_heads_to_divide_among_the_ranks() {
+    let mut four = llama3_long(4);
+    four.plan.context_exchange.method = ContextMethod::AllToAll;
+    assert!(problems(&four).is_empty(), "{:?}", problems(&four));
+    let mut eight = llama3_long(8);
+    eight.plan.context_exchange.method = ContextMethod::AllToAll;
+    let e = problems(&eight);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [StepError::ContextAllToAll {
+                heads: 32,
+                kv_heads: 8,
+                t: 2,
+                cp: 8
+            }]
+        ),
+        "{e:?}"
+    );
+    assert!(e[0].to_string().contains("8 key-value heads"));
+    // The ring has no such rule.
+    assert!(problems(&llama3_long(8)).is_empty());
+    // A size fits when one width does (t = 1: 8 key-value heads over CP = 8).
+    let model = preset("llama3-8b").unwrap();
+    let fits = |cp, method| crate::search::context_parallel_fits(&model, cp, 64, method);
+    assert!(fits(8, ContextMethod::AllToAll).is_ok());
+    assert!(fits(16, ContextMethod::AllToAll).is_err());
+    assert!(fits(16, ContextMethod::Ring).is_ok());
+}
+
 /// Context parallelism that cannot run is refused with the numbers: a width that does not
 /// cut the sequence into `2·CP` chunks, unfused attention, a device count without CP's
 /// factor, a sharding group that does not divide `CP × d`.
@@ -1379,17 +1476,17 @@ fn fp8_parameters_drop_the_bf16_copy_and_gather_one_byte() {
 /// collectives' whole time as traffic and less exposed.
 #[test]
 fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
-    use crate::execution::{Execution, OperatorExecution};
+    use crate::execution::{Execution, OperatorExecution, TensorParallelOverlap};
     use crate::model::Core;
     use crate::operators::{instance, pipelined_exposure};
     let (alone, overlapped) = (
         Execution {
             operators: OperatorExecution::Sequential,
-            tensor_parallel_overlap: false,
+            tensor_parallel_overlap: TensorParallelOverlap::None,
         },
         Execution {
             operators: OperatorExecution::Sequential,
-            tensor_parallel_overlap: true,
+            tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
         },
     );
     let model = ReferenceModel::default();
@@ -1445,6 +1542,119 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
         assert!(rel(a.time.tensor_parallel_communication_seconds, traffic(&a)) < 1e-12);
         assert!(b.time.tensor_parallel_communication_seconds < traffic(&b));
     }
+}
+
+/// PyTorch's asynchronous tensor parallelism: each sequence-parallel collective's GEMMs
+/// run as 8 GEMMs of an eighth of their rows, priced by the model (so never faster than
+/// the whole), and the collective keeps what the decomposition leaves: an all-gather
+/// nothing while its GEMMs take longer than its transfers (the rank's own shard first,
+/// `max(0, c − g·7/8)`), a reduce-scatter one chunk ([`pipelined_exposure`]); nothing else
+/// changes. On the step: the same traffic as without overlap, less of it exposed, the
+/// GEMMs' decomposition in the forward and backward time.
+#[test]
+fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
+    use crate::execution::{Execution, OperatorExecution, TensorParallelOverlap};
+    use crate::model::Core;
+    use crate::operators::{instance, pipelined_exposure};
+    let at = |tensor_parallel_overlap| Execution {
+        operators: OperatorExecution::Sequential,
+        tensor_parallel_overlap,
+    };
+    let (alone, pipelined, decomposed) = (
+        at(TensorParallelOverlap::None),
+        at(TensorParallelOverlap::Pipelined),
+        at(TensorParallelOverlap::Async),
+    );
+    let model = ReferenceModel::default();
+    let mut pl = plan(8, 1, 1);
+    pl.sequence_parallel = true;
+    pl.recomputation = Recomputation::None;
+    let g = graph(&gpt3(pl.clone(), 80));
+    let (mut gathers, mut scatters) = (0, 0);
+    for layer in [&g.block.forward, &g.block.backward] {
+        let a = instance(layer, &REFERENCE_CONFIG, alone, &model).unwrap();
+        let c = instance(layer, &REFERENCE_CONFIG, decomposed, &model).unwrap();
+        let mut gemms = std::collections::HashSet::new();
+        for (i, node) in layer.nodes.iter().enumerate() {
+            if node.core != Core::Link || !node.pipelined {
+                continue;
+            }
+            let around = |forward: bool| -> Vec<usize> {
+                layer
+                    .edges
+                    .iter()
+                    .filter(|e| if forward { e.0 == i } else { e.1 == i })
+                    .map(|e| if forward { e.1 } else { e.0 })
+                    .filter(|&j| matches!(layer.nodes[j].op.kind, OpKind::Gemm(_)))
+                    .collect()
+            };
+            let (partners, gathers_input) = match around(true) {
+                fed if !fed.is_empty() => (fed, true),
+                _ => (around(false), false),
+            };
+            assert!(!partners.is_empty(), "{}", node.name);
+            let mut gemm = 0.0;
+            for &j in &partners {
+                let OpKind::Gemm(whole) = layer.nodes[j].op.kind else {
+                    unreachable!()
+                };
+                let mut shard = layer.nodes[j].op.clone();
+                shard.kind = OpKind::Gemm(archplace_plugin_sdk::Gemm {
+                    m: whole.m.div_ceil(8),
+                    ..whole
+                });
+                let tc = REFERENCE_CONFIG.tensor_core(REFERENCE_CONFIG.tensor_cores);
+                let one = crate::operators::estimate(&model, &tc, std::slice::from_ref(&shard))
+                    .unwrap()[0]
+                    .seconds;
+                assert!(
+                    rel(c.tasks[j].parallel, 8.0 * one) < 1e-12,
+                    "{}",
+                    layer.nodes[j].name
+                );
+                assert!(c.tasks[j].parallel >= a.tasks[j].parallel * (1.0 - 1e-12));
+                gemm += c.tasks[j].parallel;
+                gemms.insert(j);
+            }
+            let full = a.tasks[i].parallel;
+            let want = if gathers_input {
+                gathers += 1;
+                (full - gemm * 7.0 / 8.0).max(0.0)
+            } else {
+                scatters += 1;
+                pipelined_exposure(full, gemm, 8)
+            };
+            let got = c.tasks[i].parallel;
+            assert!(
+                got == want || rel(got, want) < 1e-12,
+                "{}: {got} vs {want}",
+                node.name
+            );
+        }
+        // Nothing but the collectives and their GEMMs changes.
+        for (k, node) in layer.nodes.iter().enumerate() {
+            let changed = gemms.contains(&k) || (node.core == Core::Link && node.pipelined);
+            if !changed {
+                assert_eq!(a.tasks[k].parallel, c.tasks[k].parallel, "{}", node.name);
+            }
+        }
+    }
+    assert!(
+        gathers > 0 && scatters > 0,
+        "{gathers} gathers, {scatters} scatters"
+    );
+    let step = |execution| {
+        let mut input = gpt3(pl.clone(), 4096);
+        input.execution = execution;
+        estimate_step(&input, &model).unwrap()
+    };
+    let (a, b, c) = (step(alone), step(pipelined), step(decomposed));
+    let traffic = |r: &StepReport| r.operator_seconds.tensor_parallel;
+    assert!(rel(traffic(&a), traffic(&c)) < 1e-12);
+    let exposed = |r: &StepReport| r.time.tensor_parallel_communication_seconds;
+    assert!(exposed(&c) < exposed(&a));
+    let compute = |r: &StepReport| r.time.forward_seconds + r.time.backward_seconds;
+    assert!(compute(&c) >= compute(&b) * (1.0 - 1e-12));
 }
 
 /// The pipelined exposure: one chunk of the collective behind a longer GEMM, the

@@ -685,6 +685,13 @@ fn plan_fits(
             StepError::ContextParallel { .. } | StepError::ContextParallelAttention { .. } => {
                 ("context_parallel", vec![])
             }
+            StepError::ContextAllToAll { .. } => (
+                "context_parallel",
+                vec![
+                    pp.key("tensor_parallel"),
+                    pp.key("context_parallel_exchange"),
+                ],
+            ),
             StepError::Batch { .. } => (
                 "micro_batch",
                 vec![pp.key("data_parallel"), training.key("global_batch")],
@@ -752,6 +759,7 @@ fn plan_fits(
                 | StepError::MoeSequenceParallel { .. }
                 | StepError::ContextParallel { .. }
                 | StepError::ContextParallelAttention { .. }
+                | StepError::ContextAllToAll { .. }
         );
         if of_model != with_model || !ctx.fine(&at) || !ctx.all_fine(&related) {
             continue;

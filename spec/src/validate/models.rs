@@ -9,6 +9,7 @@ use archplace_engine::model::{
 };
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::search::context_parallel_fits;
+use archplace_engine::training::ContextMethod;
 use archplace_engine::training::{Baseline, Cluster, Training};
 /// A `[[models]]` entry as read: its index in the file and its configuration.
 pub(super) struct Entry {
@@ -146,11 +147,16 @@ fn check_context_parallel(
     }
     let mut reported = false;
     let sizes = &training.context_parallel;
+    let fits = |e: &Entry, cp: u64| {
+        context_parallel_fits(
+            &e.spec.config,
+            cp,
+            cluster.devices,
+            training.context_exchange.method,
+        )
+    };
     for (i, &cp) in sizes.iter().enumerate().filter(|(_, cp)| **cp > 1) {
-        let why: Vec<String> = entries
-            .iter()
-            .filter_map(|e| context_parallel_fits(&e.spec.config, cp, cluster.devices).err())
-            .collect();
+        let why: Vec<String> = entries.iter().filter_map(|e| fits(e, cp).err()).collect();
         if why.len() == entries.len() {
             reported = true;
             let here = if sizes.len() > 1 {
@@ -164,16 +170,19 @@ fn check_context_parallel(
                     "context-parallel size {cp} splits no model: {}",
                     why.join("; ")
                 ),
-                Some("use sizes dividing the devices and the sequence into 2·CP chunks".into()),
+                Some(
+                    if training.context_exchange.method == ContextMethod::AllToAll {
+                        "use sizes dividing the devices, the sequence into 2·CP chunks and, for the all-to-all, a tensor-parallel rank's heads and key-value heads"
+                    } else {
+                        "use sizes dividing the devices and the sequence into 2·CP chunks"
+                    }
+                    .into(),
+                ),
             );
         }
     }
     for e in entries.iter().filter(|_| !reported) {
-        let why: Vec<String> = training
-            .context_parallel
-            .iter()
-            .filter_map(|&cp| context_parallel_fits(&e.spec.config, cp, cluster.devices).err())
-            .collect();
+        let why: Vec<String> = sizes.iter().filter_map(|&cp| fits(e, cp).err()).collect();
         if why.len() == training.context_parallel.len() {
             ctx.mismatch(
                 &at,

@@ -82,7 +82,7 @@ pub(super) fn ring_overlap(
                 "context_parallel_overlap overlaps ring attention's steps with their transfers; context_parallel_exchange is \"{}\", which is not overlapped",
                 method.name()
             ),
-            Some("leave `context_parallel_overlap` out with the all-gather, or use the ring".into()),
+            Some("leave `context_parallel_overlap` out with the all-gather or the all-to-all, or use the ring".into()),
         );
     }
 }

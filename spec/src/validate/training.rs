@@ -141,7 +141,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         bytes_per_element,
         execution: Execution {
             operators: t.operator_execution.unwrap_or_default(),
-            tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or(false),
+            tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or_default(),
         },
     }
 }
