@@ -1752,3 +1752,67 @@ fn a_search_with_ranges_reports_each_best_chips_odds() {
     // Two parameters vary: each chip evaluated once per parameter and at its two ends.
     assert_eq!(u["evaluations"], 5 * 2 + 2 * 5);
 }
+
+/// `archplace stacks` lists the shipped profiles with their defaults, calibrations (and
+/// their errors) and sources. `estimate` of the Llama 3 70B example with `stack =
+/// "megatron-core"` records the stack, applies the stack's H100 calibration with its
+/// interval — the numbers of `--calibration calibrations/nvidia-2024-2026.toml` — and the
+/// FSDP example with `stack = "pytorch-fsdp"` runs its kernels one at a time, uncalibrated.
+#[test]
+fn stacks_are_listed_and_a_stack_applies_its_defaults_and_calibration() {
+    let _gate = crate::util::shared();
+    let o = run(&["stacks"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for name in ["megatron-core", "pytorch-fsdp", "deepspeed"] {
+        assert!(text.contains(&format!("{name} — ")), "{text}");
+    }
+    assert!(text.contains("calibration nvidia-2024-2026 for b200, gb200, h100, h200: 26 runs"));
+    let o = run(&["stacks", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 3);
+    assert!(rows[0]["calibrations"]["h100"]["errors"]["leave_one_out"]["mean_percent"].is_f64());
+
+    let plugins = plugin_dir();
+    let estimate = |text: &str, extra: &[&str]| -> serde_json::Value {
+        let (_dir, spec) = temp_spec("stack.toml", text);
+        let spec = spec.display().to_string();
+        let mut args = vec!["--plugin-dir", &plugins, "estimate", &spec, "--json"];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(&stdout(&o)).unwrap()
+    };
+    let base =
+        std::fs::read_to_string(root().join("config/specs/estimate-llama3-70b-h100.toml")).unwrap();
+    let stacked = estimate(
+        &base.replace("[training]\n", "[training]\nstack = \"megatron-core\"\n"),
+        &[],
+    );
+    assert_eq!(stacked["stack"], "megatron-core");
+    assert!(
+        stacked["calibration"]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("nvidia-2024-2026"),
+        "{}",
+        stacked["calibration"]
+    );
+    let shipped = root().join("calibrations/nvidia-2024-2026.toml");
+    let by_file = estimate(&base, &["--calibration", shipped.to_str().unwrap()]);
+    assert_eq!(stacked["step_seconds"], by_file["step_seconds"]);
+    assert_eq!(
+        stacked["step_seconds_interval"],
+        by_file["step_seconds_interval"]
+    );
+    assert!(by_file.get("stack").is_none());
+
+    let fsdp =
+        std::fs::read_to_string(root().join("config/specs/estimate-llama3-8b-fsdp-h100.toml"))
+            .unwrap()
+            .replace("[training]\n", "[training]\nstack = \"pytorch-fsdp\"\n");
+    let v = estimate(&fsdp, &[]);
+    assert_eq!(v["stack"], "pytorch-fsdp");
+    assert_eq!(v["execution"]["operators"], "sequential");
+    assert!(v.get("calibration").is_none(), "{}", v["calibration"]);
+}

@@ -51,6 +51,10 @@ enum Command {
     Validate(cli::validate::ValidateArgs),
     /// Print the JSON Schema of spec files.
     Schema,
+    /// List the software-stack profiles (`[training] stack`): the defaults each gives,
+    /// its sources, and the calibration it applies per GPU generation with its
+    /// cross-validated errors.
+    Stacks(cli::stacks::StacksArgs),
     /// Print a shell's completion script, e.g. `archplace completions bash >
     /// ~/.local/share/bash-completion/completions/archplace`.
     Completions(CompletionsArgs),
@@ -117,6 +121,7 @@ fn main() -> ExitCode {
         Command::Schema => {
             cli::print_json(&archplace_spec::json_schema()).map(|_| cli::Exit::Success)
         }
+        Command::Stacks(args) => cli::stacks::run(args),
         Command::Model(args) => cli::model::run(args),
         Command::Space(args) => cli::space::run(args, plugins),
         Command::Estimate(args) => cli::estimate::run(args, plugins),

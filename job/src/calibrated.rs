@@ -49,31 +49,59 @@ pub fn file_of(spec: &Spec, given: Option<&Path>) -> Option<PathBuf> {
     })
 }
 
-/// `spec` and `models` with the calibration of [`file_of`] applied (unchanged without
-/// one): refused when it was made for another latency plugin or version.
+/// Whether `spec` has a calibration to apply: [`file_of`]'s, else the shipped one its
+/// software stack names for its GPUs (`Spec::stack_calibration`).
+pub fn has_calibration(spec: &Spec, given: Option<&Path>) -> bool {
+    file_of(spec, given).is_some() || spec.stack_calibration.is_some()
+}
+
+/// `spec` and `models` with the calibration of [`file_of`] applied, else the shipped one
+/// the spec's stack names (unchanged without either): a file made for another latency
+/// plugin or version is refused; a stack's calibration then does not apply (the stack's
+/// other defaults still do).
 pub fn apply(
     spec: Spec,
     models: CostModels,
     given: Option<&Path>,
     source: &dyn CostModelSource,
 ) -> Result<(Spec, CostModels, Option<Applied>), CalibrationError> {
-    let Some(path) = file_of(&spec, given) else {
-        return Ok((spec, models, None));
+    let (shown, text, from_stack) = match file_of(&spec, given) {
+        Some(path) => {
+            let shown = path.display().to_string();
+            let bytes =
+                archplace_util::files::read_regular(&path, calibration::MAX_CALIBRATION_BYTES)
+                    .map_err(|e| CalibrationError::Read {
+                        path: shown.clone(),
+                        message: e.to_string(),
+                    })?;
+            let text = String::from_utf8(bytes).map_err(|_| CalibrationError::Read {
+                path: shown.clone(),
+                message: "not UTF-8 text".into(),
+            })?;
+            (shown, text, false)
+        }
+        None => {
+            let Some(name) = spec.stack_calibration.as_deref() else {
+                return Ok((spec, models, None));
+            };
+            let text = archplace_spec::stack::shipped_calibration(name).ok_or_else(|| {
+                CalibrationError::Read {
+                    path: name.into(),
+                    message: "no shipped calibration of that name".into(),
+                }
+            })?;
+            let stack = spec.stack.as_deref().unwrap_or_default();
+            (format!("{name} (stack {stack})"), text.to_string(), true)
+        }
     };
-    let shown = path.display().to_string();
-    let bytes = archplace_util::files::read_regular(&path, calibration::MAX_CALIBRATION_BYTES)
-        .map_err(|e| CalibrationError::Read {
-            path: shown.clone(),
-            message: e.to_string(),
-        })?;
-    let text = String::from_utf8(bytes).map_err(|_| CalibrationError::Read {
-        path: shown.clone(),
-        message: "not UTF-8 text".into(),
-    })?;
     let cal = Calibration::parse(&text).map_err(|message| CalibrationError::Read {
         path: shown.clone(),
         message,
     })?;
+    if from_stack && let Err(why) = cal.check(&shown, &models) {
+        tracing::info!(calibration = %shown, %why, "the stack's calibration does not apply");
+        return Ok((spec, models, None));
+    }
     let base = calibration::configured(&spec, models.latency.as_ref());
     let (calibrated, calibrated_models) =
         calibration::apply(&spec, &models, &cal, &shown, None, source)?;

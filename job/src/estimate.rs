@@ -20,6 +20,10 @@ use std::fmt::Write as _;
 #[derive(Debug, Serialize)]
 pub struct EstimateDoc<'a> {
     pub spec: &'a str,
+    /// The software stack whose profile filled the spec's `[training]` defaults
+    /// (`[training] stack`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<&'a str>,
     pub model: &'a str,
     pub parameters: u64,
     /// The parameters a token goes through (a Mixture-of-Experts model's: all but the
@@ -109,6 +113,7 @@ pub fn document<'a>(
     };
     EstimateDoc {
         spec: &spec.name,
+        stack: spec.stack.as_deref(),
         model: &input.model.name,
         parameters: parameters(input),
         active_parameters: active_parameters(input),

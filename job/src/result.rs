@@ -17,6 +17,10 @@ pub const RESULT_FORMAT_VERSION: u32 = 1;
 pub struct SpecRef {
     pub name: String,
     pub content_hash: String,
+    /// The software stack whose profile filled the spec's `[training]` defaults
+    /// (`[training] stack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
     /// The cluster's devices (`[cluster] devices`).
     #[serde(default)]
     pub devices: u64,

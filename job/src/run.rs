@@ -152,13 +152,12 @@ pub fn prepare<'a>(
     let models = archplace_spec::resolve_cost_models(spec, source, cancel.clone())
         .map_err(RunError::CostModel)?;
     let written = (spec, models.clone(), source);
-    let (spec, models, calibration) = match crate::calibrated::file_of(spec, calibration) {
-        None => (std::borrow::Cow::Borrowed(spec), models, None),
-        Some(_) => {
-            let (s, m, a) = crate::calibrated::apply(spec.clone(), models, calibration, source)
-                .map_err(RunError::Calibration)?;
-            (std::borrow::Cow::Owned(s), m, a)
-        }
+    let (spec, models, calibration) = if crate::calibrated::has_calibration(spec, calibration) {
+        let (s, m, a) = crate::calibrated::apply(spec.clone(), models, calibration, source)
+            .map_err(RunError::Calibration)?;
+        (std::borrow::Cow::Owned(s), m, a)
+    } else {
+        (std::borrow::Cow::Borrowed(spec), models, None)
     };
     let spec_ref: &Spec = &spec;
     let mut estimate = memory::estimate(spec_ref, source, threads);
@@ -412,6 +411,7 @@ impl Prepared<'_> {
             spec: SpecRef {
                 name: spec.name.clone(),
                 content_hash: spec.content_hash.clone(),
+                stack: spec.stack.clone(),
                 devices: spec.cluster.devices,
                 network: Some(spec.cluster.network),
             },

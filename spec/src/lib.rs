@@ -18,6 +18,8 @@ pub mod calibration;
 
 pub mod diagnostic;
 
+pub mod stack;
+
 mod input;
 
 mod resolved;
@@ -88,6 +90,15 @@ pub struct Spec {
     #[serde(skip)]
     pub source_text: String,
     pub models: Vec<ModelSpec>,
+    /// The software stack whose profile filled the `[training]` keys the spec left out
+    /// ([`stack`]): a shipped profile's name or the profile file the spec names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
+    /// The shipped calibration ([`stack::CALIBRATIONS`]) the stack names for the spec's
+    /// GPU generation (its `[cluster]` or `[accelerator]` preset), applied when
+    /// `[cost_model] calibration` names none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_calibration: Option<String>,
     pub training: Training,
     pub cluster: Cluster,
     pub space: SpaceSpec,
@@ -264,15 +275,59 @@ fn parse_keeping_cost_model(
     source: &str,
     file: &str,
 ) -> (Result<Spec, Vec<Diagnostic>>, Option<CostModelSpec>) {
-    let (doc, syntax) = DeTable::parse_recoverable(source);
+    // Declared before the document, which may borrow the stack profile's values.
+    let profile_text: String;
+    let (mut doc, syntax) = DeTable::parse_recoverable(source);
+    let mut stack_problem = None;
+    let mut profile = None;
+    if syntax.is_empty()
+        && let Some((name, at)) = stack_named(doc.get_ref())
+    {
+        match stack::text_of(&name, file) {
+            Ok(text) => {
+                profile_text = text;
+                match apply_stack(doc.get_mut(), &profile_text, at.clone()) {
+                    Ok(p) => profile = Some(p),
+                    Err(why) => stack_problem = Some((at, why)),
+                }
+            }
+            Err(why) => stack_problem = Some((at, why)),
+        }
+    }
     let mut ctx = Ctx::new(file, source, &doc);
     if ctx.syntax_errors(syntax) {
+        return (Err(ctx.diagnostics), None);
+    }
+    if let Some((at, why)) = stack_problem {
+        ctx.push(
+            Some(at),
+            FieldPath::root().key("training").key("stack"),
+            why,
+            Some(format!(
+                "name a shipped stack ({}) or a profile file beside the spec",
+                stack::SHIPPED.map(|(n, _)| format!("\"{n}\"")).join(", ")
+            )),
+        );
         return (Err(ctx.diagnostics), None);
     }
     let (raw, failed) = ctx.sections();
     let (spec, cost_model) = validate::validate(&raw, &failed, &mut ctx, source);
     let spec = match spec {
-        Some(spec) if ctx.diagnostics.is_empty() => Ok(spec),
+        Some(mut spec) if ctx.diagnostics.is_empty() => {
+            if spec.cost_model.calibration.is_none() {
+                let preset = raw
+                    .cluster
+                    .preset
+                    .as_deref()
+                    .or_else(|| raw.accelerator.as_ref().and_then(|a| a.preset.as_deref()));
+                spec.stack_calibration = profile
+                    .as_ref()
+                    .zip(preset)
+                    .and_then(|(p, preset)| p.calibration_for(stack::generation(preset)))
+                    .map(str::to_string);
+            }
+            Ok(spec)
+        }
         _ => {
             // In file order, as a reader fixes them.
             ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
@@ -280,6 +335,82 @@ fn parse_keeping_cost_model(
         }
     };
     (spec, cost_model)
+}
+
+/// `[training] stack` when the spec names one as a string, and where its value is.
+fn stack_named(doc: &DeTable<'_>) -> Option<(String, std::ops::Range<usize>)> {
+    let training = doc
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "training")?
+        .1;
+    let stack = training
+        .get_ref()
+        .as_table()?
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "stack")?
+        .1;
+    Some((stack.get_ref().as_str()?.to_string(), stack.span()))
+}
+
+/// Gives the spec's `[training]` the profile's value of every key it leaves out, each
+/// located at the spec's `stack` value (`at`): a problem with one is reported there.
+fn apply_stack<'a>(
+    doc: &mut DeTable<'a>,
+    profile: &'a str,
+    at: std::ops::Range<usize>,
+) -> Result<stack::Stack, String> {
+    let parsed = stack::Stack::parse(profile)?;
+    let (table, _) = DeTable::parse_recoverable(profile);
+    let defaults = table
+        .get_ref()
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "training")
+        .and_then(|(_, v)| v.get_ref().as_table())
+        .ok_or_else(|| format!("the stack profile {} has no [training] table", parsed.name))?;
+    let training = doc
+        .iter_mut()
+        .find(|(k, _)| k.get_ref().as_ref() == "training")
+        .and_then(|(_, v)| match v.get_mut() {
+            DeValue::Table(t) => Some(t),
+            _ => None,
+        })
+        .ok_or("`[training]` is not a table")?;
+    for (key, value) in defaults.iter() {
+        let name = key.get_ref().as_ref();
+        if training.iter().any(|(k, _)| k.get_ref().as_ref() == name) {
+            continue;
+        }
+        training.insert(
+            Spanned::new(at.clone(), key.get_ref().clone()),
+            respan(value, &at),
+        );
+    }
+    Ok(parsed)
+}
+
+/// `value` with every span inside it moved to `at`.
+fn respan<'a>(value: &Spanned<DeValue<'a>>, at: &std::ops::Range<usize>) -> Spanned<DeValue<'a>> {
+    let v = match value.get_ref() {
+        DeValue::Array(items) => {
+            let mut a = toml::de::DeArray::new();
+            for item in items.iter() {
+                a.push(respan(item, at));
+            }
+            DeValue::Array(a)
+        }
+        DeValue::Table(t) => {
+            let mut out = DeTable::new();
+            for (k, item) in t.iter() {
+                out.insert(
+                    Spanned::new(at.clone(), k.get_ref().clone()),
+                    respan(item, at),
+                );
+            }
+            DeValue::Table(out)
+        }
+        other => other.clone(),
+    };
+    Spanned::new(at.clone(), v)
 }
 
 impl Spec {

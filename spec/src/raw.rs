@@ -428,6 +428,11 @@ pub struct RawBaseline {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawTraining {
+    /// The software stack whose defaults fill every `[training]` key the spec leaves out
+    /// (its own keys win): "megatron-core", "pytorch-fsdp", "deepspeed" (`archplace stacks`
+    /// lists them, their sources and calibrations), or a profile file of that format
+    /// relative to the spec's folder.
+    pub stack: Option<String>,
     /// Samples per optimizer step (default 4096).
     pub global_batch: Option<u64>,
     /// Micro-batch sizes to try; each must divide the global batch (default `[1]`).

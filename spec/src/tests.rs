@@ -1183,3 +1183,142 @@ fn a_named_schedule_takes_its_own_chunks_and_a_listed_one_counts_once() {
     let e = find(&d, "training.pipeline_schedule[2]");
     assert!(e.message.contains("listed twice"), "{e:?}");
 }
+
+/// Each shipped stack profile parses, names only shipped calibrations (with their errors),
+/// and fills every `[training]` key an example spec leaves out with its value, while the
+/// spec's own keys win; its calibration follows the GPU generation of the spec's presets
+/// and gives way to one the spec names. Without `stack`, nothing changes.
+#[test]
+fn stacks_fill_the_training_keys_a_spec_leaves_out() {
+    use archplace_engine::execution::TensorParallelOverlap;
+    let base = include_str!("../../config/specs/estimate-llama3-8b-fsdp-h100.toml");
+    let plain = parse(base, "s.toml").unwrap();
+    assert_eq!(
+        (plain.stack.as_ref(), plain.stack_calibration.as_ref()),
+        (None, None)
+    );
+    assert_eq!(
+        plain.training.execution,
+        archplace_engine::execution::Execution::default()
+    );
+    for (name, text) in stack::SHIPPED {
+        let profile = stack::Stack::parse(text).unwrap();
+        assert_eq!(profile.name, name);
+        for c in profile.calibrations.values() {
+            let errors = stack::calibration_errors(c).unwrap_or_else(|| panic!("{c}"));
+            assert!(errors.measurements > 0 && errors.leave_one_out.mean_percent > 0.0);
+        }
+        let with = base.replace("[training]\n", &format!("[training]\nstack = \"{name}\"\n"));
+        let spec = parse(&with, "s.toml").unwrap_or_else(|d| panic!("{name}: {d:#?}"));
+        assert_eq!(spec.stack.as_deref(), Some(name));
+        let d = &profile.training;
+        let t = &spec.training;
+        let text_of = |k: &str| d.get(k).and_then(|v| v.as_str());
+        assert_eq!(
+            text_of("operator_execution"),
+            Some(t.execution.operators.name())
+        );
+        assert_eq!(
+            text_of("tensor_parallel_overlap"),
+            Some(t.execution.tensor_parallel_overlap.name())
+        );
+        assert_eq!(
+            text_of("context_parallel_exchange"),
+            Some(t.context_exchange.method.name())
+        );
+        assert_eq!(
+            d.get("data_parallel_overlap").and_then(|v| v.as_bool()),
+            Some(t.data_parallel_overlap)
+        );
+        if let Some(z) = d.get("zero_stage").and_then(|v| v.as_integer()) {
+            assert_eq!(t.zero_stages, vec![z as u64]);
+        }
+        assert_eq!(
+            spec.stack_calibration.as_deref(),
+            profile.calibration_for("h100"),
+            "{name}"
+        );
+        // The spec's own keys win, and its own calibration.
+        let own = with.replace(
+            &format!("stack = \"{name}\"\n"),
+            &format!("stack = \"{name}\"\ntensor_parallel_overlap = \"async\"\n"),
+        );
+        let spec = parse(&own, "s.toml").unwrap();
+        assert_eq!(
+            spec.training.execution.tensor_parallel_overlap,
+            TensorParallelOverlap::Async
+        );
+        let calibrated = with.replace(
+            "[cost_model]\n",
+            "[cost_model]\ncalibration = \"mine.toml\"\n",
+        );
+        assert_eq!(
+            parse(&calibrated, "s.toml").unwrap().stack_calibration,
+            None
+        );
+    }
+    // The generation picks the calibration: the A100 gets Megatron's 2022 one.
+    let a100 = base
+        .replace("[training]\n", "[training]\nstack = \"megatron-core\"\n")
+        .replace("h100-sxm-80gb", "a100-sxm-80gb");
+    assert_eq!(
+        parse(&a100, "s.toml").unwrap().stack_calibration.as_deref(),
+        Some("a100-megatron-2022")
+    );
+}
+
+/// A stack that is neither shipped nor a readable profile, and a profile value that is
+/// wrong, are reported at the spec's `stack` value; a profile file beside the spec works.
+#[test]
+fn stack_problems_are_located_at_the_stack() {
+    let base = include_str!("../../config/specs/estimate-llama3-8b-fsdp-h100.toml");
+    let named = |stack: &str| {
+        base.replace(
+            "[training]\n",
+            &format!("[training]\nstack = \"{stack}\"\n"),
+        )
+    };
+    let e = errors(&named("nemo"));
+    let d = find(&e, "training.stack");
+    assert!(
+        d.message.contains("unknown stack \"nemo\""),
+        "{}",
+        d.message
+    );
+    assert_eq!((d.line, d.column), at(&named("nemo"), "\"nemo\""));
+    let dir = tempfile::tempdir().unwrap();
+    let spec_file = dir.path().join("s.toml");
+    let spec_path = spec_file.display().to_string();
+    let e = errors_at(&named("missing.toml"), &spec_path);
+    assert!(
+        find(&e, "training.stack")
+            .message
+            .contains("cannot read the stack profile")
+    );
+    let mine = stack::shipped("pytorch-fsdp")
+        .unwrap()
+        .replace("name = \"pytorch-fsdp\"", "name = \"mine\"")
+        .replace(
+            "context_parallel_exchange = \"all_gather\"",
+            "context_parallel_exchange = \"spiral\"",
+        );
+    std::fs::write(dir.path().join("mine.toml"), &mine).unwrap();
+    let e = errors_at(&named("mine.toml"), &spec_path);
+    let d = find(&e, "training.context_parallel_exchange");
+    assert_eq!((d.line, d.column), at(&named("mine.toml"), "\"mine.toml\""));
+    std::fs::write(
+        dir.path().join("mine.toml"),
+        mine.replace("\"spiral\"", "\"ring\""),
+    )
+    .unwrap();
+    let spec = parse(&named("mine.toml"), &spec_path).unwrap();
+    assert_eq!(spec.stack.as_deref(), Some("mine.toml"));
+    assert_eq!(spec.training.zero_stages, vec![3]);
+}
+
+fn errors_at(src: &str, file: &str) -> Vec<Diagnostic> {
+    match parse(src, file) {
+        Ok(s) => panic!("expected errors, got {s:#?}"),
+        Err(d) => d,
+    }
+}

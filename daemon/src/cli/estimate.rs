@@ -155,6 +155,9 @@ fn run_step(
                 .with_uncertainty(applied.as_ref(), interval.as_ref()),
         )?;
     } else {
+        if let Some(stack) = &spec.stack {
+            outln!("stack: {stack} (its defaults for the [training] keys the spec leaves out)")?;
+        }
         match &result {
             Ok(r) => {
                 outln!("{}", estimate::render(&input, &latency_name, r))?;

@@ -52,6 +52,8 @@ pub mod schedule;
 
 pub mod space;
 
+pub mod stacks;
+
 pub mod validate;
 
 use anyhow::{Context, Result};

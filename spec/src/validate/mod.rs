@@ -99,6 +99,8 @@ pub(super) fn validate(
         source_file: ctx.file().to_string(),
         source_text: source.to_string(),
         models,
+        stack: raw.training.stack.clone(),
+        stack_calibration: None,
         training,
         cluster,
         space,

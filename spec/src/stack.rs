@@ -1,0 +1,171 @@
+//! Software stacks as profiles (`[training] stack`): what a training framework really does
+//! by default — which overlaps it has, how context parallelism exchanges, how data
+//! parallelism shards — as `[training]` keys, and the shipped calibration it was fitted
+//! with for each GPU generation. A spec naming a stack gets the profile's value for every
+//! `[training]` key it leaves out; its own keys win. Three profiles ship inside the binary
+//! (`spec/stacks/*.toml`); `stack` may instead name a profile file (relative to the
+//! spec's folder) of the same format.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The shipped profiles, by name: `archplace stacks` lists them.
+pub const SHIPPED: [(&str, &str); 3] = [
+    (
+        "megatron-core",
+        include_str!("../stacks/megatron-core.toml"),
+    ),
+    ("pytorch-fsdp", include_str!("../stacks/pytorch-fsdp.toml")),
+    ("deepspeed", include_str!("../stacks/deepspeed.toml")),
+];
+
+/// The shipped calibrations a profile may name (`calibrations/`), inside the binary so
+/// that a stack's calibration applies wherever the spec is.
+pub const CALIBRATIONS: [(&str, &str); 3] = [
+    (
+        "a100-megatron-2021",
+        include_str!("../../calibrations/a100-megatron-2021.toml"),
+    ),
+    (
+        "a100-megatron-2022",
+        include_str!("../../calibrations/a100-megatron-2022.toml"),
+    ),
+    (
+        "nvidia-2024-2026",
+        include_str!("../../calibrations/nvidia-2024-2026.toml"),
+    ),
+];
+
+/// The shipped calibration named `name`.
+pub fn shipped_calibration(name: &str) -> Option<&'static str> {
+    CALIBRATIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+}
+
+/// The format a profile file declares.
+pub const FORMAT: &str = "archplace-stack";
+
+/// The largest profile file read (a profile is a few dozen lines).
+pub const MAX_STACK_BYTES: u64 = 64 << 10;
+
+/// A profile, as `archplace stacks` shows it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stack {
+    pub format: String,
+    pub format_version: u32,
+    pub name: String,
+    pub title: String,
+    /// Where each default comes from.
+    pub sources: Vec<String>,
+    /// The `[training]` defaults (checked as a spec's `[training]` is, when applied).
+    pub training: toml::Table,
+    /// The shipped calibration (a file of `calibrations/`, by name) for each GPU
+    /// generation (`a100`, `h100`, `h200`, `b200`, `gb200`).
+    #[serde(default)]
+    pub calibrations: BTreeMap<String, String>,
+}
+
+impl Stack {
+    /// A profile from its text: refused when it is not one (the wrong format or version,
+    /// unknown keys).
+    pub fn parse(text: &str) -> Result<Stack, String> {
+        let s: Stack = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        if s.format != FORMAT || s.format_version != 1 {
+            return Err(format!(
+                "not a stack profile: format = \"{}\", format_version = {} (expected \"{FORMAT}\", 1)",
+                s.format, s.format_version
+            ));
+        }
+        Ok(s)
+    }
+
+    /// The calibration this stack names for a GPU of `generation`.
+    pub fn calibration_for(&self, generation: &str) -> Option<&str> {
+        self.calibrations.get(generation).map(String::as_str)
+    }
+}
+
+/// The shipped profile named `name`.
+pub fn shipped(name: &str) -> Option<&'static str> {
+    SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// Every shipped profile, parsed (the tests hold each to its format).
+pub fn all_shipped() -> Vec<Stack> {
+    SHIPPED
+        .iter()
+        .filter_map(|(_, text)| Stack::parse(text).ok())
+        .collect()
+}
+
+/// The GPU generation of a cluster or accelerator preset (`"h100-sxm-80gb"` → `"h100"`),
+/// which picks a stack's calibration.
+pub fn generation(preset: &str) -> &str {
+    preset.split('-').next().unwrap_or(preset)
+}
+
+/// The text of the profile `name` names: a shipped one, else a file relative to the folder
+/// of the spec `file` (what `stack` says when it is neither is the error).
+pub fn text_of(name: &str, file: &str) -> Result<String, String> {
+    if let Some(text) = shipped(name) {
+        return Ok(text.to_string());
+    }
+    let looks_like_a_file = name.ends_with(".toml") || name.contains('/');
+    if !looks_like_a_file {
+        return Err(format!("unknown stack \"{name}\""));
+    }
+    let path = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join(name);
+    let bytes = archplace_util::files::read_regular(&path, MAX_STACK_BYTES)
+        .map_err(|e| format!("cannot read the stack profile {}: {e}", path.display()))?;
+    String::from_utf8(bytes)
+        .map_err(|_| format!("the stack profile {} is not UTF-8 text", path.display()))
+}
+
+/// A mean and largest relative error, in percent.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, Deserialize)]
+pub struct ErrorPercent {
+    pub mean_percent: f64,
+    pub max_percent: f64,
+}
+
+/// How well a shipped calibration predicts its measurements (its file's `[errors]`,
+/// written by `archplace calibrate`): without it, fitted on all, each left out, and each
+/// source predicted from the others only.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+pub struct CalibrationErrors {
+    pub measurements: u64,
+    pub uncalibrated: ErrorPercent,
+    pub in_sample: ErrorPercent,
+    pub leave_one_out: ErrorPercent,
+    /// Each source predicted from the other sources only (absent with one source).
+    #[serde(
+        default,
+        rename(deserialize = "other_sources"),
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub leave_one_source_out: Option<ErrorPercent>,
+}
+
+/// The cross-validated errors the shipped calibration `name` was made with.
+pub fn calibration_errors(name: &str) -> Option<CalibrationErrors> {
+    #[derive(Deserialize)]
+    struct File {
+        errors: CalibrationErrors,
+    }
+    let text = shipped_calibration(name)?;
+    toml::from_str::<toml::Table>(text)
+        .ok()?
+        .remove("errors")
+        .and_then(|e| {
+            toml::Table::from_iter([("errors".to_string(), e)])
+                .try_into::<File>()
+                .ok()
+        })
+        .map(|f| f.errors)
+}
