@@ -1757,7 +1757,8 @@ fn a_search_with_ranges_reports_each_best_chips_odds() {
 /// their errors) and sources. `estimate` of the Llama 3 70B example with `stack =
 /// "megatron-core"` records the stack, applies the stack's H100 calibration with its
 /// interval — the numbers of `--calibration calibrations/nvidia-2024-2026.toml` — and the
-/// FSDP example with `stack = "pytorch-fsdp"` runs its kernels one at a time, uncalibrated.
+/// FSDP example with `stack = "pytorch-fsdp"` runs its kernels one at a time under the
+/// stack's H100 calibration (`pytorch-fsdp-2023`).
 #[test]
 fn stacks_are_listed_and_a_stack_applies_its_defaults_and_calibration() {
     let _gate = crate::util::shared();
@@ -1814,5 +1815,12 @@ fn stacks_are_listed_and_a_stack_applies_its_defaults_and_calibration() {
     let v = estimate(&fsdp, &[]);
     assert_eq!(v["stack"], "pytorch-fsdp");
     assert_eq!(v["execution"]["operators"], "sequential");
-    assert!(v.get("calibration").is_none(), "{}", v["calibration"]);
+    assert!(
+        v["calibration"]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("pytorch-fsdp-2023"),
+        "{}",
+        v["calibration"]
+    );
 }
