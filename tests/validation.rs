@@ -327,7 +327,7 @@ fn stack_table(files: &[Measurements]) -> String {
         t.push('\n');
     }
     t.push_str(
-        "\nEach cell: mean (largest) absolute error over the file's runs with the row's calibration applied; on its own file, in-sample.\n",
+        "\nEach cell: mean (largest) absolute error over the file's runs with the row's calibration applied; on its own file, in-sample. Errors of each run's metric as published (tokens/s per GPU, TFLOP/s or seconds), as the comparison above; `archplace calibrate` states its errors in step time, so its in-sample figures differ where a run is published as a rate (+26.7% in tokens/s is −21.1% in time).\n",
     );
     t
 }
