@@ -226,6 +226,11 @@ impl StepPlan {
             .saturating_mul(self.data_parallel)
     }
 
+    /// The devices the plan runs on: `t × CP × d` ranks per stage over `p` stages.
+    pub fn devices(&self) -> u64 {
+        self.stage_ranks().saturating_mul(self.pipeline_parallel)
+    }
+
     /// The ranks holding the same weights, over which their gradients are reduced (and the
     /// state sharded): the data-parallel ranks and, for each, its context-parallel ranks
     /// (`CP × d`, `t` apart), as Megatron-Core folds CP into data parallelism for the

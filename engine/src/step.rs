@@ -758,7 +758,7 @@ pub fn problems(input: &StepInput) -> Vec<StepError> {
             zero: pl.zero_stage(),
         });
     }
-    let needed = pl.stage_ranks().saturating_mul(p);
+    let needed = pl.devices();
     if d == 0 || needed != input.devices {
         found.push(StepError::Devices {
             t,
@@ -1748,7 +1748,7 @@ fn point_to_point_seconds(input: &StepInput) -> f64 {
         return 0.0;
     }
     let e = pl.precision.element_bytes();
-    let tier = input.network.tier(pl.stage_ranks().saturating_mul(p));
+    let tier = input.network.tier(pl.devices());
     let bytes = (pl.micro_batch * input.model.seq_len * input.model.hidden * e) as f64
         / (t * pl.context_parallel) as f64;
     let chunks = pl.schedule().chunks_visited(pl.interleaving) as f64;
@@ -1823,9 +1823,6 @@ pub(crate) fn kv_exchange_passes(
     let (cp, count) = (x.group, x.count.max(1) as f64);
     let steps = cp.saturating_sub(1) as f64;
     let bytes = x.bytes as f64;
-    // Ulysses' two all-to-alls of one pass (forward and backward alike).
-    let ulysses = net.all_to_all_seconds((x.bytes + x.query_bytes) as f64, cp, x.stride)
-        + net.all_to_all_seconds(x.output_bytes as f64, cp, x.stride);
     // Per attention and pass: (exposed, all).
     let pass = |attention: f64, bytes: f64| match exchange.method {
         ContextMethod::Ring => {
@@ -1841,7 +1838,12 @@ pub(crate) fn kv_exchange_passes(
             let gather = net.ring_seconds(cp as f64 * bytes, 1.0, cp, x.stride);
             (gather, gather)
         }
-        ContextMethod::AllToAll => (ulysses, ulysses),
+        ContextMethod::AllToAll => {
+            // Two all-to-alls, the same bytes forward and backward.
+            let both = net.all_to_all_seconds((x.bytes + x.query_bytes) as f64, cp, x.stride)
+                + net.all_to_all_seconds(x.output_bytes as f64, cp, x.stride);
+            (both, both)
+        }
     };
     let attention = Work::Attention as usize;
     let forward = pass(l.forward_work[attention], bytes);

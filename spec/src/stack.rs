@@ -162,14 +162,7 @@ pub fn calibration_errors(name: &str) -> Option<CalibrationErrors> {
     struct File {
         errors: CalibrationErrors,
     }
-    let text = shipped_calibration(name)?;
-    toml::from_str::<toml::Table>(text)
-        .ok()?
-        .remove("errors")
-        .and_then(|e| {
-            toml::Table::from_iter([("errors".to_string(), e)])
-                .try_into::<File>()
-                .ok()
-        })
+    toml::from_str::<File>(shipped_calibration(name)?)
+        .ok()
         .map(|f| f.errors)
 }

@@ -33,7 +33,13 @@ clock = "1.05 GHz"
 "#;
 
 fn errors(src: &str) -> Vec<Diagnostic> {
-    match parse(src, "test.toml") {
+    errors_at(src, "test.toml")
+}
+
+/// The problems of `src` read as the spec file `file` (whose folder relative paths in it
+/// are read from).
+fn errors_at(src: &str, file: &str) -> Vec<Diagnostic> {
+    match parse(src, file) {
         Ok(s) => panic!("expected errors, got {s:#?}"),
         Err(d) => d,
     }
@@ -1314,11 +1320,4 @@ fn stack_problems_are_located_at_the_stack() {
     let spec = parse(&named("mine.toml"), &spec_path).unwrap();
     assert_eq!(spec.stack.as_deref(), Some("mine.toml"));
     assert_eq!(spec.training.zero_stages, vec![3]);
-}
-
-fn errors_at(src: &str, file: &str) -> Vec<Diagnostic> {
-    match parse(src, file) {
-        Ok(s) => panic!("expected errors, got {s:#?}"),
-        Err(d) => d,
-    }
 }

@@ -76,16 +76,15 @@ pub fn run(args: &StacksArgs) -> Result<Exit> {
             outln!("  calibration: none yet (uncalibrated estimates)")?;
         }
         // One line per calibration, with the GPU generations it serves.
-        let mut by_calibration: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut by_calibration: BTreeMap<&str, (Vec<&str>, Option<&CalibrationErrors>)> =
+            BTreeMap::new();
         for (gpu, c) in &r.calibrations {
-            by_calibration.entry(&c.calibration).or_default().push(gpu);
+            let entry = by_calibration
+                .entry(&c.calibration)
+                .or_insert((Vec::new(), c.errors.as_ref()));
+            entry.0.push(gpu);
         }
-        for (name, gpus) in by_calibration {
-            let errors = r
-                .calibrations
-                .values()
-                .find(|c| c.calibration == name)
-                .and_then(|c| c.errors.as_ref());
+        for (name, (gpus, errors)) in by_calibration {
             let detail = match errors {
                 Some(e) => format!(
                     "{} runs; uncalibrated {}, leave-one-out {}{}",

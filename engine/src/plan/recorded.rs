@@ -65,9 +65,7 @@ impl RecordedPlan {
 
     /// Devices the plan uses: `t × CP × p × d`.
     pub fn devices_used(&self) -> u64 {
-        self.step
-            .stage_ranks()
-            .saturating_mul(self.step.pipeline_parallel)
+        self.step.devices()
     }
 }
 
@@ -129,7 +127,7 @@ impl<'a> Flat<'a> {
             pipeline_stages: p.pipeline_parallel,
             pipeline_interleaving: p.interleaving,
             stage_layers: Cow::Borrowed(stage_layers),
-            devices_used: p.stage_ranks().saturating_mul(p.pipeline_parallel),
+            devices_used: p.devices(),
             plan: estimable.then_some(Cow::Borrowed(p)),
         }
     }

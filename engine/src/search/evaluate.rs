@@ -745,10 +745,7 @@ impl Ctx<'_> {
         if self.input.use_all_devices {
             return self.input.cluster.devices;
         }
-        plan.tensor_parallel
-            .saturating_mul(plan.context_parallel)
-            .saturating_mul(plan.pipeline_parallel)
-            .saturating_mul(plan.data_parallel)
+        plan.devices()
     }
 
     /// The step of `plan` (of `run`, priced `at`) by the step model, from the candidate's
