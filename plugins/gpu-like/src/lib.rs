@@ -225,12 +225,17 @@ const PARAMETERS: [Param; 20] = [
 /// measured steps tell apart; the sustained clock scales every kernel as
 /// `matrix_efficiency` scales GEMMs, so whole steps cannot tell the two apart — it is
 /// fitted from per-operator measurements when asked (`fit = ["clock", …]`), as is the
-/// all-reduce ring step's latency.
+/// all-reduce ring step's latency. So is the launch overhead: fitted to whole steps it
+/// became a stand-in for other costs (9× its physical value on NVIDIA's runs; held at the
+/// preset's, their residuals show no dependence on the kernel count: docs/calibration.md,
+/// "What the per-kernel overhead absorbed"). A fused attention kernel not built for the
+/// GPU reaches well under a fifth of its peak (the Triton FlashAttention of 2023 on H100
+/// that llm-foundry's MPT benchmarks ran), hence the floor of 0.1.
 const CALIBRATABLE: [(&str, &str, f64, f64, bool); 6] = [
     ("matrix_efficiency", "", 0.3, 1.0, true),
-    ("attention_efficiency", "", 0.2, 1.0, true),
+    ("attention_efficiency", "", 0.1, 1.0, true),
     ("memory_efficiency", "", 0.3, 1.0, true),
-    ("launch_overhead", "us", 0.5, 50.0, true),
+    ("launch_overhead", "us", 0.5, 50.0, false),
     ("clock", "GHz", 0.5, 3.5, false),
     ("link_latency", "us", 0.5, 100.0, false),
 ];
