@@ -1188,6 +1188,63 @@ fn estimate_prices_each_context_parallel_exchange() {
     );
 }
 
+/// `estimate --json` of a spec given as text (in a temporary folder), which must succeed.
+fn estimate_json(text: &str) -> serde_json::Value {
+    let (_dir, spec) = temp_spec("spec.toml", text);
+    let o = run(&[
+        "--plugin-dir",
+        &plugin_dir(),
+        "estimate",
+        &spec.display().to_string(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+/// `fp8_recipe` on the FP8 example (Llama-3-70B, H100, t = 4): every recipe accepted by
+/// `estimate` and recorded in its plan; the casts cost least with delayed scaling (the
+/// norms write theirs), then block-wise scales (kernels of their own, each reading its
+/// input once), then per-tensor current scaling (kernels of their own, those after a GEMM
+/// or FlashAttention reading their input twice), then row-wise scales (every one reading
+/// twice); the GEMMs the same for all.
+#[test]
+fn estimate_takes_every_fp8_recipe_and_prices_its_casts() {
+    let _gate = crate::util::shared();
+    let path = root().join("config/specs/estimate-llama3-70b-h100.toml");
+    let base = std::fs::read_to_string(&path).unwrap();
+    assert!(base.contains("fp8_recipe = \"tensorwise\"\n"));
+    let mut seen = Vec::new();
+    for recipe in ["delayed", "blockwise", "tensorwise", "rowwise"] {
+        let text = base.replace(
+            "fp8_recipe = \"tensorwise\"\n",
+            &format!("fp8_recipe = \"{recipe}\"\n"),
+        );
+        let v = estimate_json(&text);
+        // The plan says the recipe but for the default (delayed).
+        let named = match recipe {
+            "delayed" => serde_json::Value::Null,
+            "tensorwise" => "current".into(),
+            r => r.into(),
+        };
+        assert_eq!(v["plan"]["fp8_scaling"], named, "{v}");
+        let f = |a: &str, b: &str| v[a][b].as_f64().unwrap();
+        seen.push((
+            recipe,
+            f("operator_seconds", "casts"),
+            f("operator_seconds", "other_gemm"),
+            v["step_seconds"].as_f64().unwrap(),
+        ));
+    }
+    let casts: Vec<f64> = seen.iter().map(|s| s.1).collect();
+    assert!(casts.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(seen.iter().all(|s| s.2 == seen[0].2), "{seen:?}");
+    // The older key says the same.
+    let v =
+        estimate_json(&base.replace("fp8_recipe = \"tensorwise\"", "fp8_scaling = \"current\""));
+    assert_eq!(v["step_seconds"].as_f64().unwrap(), seen[2].3);
+}
+
 /// The FP8 example (Llama-3-70B on 64 H100s, Megatron-Bridge's published layout) answers
 /// with its casts in the breakdowns and its weights' quantised copies in memory, faster
 /// than the same plan in bf16 by what FP8 GEMMs give on the H100 and no more; a latency
@@ -1198,23 +1255,12 @@ fn estimate_of_the_fp8_example_shows_its_casts_and_refuses_an_untyped_plugin() {
     let _gate = crate::util::shared();
     let path = root().join("config/specs/estimate-llama3-70b-h100.toml");
     let base = std::fs::read_to_string(&path).unwrap();
-    let estimate = |text: &str| -> serde_json::Value {
-        let (_dir, spec) = temp_spec("fp8.toml", text);
-        let o = run(&[
-            "--plugin-dir",
-            &plugin_dir(),
-            "estimate",
-            &spec.display().to_string(),
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        serde_json::from_str(&stdout(&o)).unwrap()
-    };
+    let estimate = estimate_json;
     let fp8 = estimate(&base);
     let bf16 = estimate(
         &base
             .replace("precision = \"fp8-hybrid\"", "precision = \"bf16-mixed\"")
-            .replace("fp8_scaling = \"current\"\n", "")
+            .replace("fp8_recipe = \"tensorwise\"\n", "")
             .replace("fp8_param_gather = true\n", ""),
     );
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();

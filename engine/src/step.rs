@@ -51,7 +51,7 @@ use crate::options::ScheduleOptions;
 use crate::pipeline::{ModelStage, PipelineSchedule, ScheduleError, Slots};
 use crate::schedule::{self, Instance, Resource};
 pub use crate::training::{ContextExchange, ContextMethod};
-use crate::training::{Recomputation, StateBytes};
+use crate::training::{Fp8Scaling, Recomputation, StateBytes};
 use archplace_plugin_sdk::{
     AcceleratorConfig, Cast, CoreConfig, Direction, EstimateError, LatencyModel, Op, OpCost,
     OpKind, VectorKind,
@@ -1335,7 +1335,8 @@ fn bf16_dropped(pl: &StepPlan, quantised: u64) -> f64 {
 }
 
 /// The FP8 recipes' weight casts on the busiest stage, `quantised` weights: once per step
-/// (Transformer Engine casts a weight at the first micro-batch and keeps the copies), at
+/// (Transformer Engine casts a weight at the first micro-batch and keeps the copies; the
+/// row-wise recipe at every micro-batch, as torchao casts at every use), at
 /// ZeRO-3 every time a layer's weights are gathered (forward, and backward unless they
 /// stay gathered); with FP8 parameters once per step, of the optimizer's shard only.
 /// Seconds and joules per device; nothing without FP8.
@@ -1375,6 +1376,10 @@ fn weight_casts(
             1
         };
         (gathers * micro_batches) as f64
+    } else if numerics.scaling == Fp8Scaling::Rowwise && !per_step {
+        // torchao's row-wise recipe keeps no FP8 copy of a weight: it casts it at every
+        // use, row-wise forward and column-wise backward (the cast's two reads).
+        micro_batches as f64
     } else {
         1.0
     };

@@ -128,7 +128,12 @@ impl Precision {
             bytes_per_element: self.element_bytes(),
             activations: self.activation_element(),
             gemms: self.gemm_element(),
-            amax_pass: self == Precision::Fp8Hybrid && scaling == Fp8Scaling::Current,
+            amax_pass: self == Precision::Fp8Hybrid && scaling.casts_read_twice(),
+            scaling: if self == Precision::Fp8Hybrid {
+                scaling
+            } else {
+                Fp8Scaling::Delayed
+            },
         }
     }
 
@@ -178,8 +183,11 @@ pub struct Numerics {
     /// the activations' type, or FP8/MXFP8 — then each such GEMM's input is cast to it
     /// (its output gradient too, backward), and it keeps its input in that type.
     pub gemms: ElementType,
-    /// Per-tensor current scaling: every FP8 cast reads its input twice.
+    /// Every FP8 cast reads its input twice ([`Fp8Scaling::casts_read_twice`]).
     pub amax_pass: bool,
+    /// The FP8 recipe's scaling (delayed but for `fp8-hybrid`): where its casts run and
+    /// what its GEMMs add.
+    pub scaling: Fp8Scaling,
 }
 
 impl Numerics {
@@ -196,6 +204,7 @@ impl Numerics {
             activations: element,
             gemms: element,
             amax_pass: false,
+            scaling: Fp8Scaling::Delayed,
         }
     }
 
@@ -212,8 +221,8 @@ impl Default for Numerics {
     }
 }
 
-/// How FP8's per-tensor scales are chosen (Transformer Engine's recipes; MXFP8's block
-/// scales are always computed from the block being cast).
+/// The FP8 recipe: how `fp8-hybrid`'s scales are chosen and over what (`fp8_recipe`;
+/// MXFP8's block scales are always computed from the block being cast).
 #[derive(
     Debug,
     Clone,
@@ -230,21 +239,67 @@ impl Default for Numerics {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Fp8Scaling {
-    /// From the absolute maxima of earlier steps (`DelayedScaling`; Megatron-LM's
-    /// `--fp8-recipe delayed`): a cast reads its input once and records its maximum.
+    /// One scale per tensor from the absolute maxima of earlier steps (`DelayedScaling`;
+    /// Megatron-LM's `--fp8-recipe delayed`): a cast reads its input once and records its
+    /// maximum; a norm, activation or element-wise kernel writes it.
     #[default]
     Delayed,
-    /// From the tensor being cast (`Float8CurrentScaling`; `--fp8-recipe tensorwise`,
-    /// NVIDIA's "FP8-CS"): a cast reads its input twice, for the maximum and to cast.
+    /// One scale per tensor from the tensor being cast (`Float8CurrentScaling`;
+    /// `--fp8-recipe tensorwise`, NVIDIA's "FP8-CS"): every cast a kernel of its own,
+    /// reading its input once more for the maximum unless the kernel that wrote it took it.
+    #[serde(alias = "tensorwise")]
     Current,
+    /// One scale per row of each GEMM operand, along the dimension the GEMM reduces
+    /// (torchao's `Float8LinearRecipeName.ROWWISE`, torchtitan's `recipe_name =
+    /// "rowwise"`): the two passes reduce a tensor along different dimensions, so each
+    /// operand is cast twice from its 16-bit values — row-wise (the maximum of each row
+    /// taken in the kernel) and column-wise (a pass for the columns' maxima first) — and
+    /// every GEMM scales its output by the outer product of its operands' scales in its
+    /// epilogue.
+    Rowwise,
+    /// DeepSeek-V3's fine-grained scaling (Transformer Engine's `Float8BlockScaling`,
+    /// Megatron-LM's `--fp8-recipe blockwise`): activations and gradients in 1 × 128
+    /// tiles, weights in 128 × 128 blocks, one fp32 scale each; a tensor both passes read
+    /// along different dimensions is cast twice (row tiles and column tiles, each in one
+    /// read: a tile's maximum is local), a weight once (a block's scale serves its
+    /// transpose). The GEMM promotes its partial sums to fp32 with their scales every 128
+    /// elements of the reduction, on the CUDA cores while the tensor cores run the next
+    /// block (DeepSeek-V3 report §3.3.2; DeepGEMM reaches per-tensor FP8's rate), so its
+    /// time is per-tensor FP8's.
+    Blockwise,
 }
 
 impl Fp8Scaling {
+    pub const ALL: [Fp8Scaling; 4] = [
+        Fp8Scaling::Delayed,
+        Fp8Scaling::Current,
+        Fp8Scaling::Rowwise,
+        Fp8Scaling::Blockwise,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Fp8Scaling::Delayed => "delayed",
             Fp8Scaling::Current => "current",
+            Fp8Scaling::Rowwise => "rowwise",
+            Fp8Scaling::Blockwise => "blockwise",
         }
+    }
+
+    /// Whether a cast reads its input a second time: for the tensor's own maximum
+    /// (current scaling; not where the kernel that wrote it took it), for the second,
+    /// column-wise copy (row-wise scales). A block-wise cast reads each 128-element tile
+    /// once and writes both copies (Transformer Engine's `quantize_transpose_*_blockwise`
+    /// kernels; a weight's 128 × 128 block serves its transpose).
+    pub fn casts_read_twice(self) -> bool {
+        matches!(self, Fp8Scaling::Current | Fp8Scaling::Rowwise)
+    }
+
+    /// Whether a norm, activation or element-wise kernel writes the cast of its output
+    /// itself: only with delayed scaling (Transformer Engine's `Impl::FULLY_FUSED`); with
+    /// the others every cast is a kernel of its own.
+    pub fn casts_fuse(self) -> bool {
+        self == Fp8Scaling::Delayed
     }
 }
 

@@ -92,6 +92,12 @@ pub struct Gpu {
     /// at the FP8 rate: Blackwell's fifth-generation tensor cores (NVIDIA Blackwell
     /// architecture technical brief, 2024); Hopper's take per-tensor-scaled FP8 only.
     pub mx_formats: bool,
+    /// The FP8 GEMMs take their operands in every layout, not only "TN" (both with the
+    /// reduction dimension contiguous): Blackwell's do, Hopper's do not (cuBLASLt's FP8
+    /// layout rules; Transformer Engine's `is_non_tn_fp8_gemm_supported`, compute
+    /// capability 10.x). Without it a per-tensor-scaled FP8 tensor that both passes
+    /// multiply is kept twice, as is and transposed.
+    pub non_tn_fp8_gemms: bool,
     pub l2_bytes: u64,
     pub hbm_bytes: u64,
     pub hbm_bytes_per_second: f64,
@@ -136,6 +142,7 @@ const A100: Gpu = Gpu {
     peak_dense_fp8_flops_per_second: None,
     peak_dense_fp4_flops_per_second: None,
     mx_formats: false,
+    non_tn_fp8_gemms: false,
     l2_bytes: 40 * MIB,
     hbm_bytes: 80 * GIB,
     hbm_bytes_per_second: 2.039e12,
@@ -160,6 +167,7 @@ const H100: Gpu = Gpu {
     peak_dense_fp8_flops_per_second: Some(1979e12),
     peak_dense_fp4_flops_per_second: None,
     mx_formats: false,
+    non_tn_fp8_gemms: false,
     l2_bytes: 50 * MIB,
     hbm_bytes: 80 * GIB,
     hbm_bytes_per_second: 3.35e12,
@@ -207,6 +215,7 @@ const B200: Gpu = Gpu {
     peak_dense_fp8_flops_per_second: Some(4.5e15),
     peak_dense_fp4_flops_per_second: Some(9e15),
     mx_formats: true,
+    non_tn_fp8_gemms: true,
     l2_bytes: 126 * MIB,
     hbm_bytes: 180 * GIB,
     hbm_bytes_per_second: 8e12,

@@ -363,8 +363,15 @@ impl Cast {
     /// Bytes the cast moves to and from memory when its input is `from`: the input read
     /// (twice with an amax pass) and both layouts of the output written.
     pub fn memory_bytes(&self, from: ElementType) -> f64 {
+        self.memory_bytes_in(from, 2)
+    }
+
+    /// [`Cast::memory_bytes`] with `layouts` copies of the output written: 2 where the
+    /// GEMMs of the two passes need the tensor in two layouts (FP8 on Hopper, MXFP8), 1
+    /// where one layout serves both (per-tensor FP8 on Blackwell).
+    pub fn memory_bytes_in(&self, from: ElementType, layouts: u32) -> f64 {
         let reads = if self.amax_pass { 2.0 } else { 1.0 };
-        self.elements as f64 * (reads * from.bytes() + 2.0 * self.to.bytes())
+        self.elements as f64 * (reads * from.bytes() + f64::from(layouts) * self.to.bytes())
     }
 }
 

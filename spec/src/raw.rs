@@ -76,6 +76,20 @@ enum FlagOrName<T> {
     Name(T),
 }
 
+/// `fp8_recipe`'s values as the schema lists them: the engine's names and
+/// Megatron-LM's `tensorwise` for `current` (a serde alias, which a derived schema
+/// leaves out).
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum Fp8RecipeName {
+    Delayed,
+    Tensorwise,
+    Current,
+    Rowwise,
+    Blockwise,
+}
+
 /// Read by the value's own type, so that a wrong value gets that type's message (`unknown
 /// variant `fp8`, expected one of `bf16-mixed`, …`) instead of an untagged enum's "a value
 /// or a list of values".
@@ -200,9 +214,12 @@ pub struct RawPlan {
     /// "bf16-mixed", "fp16-mixed", "fp32", "fp8-hybrid" or "mxfp8" (default: the first
     /// of `[training]`'s list).
     pub precision: Option<Precision>,
-    /// With "fp8-hybrid": how the per-tensor scales are chosen, "delayed" (from earlier
-    /// steps' maxima) or "current" (from the tensor being cast: every cast reads it twice).
-    /// Default: `[training]`'s.
+    /// With "fp8-hybrid": the FP8 recipe, "delayed", "tensorwise" (or "current"),
+    /// "rowwise" or "blockwise" (`[training]`'s `fp8_recipe`). Default: `[training]`'s.
+    #[schemars(with = "Option<Fp8RecipeName>")]
+    pub fp8_recipe: Option<Fp8Scaling>,
+    /// `fp8_recipe`'s older name (its values "delayed" and "current" mean the same).
+    #[schemars(with = "Option<Fp8RecipeName>")]
     pub fp8_scaling: Option<Fp8Scaling>,
     /// With "fp8-hybrid" or "mxfp8": keep the quantised GEMMs' weights in that type only and
     /// all-gather them in it (Megatron-LM's `--fp8-param-gather`; needs the distributed
@@ -449,9 +466,16 @@ pub struct RawTraining {
     /// Blackwell) or "mxfp8" (in MXFP8, block scaling: Blackwell). Sets the bytes per
     /// parameter and per activation element and the element type of every GEMM.
     pub precision: Option<OneOrMany<Precision>>,
-    /// With "fp8-hybrid": "delayed" (default: scales from earlier steps' maxima,
-    /// Transformer Engine's `DelayedScaling`) or "current" (from the tensor being cast,
-    /// NVIDIA's "FP8-CS": every cast reads its input twice).
+    /// With "fp8-hybrid", the FP8 recipe (Megatron-LM's `--fp8-recipe`, torchao's recipe
+    /// names): "delayed" (default: one scale per tensor from earlier steps' maxima,
+    /// Transformer Engine's `DelayedScaling`), "tensorwise" or "current" (one per tensor
+    /// from the tensor being cast, NVIDIA's "FP8-CS"), "rowwise" (one per row of each GEMM
+    /// operand, torchao's) or "blockwise" (1 × 128 tiles and 128 × 128 weight blocks,
+    /// DeepSeek-V3's and Transformer Engine's `Float8BlockScaling`).
+    #[schemars(with = "Option<Fp8RecipeName>")]
+    pub fp8_recipe: Option<Fp8Scaling>,
+    /// `fp8_recipe`'s older name (its values "delayed" and "current" mean the same).
+    #[schemars(with = "Option<Fp8RecipeName>")]
     pub fp8_scaling: Option<Fp8Scaling>,
     /// With an FP8 recipe: keep the quantised GEMMs' weights in its type only, with no
     /// bf16 copy, and all-gather them in it (Megatron-LM's `--fp8-param-gather`, which

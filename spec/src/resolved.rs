@@ -237,7 +237,7 @@ fn training(tr: &Training) -> Table {
                 Value::Array(tr.precisions.iter().map(name).collect()),
             );
             if tr.precisions.contains(&Precision::Fp8Hybrid) {
-                t.insert("fp8_scaling".into(), name(&tr.fp8_scaling));
+                t.insert("fp8_recipe".into(), name(&tr.fp8_scaling));
             }
             if tr.precisions.iter().any(|p| p.is_quantised()) {
                 t.insert(
@@ -477,7 +477,7 @@ pub fn plan_table(p: &StepPlan) -> Table {
     );
     t.insert("precision".into(), name(&p.precision));
     if p.precision == Precision::Fp8Hybrid {
-        t.insert("fp8_scaling".into(), name(&p.fp8_scaling));
+        t.insert("fp8_recipe".into(), name(&p.fp8_scaling));
     }
     if p.precision.is_quantised() {
         t.insert(

@@ -618,12 +618,9 @@ impl<'a> Ctx<'a> {
         // prediction modules') weight GEMMs; the routers, the embedding and the output
         // layer stay in 16-bit, as Megatron-Core builds them.
         let quantised_parameters = if self.numerics.quantised() && kind.is_block() {
-            lb.quantise(
-                self.numerics.gemms,
-                self.numerics.amax_pass,
-                self.bpe,
-                |op| op.name != "router" && !op.name.ends_with(".router"),
-            )
+            lb.quantise(self.numerics.gemms, self.numerics.scaling, self.bpe, |op| {
+                op.name != "router" && !op.name.ends_with(".router")
+            })
         } else {
             0
         };

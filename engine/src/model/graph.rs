@@ -13,6 +13,7 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
+use crate::training::Fp8Scaling;
 use archplace_plugin_sdk::{
     Attention, Cast, Direction, ElementType, FusedOp, Gemm, Op, OpKind, VectorKind,
 };
@@ -307,6 +308,8 @@ pub struct LayerBuilder {
     pub ops: Vec<FwdOp>,
     /// The element type of the layer's data (bf16 unless set).
     pub element: ElementType,
+    /// The FP8 recipe its quantised GEMMs' casts follow ([`LayerBuilder::quantise`]).
+    pub scaling: Fp8Scaling,
 }
 
 impl LayerBuilder {
@@ -335,10 +338,12 @@ impl LayerBuilder {
     pub fn quantise(
         &mut self,
         to: ElementType,
-        amax_pass: bool,
+        scaling: Fp8Scaling,
         bytes_per_element: u64,
         quantise: impl Fn(&FwdOp) -> bool,
     ) -> u64 {
+        self.scaling = scaling;
+        let amax_pass = scaling.casts_read_twice();
         let old = std::mem::take(&mut self.ops);
         let gathered_quantised = quantised_gathers(&old, &quantise);
         // What consumers of old operator i read (its cast gradient's node for a
@@ -606,7 +611,7 @@ impl LayerBuilder {
                 }
             }
         }
-        g.finish()
+        g.finish(self.scaling)
     }
 
     /// The fused backward graph.
@@ -644,7 +649,7 @@ impl LayerBuilder {
                 g.nodes[m].external += external;
             }
         }
-        g.finish()
+        g.finish(self.scaling)
     }
 }
 
@@ -761,10 +766,13 @@ enum Class {
     Activation,
     Norm,
     Dropout,
-    /// A quantising cast with delayed scaling: written by the kernel before it where that
-    /// kernel is a GEMM's epilogue, a norm, an activation or an element-wise operator (as
-    /// Transformer Engine's fused layer-norm–linear and activation kernels write FP8
-    /// directly).
+    /// A quantising cast with delayed scaling (or to MXFP8): written by the kernel before
+    /// it where that kernel is a norm, an activation or an element-wise operator, as
+    /// Transformer Engine's normalization and activation kernels write FP8 directly
+    /// (`transformer_engine/pytorch/csrc/extensions/normalization.cpp` and
+    /// `activation.cpp`: `Impl::FULLY_FUSED`) — never by a GEMM, whose cuBLAS output is
+    /// 16-bit, and for MXFP8 not by a norm (`Impl::UNFUSED` unless cuDNN's norm is asked
+    /// for).
     Cast,
     Other,
 }
@@ -793,18 +801,41 @@ fn class_of(kind: &OpKind) -> Class {
     }
 }
 
-/// Rule A (a GEMM absorbs a following activation, injective, norm or dropout) and rule B
-/// (an injective operator absorbs a following injective operator or dropout).
-fn fusable(u: Class, v: Class) -> bool {
-    match u {
+/// Rule A (a GEMM absorbs a following activation, injective, norm or dropout), rule B
+/// (an injective operator absorbs a following injective operator or dropout) and the
+/// quantising casts' (see [`Class::Cast`]).
+fn fusable(u: &OpKind, v: &OpKind) -> bool {
+    let (cu, cv) = (class_of(u), class_of(v));
+    match cu {
         Class::Tensor => matches!(
-            v,
-            Class::Activation | Class::Injective | Class::Norm | Class::Dropout | Class::Cast
+            cv,
+            Class::Activation | Class::Injective | Class::Norm | Class::Dropout
         ),
-        Class::Injective => matches!(v, Class::Injective | Class::Dropout | Class::Cast),
-        Class::Activation | Class::Norm => v == Class::Cast,
+        Class::Injective => matches!(cv, Class::Injective | Class::Dropout | Class::Cast),
+        Class::Activation => cv == Class::Cast,
+        Class::Norm => {
+            cv == Class::Cast && !matches!(v, OpKind::Cast(c) if c.to == ElementType::Mxfp8)
+        }
         _ => false,
     }
+}
+
+/// Whether the kernel of `producer` takes its output's absolute maximum as it writes it, so
+/// that a current-scaling cast of that output reads it once, not twice: Transformer
+/// Engine's normalization and activation kernels do (`Impl::FUSED_NORM_AMAX_FP8`,
+/// `Impl::FUSED_ACTIVATION_AMAX_FP8`), as do the element-wise ones it writes (the gated
+/// activations) — also where this graph runs the activation in a GEMM's epilogue, its
+/// last fused operator; a GEMM's own cuBLAS output does not.
+fn takes_amax(producer: &Op) -> bool {
+    let last = match producer.fused.last() {
+        Some(f) => class_of(&OpKind::Vector {
+            kind: f.kind,
+            elements: f.elements,
+            row: 1,
+        }),
+        None => class_of(&producer.kind),
+    };
+    matches!(last, Class::Norm | Class::Activation | Class::Injective)
 }
 
 #[derive(Debug, Clone)]
@@ -919,8 +950,9 @@ impl RawGraph {
         order
     }
 
-    /// Applies the fusion rules until nothing changes.
-    fn fuse(&mut self) {
+    /// Applies the fusion rules until nothing changes; a cast fuses only under a recipe
+    /// whose casts do ([`Fp8Scaling::casts_fuse`]).
+    fn fuse(&mut self, scaling: Fp8Scaling) {
         'restart: loop {
             for u in self.topological() {
                 let succs = Self::distinct(&self.succ[u]);
@@ -934,7 +966,10 @@ impl RawGraph {
                 let (Some(uop), Some(vop)) = (&self.nodes[u].op, &self.nodes[v].op) else {
                     continue;
                 };
-                if !fusable(class_of(&uop.kind), class_of(&vop.kind)) {
+                if !fusable(&uop.kind, &vop.kind)
+                    || (matches!(vop.kind, OpKind::Cast(c) if c.to == ElementType::Fp8)
+                        && !scaling.casts_fuse())
+                {
                     continue;
                 }
                 // A fused cast is charged as the element-wise scaling it does.
@@ -976,9 +1011,36 @@ impl RawGraph {
         }
     }
 
-    fn finish(mut self) -> OpGraph {
+    /// A current-scaling cast whose one producer takes the maximum as it writes
+    /// ([`takes_amax`]) reads its input once: its own pass for the maximum goes.
+    fn amax_in_producers(&mut self) {
+        for v in 0..self.nodes.len() {
+            let Some(OpKind::Cast(c)) = self.nodes[v].op.as_ref().map(|o| o.kind) else {
+                continue;
+            };
+            if !c.amax_pass || !self.nodes[v].alive || self.operands(v) != 1 {
+                continue;
+            }
+            let Some(&u) = self.pred[v].first() else {
+                continue;
+            };
+            if self.nodes[u].op.as_ref().is_some_and(takes_amax)
+                && let Some(op) = self.nodes[v].op.as_mut()
+            {
+                op.kind = OpKind::Cast(Cast {
+                    amax_pass: false,
+                    ..c
+                });
+            }
+        }
+    }
+
+    fn finish(mut self, scaling: Fp8Scaling) -> OpGraph {
         self.contract_identities();
-        self.fuse();
+        self.fuse(scaling);
+        if scaling == Fp8Scaling::Current {
+            self.amax_in_producers();
+        }
         let order = self.topological();
         let mut index = vec![usize::MAX; self.nodes.len()];
         for (k, &i) in order.iter().enumerate() {
@@ -1181,7 +1243,7 @@ mod tests {
         );
         let mul = b.push("mul", vector(VectorKind::Mul), vec![act, up], vec![]);
         b.push("down", weight(2, 6), vec![mul], vec![keep(mul, 48)]);
-        let weights = b.quantise(ElementType::Fp8, true, 2, |_| true);
+        let weights = b.quantise(ElementType::Fp8, Fp8Scaling::Current, 2, |_| true);
         assert_eq!(weights, 2 * 6 * 2 + 6 * 2);
         let kinds: Vec<(&str, &str)> = b
             .ops
@@ -1229,16 +1291,17 @@ mod tests {
                 .collect()
         }
         assert_eq!(fp8(&f), ["gate+act", "up", "down"]);
-        // Current scaling: the casts stand alone (never an epilogue).
+        // Current scaling: the casts stand alone (never an epilogue), and each reads its
+        // input once: the norm and the product's kernel took the maximum as they wrote it.
         assert_eq!(
             f.nodes
                 .iter()
                 .filter_map(|n| match n.op.kind {
-                    OpKind::Cast(c) if c.amax_pass => Some(c.elements),
+                    OpKind::Cast(c) => Some((c.elements, c.amax_pass)),
                     _ => None,
                 })
                 .collect::<Vec<_>>(),
-            [4 * 2, 4 * 6]
+            [(4 * 2, false), (4 * 6, false)]
         );
         let g = b.backward();
         let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();

@@ -73,9 +73,11 @@ impl LatencyModel for Typed {
             .iter()
             .map(|o| {
                 let kind = match o.kind {
+                    // A cast with an amax pass reads its input once more: priced here as
+                    // twice the elements.
                     OpKind::Cast(c) => OpKind::Vector {
                         kind: VectorKind::Scale,
-                        elements: c.elements,
+                        elements: c.elements * if c.amax_pass { 2 } else { 1 },
                         row: 1,
                     },
                     k => k,
@@ -1311,16 +1313,22 @@ fn fp8_recipes_closed_form() {
                     link(&g.block.backward, &again),
                     link(&bf16.block.backward, &again).map(half)
                 );
-                // The shard's cast, fused into the norm before it.
+                // The shard's cast: fused into the norm before it (FP8, delayed scaling);
+                // for MXFP8 a kernel of its own (Transformer Engine's norm writes MXFP8
+                // only through cuDNN's, when asked).
                 let norm = gather.trim_end_matches(".copy_to_tp");
-                let fused = g
-                    .block
-                    .forward
-                    .nodes
-                    .iter()
-                    .find(|n| n.name == format!("{norm}+copy_to_tp.cast"))
-                    .map(|n| n.op.fused.iter().map(|f| f.elements).collect::<Vec<_>>());
-                assert_eq!(fused, Some(vec![s * h / t]), "{gather}");
+                let node = |name: String| g.block.forward.nodes.iter().find(|n| n.name == name);
+                if precision == Precision::Fp8Hybrid {
+                    let fused = node(format!("{norm}+copy_to_tp.cast"))
+                        .map(|n| n.op.fused.iter().map(|f| f.elements).collect::<Vec<_>>());
+                    assert_eq!(fused, Some(vec![s * h / t]), "{gather}");
+                } else {
+                    let cast = node(format!("{gather}.cast")).map(|n| n.op.kind);
+                    assert!(
+                        matches!(cast, Some(OpKind::Cast(c)) if c.elements == s * h / t),
+                        "{gather}: {cast:?}"
+                    );
+                }
             }
             assert_eq!(
                 link(&g.head.forward, "logits.copy_to_tp"),
@@ -1373,31 +1381,38 @@ fn fp8_recipes_closed_form() {
     }
 }
 
-/// Current scaling reads every cast's input twice; it changes no memory and no GEMM.
+/// Current scaling makes every cast a kernel of its own, which reads its input once more
+/// for the maximum unless the kernel writing it took the maximum (a norm, an activation,
+/// an element-wise kernel: Transformer Engine's fused amax); it changes no memory and no
+/// GEMM.
 #[test]
-fn current_scaling_adds_an_amax_pass_to_every_cast() {
+fn current_scaling_takes_each_maximum_where_transformer_engine_does() {
     let mut pl = plan(8, 16, 8);
     pl.precision = Precision::Fp8Hybrid;
     let delayed = graph(&gpt3(pl.clone(), 1 << 20));
     pl.fp8_scaling = Fp8Scaling::Current;
     let current = graph(&gpt3(pl.clone(), 1 << 20));
     assert_eq!(delayed.block.stash_bytes, current.block.stash_bytes);
-    let casts = |g: &OpGraph| -> Vec<Cast> {
-        g.nodes
-            .iter()
-            .filter_map(|n| match n.op.kind {
-                OpKind::Cast(c) => Some(c),
-                _ => None,
-            })
-            .collect()
-    };
+    let casts = casts_in;
     for (d, c) in [
         (&delayed.block.forward, &current.block.forward),
         (&delayed.block.backward, &current.block.backward),
     ] {
-        let (d, c) = (casts(d), casts(c));
-        assert!(d.iter().all(|c| !c.amax_pass) && c.iter().all(|c| c.amax_pass));
+        assert!(casts(d).iter().all(|c| !c.amax_pass));
+        assert!(casts(c).len() >= casts(d).len());
     }
+    // The one cast that reads its input twice: the attention's context (FlashAttention
+    // writes no maximum), s·h/t elements. The normed inputs, the GeLU's output and the
+    // output gradients (after the bias gradients' kernels) come with their maximum.
+    let twice = |g: &OpGraph| -> Vec<u64> {
+        casts(g)
+            .iter()
+            .filter(|c| c.amax_pass)
+            .map(|c| c.elements)
+            .collect()
+    };
+    assert_eq!(twice(&current.block.forward), [2_048 * 12_288 / 8]);
+    assert!(twice(&current.block.backward).is_empty());
     // Not fusable with current scaling: the four GEMM inputs (h = 12,288, s = 2,048,
     // t = 8: the normed inputs whole, the context and the GeLU's output a t-th) and the
     // four GEMMs' output gradients (QKV 3h/t, the projection's and fc2's h, fc1's 4h/t).
@@ -1803,4 +1818,105 @@ fn zero_bubble_shrinks_the_bubble_and_dualpipe_doubles_the_weights() {
     assert!(dual.time.pipeline_bubble_seconds < one.time.pipeline_bubble_seconds);
     let weights = |r: &StepReport| r.stages.iter().map(|s| s.parameters).sum::<u64>();
     assert_eq!(weights(&dual), 2 * weights(&one));
+}
+
+/// The FP8 recipes' casts on GPT-3 175B's block (t = 8): delayed scaling lets the norms
+/// write theirs; every other recipe casts in kernels of their own. Current
+/// scaling reads an input twice only where no kernel took its maximum; row-wise scales
+/// read every input twice (the column-wise copy) and cast the weights at every
+/// micro-batch; block-wise scales read every input once (a tile's maximum is local) and
+/// cast the weights once per step. Their GEMMs are per-tensor FP8's.
+#[test]
+fn fp8_recipes_price_their_casts() {
+    let mut pl = plan(8, 16, 8);
+    pl.precision = Precision::Fp8Hybrid;
+    pl.recomputation = Recomputation::None;
+    let casts = casts_in;
+    let (h, s, t) = (12_288u64, 2_048u64, 8u64);
+    // The four GEMM inputs and the four output gradients (see
+    // `current_scaling_takes_each_maximum_where_transformer_engine_does`).
+    let all_forward = s * h + s * h / t + s * h + 4 * s * h / t;
+    let all_backward = 3 * s * h / t + s * h + 4 * s * h / t + s * h;
+    let model = Typed(ReferenceModel::default());
+    let mut seconds = Vec::new();
+    for recipe in Fp8Scaling::ALL {
+        pl.fp8_scaling = recipe;
+        let g = graph(&gpt3(pl.clone(), 1 << 20));
+        let (f, b) = (casts(&g.block.forward), casts(&g.block.backward));
+        let sum = |c: &[Cast]| c.iter().map(|c| c.elements).sum::<u64>();
+        let twice = |c: &[Cast]| c.iter().filter(|c| c.amax_pass).count();
+        match recipe {
+            // The norms write their casts; the context's (after FlashAttention) and the
+            // GeLU's output's (the GeLU runs in fc1's epilogue, which cuBLAS writes in
+            // 16-bit) stand alone.
+            Fp8Scaling::Delayed => {
+                assert_eq!(sum(&f), s * h / t + 4 * s * h / t);
+                assert_eq!(twice(&f) + twice(&b), 0);
+            }
+            Fp8Scaling::Current => {
+                assert_eq!((sum(&f), sum(&b)), (all_forward, all_backward));
+                assert_eq!(twice(&f) + twice(&b), 1);
+            }
+            Fp8Scaling::Rowwise => {
+                assert_eq!((sum(&f), sum(&b)), (all_forward, all_backward));
+                assert_eq!((twice(&f), twice(&b)), (f.len(), b.len()));
+            }
+            Fp8Scaling::Blockwise => {
+                assert_eq!((sum(&f), sum(&b)), (all_forward, all_backward));
+                assert_eq!(twice(&f) + twice(&b), 0);
+            }
+        }
+        // The memory and the GEMMs do not change with the recipe.
+        let r = estimate_step(&gpt3(pl.clone(), 1 << 20), &model).unwrap();
+        seconds.push((recipe, r.operator_seconds.casts, r.time.weight_cast_seconds));
+        let delayed = &seconds[0];
+        assert_eq!(
+            r.operator_seconds.other_gemm,
+            estimate_step(
+                &gpt3(
+                    StepPlan {
+                        fp8_scaling: Fp8Scaling::Delayed,
+                        ..pl.clone()
+                    },
+                    1 << 20
+                ),
+                &model
+            )
+            .unwrap()
+            .operator_seconds
+            .other_gemm,
+            "{recipe:?} {delayed:?}"
+        );
+    }
+    let at = |r: Fp8Scaling| seconds.iter().find(|s| s.0 == r).copied().unwrap();
+    let (delayed, current, rowwise, blockwise) = (
+        at(Fp8Scaling::Delayed),
+        at(Fp8Scaling::Current),
+        at(Fp8Scaling::Rowwise),
+        at(Fp8Scaling::Blockwise),
+    );
+    assert!(
+        delayed.1 < blockwise.1 && blockwise.1 < current.1 && current.1 < rowwise.1,
+        "{seconds:?}"
+    );
+    // The weights: once per step (delayed, block-wise: one read; current: two), at every
+    // micro-batch with row-wise scales (two reads each).
+    let micro_batches = gpt3(pl.clone(), 1 << 20).global_batch / (8 * pl.micro_batch);
+    assert_eq!(delayed.2, blockwise.2);
+    assert!(current.2 > delayed.2);
+    assert!(
+        (rowwise.2 - micro_batches as f64 * current.2).abs() < 1e-9 * rowwise.2,
+        "{rowwise:?} {current:?} {micro_batches}"
+    );
+}
+
+/// The casts of a layer graph, in order.
+fn casts_in(g: &OpGraph) -> Vec<Cast> {
+    g.nodes
+        .iter()
+        .filter_map(|n| match n.op.kind {
+            OpKind::Cast(c) => Some(c),
+            _ => None,
+        })
+        .collect()
 }

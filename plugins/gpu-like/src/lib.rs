@@ -83,6 +83,13 @@ pub struct GpuLike {
     pub fp8_speedup: f64,
     /// The tensor cores take MXFP8 (block-scaled FP8) at the FP8 rate.
     pub mx_formats: bool,
+    /// A cast to per-tensor-scaled FP8 also writes the transpose: the FP8 GEMMs take only
+    /// the TN layout (Hopper), so the tensor both passes multiply is kept both ways
+    /// (Transformer Engine's `cast_transpose`); Blackwell's take every layout and keep it
+    /// once. A cast to MXFP8 always writes two copies (row- and column-wise blocks: the
+    /// scales run along the reduction dimension, which the passes take along different
+    /// axes).
+    pub fp8_transpose: bool,
 }
 
 impl Default for GpuLike {
@@ -107,6 +114,7 @@ impl Default for GpuLike {
             max_area_um2: 858.0e6,
             fp8_speedup: 2.0,
             mx_formats: true,
+            fp8_transpose: true,
         }
     }
 }
@@ -117,10 +125,10 @@ struct Param {
     default: &'static str,
 }
 
-const PARAMETERS: [Param; 20] = [
+const PARAMETERS: [Param; 21] = [
     Param {
         name: "preset",
-        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only), gemm_tiles (cuBLAS), fp8_speedup and mx_formats (datasheet): a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200 (parameters given override it)",
+        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only), gemm_tiles (cuBLAS), fp8_speedup, mx_formats and fp8_transpose (datasheet): a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200 (parameters given override it)",
         default: "none",
     },
     Param {
@@ -216,6 +224,11 @@ const PARAMETERS: [Param; 20] = [
     Param {
         name: "mx_formats",
         description: "the tensor cores take block-scaled MXFP8 at the FP8 rate (Blackwell: true; Hopper: false)",
+        default: "true",
+    },
+    Param {
+        name: "fp8_transpose",
+        description: "a cast to per-tensor-scaled FP8 also writes the transpose, because the FP8 GEMMs take only the TN layout (Hopper: true; Blackwell takes every layout: false)",
         default: "true",
     },
 ];
@@ -314,6 +327,7 @@ impl GpuLike {
                         .peak_dense_fp8_flops_per_second
                         .map_or(0.0, |f| f / g.peak_dense_16bit_flops_per_second);
                     m.mx_formats = g.mx_formats;
+                    m.fp8_transpose = !g.non_tn_fp8_gemms;
                 }
                 (other, None) => errors.push(ParameterError::new(
                     "preset",
@@ -335,6 +349,7 @@ impl GpuLike {
                     "attention_efficiency" => m.attention_efficiency = parse_fraction(v)?,
                     "fused_epilogues" => m.fused_epilogues = parse_bool(v)?,
                     "mx_formats" => m.mx_formats = parse_bool(v)?,
+                    "fp8_transpose" => m.fp8_transpose = parse_bool(v)?,
                     "fp8_speedup" => {
                         m.fp8_speedup = match v.trim().parse::<f64>() {
                             Ok(x) if x.is_finite() && x >= 0.0 => x,
@@ -493,6 +508,14 @@ impl GpuLike {
             .fold(f64::INFINITY, f64::min)
     }
 
+    /// Copies a cast to `to` writes ([`GpuLike::fp8_transpose`]).
+    fn cast_layouts(&self, to: ElementType) -> u32 {
+        match to {
+            ElementType::Fp8 if !self.fp8_transpose => 1,
+            _ => 2,
+        }
+    }
+
     /// Flops per element of a vector operator.
     fn flops_per_element(kind: VectorKind) -> f64 {
         match kind {
@@ -537,7 +560,7 @@ impl GpuLike {
                 let reads = if c.amax_pass { 2.0 } else { 1.0 };
                 let flops = reads * 2.0 * c.elements as f64;
                 let compute = flops / (lanes * self.clock_hz);
-                let bytes = c.memory_bytes(op.element);
+                let bytes = c.memory_bytes_in(op.element, self.cast_layouts(c.to));
                 let memory = bytes / self.sustained_hbm();
                 (compute.max(memory), flops, bytes, Some(memory))
             }
@@ -808,6 +831,36 @@ mod tests {
             assert!((c.memory_seconds.unwrap() - memory).abs() < 1e-12 * memory.max(1.0));
             assert!((c.seconds - memory - h100.launch_seconds).abs() < 1e-9);
         }
+        // Blackwell's FP8 GEMMs take every layout: a per-tensor FP8 cast writes one copy
+        // (Hopper's two: the tensor and its transpose); MXFP8 keeps two (row- and
+        // column-wise blocks) on any GPU.
+        assert!(h100.fp8_transpose && !b200.fp8_transpose);
+        let cast_to = |to| {
+            Op::new(
+                OpKind::Cast(archplace_plugin_sdk::Cast {
+                    elements: 1 << 28,
+                    to,
+                    amax_pass: false,
+                }),
+                Direction::Forward,
+            )
+        };
+        let vector_b200 = CoreConfig {
+            cores: 148,
+            ..vector
+        };
+        for (to, bytes) in [(Fp8, 2.0 + 1.0), (Mxfp8, 2.0 + 2.0 * 33.0 / 32.0)] {
+            let c = b200.cost(&vector_b200, &cast_to(to)).unwrap();
+            let memory = bytes * (1u64 << 28) as f64 / b200.hbm_bytes_per_second;
+            assert!(
+                (c.memory_seconds.unwrap() - memory).abs() < 1e-12 * memory.max(1.0),
+                "{to:?}"
+            );
+        }
+        let spelled =
+            GpuLike::with_parameters(&[p("preset", "b200-sxm-180gb"), p("fp8_transpose", "true")])
+                .unwrap();
+        assert!(spelled.fp8_transpose);
     }
 
     /// `attention-detail` (what the host asks a fused kernel of) prices the kernel at

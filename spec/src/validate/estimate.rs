@@ -189,7 +189,7 @@ fn overlap_needs_experts(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan, fine: &
 }
 
 /// An FP8 recipe on a GPU preset without that format (an A100 has no FP8, a Hopper no
-/// MXFP8), and `fp8_scaling` with a precision it does not apply to; located at the
+/// MXFP8), and `fp8_recipe` with a precision it does not apply to; located at the
 /// precision (`[plan]`'s, or `[training]`'s when the plan takes it from there).
 fn precision_on_chip(
     ctx: &mut Ctx<'_>,
@@ -202,11 +202,14 @@ fn precision_on_chip(
     } else {
         FieldPath::root().key("training").key("precision")
     };
-    if p.fp8_scaling.is_some() && precision != Precision::Fp8Hybrid {
+    let given = super::rules::fp8_recipe(ctx, pp, p.fp8_recipe, p.fp8_scaling).map(|(_, k)| k);
+    if let Some(key) = given
+        && precision != Precision::Fp8Hybrid
+    {
         ctx.mismatch(
-            &pp.key("fp8_scaling"),
+            &pp.key(key),
             format!(
-                "fp8_scaling chooses FP8's per-tensor scales; precision is {}{}",
+                "{key} chooses how FP8's scales are taken; precision is {}{}",
                 precision.name(),
                 if precision == Precision::Mxfp8 {
                     ", whose block scales come from each block"
@@ -214,7 +217,9 @@ fn precision_on_chip(
                     ""
                 }
             ),
-            Some("leave `fp8_scaling` out, or use precision = \"fp8-hybrid\"".into()),
+            Some(format!(
+                "leave `{key}` out, or use precision = \"fp8-hybrid\""
+            )),
         );
     }
     if p.fp8_param_gather == Some(true) && !precision.is_quantised() {
@@ -526,7 +531,10 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .precision
             .or_else(|| training.precisions.first().copied())
             .unwrap_or(Precision::Bf16Mixed),
-        fp8_scaling: p.fp8_scaling.unwrap_or(training.fp8_scaling),
+        fp8_scaling: p
+            .fp8_recipe
+            .or(p.fp8_scaling)
+            .unwrap_or(training.fp8_scaling),
         fp8_param_gather: p.fp8_param_gather.unwrap_or(training.fp8_param_gather),
         optimizer: training.optimizer,
         // ZeRO-1 and up shard the optimizer's state: that is the distributed optimizer (a

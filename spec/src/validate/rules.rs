@@ -3,6 +3,7 @@
 
 use crate::raw::OneOrMany;
 use crate::{Ctx, FieldPath};
+use archplace_engine::training::Fp8Scaling;
 use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::UnitError;
 
@@ -93,5 +94,28 @@ pub(super) fn element_at<T>(at: &FieldPath, given: Option<&OneOrMany<T>>, i: usi
     match given {
         Some(OneOrMany::Many(_)) => at.index(i),
         _ => at.clone(),
+    }
+}
+
+/// The FP8 recipe a table gives and the key it is under: `fp8_recipe`, or its older name
+/// `fp8_scaling`; both given is a mistake (located at the older name).
+pub(super) fn fp8_recipe(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    recipe: Option<Fp8Scaling>,
+    scaling: Option<Fp8Scaling>,
+) -> Option<(Fp8Scaling, &'static str)> {
+    match (recipe, scaling) {
+        (Some(r), Some(_)) => {
+            ctx.mismatch(
+                &path.key("fp8_scaling"),
+                "fp8_scaling is fp8_recipe's older name; both are given",
+                Some("keep `fp8_recipe` only".into()),
+            );
+            Some((r, "fp8_recipe"))
+        }
+        (Some(r), None) => Some((r, "fp8_recipe")),
+        (None, Some(s)) => Some((s, "fp8_scaling")),
+        (None, None) => None,
     }
 }

@@ -49,19 +49,24 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
             Some("leave it out, or train in \"fp8-hybrid\" or \"mxfp8\"".into()),
         );
     }
-    if t.fp8_scaling.is_some() && !precisions.contains(&Precision::Fp8Hybrid) {
+    let recipe = super::rules::fp8_recipe(ctx, &path, t.fp8_recipe, t.fp8_scaling);
+    if let Some((_, key)) = recipe
+        && !precisions.contains(&Precision::Fp8Hybrid)
+    {
         let listed: Vec<&str> = precisions.iter().map(|p| p.name()).collect();
         ctx.mismatch(
-            &path.key("fp8_scaling"),
+            &path.key(key),
             format!(
-                "fp8_scaling chooses FP8's per-tensor scales; precision is {} (no fp8-hybrid)",
+                "{key} chooses how FP8's scales are taken; precision is {} (no fp8-hybrid)",
                 if listed.is_empty() {
                     "bf16-mixed".to_string()
                 } else {
                     listed.join(", ")
                 }
             ),
-            Some("leave `fp8_scaling` out, or train in precision = \"fp8-hybrid\"".into()),
+            Some(format!(
+                "leave `{key}` out, or train in precision = \"fp8-hybrid\""
+            )),
         );
     }
     if reference && t.precision.is_some() {
@@ -123,7 +128,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         activation_recomputation,
         optimizer,
         precisions,
-        fp8_scaling: t.fp8_scaling.unwrap_or_default(),
+        fp8_scaling: recipe.map(|(r, _)| r).unwrap_or_default(),
         fp8_param_gather: t.fp8_param_gather.unwrap_or(false),
         distributed_optimizer,
         zero_stages,
