@@ -21,7 +21,7 @@ pub const SHIPPED: [(&str, &str); 3] = [
 
 /// The shipped calibrations a profile may name (`calibrations/`), inside the binary so
 /// that a stack's calibration applies wherever the spec is.
-pub const CALIBRATIONS: [(&str, &str); 4] = [
+pub const CALIBRATIONS: [(&str, &str); 5] = [
     (
         "a100-megatron-2021",
         include_str!("../../calibrations/a100-megatron-2021.toml"),
@@ -37,6 +37,10 @@ pub const CALIBRATIONS: [(&str, &str); 4] = [
     (
         "pytorch-fsdp-2023",
         include_str!("../../calibrations/pytorch-fsdp-2023.toml"),
+    ),
+    (
+        "pytorch-fsdp-a100",
+        include_str!("../../calibrations/pytorch-fsdp-a100.toml"),
     ),
 ];
 
