@@ -253,19 +253,21 @@ pub enum Fp8Scaling {
     /// (torchao's `Float8LinearRecipeName.ROWWISE`, torchtitan's `recipe_name =
     /// "rowwise"`): the two passes reduce a tensor along different dimensions, so each
     /// operand is cast twice from its 16-bit values — row-wise (the maximum of each row
-    /// taken in the kernel) and column-wise (a pass for the columns' maxima first) — and
-    /// every GEMM scales its output by the outer product of its operands' scales in its
-    /// epilogue.
+    /// taken in the kernel) and column-wise — priced as one cast that reads its input
+    /// twice and writes both copies; the weights at every micro-batch (torchao keeps no
+    /// FP8 copy). The GEMMs' epilogue scaling (one multiply per output element) is left
+    /// out.
     Rowwise,
     /// DeepSeek-V3's fine-grained scaling (Transformer Engine's `Float8BlockScaling`,
     /// Megatron-LM's `--fp8-recipe blockwise`): activations and gradients in 1 × 128
-    /// tiles, weights in 128 × 128 blocks, one fp32 scale each; a tensor both passes read
-    /// along different dimensions is cast twice (row tiles and column tiles, each in one
-    /// read: a tile's maximum is local), a weight once (a block's scale serves its
-    /// transpose). The GEMM promotes its partial sums to fp32 with their scales every 128
-    /// elements of the reduction, on the CUDA cores while the tensor cores run the next
-    /// block (DeepSeek-V3 report §3.3.2; DeepGEMM reaches per-tensor FP8's rate), so its
-    /// time is per-tensor FP8's.
+    /// tiles, weights in 128 × 128 blocks, one fp32 scale each; every cast a kernel of its
+    /// own that reads each tile once (its maximum is local) and writes the copies both
+    /// passes need (row and column tiles), a weight's once per step (a block's scale serves
+    /// its transpose). The GEMM promotes its partial sums to fp32 with their scales every
+    /// 128 elements of the reduction, on the CUDA cores while the tensor cores run the
+    /// next block (DeepSeek-V3 report §3.3.2); it is priced at per-tensor FP8's rate, as
+    /// the cost-model interface cannot tell the latency model a GEMM's scaling (DeepGEMM's
+    /// block-scaled GEMMs reach some 15% less: docs/training-model.md).
     Blockwise,
 }
 

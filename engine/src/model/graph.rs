@@ -824,18 +824,23 @@ fn fusable(u: &OpKind, v: &OpKind) -> bool {
 /// that a current-scaling cast of that output reads it once, not twice: Transformer
 /// Engine's normalization and activation kernels do (`Impl::FUSED_NORM_AMAX_FP8`,
 /// `Impl::FUSED_ACTIVATION_AMAX_FP8`), as do the element-wise ones it writes (the gated
-/// activations) — also where this graph runs the activation in a GEMM's epilogue, its
-/// last fused operator; a GEMM's own cuBLAS output does not.
+/// activations, the activations' gradients with their bias gradients) — also where this
+/// graph runs the activation, the gated product or their gradients in a GEMM's epilogue:
+/// Transformer Engine runs them as a kernel of its own. A GEMM's cuBLAS output, a bias
+/// added in its epilogue included, does not.
 fn takes_amax(producer: &Op) -> bool {
-    let last = match producer.fused.last() {
-        Some(f) => class_of(&OpKind::Vector {
-            kind: f.kind,
-            elements: f.elements,
-            row: 1,
+    match class_of(&producer.kind) {
+        // The activation, or the gated activation's product (`dswiglu` backward).
+        Class::Tensor => producer.fused.iter().any(|f| {
+            f.kind == VectorKind::Mul
+                || class_of(&OpKind::Vector {
+                    kind: f.kind,
+                    elements: f.elements,
+                    row: 1,
+                }) == Class::Activation
         }),
-        None => class_of(&producer.kind),
-    };
-    matches!(last, Class::Norm | Class::Activation | Class::Injective)
+        class => matches!(class, Class::Norm | Class::Activation | Class::Injective),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -1199,6 +1204,52 @@ mod tests {
         let bwd = b.backward();
         assert_eq!(bwd.count(Core::Link), 1);
         assert_eq!(bwd.nodes.last().unwrap().name, "f.grad");
+    }
+
+    /// Current scaling: a cast after a GEMM whose epilogue ran an activation reads its input
+    /// once (Transformer Engine's activation kernel takes the maximum), after a GEMM whose
+    /// epilogue only added a bias twice (cuBLAS writes no maximum), and the layer's first
+    /// cast, of an input from outside it, twice.
+    #[test]
+    fn current_scaling_casts_read_once_only_after_a_kernel_that_took_the_maximum() {
+        let weight = || FwdKind::Gemm {
+            gemm: Gemm {
+                batch: 1,
+                m: 4,
+                n: 8,
+                k: 8,
+            },
+            second: Operand::Weight,
+        };
+        let casts = |between: VectorKind| {
+            let mut b = LayerBuilder::default();
+            let first = b.push("first", weight(), vec![Input::External], vec![]);
+            let mid = b.push("mid", vector(between), vec![first], vec![]);
+            b.push("second", weight(), vec![mid], vec![]);
+            b.quantise(ElementType::Fp8, Fp8Scaling::Current, 2, |_| true);
+            b.forward()
+                .nodes
+                .iter()
+                .filter_map(|n| match n.op.kind {
+                    OpKind::Cast(c) => Some((n.name.clone(), c.amax_pass)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            casts(VectorKind::Gelu),
+            [
+                ("first.cast".to_string(), true),
+                ("second.cast".to_string(), false)
+            ]
+        );
+        assert_eq!(
+            casts(VectorKind::BiasAdd),
+            [
+                ("first.cast".to_string(), true),
+                ("second.cast".to_string(), true)
+            ]
+        );
     }
 
     /// A gated MLP quantised: the gate and up projections read one cast of their shared

@@ -128,7 +128,7 @@ struct Param {
 const PARAMETERS: [Param; 21] = [
     Param {
         name: "preset",
-        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only), gemm_tiles (cuBLAS), fp8_speedup, mx_formats and fp8_transpose (datasheet): a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200 (parameters given override it)",
+        description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only), gemm_tiles (cuBLAS), fp8_speedup and mx_formats (datasheet), fp8_transpose (cuBLASLt's FP8 layouts): a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200 (parameters given override it)",
         default: "none",
     },
     Param {
