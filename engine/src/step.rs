@@ -1362,7 +1362,7 @@ fn weight_casts(
         OpKind::Cast(Cast {
             elements: quantised,
             to: numerics.gemms,
-            amax_pass: numerics.amax_pass,
+            amax_pass: numerics.scaling.casts_read_twice(),
         }),
         Direction::Forward,
     )

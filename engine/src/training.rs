@@ -128,7 +128,6 @@ impl Precision {
             bytes_per_element: self.element_bytes(),
             activations: self.activation_element(),
             gemms: self.gemm_element(),
-            amax_pass: self == Precision::Fp8Hybrid && scaling.casts_read_twice(),
             scaling: if self == Precision::Fp8Hybrid {
                 scaling
             } else {
@@ -183,10 +182,8 @@ pub struct Numerics {
     /// the activations' type, or FP8/MXFP8 — then each such GEMM's input is cast to it
     /// (its output gradient too, backward), and it keeps its input in that type.
     pub gemms: ElementType,
-    /// Every FP8 cast reads its input twice ([`Fp8Scaling::casts_read_twice`]).
-    pub amax_pass: bool,
     /// The FP8 recipe's scaling (delayed but for `fp8-hybrid`): where its casts run and
-    /// what its GEMMs add.
+    /// how many times each reads its input ([`Fp8Scaling::casts_read_twice`]).
     pub scaling: Fp8Scaling,
 }
 
@@ -203,7 +200,6 @@ impl Numerics {
             bytes_per_element,
             activations: element,
             gemms: element,
-            amax_pass: false,
             scaling: Fp8Scaling::Delayed,
         }
     }

@@ -337,18 +337,17 @@ fn parse_keeping_cost_model(
     (spec, cost_model)
 }
 
+/// The value of `key` in a parsed table.
+fn entry<'d, 'a>(table: &'d DeTable<'a>, key: &str) -> Option<&'d Spanned<DeValue<'a>>> {
+    table
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == key)
+        .map(|(_, v)| v)
+}
+
 /// `[training] stack` when the spec names one as a string, and where its value is.
 fn stack_named(doc: &DeTable<'_>) -> Option<(String, std::ops::Range<usize>)> {
-    let training = doc
-        .iter()
-        .find(|(k, _)| k.get_ref().as_ref() == "training")?
-        .1;
-    let stack = training
-        .get_ref()
-        .as_table()?
-        .iter()
-        .find(|(k, _)| k.get_ref().as_ref() == "stack")?
-        .1;
+    let stack = entry(entry(doc, "training")?.get_ref().as_table()?, "stack")?;
     Some((stack.get_ref().as_str()?.to_string(), stack.span()))
 }
 
@@ -361,11 +360,8 @@ fn apply_stack<'a>(
 ) -> Result<stack::Stack, String> {
     let parsed = stack::Stack::parse(profile)?;
     let (table, _) = DeTable::parse_recoverable(profile);
-    let defaults = table
-        .get_ref()
-        .iter()
-        .find(|(k, _)| k.get_ref().as_ref() == "training")
-        .and_then(|(_, v)| v.get_ref().as_table())
+    let defaults = entry(table.get_ref(), "training")
+        .and_then(|v| v.get_ref().as_table())
         .ok_or_else(|| format!("the stack profile {} has no [training] table", parsed.name))?;
     let training = doc
         .iter_mut()
@@ -935,11 +931,7 @@ impl<'a> Ctx<'a> {
     /// other sections can still be checked (and the failed ones skipped).
     fn sections(&mut self) -> (RawSpec, Vec<&'static str>) {
         let doc = self.doc;
-        let get = |k: &str| {
-            doc.iter()
-                .find(|(key, _)| key.get_ref().as_ref() == k)
-                .map(|(_, v)| v)
-        };
+        let get = |k: &str| entry(doc, k);
         for (key, _) in doc.iter() {
             let k = key.get_ref().as_ref();
             if !TOP_LEVEL_KEYS.contains(&k) {

@@ -46,10 +46,12 @@ pub const CALIBRATIONS: [(&str, &str); 5] = [
 
 /// The shipped calibration named `name`.
 pub fn shipped_calibration(name: &str) -> Option<&'static str> {
-    CALIBRATIONS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, t)| *t)
+    named(&CALIBRATIONS, name)
+}
+
+/// The text named `name` in a table of embedded files.
+fn named(files: &[(&str, &'static str)], name: &str) -> Option<&'static str> {
+    files.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
 /// The format a profile file declares.
@@ -98,7 +100,7 @@ impl Stack {
 
 /// The shipped profile named `name`.
 pub fn shipped(name: &str) -> Option<&'static str> {
-    SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    named(&SHIPPED, name)
 }
 
 /// Every shipped profile, parsed (the tests hold each to its format).

@@ -784,28 +784,37 @@ fn class_of(kind: &OpKind) -> Class {
         OpKind::Cast(c) if c.amax_pass => Class::Other,
         OpKind::Cast(_) => Class::Cast,
         OpKind::Gemm(_) => Class::Tensor,
-        OpKind::Vector { kind, .. } => match kind {
-            VectorKind::Add
-            | VectorKind::Mul
-            | VectorKind::BiasAdd
-            | VectorKind::Scale
-            | VectorKind::Rotary => Class::Injective,
-            VectorKind::Gelu | VectorKind::Relu | VectorKind::Silu | VectorKind::Tanh => {
-                Class::Activation
-            }
-            VectorKind::LayerNorm | VectorKind::RmsNorm => Class::Norm,
-            VectorKind::Dropout => Class::Dropout,
-            VectorKind::Softmax | VectorKind::CrossEntropy | VectorKind::Embedding => Class::Other,
-        },
+        OpKind::Vector { kind, .. } => vector_class(*kind),
         OpKind::AllReduce { .. } | OpKind::Attention(_) => Class::Other,
+    }
+}
+
+/// The fusion class of a vector operator (also of one fused into a GEMM's epilogue).
+fn vector_class(kind: VectorKind) -> Class {
+    match kind {
+        VectorKind::Add
+        | VectorKind::Mul
+        | VectorKind::BiasAdd
+        | VectorKind::Scale
+        | VectorKind::Rotary => Class::Injective,
+        VectorKind::Gelu | VectorKind::Relu | VectorKind::Silu | VectorKind::Tanh => {
+            Class::Activation
+        }
+        VectorKind::LayerNorm | VectorKind::RmsNorm => Class::Norm,
+        VectorKind::Dropout => Class::Dropout,
+        VectorKind::Softmax | VectorKind::CrossEntropy | VectorKind::Embedding => Class::Other,
     }
 }
 
 /// Rule A (a GEMM absorbs a following activation, injective, norm or dropout), rule B
 /// (an injective operator absorbs a following injective operator or dropout) and the
-/// quantising casts' (see [`Class::Cast`]).
-fn fusable(u: &OpKind, v: &OpKind) -> bool {
+/// quantising casts' (see [`Class::Cast`]): a cast fuses only under a recipe whose casts
+/// do ([`Fp8Scaling::casts_fuse`]).
+fn fusable(u: &OpKind, v: &OpKind, scaling: Fp8Scaling) -> bool {
     let (cu, cv) = (class_of(u), class_of(v));
+    if cv == Class::Cast && !scaling.casts_fuse() {
+        return false;
+    }
     match cu {
         Class::Tensor => matches!(
             cv,
@@ -831,14 +840,10 @@ fn fusable(u: &OpKind, v: &OpKind) -> bool {
 fn takes_amax(producer: &Op) -> bool {
     match class_of(&producer.kind) {
         // The activation, or the gated activation's product (`dswiglu` backward).
-        Class::Tensor => producer.fused.iter().any(|f| {
-            f.kind == VectorKind::Mul
-                || class_of(&OpKind::Vector {
-                    kind: f.kind,
-                    elements: f.elements,
-                    row: 1,
-                }) == Class::Activation
-        }),
+        Class::Tensor => producer
+            .fused
+            .iter()
+            .any(|f| f.kind == VectorKind::Mul || vector_class(f.kind) == Class::Activation),
         class => matches!(class, Class::Norm | Class::Activation | Class::Injective),
     }
 }
@@ -955,8 +960,7 @@ impl RawGraph {
         order
     }
 
-    /// Applies the fusion rules until nothing changes; a cast fuses only under a recipe
-    /// whose casts do ([`Fp8Scaling::casts_fuse`]).
+    /// Applies the fusion rules ([`fusable`]) until nothing changes.
     fn fuse(&mut self, scaling: Fp8Scaling) {
         'restart: loop {
             for u in self.topological() {
@@ -971,10 +975,7 @@ impl RawGraph {
                 let (Some(uop), Some(vop)) = (&self.nodes[u].op, &self.nodes[v].op) else {
                     continue;
                 };
-                if !fusable(&uop.kind, &vop.kind)
-                    || (matches!(vop.kind, OpKind::Cast(c) if c.to == ElementType::Fp8)
-                        && !scaling.casts_fuse())
-                {
+                if !fusable(&uop.kind, &vop.kind, scaling) {
                     continue;
                 }
                 // A fused cast is charged as the element-wise scaling it does.
