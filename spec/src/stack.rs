@@ -21,7 +21,7 @@ pub const SHIPPED: [(&str, &str); 3] = [
 
 /// The shipped calibrations a profile may name (`calibrations/`), inside the binary so
 /// that a stack's calibration applies wherever the spec is.
-pub const CALIBRATIONS: [(&str, &str); 5] = [
+pub const CALIBRATIONS: [(&str, &str); 6] = [
     (
         "a100-megatron-2021",
         include_str!("../../calibrations/a100-megatron-2021.toml"),
@@ -29,6 +29,10 @@ pub const CALIBRATIONS: [(&str, &str); 5] = [
     (
         "a100-megatron-2022",
         include_str!("../../calibrations/a100-megatron-2022.toml"),
+    ),
+    (
+        "deepspeed-a100",
+        include_str!("../../calibrations/deepspeed-a100.toml"),
     ),
     (
         "nvidia-2024-2026",
