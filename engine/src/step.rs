@@ -475,11 +475,13 @@ pub struct LayerTiming {
     /// The link operators' time inside `forward` and `backward`.
     pub forward_communication: f64,
     pub backward_communication: f64,
-    /// Forward time of the attention core (selective recomputation runs it again).
-    pub attention_core: f64,
+    /// What selective recomputation runs again: the attention core.
+    pub attention_core: Rerun,
+    /// What per-operator selective checkpointing runs again: the operators' work whose
+    /// outputs its policy does not keep ([`crate::model::OpNode::checkpoint_saved`]).
+    pub op_checkpoint: Rerun,
     pub forward_joules: f64,
     pub backward_joules: f64,
-    pub attention_core_joules: f64,
     /// Of the two schedules, those not proven optimal.
     pub not_proven: u64,
     pub max_gap: f64,
@@ -488,8 +490,6 @@ pub struct LayerTiming {
     /// does not say.
     pub forward_memory: Option<f64>,
     pub backward_memory: Option<f64>,
-    /// The attention core's share of `forward_memory` (0 when unknown).
-    pub attention_core_memory: f64,
     /// Each pass's operators' durations by kind of work ([`Work`]).
     pub forward_work: [f64; Work::COUNT],
     pub backward_work: [f64; Work::COUNT],
@@ -506,19 +506,52 @@ impl LayerTiming {
             forward_communication: forward.link,
             backward_communication: backward.link,
             attention_core: forward.attention_core,
+            op_checkpoint: forward.op_checkpoint,
             forward_joules: forward.joules,
             backward_joules: backward.joules,
-            attention_core_joules: forward.attention_core_joules,
             not_proven: u64::from(!forward.optimal) + u64::from(!backward.optimal),
             max_gap: forward.gap.max(backward.gap),
             forward_memory: forward.memory,
             backward_memory: backward.memory,
-            attention_core_memory: forward.attention_core_memory,
             forward_work: forward.work,
             backward_work: backward.work,
             backward_weight: backward.weight_gradient,
         }
     }
+
+    /// What recomputation `r` runs again of this layer (a block) per micro-batch.
+    pub fn rerun(&self, r: Recomputation) -> Rerun {
+        match r {
+            Recomputation::None => Rerun {
+                memory: Some(0.0),
+                ..Rerun::default()
+            },
+            Recomputation::Selective => self.attention_core,
+            Recomputation::SelectiveOp => self.op_checkpoint,
+            Recomputation::Full => Rerun {
+                seconds: self.forward - self.forward_communication,
+                communication: self.forward_communication,
+                joules: self.forward_joules,
+                memory: self.forward_memory,
+                work: self.forward_work,
+            },
+        }
+    }
+}
+
+/// What a recomputation policy runs again of one layer's forward pass, per micro-batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rerun {
+    /// The compute operators' durations (each on all the cores of its kind).
+    pub seconds: f64,
+    /// The link operators' (tensor-parallel collectives'), what the schedule exposes of
+    /// them.
+    pub communication: f64,
+    pub joules: f64,
+    /// The compute operators' memory time; `None` when the latency model does not say.
+    pub memory: Option<f64>,
+    /// The operators' durations by kind of work ([`Work`]).
+    pub work: [f64; Work::COUNT],
 }
 
 /// One layer graph's schedule on the chip, as a step uses it.
@@ -527,15 +560,16 @@ pub struct GraphTiming {
     pub makespan: f64,
     /// Link operators' time.
     pub link: f64,
-    pub attention_core: f64,
+    /// Of a forward graph, what selective recomputation runs again (the attention core)
+    /// and what per-operator selective checkpointing does ([`LayerTiming::rerun`]).
+    pub attention_core: Rerun,
+    pub op_checkpoint: Rerun,
     pub joules: f64,
-    pub attention_core_joules: f64,
     pub optimal: bool,
     pub gap: f64,
     /// The sum of the core operators' memory times (the schedule's memory floor);
     /// `None` when the latency model gives none of them.
     pub memory: Option<f64>,
-    pub attention_core_memory: f64,
     /// The operators' durations (on all cores of their kind) by kind of work.
     pub work: [f64; Work::COUNT],
     /// The weight-gradient operators' durations (a backward graph's `…grad_weight`
@@ -573,8 +607,9 @@ pub fn graph_timing(
         gap,
         exposed_link,
     } = outcome;
-    let (mut link, mut core_seconds, mut joules, mut core_joules) = (0.0, 0.0, 0.0, 0.0);
-    let (mut memory, mut core_memory, mut memory_known) = (0.0, 0.0, false);
+    let (mut link, mut joules) = (0.0, 0.0);
+    let (mut memory, mut memory_known) = (0.0, false);
+    let (mut core, mut checkpoint) = (Rerun::default(), Rerun::default());
     let mut work = [0.0; Work::COUNT];
     let mut weight_gradient = 0.0;
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
@@ -603,22 +638,43 @@ pub fn graph_timing(
             memory_known |= answer.memory_seconds.is_some();
             memory += task.memory;
         }
-        if node.is_attention_core() {
-            core_seconds += task.parallel;
-            core_joules += j;
-            core_memory += task.memory;
+        // What each recomputation runs again: the attention core whole, the rest of the
+        // operators per-operator checkpointing does not keep.
+        for (rerun, share) in [
+            (&mut core, if node.is_attention_core() { 1.0 } else { 0.0 }),
+            (&mut checkpoint, 1.0 - node.checkpoint_saved),
+        ] {
+            if share == 0.0 {
+                continue;
+            }
+            if task.resource == Resource::Link {
+                rerun.communication += share * seconds;
+            } else if task.resource.is_core() {
+                rerun.seconds += share * task.parallel;
+                *rerun.memory.get_or_insert(0.0) += share * task.memory;
+            }
+            rerun.joules += share * j;
+            rerun.work[node.work() as usize] += share * seconds;
         }
+    }
+    let exposed = exposed_link.unwrap_or(link);
+    for rerun in [&mut core, &mut checkpoint] {
+        // The collectives run again as exposed as they were, and the memory time is known
+        // when the pass's is.
+        if link > 0.0 {
+            rerun.communication *= exposed / link;
+        }
+        rerun.memory = memory_known.then(|| rerun.memory.unwrap_or(0.0));
     }
     Ok(GraphTiming {
         makespan,
-        link: exposed_link.unwrap_or(link),
-        attention_core: core_seconds,
+        link: exposed,
+        attention_core: core,
+        op_checkpoint: checkpoint,
         joules,
-        attention_core_joules: core_joules,
         optimal,
         gap,
         memory: memory_known.then_some(memory.min(makespan)),
-        attention_core_memory: core_memory,
         work,
         weight_gradient: weight_gradient.min(makespan),
     })
@@ -1683,11 +1739,7 @@ fn memory_busy(
 ) -> Option<f64> {
     let mut busy = 0.0;
     for (l, _, n, _) in kinds {
-        let recomputed = match r {
-            Recomputation::None => Some(0.0),
-            Recomputation::Selective => Some(l.attention_core_memory),
-            Recomputation::Full => l.forward_memory,
-        };
+        let recomputed = l.rerun(r).memory;
         if *n > 0.0 {
             busy += n * (l.forward_memory? + l.backward_memory? + recomputed?);
         }
@@ -1715,12 +1767,7 @@ fn stage_work(
     std::array::from_fn(|w| {
         let mut busy = 0.0;
         for (l, _, n, _) in kinds {
-            let again = match r {
-                Recomputation::None => 0.0,
-                Recomputation::Selective if w == Work::Attention as usize => l.attention_core,
-                Recomputation::Selective => 0.0,
-                Recomputation::Full => l.forward_work[w],
-            };
+            let again = l.rerun(r).work[w];
             busy += n * (l.forward_work[w] + l.backward_work[w] + again);
         }
         for (n, l) in ends {
@@ -1733,15 +1780,8 @@ fn stage_work(
 /// What recomputing one layer of timing `l` costs under `r`: (compute, communication,
 /// joules).
 fn recompute_of(r: Recomputation, l: &LayerTiming) -> (f64, f64, f64) {
-    match r {
-        Recomputation::None => (0.0, 0.0, 0.0),
-        Recomputation::Selective => (l.attention_core, 0.0, l.attention_core_joules),
-        Recomputation::Full => (
-            l.forward - l.forward_communication,
-            l.forward_communication,
-            l.forward_joules,
-        ),
-    }
+    let again = l.rerun(r);
+    (again.seconds, again.communication, again.joules)
 }
 
 /// A device's pipeline point-to-point time per micro-batch: per model chunk, an activation
@@ -1764,10 +1804,10 @@ fn point_to_point_seconds(input: &StepInput) -> f64 {
 /// repeated block, the dense block, the multi-token-prediction modules): dispatch and
 /// combine forward, their gradients backward, and forward again under full recomputation.
 fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
-    let passes = if input.plan.recomputation == Recomputation::Full {
-        6.0
-    } else {
-        4.0
+    // Per-operator checkpointing keeps no collective's output but a reduce-scatter's.
+    let passes = match input.plan.recomputation {
+        Recomputation::Full | Recomputation::SelectiveOp => 6.0,
+        Recomputation::None | Recomputation::Selective => 4.0,
     };
     let exchange = |l: Option<&crate::model::Layer>| {
         l.and_then(|l| l.all_to_all)
@@ -1814,7 +1854,9 @@ fn kv_exchange_seconds(
 /// rank's queries, keys and values before attention and of its output after it, backward
 /// the output's gradient and then the others' — the same bytes both ways, whatever `CP` —
 /// not overlapped. Recomputation that reruns the attention (full; selective, which
-/// recomputes the core) exchanges again.
+/// recomputes the core) exchanges again; per-operator checkpointing keeps the attention
+/// kernel's output, which the exchange is part of (PyTorch's context parallelism runs it
+/// inside the SDPA operator), and does not.
 pub(crate) fn kv_exchange_passes(
     net: &Network,
     exchange: ContextExchange,
@@ -1855,7 +1897,7 @@ pub(crate) fn kv_exchange_passes(
     let backward = pass(l.backward_work[attention], 2.0 * bytes);
     let again = match recomputation {
         Recomputation::Full => forward,
-        Recomputation::Selective if l.attention_core > 0.0 => forward,
+        Recomputation::Selective if l.attention_core.seconds > 0.0 => forward,
         _ => (0.0, 0.0),
     };
     [forward, backward, again].map(|(exposed, all)| (count * exposed, count * all))
@@ -2111,6 +2153,15 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
             .filter(|n| n.is_attention_core())
             .map(|n| n.matmul_flops())
             .sum(),
+        // The experts' GEMMs (where the imbalance is) are never kept.
+        Recomputation::SelectiveOp => {
+            l.forward
+                .nodes
+                .iter()
+                .map(|n| (1.0 - n.checkpoint_saved) * n.matmul_flops())
+                .sum::<f64>()
+                - l.imbalance_matmul_flops
+        }
         Recomputation::Full => l.forward.matmul_flops() - l.imbalance_matmul_flops,
     };
     let dense = g.dense_block.as_ref().map_or(0.0, &again);

@@ -324,6 +324,16 @@ pub enum Recomputation {
     /// The attention core (scores, softmax, its dropout, the product with the values) is
     /// recomputed (Korthikanti et al. 2022, "selective activation recomputation").
     Selective,
+    /// PyTorch's per-operator selective checkpointing as torchtitan applies it to each
+    /// block (`activation_checkpoint.mode = "selective"`, `selective_ac_option = "op"`):
+    /// the block's input is kept, and the outputs of the fused attention kernel (with its
+    /// log-sum-exp), of sequence parallelism's reduce-scatters and of every other `mm` in
+    /// the order the block runs them (the first, the third, …: a 16-bit weight GEMM per
+    /// linear layer; FP8's scaled GEMMs and the experts' grouped GEMMs are not `mm`);
+    /// every other operator — norms, activations, the other half of the linear layers,
+    /// the all-gathers, casts — runs again in backward
+    /// ([`crate::model::graph::LayerBuilder::op_checkpoint`]).
+    SelectiveOp,
     /// Only each block's input is kept; the whole forward pass of a block runs again.
     Full,
 }
@@ -333,6 +343,7 @@ impl Recomputation {
         match self {
             Recomputation::None => "none",
             Recomputation::Selective => "selective",
+            Recomputation::SelectiveOp => "selective_op",
             Recomputation::Full => "full",
         }
     }

@@ -138,12 +138,12 @@ impl<T: Clone> OneOrMany<T> {
     }
 }
 
-/// A recomputation choice: `"none"`, `"selective"`, `"full"`, or the older booleans
-/// (`false` = none, `true` = full).
+/// A recomputation choice: `"none"`, `"selective"`, `"selective_op"`, `"full"`, or the
+/// older booleans (`false` = none, `true` = full).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(
     untagged,
-    expecting = "not a recomputation choice: use \"none\", \"selective\", \"full\", false (none) or true (full)"
+    expecting = "not a recomputation choice: use \"none\", \"selective\", \"selective_op\", \"full\", false (none) or true (full)"
 )]
 pub enum RawRecomputation {
     Flag(bool),
@@ -207,7 +207,8 @@ pub struct RawPlan {
     /// "dualpipe" (DeepSeek-V3's, two copies of the parameters) or "dualpipev". Default:
     /// "interleaved" with `interleaving` > 1, else "1f1b".
     pub pipeline_schedule: Option<PipelineSchedule>,
-    /// "none", "selective" or "full" (default: the first of `[training]`'s list).
+    /// "none", "selective", "selective_op" or "full" (default: the first of
+    /// `[training]`'s list).
     pub recomputation: Option<RawRecomputation>,
     /// Sequence parallelism (default false; only changes anything with t > 1).
     pub sequence_parallel: Option<bool>,
@@ -455,8 +456,10 @@ pub struct RawTraining {
     /// Micro-batch sizes to try; each must divide the global batch (default `[1]`).
     pub micro_batch_sizes: Option<Vec<u64>>,
     /// What to recompute in the backward pass, each value tried: "none", "selective"
-    /// (the attention core) or "full"; `false`/`true` mean none/full (default
-    /// ["none", "full"]). Selective needs the megatron memory model.
+    /// (the attention core), "selective_op" (PyTorch's per-operator checkpointing:
+    /// every other matmul's output and the attention kernel's kept) or "full";
+    /// `false`/`true` mean none/full (default ["none", "full"]). Both selective ones
+    /// need the megatron memory model.
     pub activation_recomputation: Option<Vec<RawRecomputation>>,
     /// `adam` (two moments), `sgd_momentum` (one) or `sgd` (none). Default: adam with the
     /// megatron memory model, sgd with the reference's.

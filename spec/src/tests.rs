@@ -419,7 +419,7 @@ fn training_choices_and_their_defaults() {
     assert_eq!(s.training.sequence_parallel, vec![false]);
     let src = GOOD.replace(
         "optimizer = \"adam\"",
-        "optimizer = \"sgd_momentum\"\nactivation_recomputation = [false, \"selective\", true]\nprecision = [\"bf16-mixed\", \"fp32\"]\ndistributed_optimizer = [false, true]",
+        "optimizer = \"sgd_momentum\"\nactivation_recomputation = [false, \"selective\", \"selective_op\", true]\nprecision = [\"bf16-mixed\", \"fp32\"]\ndistributed_optimizer = [false, true]",
     );
     let s = parse(&src, "t.toml").unwrap();
     assert_eq!(s.training.optimizer, Optimizer::SgdMomentum);
@@ -428,6 +428,7 @@ fn training_choices_and_their_defaults() {
         vec![
             Recomputation::None,
             Recomputation::Selective,
+            Recomputation::SelectiveOp,
             Recomputation::Full
         ]
     );
@@ -442,14 +443,16 @@ fn training_choices_and_their_defaults() {
     assert_eq!(s.training.optimizer, Optimizer::Sgd);
     let src = GOOD.replace(
         "optimizer = \"adam\"",
-        "memory_model = \"reference\"\nactivation_recomputation = [\"selective\"]\nprecision = \"fp32\"\ndistributed_optimizer = true",
+        "memory_model = \"reference\"\nactivation_recomputation = [\"selective\", \"selective_op\"]\nprecision = \"fp32\"\ndistributed_optimizer = true",
     );
     let d = errors(&src);
-    assert!(
-        find(&d, "training.activation_recomputation[0]")
-            .message
-            .contains("selective")
-    );
+    for at in [0, 1] {
+        assert!(
+            find(&d, &format!("training.activation_recomputation[{at}]"))
+                .message
+                .contains("selective")
+        );
+    }
     find(&d, "training.precision");
     find(&d, "training.distributed_optimizer");
     // Interleaving: one value or a list, 1 … 64, megatron only; how operators run.

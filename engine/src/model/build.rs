@@ -5,7 +5,7 @@
 use super::config::{
     Activation, AttentionKernel, Head, ModelConfig, Moe, Norm, NormPosition, Positions,
 };
-use super::graph::{FwdKind, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
+use super::graph::{FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
 use crate::training::{Numerics, Recomputation};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
@@ -174,6 +174,10 @@ pub struct Layer {
     pub selective_stash_bytes: u64,
     /// The layer's input, which is all full recomputation keeps of a block.
     pub input_bytes: u64,
+    /// What per-operator selective checkpointing keeps of a block: its input and the
+    /// outputs its policy saves ([`LayerBuilder::op_checkpoint`]; the layer's operators
+    /// carry the share of their work it saves).
+    pub op_checkpoint_bytes: u64,
     /// Activations this layer sends to the next one, per micro-batch.
     pub output_bytes: u64,
     /// Whether the layer is split over the tensor-parallel group.
@@ -214,6 +218,7 @@ impl Layer {
     pub fn kept_bytes(&self, r: Recomputation) -> u64 {
         match (self.kind.is_block(), r) {
             (true, Recomputation::Selective) => self.selective_stash_bytes,
+            (true, Recomputation::SelectiveOp) => self.op_checkpoint_bytes,
             (true, Recomputation::Full) => self.input_bytes,
             _ => self.stash_bytes,
         }
@@ -624,6 +629,27 @@ impl<'a> Ctx<'a> {
         } else {
             0
         };
+        let input_bytes = self.rep(self.tokens() * self.h) * self.bpe;
+        // The `mm`s of torchtitan's linear layers: the fused QKV projection is its `wq`,
+        // `wk`, `wv`; a linear layer with a bias runs `addmm`, which the policy neither
+        // keeps nor counts.
+        let (q, kv) = (
+            self.cfg.query_width() / self.t,
+            self.cfg.kv_heads * self.cfg.head_dim() / self.t,
+        );
+        let linears = |op: &FwdOp| match op.kind {
+            FwdKind::Gemm { .. } if self.cfg.biases => Vec::new(),
+            FwdKind::Gemm { gemm, .. } if op.name == "qkv" && gemm.n == q + 2 * kv => {
+                vec![q, kv, kv]
+            }
+            FwdKind::Gemm { gemm, .. } => vec![gemm.n],
+            _ => Vec::new(),
+        };
+        let op_checkpoint_bytes = if kind.is_block() {
+            input_bytes + lb.op_checkpoint(linears, self.bpe)
+        } else {
+            input_bytes
+        };
         Layer {
             quantised_parameters,
             kind,
@@ -632,7 +658,8 @@ impl<'a> Ctx<'a> {
             parameter_bytes: parameters * self.bpe,
             stash_bytes: lb.stash_bytes(),
             selective_stash_bytes: lb.selective_stash_bytes(),
-            input_bytes: self.rep(self.tokens() * self.h) * self.bpe,
+            input_bytes,
+            op_checkpoint_bytes,
             output_bytes,
             tensor_parallel: self.t > 1,
             expert_parameters: 0,

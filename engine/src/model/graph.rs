@@ -45,6 +45,15 @@ pub struct OpNode {
     /// ([`crate::operators::pipelined_exposure`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub pipelined: bool,
+    /// The share of the operator's forward work whose output per-operator selective
+    /// checkpointing keeps ([`crate::training::Recomputation::SelectiveOp`],
+    /// [`LayerBuilder::op_checkpoint`]); the rest of its work runs again in backward.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub checkpoint_saved: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl OpNode {
@@ -253,6 +262,8 @@ pub struct FwdOp {
     /// The element type of its data when not the layer's ([`LayerBuilder::element`]): a
     /// quantised GEMM's, in both passes.
     pub element: Option<ElementType>,
+    /// See [`OpNode::checkpoint_saved`].
+    pub checkpoint_saved: f64,
 }
 
 /// For each of `ops`, the operators reading its output: (reader, operand position).
@@ -326,8 +337,92 @@ impl LayerBuilder {
             inputs,
             saves,
             element: None,
+            checkpoint_saved: 0.0,
         });
         Input::Op(self.ops.len() - 1)
+    }
+
+    /// What computes `x` in forward: its producer, or the first before it that is not an
+    /// identity forward (an FP8 output gradient's cast, Megatron's `f`).
+    fn computed_by(&self, mut x: Input) -> Option<&FwdKind> {
+        while let Input::Op(p) = x {
+            match &self.ops[p].kind {
+                FwdKind::CastBackward(_) | FwdKind::AllReduceBackward { .. } => {
+                    x = *self.ops[p].inputs.first()?;
+                }
+                kind => return Some(kind),
+            }
+        }
+        None
+    }
+
+    /// PyTorch's per-operator selective checkpointing of this layer, as torchtitan wraps
+    /// each block ([`crate::training::Recomputation::SelectiveOp`]): marks on each
+    /// operator the share of its forward work whose output is kept
+    /// ([`FwdOp::checkpoint_saved`]) and returns the bytes those outputs take, kept beside
+    /// the block's input. torchtitan's policy (`torchtitan/distributed/activation_checkpoint.py`
+    /// until its 2025 rewrite by names, the version its paper measured) saves the outputs of
+    /// the SDPA kernels, of the reduce-scatters and of `aten.mm` — of those only every
+    /// other one, counted per block in the order they run: the first, third, … are kept,
+    /// the second, fourth, … recomputed. A weight GEMM in the layer's element type is one
+    /// `mm` per linear layer it stands for, `linears` giving their output widths (the
+    /// fused QKV projection is three: `wq`, `wk`, `wv`; none for a linear layer with a
+    /// bias, which runs `addmm`); a quantised one runs
+    /// `_scaled_mm` and the experts' GEMMs `_grouped_mm`, neither kept nor counted, nor
+    /// the attention core's batched products (`bmm`) when attention is not fused.
+    pub fn op_checkpoint(
+        &mut self,
+        linears: impl Fn(&FwdOp) -> Vec<u64>,
+        bytes_per_element: u64,
+    ) -> u64 {
+        let mut mm = 0u64;
+        let mut kept = 0;
+        for i in 0..self.ops.len() {
+            let op = &self.ops[i];
+            let (share, bytes) = match op.kind {
+                FwdKind::Gemm {
+                    gemm,
+                    second: Operand::Weight,
+                } if op.element.is_none() => {
+                    let widths = linears(op);
+                    let mut saved = 0;
+                    for w in &widths {
+                        mm += 1;
+                        if mm % 2 == 1 {
+                            saved += w;
+                        }
+                    }
+                    let all = widths.iter().sum::<u64>().max(1);
+                    (
+                        saved as f64 / all as f64,
+                        gemm.batch * gemm.m * saved * bytes_per_element,
+                    )
+                }
+                // The kernel's output and its log-sum-exp, the tensors it saves of itself.
+                FwdKind::Attention(_) => (
+                    1.0,
+                    op.saves
+                        .iter()
+                        .filter(|s| s.producer == Input::Op(i))
+                        .map(|s| s.bytes)
+                        .sum(),
+                ),
+                // Sequence parallelism's reduce-scatter of a GEMM's partial sums (the
+                // all-gather before a GEMM is recomputed): a `t`-th of the tensor whose
+                // half `bytes` is.
+                FwdKind::AllReduceBoth { bytes, group, .. }
+                    if op.inputs.first().is_some_and(|&x| {
+                        matches!(self.computed_by(x), Some(FwdKind::Gemm { .. }))
+                    }) =>
+                {
+                    (1.0, 2 * bytes / u64::from(group.max(1)))
+                }
+                _ => (0.0, 0),
+            };
+            self.ops[i].checkpoint_saved = share;
+            kept += bytes;
+        }
+        kept
     }
 
     /// Runs the weight GEMMs `quantise` picks (by name and kind) in `to`: each one's
@@ -604,6 +699,7 @@ impl LayerBuilder {
             let element = op.element.unwrap_or(self.element);
             let id = g.add(&op.name, core, kind, Direction::Forward, element);
             g.nodes[id].pipelined = op.is_sequence_parallel_collective();
+            g.nodes[id].checkpoint_saved = op.checkpoint_saved;
             for input in &op.inputs {
                 match *input {
                     Input::Op(p) => g.edge(p, id),
@@ -858,6 +954,9 @@ struct RawNode {
     alive: bool,
     /// See [`OpNode::pipelined`].
     pipelined: bool,
+    /// See [`OpNode::checkpoint_saved`]: a fused node keeps its first operator's (a GEMM's
+    /// epilogue is saved with it).
+    checkpoint_saved: f64,
 }
 
 /// A graph under construction; `None` ops are identities to be contracted.
@@ -889,6 +988,7 @@ impl RawGraph {
             external: 0,
             alive: true,
             pipelined: false,
+            checkpoint_saved: 0.0,
         });
         self.succ.push(Vec::new());
         self.pred.push(Vec::new());
@@ -1068,6 +1168,7 @@ impl RawGraph {
                     core: n.core?,
                     op: n.op.clone()?,
                     pipelined: n.pipelined,
+                    checkpoint_saved: n.checkpoint_saved,
                 })
             })
             .collect();

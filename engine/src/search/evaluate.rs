@@ -172,10 +172,19 @@ impl Ctx<'_> {
                     &timed.layer_timing(),
                 );
                 let (activation_bytes, again) = if megatron && l.kind.is_block() {
+                    // Full recomputation and per-operator checkpointing exchange the
+                    // experts' tokens again.
                     let again = match r {
-                        Recomputation::None => 0.0,
-                        Recomputation::Selective => timed.fwd.core_seconds,
                         Recomputation::Full => timed.fwd.seconds + exchanged,
+                        r => {
+                            let x = timed.layer_timing().rerun(r);
+                            let exchanged = if r == Recomputation::SelectiveOp {
+                                exchanged
+                            } else {
+                                0.0
+                            };
+                            x.seconds + x.communication + exchanged
+                        }
                     };
                     (l.kept_bytes(r), again)
                 } else {
@@ -1173,7 +1182,11 @@ impl Ctx<'_> {
                 let block = kind.is_block();
                 match (megatron, run.recompute) {
                     (_, Recomputation::None) => {}
-                    (true, Recomputation::Selective) if block => r += timed.fwd.core_seconds,
+                    (true, Recomputation::Selective | Recomputation::SelectiveOp) if block => {
+                        let x = timed.layer_timing().rerun(run.recompute);
+                        r += x.seconds;
+                        tp += x.communication;
+                    }
                     (true, Recomputation::Full) if block => {
                         r += timed.fwd.seconds - timed.fwd.link_seconds;
                         tp += timed.fwd.link_seconds;

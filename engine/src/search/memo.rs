@@ -20,9 +20,6 @@ pub(super) struct Timed {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Scheduled {
     pub(super) seconds: f64,
-    /// Of the operators' durations (all cores), the attention core's: what selective
-    /// recomputation runs again.
-    pub(super) core_seconds: f64,
     /// Of the makespan, the link operators' durations (tensor-parallel collectives).
     pub(super) link_seconds: f64,
     /// Tensor- and vector-core utilisation.

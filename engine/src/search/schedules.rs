@@ -213,7 +213,6 @@ impl Ctx<'_> {
         )?;
         Ok(Scheduled {
             seconds: solved.makespan,
-            core_seconds: timing.attention_core,
             link_seconds: timing.link,
             util: solved.util,
             optimal: solved.optimal,

@@ -582,6 +582,7 @@ fn megatron_memory_search_reports_only_plans_that_fit() {
     input.training.activation_recomputation = vec![
         Recomputation::None,
         Recomputation::Selective,
+        Recomputation::SelectiveOp,
         Recomputation::Full,
     ];
     input.training.precisions = vec![Precision::Bf16Mixed, Precision::Fp32];
@@ -1220,7 +1221,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
     };
     let mut recomputation = vec![Recomputation::None, Recomputation::Full];
     if megatron && d.coin() {
-        recomputation.push(Recomputation::Selective);
+        recomputation.push(d.pick(&[Recomputation::Selective, Recomputation::SelectiveOp]));
     }
     let devices = d.pick(&[4, 8, 16]);
     let hbm: u64 = d.pick(&[4u64 << 20, 16 << 20, 64 << 20]);

@@ -313,6 +313,105 @@ fn recomputation_trades_memory_for_time() {
     assert!((ratio - 4.0 / 3.0).abs() < 0.01, "{ratio}");
 }
 
+/// PyTorch's per-operator selective checkpointing on Llama 3 8B (GQA, SwiGLU, no biases,
+/// FlashAttention), as torchtitan's policy keeps a block: its input, `wq`'s and `wv`'s
+/// outputs (the first and third `mm`; `wk` the second), the attention kernel's output and
+/// log-sum-exp, `w1`'s (fifth) and `w2`'s (seventh) outputs — `wo` and `w3` rerun — and,
+/// with sequence parallelism, the two reduce-scatters' outputs. It reruns the `mm`s it
+/// does not keep (`wk`, `wo`, `w3`: `2·s·(h·kv + q·h + h·f)` FLOPs per sequence and
+/// block) and every element-wise kernel, keeps less than no recomputation and more than
+/// full, and costs between them. Under FP8 the GEMMs run `_scaled_mm`: none is kept.
+#[test]
+fn per_operator_checkpointing_keeps_every_other_matmul() {
+    let (h, q, kv, f, heads) = (4096u64, 4096u64, 1024u64, 14_336u64, 32u64);
+    for (t, sp) in [(1, false), (2, false), (2, true)] {
+        let at = format!("t {t}, sequence parallel {sp}");
+        let run = |r: Recomputation, precision: Precision| {
+            let mut input = llama3_long(1);
+            input.model.seq_len = 4096;
+            input.plan.tensor_parallel = t;
+            input.plan.sequence_parallel = sp;
+            input.plan.recomputation = r;
+            input.plan.precision = precision;
+            input.devices = 4 * t;
+            let g = graph(&input);
+            let step = estimate_step(&input, &Typed(ReferenceModel::default())).unwrap();
+            (g, step)
+        };
+        let s = 4096u64;
+        let (g, op) = run(Recomputation::SelectiveOp, Precision::Bf16Mixed);
+        let rep = |e: u64| if sp { e / t } else { e };
+        let reduce_scatters = if sp { 2 * 2 * s * h / t } else { 0 };
+        let attention = 2 * s * q / t + 4 * s * heads / t;
+        let want = 2 * rep(s * h)
+            + 2 * s * (q + kv) / t
+            + attention
+            + 2 * s * f / t
+            + 2 * s * h
+            + reduce_scatters;
+        assert_eq!(g.block.op_checkpoint_bytes, want, "{at}");
+        assert_eq!(g.block.kept_bytes(Recomputation::SelectiveOp), want, "{at}");
+        // The embedding and the head keep what they save.
+        assert_eq!(
+            g.head.kept_bytes(Recomputation::SelectiveOp),
+            g.head.stash_bytes
+        );
+        let (_, none) = run(Recomputation::None, Precision::Bf16Mixed);
+        let (_, full) = run(Recomputation::Full, Precision::Bf16Mixed);
+        let acts = |r: &StepReport| r.stages[0].memory_bytes.activations;
+        assert!(acts(&full) < acts(&op) && acts(&op) < acts(&none), "{at}");
+        let again = |r: &StepReport| r.time.recomputation_seconds;
+        assert!(again(&none) == 0.0 && 0.0 < again(&op), "{at}");
+        assert!(again(&op) < again(&full), "{at}");
+        assert!(none.step_seconds < op.step_seconds && op.step_seconds < full.step_seconds);
+        // FLOPs run again: wk, wo and w3 of every block of every sequence.
+        let blocks = input_blocks();
+        let rerun = (2 * s * (h * kv + q * h + h * f)) as f64 * blocks * 8.0;
+        assert!(
+            rel(
+                op.hardware_flops_per_step - none.hardware_flops_per_step,
+                rerun
+            ) < 1e-12,
+            "{at}"
+        );
+        // FP8: the block's GEMMs are `_scaled_mm`, none kept, all rerun.
+        let (g8, op8) = run(Recomputation::SelectiveOp, Precision::Fp8Hybrid);
+        assert_eq!(
+            g8.block.op_checkpoint_bytes,
+            2 * rep(s * h) + attention + reduce_scatters,
+            "{at}"
+        );
+        let (_, none8) = run(Recomputation::None, Precision::Fp8Hybrid);
+        let gemms = (2 * s * (h * (q + 2 * kv) + q * h + 3 * h * f)) as f64 * blocks * 8.0;
+        assert!(
+            rel(
+                op8.hardware_flops_per_step - none8.hardware_flops_per_step,
+                gemms
+            ) < 1e-12,
+            "{at}"
+        );
+    }
+}
+
+/// GPT-3's linear layers have biases (`addmm`, not `mm`) and its attention is not one
+/// SDPA kernel: per-operator checkpointing keeps a block's input and, with sequence
+/// parallelism, its reduce-scatters' outputs, and nothing else.
+#[test]
+fn per_operator_checkpointing_keeps_no_biased_linear() {
+    let (h, s, t) = (12_288u64, 2_048u64, 8u64);
+    for sp in [false, true] {
+        let mut pl = plan(t, 16, 8);
+        pl.sequence_parallel = sp;
+        let g = graph(&gpt3(pl, 1 << 20));
+        let want = if sp { 2 * s * h / t * 3 } else { 2 * s * h };
+        assert_eq!(g.block.op_checkpoint_bytes, want, "sequence parallel {sp}");
+    }
+}
+
+fn input_blocks() -> f64 {
+    preset("llama3-8b").unwrap().layers as f64
+}
+
 /// The distributed optimizer shards the optimizer's state, and its reduce-scatter plus
 /// all-gather move no more than the all-reduce.
 #[test]

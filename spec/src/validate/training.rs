@@ -212,13 +212,13 @@ fn recomputation(
         ctx.error(
             &rec_path,
             "no recomputation choice to try",
-            Some("list at least one of \"none\", \"selective\", \"full\"".into()),
+            Some("list at least one of \"none\", \"selective\", \"selective_op\", \"full\"".into()),
         );
     }
     duplicates(ctx, &rec_path, &activation_recomputation);
     if memory_model == MemoryModel::Reference {
         for (i, r) in activation_recomputation.iter().enumerate() {
-            if *r == Recomputation::Selective {
+            if matches!(r, Recomputation::Selective | Recomputation::SelectiveOp) {
                 ctx.mismatch(
                     &rec_path.index(i),
                     "the reference memory model has no selective recomputation",
