@@ -331,8 +331,8 @@ pub enum Recomputation {
     /// the order the block runs them (the first, the third, …: a 16-bit weight GEMM per
     /// linear layer; FP8's scaled GEMMs and the experts' grouped GEMMs are not `mm`);
     /// every other operator — norms, activations, the other half of the linear layers,
-    /// the all-gathers, casts — runs again in backward
-    /// ([`crate::model::graph::LayerBuilder::op_checkpoint`]).
+    /// the all-gathers, casts — runs again in backward (docs/training-model.md,
+    /// "Per-operator selective checkpointing").
     SelectiveOp,
     /// Only each block's input is kept; the whole forward pass of a block runs again.
     Full,
