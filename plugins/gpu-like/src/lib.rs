@@ -15,8 +15,9 @@
 //!   the GPU presets) the best tile is chosen per GEMM, as cuBLAS's heuristics do — a
 //!   large tile wastes more at the edges and in the last wave, a small one re-reads its
 //!   operands more often and is bound by the on-chip bandwidth;
-//! * operands stream from HBM, re-read in proportion to how far the working set overflows
-//!   the on-chip memory; on-chip bandwidth bounds the rest;
+//! * operands stream from HBM, read once when they fit on chip and otherwise as often as
+//!   the blocked product needs at best (Hong and Kung's `2·m·n·k/√S` for `S` elements on
+//!   chip): a tall GEMM's traffic grows as its rows; on-chip bandwidth bounds the rest;
 //! * vector kernels are memory-bound unless the element is expensive (softmax, GELU);
 //! * all-reduce is a ring with a per-step latency;
 //! * GEMMs run at the rate of their element type (interface 1.2): FP8 and MXFP8 at
@@ -586,13 +587,7 @@ impl GpuLike {
                 let flops = g.flops();
                 let speedup = self.tensor_speedup(op.element)?;
                 let compute = self.typed_matrix_seconds(core, g, op.element, speedup);
-                // Each GEMM of a batch has its own operands: one that overflows the
-                // on-chip memory re-reads them in proportion to the overflow.
-                let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
-                let one = element_bytes * (m * k + k * n) + output_bytes * m * n;
-                let working_set = g.batch as f64 * one;
-                let reuse = (one / buffer).max(1.0).sqrt();
-                let hbm = working_set * reuse;
+                let (hbm, working_set) = gemm_traffic(g, element_bytes, output_bytes, buffer);
                 let memory = hbm / self.sustained_hbm();
                 let on_chip = 2.0 * working_set / self.on_chip_bytes_per_second;
                 let epilogue_flops: f64 = op
@@ -724,6 +719,34 @@ impl Plugin for GpuLike {
     }
 }
 
+/// A GEMM's HBM bytes and its working set (operands and output, every GEMM of the batch),
+/// `element_bytes` per input element, `output_bytes` per output one, through `buffer` bytes
+/// on chip. Each GEMM of a batch has its own operands, read from HBM once when they fit on
+/// chip; otherwise the output is computed in blocks whose operand panels the on-chip memory
+/// holds, and the operands are read again for each block: at least `2·m·n·k / √S` elements
+/// through an on-chip memory of `S` elements (Hong and Kung 1981, the I/O bound of matrix
+/// multiplication), and never less than once each. A tall GEMM whose narrow operand stays
+/// on chip reads its tall one once: its traffic grows as its rows do, and its row shards'
+/// add up to it (and the narrow operand again per shard).
+fn gemm_traffic(
+    g: archplace_plugin_sdk::Gemm,
+    element_bytes: f64,
+    output_bytes: f64,
+    buffer: f64,
+) -> (f64, f64) {
+    let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+    let inputs = element_bytes * (m * k + k * n);
+    let output = output_bytes * m * n;
+    let blocked = element_bytes * 2.0 * m * n * k / (buffer / element_bytes).sqrt();
+    let reads = if inputs + output <= buffer {
+        inputs
+    } else {
+        inputs.max(blocked)
+    };
+    let batch = g.batch as f64;
+    (batch * (reads + output), batch * (inputs + output))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -755,13 +778,8 @@ mod tests {
         }
     }
 
-    /// Each GEMM at its element type's rate (interface 1.2): on the H100 preset a large
-    /// compute-bound GEMM in FP8 takes half its bf16 time (the datasheets' 1,979 over 989
-    /// TFLOP/s dense), in fp32 (TF32) twice; MXFP8 only on Blackwell, FP8 not on the
-    /// A100; the types listed follow. A cast moves its input once (twice with an amax
-    /// pass) and both layouts of its output through HBM.
-    #[test]
-    fn gemms_run_at_their_element_types_rate_and_casts_are_memory_bound() {
+    /// The H100 preset and its tensor cores (132 SMs, 50 MiB of L2).
+    fn h100_tensor_cores() -> (GpuLike, CoreConfig) {
         let h100 = GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb")]).unwrap();
         let core = CoreConfig {
             kind: CoreKind::Tensor,
@@ -770,6 +788,47 @@ mod tests {
             depth: 32,
             buffer_bytes: 50 << 20,
         };
+        (h100, core)
+    }
+
+    /// HBM traffic of a GEMM: its operands once when they fit on chip, else at best
+    /// Hong and Kung's `2·m·n·k/√S` elements, never less than once each — so a tall GEMM
+    /// (many tokens, a narrow weight) reads its operands once and its traffic grows as its
+    /// rows: cut into row shards (PyTorch's async tensor parallelism), the shards move
+    /// what the whole does plus the weight again per shard, not less.
+    #[test]
+    fn gemm_traffic_is_the_blocked_product_s_and_grows_as_its_rows() {
+        let (h100, core) = h100_tensor_cores();
+        let memory = |g: Op| h100.cost(&core, &g).unwrap().memory_seconds.unwrap();
+        let bw = h100.sustained_hbm();
+        let n = 16384.0f64;
+        let elements = (50u64 << 20) as f64 / 2.0;
+        let square = (2.0 * 2.0 * n * n * n / elements.sqrt() + 2.0 * n * n) / bw;
+        let got = memory(gemm(16384, 16384, 16384));
+        assert!((got / square - 1.0).abs() < 1e-12, "{got} {square}");
+        let (m, n, k) = (131_072u64, 1280u64, 8192u64);
+        let once = (2.0 * (m * k + k * n) as f64 + 2.0 * (m * n) as f64) / bw;
+        let tall = memory(gemm(m, n, k));
+        assert!((tall / once - 1.0).abs() < 1e-12, "{tall} {once}");
+        let shards = 8.0 * memory(gemm(m / 8, n, k));
+        let weight = 7.0 * 2.0 * (k * n) as f64 / bw;
+        assert!(
+            (shards - tall - weight).abs() < 1e-9 * tall,
+            "{shards} {tall}"
+        );
+        // Small enough to stay on chip: each operand once.
+        let small = memory(gemm(1024, 1024, 1024));
+        assert!((small - 6.0 * 1024.0 * 1024.0 / bw).abs() < 1e-12 * small);
+    }
+
+    /// Each GEMM at its element type's rate (interface 1.2): on the H100 preset a large
+    /// compute-bound GEMM in FP8 takes half its bf16 time (the datasheets' 1,979 over 989
+    /// TFLOP/s dense), in fp32 (TF32) twice; MXFP8 only on Blackwell, FP8 not on the
+    /// A100; the types listed follow. A cast moves its input once (twice with an amax
+    /// pass) and both layouts of its output through HBM.
+    #[test]
+    fn gemms_run_at_their_element_types_rate_and_casts_are_memory_bound() {
+        let (h100, core) = h100_tensor_cores();
         let big = gemm(16384, 16384, 16384);
         let t = |m: &GpuLike, e: ElementType| {
             m.cost(&core, &big.clone().with_element(e))
