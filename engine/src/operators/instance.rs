@@ -240,9 +240,11 @@ fn partners(graph: &OpGraph) -> Vec<Partner> {
 }
 
 /// With PyTorch's asynchronous tensor parallelism ([`TensorParallelOverlap::Async`]):
-/// the GEMMs each sequence-parallel collective feeds (all of them: PyTorch fuses one
-/// all-gather with every matmul of the gathered input) or drains run as `group` GEMMs of
-/// `1/group` of their rows (the rows are the tokens the collective gathers or scatters),
+/// the GEMMs each sequence-parallel collective feeds (all of them whose rows are the
+/// gathered tokens: PyTorch fuses one all-gather with every such matmul of the gathered
+/// input; a weight gradient, which sums over the tokens, is not one) or drains run as
+/// `group` GEMMs of `1/group` of their rows (the rows are the tokens the collective
+/// gathers or scatters),
 /// each priced by the latency model — their sum is the decomposed GEMM's time, more than
 /// the whole's where the smaller GEMMs fill the chip less. The collective keeps what the
 /// decomposition leaves exposed: an all-gather's first GEMMs take the rank's own shard,
@@ -256,8 +258,17 @@ fn decompose_collective_gemms(
     cost: &mut impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<(), EstimateError> {
     let mut decomposed = vec![false; tasks.len()];
-    for p in partners(graph) {
+    for mut p in partners(graph) {
         let k = p.group.max(1);
+        // A weight gradient contracts over the tokens the collective gathers: its row
+        // shards each need every token, and PyTorch's pattern (`fused_all_gather_matmul`,
+        // the gathered operand's rows) leaves it out; its collective overlaps only the
+        // GEMMs that take the tokens as their rows, or nothing.
+        p.gemms
+            .retain(|&j| !graph.nodes[j].name.contains(".grad_weight"));
+        if p.gemms.is_empty() {
+            continue;
+        }
         for &j in &p.gemms {
             if decomposed[j] || k <= 1 {
                 continue;

@@ -1659,8 +1659,9 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
 }
 
 /// PyTorch's asynchronous tensor parallelism: each sequence-parallel collective's GEMMs
-/// run as 8 GEMMs of an eighth of their rows, priced by the model (so never faster than
-/// the whole), and the collective keeps what the decomposition leaves: an all-gather
+/// — those whose rows are its tokens, not the weight gradients that sum over them — run
+/// as 8 GEMMs of an eighth of their rows, priced by the model (so never faster than the
+/// whole), and the collective keeps what the decomposition leaves: an all-gather
 /// nothing while its GEMMs take longer than its transfers (the rank's own shard first,
 /// `max(0, c − g·7/8)`), a reduce-scatter one chunk ([`pipelined_exposure`]); nothing else
 /// changes. On the step: the same traffic as without overlap, less of it exposed, the
@@ -1684,7 +1685,7 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
     pl.sequence_parallel = true;
     pl.recomputation = Recomputation::None;
     let g = graph(&gpt3(pl.clone(), 80));
-    let (mut gathers, mut scatters) = (0, 0);
+    let (mut gathers, mut scatters, mut weight_gradients) = (0, 0, 0);
     for layer in [&g.block.forward, &g.block.backward] {
         let a = instance(layer, &REFERENCE_CONFIG, alone, &model).unwrap();
         let c = instance(layer, &REFERENCE_CONFIG, decomposed, &model).unwrap();
@@ -1702,10 +1703,16 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
                     .filter(|&j| matches!(layer.nodes[j].op.kind, OpKind::Gemm(_)))
                     .collect()
             };
-            let (partners, gathers_input) = match around(true) {
+            let (mut partners, gathers_input) = match around(true) {
                 fed if !fed.is_empty() => (fed, true),
                 _ => (around(false), false),
             };
+            assert!(!partners.is_empty(), "{}", node.name);
+            // A weight gradient sums over the gathered tokens: not decomposed, and not
+            // what the gather hides behind.
+            let before = partners.len();
+            partners.retain(|&j| !layer.nodes[j].name.contains(".grad_weight"));
+            weight_gradients += before - partners.len();
             assert!(!partners.is_empty(), "{}", node.name);
             let mut gemm = 0.0;
             for &j in &partners {
@@ -1753,9 +1760,11 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
             }
         }
     }
+    // Backward, the output gradients' gathers feed the input gradients (decomposed) and
+    // the weight gradients of the attention's output projection and of FC2 (not).
     assert!(
-        gathers > 0 && scatters > 0,
-        "{gathers} gathers, {scatters} scatters"
+        gathers > 0 && scatters > 0 && weight_gradients == 2,
+        "{gathers} gathers, {scatters} scatters, {weight_gradients} weight gradients"
     );
     let step = |execution| {
         let mut input = gpt3(pl.clone(), 4096);
