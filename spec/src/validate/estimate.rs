@@ -531,9 +531,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
             .precision
             .or_else(|| training.precisions.first().copied())
             .unwrap_or(Precision::Bf16Mixed),
-        fp8_scaling: p
-            .fp8_recipe
-            .or(p.fp8_scaling)
+        fp8_scaling: super::rules::given_recipe(p.fp8_recipe, p.fp8_scaling)
             .unwrap_or(training.fp8_scaling),
         fp8_param_gather: p.fp8_param_gather.unwrap_or(training.fp8_param_gather),
         optimizer: training.optimizer,

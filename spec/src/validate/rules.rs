@@ -98,24 +98,32 @@ pub(super) fn element_at<T>(at: &FieldPath, given: Option<&OneOrMany<T>>, i: usi
 }
 
 /// The FP8 recipe a table gives and the key it is under: `fp8_recipe`, or its older name
-/// `fp8_scaling`; both given is a mistake (located at the older name).
+/// `fp8_scaling` ([`given_recipe`]); both given is a mistake (located at the older name).
 pub(super) fn fp8_recipe(
     ctx: &mut Ctx<'_>,
     path: &FieldPath,
     recipe: Option<Fp8Scaling>,
     scaling: Option<Fp8Scaling>,
 ) -> Option<(Fp8Scaling, &'static str)> {
-    match (recipe, scaling) {
-        (Some(r), Some(_)) => {
-            ctx.mismatch(
-                &path.key("fp8_scaling"),
-                "fp8_scaling is fp8_recipe's older name; both are given",
-                Some("keep `fp8_recipe` only".into()),
-            );
-            Some((r, "fp8_recipe"))
-        }
-        (Some(r), None) => Some((r, "fp8_recipe")),
-        (None, Some(s)) => Some((s, "fp8_scaling")),
-        (None, None) => None,
+    if recipe.is_some() && scaling.is_some() {
+        ctx.mismatch(
+            &path.key("fp8_scaling"),
+            "fp8_scaling is fp8_recipe's older name; both are given",
+            Some("keep `fp8_recipe` only".into()),
+        );
     }
+    let key = if recipe.is_some() {
+        "fp8_recipe"
+    } else {
+        "fp8_scaling"
+    };
+    given_recipe(recipe, scaling).map(|r| (r, key))
+}
+
+/// The FP8 recipe a table gives: `fp8_recipe`, else its older name `fp8_scaling`.
+pub(super) fn given_recipe(
+    recipe: Option<Fp8Scaling>,
+    scaling: Option<Fp8Scaling>,
+) -> Option<Fp8Scaling> {
+    recipe.or(scaling)
 }
