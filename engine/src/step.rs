@@ -1804,10 +1804,10 @@ fn point_to_point_seconds(input: &StepInput) -> f64 {
 /// repeated block, the dense block, the multi-token-prediction modules): dispatch and
 /// combine forward, their gradients backward, and forward again under full recomputation.
 fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
-    // Per-operator checkpointing keeps no collective's output but a reduce-scatter's.
-    let passes = match input.plan.recomputation {
-        Recomputation::Full | Recomputation::SelectiveOp => 6.0,
-        Recomputation::None | Recomputation::Selective => 4.0,
+    let passes = if input.plan.recomputation.reruns_all_to_all() {
+        6.0
+    } else {
+        4.0
     };
     let exchange = |l: Option<&crate::model::Layer>| {
         l.and_then(|l| l.all_to_all)

@@ -347,6 +347,13 @@ impl Recomputation {
             Recomputation::Full => "full",
         }
     }
+
+    /// Whether the rerun forward pass exchanges a Mixture-of-Experts block's tokens again:
+    /// full recomputation reruns the whole block, per-operator checkpointing keeps no
+    /// all-to-all's output; selective recomputation reruns the attention core only.
+    pub fn reruns_all_to_all(self) -> bool {
+        matches!(self, Recomputation::Full | Recomputation::SelectiveOp)
+    }
 }
 
 /// How the memory of a device is counted.

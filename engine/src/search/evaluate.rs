@@ -172,20 +172,14 @@ impl Ctx<'_> {
                     &timed.layer_timing(),
                 );
                 let (activation_bytes, again) = if megatron && l.kind.is_block() {
-                    // Full recomputation and per-operator checkpointing exchange the
-                    // experts' tokens again.
-                    let again = match r {
-                        Recomputation::Full => timed.fwd.seconds + exchanged,
-                        r => {
-                            let x = timed.layer_timing().rerun(r);
-                            let exchanged = if r == Recomputation::SelectiveOp {
-                                exchanged
-                            } else {
-                                0.0
-                            };
-                            x.seconds + x.communication + exchanged
-                        }
-                    };
+                    let x = timed.layer_timing().rerun(r);
+                    let again = x.seconds
+                        + x.communication
+                        + if r.reruns_all_to_all() {
+                            exchanged
+                        } else {
+                            0.0
+                        };
                     (l.kept_bytes(r), again)
                 } else {
                     (l.stash_bytes, 0.0)
@@ -1180,23 +1174,18 @@ impl Ctx<'_> {
                 bw += timed.bwd.seconds - timed.bwd.link_seconds;
                 tp += timed.fwd.link_seconds + timed.bwd.link_seconds;
                 let block = kind.is_block();
-                match (megatron, run.recompute) {
-                    (_, Recomputation::None) => {}
-                    (true, Recomputation::Selective | Recomputation::SelectiveOp) if block => {
-                        let x = timed.layer_timing().rerun(run.recompute);
-                        r += x.seconds;
-                        tp += x.communication;
-                    }
-                    (true, Recomputation::Full) if block => {
-                        r += timed.fwd.seconds - timed.fwd.link_seconds;
-                        tp += timed.fwd.link_seconds;
-                    }
-                    // The reference recomputes every layer but on the last stage.
-                    (false, _) if from_end > 1 => {
-                        r += timed.fwd.seconds - timed.fwd.link_seconds;
-                        tp += timed.fwd.link_seconds;
-                    }
-                    _ => {}
+                // The reference recomputes every layer but on the last stage, the
+                // megatron model the policy's part of every block.
+                let again = match (megatron, run.recompute) {
+                    (_, Recomputation::None) => None,
+                    (true, policy) if block => Some(policy),
+                    (false, _) if from_end > 1 => Some(Recomputation::Full),
+                    _ => None,
+                };
+                if let Some(policy) = again {
+                    let x = timed.layer_timing().rerun(policy);
+                    r += x.seconds;
+                    tp += x.communication;
                 }
             }
             let p2p = (slow.load - f - bw - r - tp).max(0.0);
