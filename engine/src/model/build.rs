@@ -998,8 +998,9 @@ impl<'a> Ctx<'a> {
         let heads_dv = core.heads * core.value_dim;
         lb.save_output(out, "out", tok * heads_dv * bpe);
         // One statistic per query row of this rank's tokens: the `1/CP` of the core's
-        // rows its own queries are.
-        lb.save_output(out, "log_sum_exp", core.statistics() / self.cp * 4);
+        // rows its own queries are. Selective recomputation's checkpoint of the core
+        // drops it (the output stays: the projection after it keeps it).
+        lb.save_output_as(out, "log_sum_exp", core.statistics() / self.cp * 4, true);
         out
     }
 

@@ -57,13 +57,20 @@ fn is_zero(x: &f64) -> bool {
 }
 
 impl OpNode {
-    /// Matrix-multiply FLOPs (2 per MAC) of this operator.
     /// Whether the node computes the attention core (scores, softmax, its dropout, the
-    /// product with the values): what selective recomputation runs again.
+    /// product with the values, or the fused kernel doing all four): what selective
+    /// recomputation runs again — Megatron-LM checkpoints its core-attention module,
+    /// fused or not (`recompute_modules = ["core_attn"]`, `_checkpointed_attention_forward`).
     pub fn is_attention_core(&self) -> bool {
-        ["scores", "softmax", "attention_dropout", "context"]
-            .iter()
-            .any(|p| self.name.starts_with(p))
+        [
+            "scores",
+            "softmax",
+            "attention_dropout",
+            "context",
+            "flash_attention",
+        ]
+        .iter()
+        .any(|p| self.name.starts_with(p))
     }
 
     /// Matrix-multiply FLOPs the operator runs (a fused attention kernel's, with what its
@@ -123,7 +130,7 @@ impl OpNode {
             Work::Collective
         } else if matches!(self.op.kind, OpKind::Cast(_)) {
             Work::Cast
-        } else if self.is_attention_core() || n.starts_with("flash_attention") {
+        } else if self.is_attention_core() {
             Work::Attention
         } else if n.starts_with("router") {
             Work::Router

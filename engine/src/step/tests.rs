@@ -313,6 +313,46 @@ fn recomputation_trades_memory_for_time() {
     assert!((ratio - 4.0 / 3.0).abs() < 0.01, "{ratio}");
 }
 
+/// Megatron-LM's selective recomputation checkpoints the core attention, fused or not:
+/// with FlashAttention it runs the kernel's forward again in backward (its FLOPs, once
+/// more per block and sequence) and keeps all but the kernel's log-sum-exp.
+#[test]
+fn selective_recomputation_reruns_the_fused_attention_kernel() {
+    let run = |r| {
+        let mut input = llama3_long(1);
+        input.plan.recomputation = r;
+        (
+            graph(&input),
+            estimate_step(&input, &ReferenceModel::default()).unwrap(),
+        )
+    };
+    let (g, none) = run(Recomputation::None);
+    let (_, sel) = run(Recomputation::Selective);
+    let kernel = g
+        .block
+        .forward
+        .nodes
+        .iter()
+        .find(|n| n.name.starts_with("flash_attention"))
+        .unwrap();
+    assert!(kernel.is_attention_core());
+    assert!(sel.time.recomputation_seconds > 0.0);
+    assert_eq!(none.time.recomputation_seconds, 0.0);
+    // t = 2 ranks per sequence, 8 sequences, every block.
+    let again = kernel.matmul_flops() * 2.0 * 8.0 * g.blocks as f64;
+    assert!(
+        rel(
+            sel.hardware_flops_per_step - none.hardware_flops_per_step,
+            again
+        ) < 1e-12
+    );
+    let (s, heads) = (32768u64, 32u64 / 2);
+    assert_eq!(
+        g.block.kept_bytes(Recomputation::Selective),
+        g.block.stash_bytes - 4 * s * heads
+    );
+}
+
 /// PyTorch's per-operator selective checkpointing on Llama 3 8B (GQA, SwiGLU, no biases,
 /// FlashAttention), as torchtitan's policy keeps a block: its input, `wq`'s and `wv`'s
 /// outputs (the first and third `mm`; `wk` the second), the attention kernel's output and
