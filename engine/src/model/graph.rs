@@ -155,6 +155,12 @@ pub struct OpGraph {
 }
 
 impl OpGraph {
+    /// The first operator whose name starts with `prefix` (a fused one's name begins with
+    /// its first operator's).
+    pub fn node(&self, prefix: &str) -> Option<&OpNode> {
+        self.nodes.iter().find(|n| n.name.starts_with(prefix))
+    }
+
     pub fn matmul_flops(&self) -> f64 {
         self.nodes.iter().map(OpNode::matmul_flops).sum()
     }

@@ -286,13 +286,7 @@ mod tests {
             if t == 1 {
                 assert_eq!(down + up, 187_107_328);
             }
-            let core = g
-                .block
-                .forward
-                .nodes
-                .iter()
-                .find(|x| x.name.starts_with("flash_attention"))
-                .unwrap();
+            let core = g.block.forward.node("flash_attention").unwrap();
             let s = cfg.seq_len as f64;
             assert_eq!(core.model_flops(), 2.0 * n as f64 * s * s * 320.0);
             // Q and K of 192 per head, V of 128, the output and its log-sum-exp are kept.
@@ -592,13 +586,7 @@ mod tests {
                         f.block.selective_stash_bytes,
                         f.block.stash_bytes - 4 * b * a * s
                     );
-                    let node = |g: &OpGraph| {
-                        g.nodes
-                            .iter()
-                            .find(|n| n.name.starts_with("flash_attention"))
-                            .unwrap()
-                            .clone()
-                    };
+                    let node = |g: &OpGraph| g.node("flash_attention").unwrap().clone();
                     let (fwd, bwd) = (node(&f.block.forward), node(&f.block.backward));
                     let full = 4.0 * (b * a * s * s * d) as f64;
                     let kept = (s as f64 + 1.0) / (2.0 * s as f64);

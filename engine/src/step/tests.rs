@@ -328,13 +328,7 @@ fn selective_recomputation_reruns_the_fused_attention_kernel() {
     };
     let (g, none) = run(Recomputation::None);
     let (_, sel) = run(Recomputation::Selective);
-    let kernel = g
-        .block
-        .forward
-        .nodes
-        .iter()
-        .find(|n| n.name.starts_with("flash_attention"))
-        .unwrap();
+    let kernel = g.block.forward.node("flash_attention").unwrap();
     assert!(kernel.is_attention_core());
     assert!(sel.time.recomputation_seconds > 0.0);
     assert_eq!(none.time.recomputation_seconds, 0.0);
