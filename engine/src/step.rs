@@ -638,12 +638,12 @@ pub fn graph_timing(
             memory_known |= answer.memory_seconds.is_some();
             memory += task.memory;
         }
-        // What each recomputation runs again: the attention core whole, the rest of the
-        // operators per-operator checkpointing does not keep.
-        for (rerun, share) in [
-            (&mut core, if node.is_attention_core() { 1.0 } else { 0.0 }),
-            (&mut checkpoint, 1.0 - node.checkpoint_saved),
+        // What each partial recomputation runs again of the operator.
+        for (rerun, policy) in [
+            (&mut core, Recomputation::Selective),
+            (&mut checkpoint, Recomputation::SelectiveOp),
         ] {
+            let share = node.rerun_share(policy);
             if share == 0.0 {
                 continue;
             }
@@ -1895,10 +1895,10 @@ pub(crate) fn kv_exchange_passes(
     let attention = Work::Attention as usize;
     let forward = pass(l.forward_work[attention], bytes);
     let backward = pass(l.backward_work[attention], 2.0 * bytes);
-    let again = match recomputation {
-        Recomputation::Full => forward,
-        Recomputation::Selective if l.attention_core.seconds > 0.0 => forward,
-        _ => (0.0, 0.0),
+    let again = if recomputation.reruns_attention() {
+        forward
+    } else {
+        (0.0, 0.0)
     };
     [forward, backward, again].map(|(exposed, all)| (count * exposed, count * all))
 }
@@ -2144,25 +2144,22 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     let model_flops = g.model_flops_per_micro_batch() * per_micro_batch;
     let run_flops = g.matmul_flops_per_micro_batch(false) * per_micro_batch;
     // What recomputation runs again, per block of each kind, times how many there are.
-    let again = |l: &crate::model::Layer| match pl.recomputation {
-        Recomputation::None => 0.0,
-        Recomputation::Selective => l
+    // The experts' GEMMs (where the busiest rank's imbalance is) run again exactly when
+    // their tokens are exchanged again.
+    let r = pl.recomputation;
+    let again = |l: &crate::model::Layer| {
+        let rerun: f64 = l
             .forward
             .nodes
             .iter()
-            .filter(|n| n.is_attention_core())
-            .map(|n| n.matmul_flops())
-            .sum(),
-        // The experts' GEMMs (where the imbalance is) are never kept.
-        Recomputation::SelectiveOp => {
-            l.forward
-                .nodes
-                .iter()
-                .map(|n| (1.0 - n.checkpoint_saved) * n.matmul_flops())
-                .sum::<f64>()
-                - l.imbalance_matmul_flops
-        }
-        Recomputation::Full => l.forward.matmul_flops() - l.imbalance_matmul_flops,
+            .map(|n| n.rerun_share(r) * n.matmul_flops())
+            .sum();
+        rerun
+            - if r.reruns_all_to_all() {
+                l.imbalance_matmul_flops
+            } else {
+                0.0
+            }
     };
     let dense = g.dense_block.as_ref().map_or(0.0, &again);
     let mtp = g.mtp.as_ref().map_or(0.0, &again);

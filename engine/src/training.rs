@@ -321,8 +321,9 @@ pub enum Recomputation {
     /// Every activation the backward pass needs is kept.
     #[default]
     None,
-    /// The attention core (scores, softmax, its dropout, the product with the values) is
-    /// recomputed (Korthikanti et al. 2022, "selective activation recomputation").
+    /// The attention core (scores, softmax, its dropout, the product with the values, or
+    /// the fused kernel doing them) is recomputed (Korthikanti et al. 2022, "selective
+    /// activation recomputation"; Megatron-LM's `recompute_modules = ["core_attn"]`).
     Selective,
     /// PyTorch's per-operator selective checkpointing as torchtitan applies it to each
     /// block (`activation_checkpoint.mode = "selective"`, `selective_ac_option = "op"`):
@@ -346,6 +347,14 @@ impl Recomputation {
             Recomputation::SelectiveOp => "selective_op",
             Recomputation::Full => "full",
         }
+    }
+
+    /// Whether the rerun forward pass runs the attention again (and with context
+    /// parallelism its key-value exchanges): full recomputation and selective, whose
+    /// attention core is the fused kernel too; per-operator checkpointing keeps the
+    /// kernel's output.
+    pub fn reruns_attention(self) -> bool {
+        matches!(self, Recomputation::Full | Recomputation::Selective)
     }
 
     /// Whether the rerun forward pass exchanges a Mixture-of-Experts block's tokens again:

@@ -73,6 +73,19 @@ impl OpNode {
         .any(|p| self.name.starts_with(p))
     }
 
+    /// The share of this forward operator's work that recomputation `r` runs again in
+    /// backward: none, the attention core's whole, what per-operator checkpointing does
+    /// not keep of it, all of it.
+    pub fn rerun_share(&self, r: crate::training::Recomputation) -> f64 {
+        use crate::training::Recomputation;
+        match r {
+            Recomputation::None => 0.0,
+            Recomputation::Selective => f64::from(u8::from(self.is_attention_core())),
+            Recomputation::SelectiveOp => 1.0 - self.checkpoint_saved,
+            Recomputation::Full => 1.0,
+        }
+    }
+
     /// Matrix-multiply FLOPs the operator runs (a fused attention kernel's, with what its
     /// causal mask skips and its backward recomputes: [`Attention::flops`]).
     pub fn matmul_flops(&self) -> f64 {

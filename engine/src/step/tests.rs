@@ -399,7 +399,7 @@ fn per_operator_checkpointing_keeps_every_other_matmul() {
         assert!(again(&op) < again(&full), "{at}");
         assert!(none.step_seconds < op.step_seconds && op.step_seconds < full.step_seconds);
         // FLOPs run again: wk, wo and w3 of every block of every sequence.
-        let blocks = input_blocks();
+        let blocks = g.blocks as f64;
         let rerun = (2 * s * (h * kv + q * h + h * f)) as f64 * blocks * 8.0;
         assert!(
             rel(
@@ -440,10 +440,6 @@ fn per_operator_checkpointing_keeps_no_biased_linear() {
         let want = if sp { 2 * s * h / t * 3 } else { 2 * s * h };
         assert_eq!(g.block.op_checkpoint_bytes, want, "sequence parallel {sp}");
     }
-}
-
-fn input_blocks() -> f64 {
-    preset("llama3-8b").unwrap().layers as f64
 }
 
 /// The distributed optimizer shards the optimizer's state, and its reduce-scatter plus
