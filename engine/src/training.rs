@@ -251,8 +251,10 @@ pub enum Fp8Scaling {
     /// operand is cast twice from its 16-bit values — row-wise (the maximum of each row
     /// taken in the kernel) and column-wise — priced as one cast that reads its input
     /// twice and writes both copies; the weights at every micro-batch (torchao keeps no
-    /// FP8 copy). The GEMMs' epilogue scaling (one multiply per output element) is left
-    /// out.
+    /// FP8 copy). The forward GEMM's epilogue scaling (one multiply per output element)
+    /// is left out; the two backward GEMMs' outputs are rescaled by a kernel of their own
+    /// (torchao runs them on cuBLAS's per-tensor kernel with unit scales: docs/training-model.md,
+    /// "Casts").
     Rowwise,
     /// DeepSeek-V3's fine-grained scaling (Transformer Engine's `Float8BlockScaling`,
     /// Megatron-LM's `--fp8-recipe blockwise`): activations and gradients in 1 × 128

@@ -126,7 +126,8 @@ pub enum Work {
     /// Tensor- and expert-tensor-parallel collectives.
     Collective,
     /// Quantising casts to FP8 or MXFP8 that run as kernels of their own (those fused into
-    /// a norm, an activation or a GEMM's epilogue are that kernel's time).
+    /// a norm, an activation or a GEMM's epilogue are that kernel's time), and the
+    /// row-wise recipe's rescaling of its backward GEMMs' outputs ([`LayerBuilder::rescaled`]).
     Cast,
 }
 
@@ -141,7 +142,7 @@ impl OpNode {
         let n = self.name.as_str();
         if self.core == Core::Link {
             Work::Collective
-        } else if matches!(self.op.kind, OpKind::Cast(_)) {
+        } else if matches!(self.op.kind, OpKind::Cast(_)) || n.contains(RESCALE) {
             Work::Cast
         } else if self.is_attention_core() {
             Work::Attention
@@ -760,6 +761,7 @@ impl LayerBuilder {
             let external = usize::from(consumers[i].is_empty());
             let element = op.element.unwrap_or(self.element);
             let (made, grads) = backward_nodes(&mut g, op, element);
+            let grads = self.rescaled(&mut g, op, &made, grads);
             for &m in &made {
                 g.nodes[m].pipelined = op.is_sequence_parallel_collective();
             }
@@ -772,6 +774,68 @@ impl LayerBuilder {
             }
         }
         g.finish(self.scaling)
+    }
+}
+
+/// The name ending of the row-wise recipe's rescaling kernels ([`LayerBuilder::rescaled`]).
+const RESCALE: &str = ".rescale";
+
+impl LayerBuilder {
+    /// Under the row-wise FP8 recipe, the rescaling a quantised weight GEMM's two backward
+    /// products take after them; `grads` as [`backward_nodes`] made them, with the input
+    /// gradient now the rescaled one. torchao runs the backward GEMMs with exact (fp32)
+    /// accumulation, and its row-wise CUTLASS kernel is so slow then that it calls
+    /// cuBLAS's per-tensor kernel with unit scales and multiplies the output by the
+    /// operands' row and column scales afterwards (`torchao/float8/float8_ops.py`,
+    /// `addmm_float8_unwrapped`, since pytorch/ao#1325): under `torch.compile` a kernel
+    /// of its own per GEMM (pytorch/ao#2184), reading and writing the 16-bit output. The
+    /// forward GEMM accumulates fast and scales in the kernel: nothing added.
+    fn rescaled(
+        &self,
+        g: &mut RawGraph,
+        op: &FwdOp,
+        made: &[usize],
+        mut grads: Vec<Option<usize>>,
+    ) -> Vec<Option<usize>> {
+        let FwdKind::Gemm {
+            gemm,
+            second: Operand::Weight,
+        } = op.kind
+        else {
+            return grads;
+        };
+        if self.scaling != Fp8Scaling::Rowwise || op.element.is_none_or(|e| e == self.element) {
+            return grads;
+        }
+        let [d_input, d_weight] = made else {
+            return grads;
+        };
+        let rescale = |g: &mut RawGraph, of: usize, elements: u64| {
+            let name = format!("{}{RESCALE}", g.nodes[of].name);
+            let kind = OpKind::Vector {
+                kind: VectorKind::Scale,
+                elements,
+                row: 1,
+            };
+            let node = g.add(
+                &name,
+                Some(Core::Vector),
+                Some(kind),
+                Direction::Backward,
+                self.element,
+            );
+            g.nodes[node].own_kernel = true;
+            g.edge(of, node);
+            node
+        };
+        let input = rescale(g, *d_input, gemm.batch * gemm.m * gemm.k);
+        rescale(g, *d_weight, gemm.k * gemm.n);
+        for grad in &mut grads {
+            if *grad == Some(*d_input) {
+                *grad = Some(input);
+            }
+        }
+        grads
     }
 }
 
@@ -983,6 +1047,9 @@ struct RawNode {
     /// See [`OpNode::checkpoint_saved`]: a fused node keeps its first operator's (a GEMM's
     /// epilogue is saved with it).
     checkpoint_saved: f64,
+    /// Never its producer's epilogue (the row-wise recipe's rescaling after a cuBLAS
+    /// GEMM, [`LayerBuilder::rescaled`]); it may absorb what follows it.
+    own_kernel: bool,
 }
 
 /// A graph under construction; `None` ops are identities to be contracted.
@@ -1015,6 +1082,7 @@ impl RawGraph {
             alive: true,
             pipelined: false,
             checkpoint_saved: 0.0,
+            own_kernel: false,
         });
         self.succ.push(Vec::new());
         self.pred.push(Vec::new());
@@ -1095,7 +1163,7 @@ impl RawGraph {
                     continue;
                 }
                 let v = succs[0];
-                if self.operands(v) != 1 {
+                if self.operands(v) != 1 || self.nodes[v].own_kernel {
                     continue;
                 }
                 let (Some(uop), Some(vop)) = (&self.nodes[u].op, &self.nodes[v].op) else {

@@ -2004,10 +2004,15 @@ fn fp8_recipes_price_their_casts() {
                 assert_eq!(twice(&f) + twice(&b), 0);
             }
         }
-        // The memory and the GEMMs do not change with the recipe.
+        // The memory and the GEMMs do not change with the recipe (row-wise's rescaling
+        // takes the GeLU's gradient out of fc2's input-gradient epilogue:
+        // `rowwise_recipe_rescales_its_backward_products`).
         let r = estimate_step(&gpt3(pl.clone(), 1 << 20), &model).unwrap();
         seconds.push((recipe, r.operator_seconds.casts, r.time.weight_cast_seconds));
         let delayed = &seconds[0];
+        if recipe == Fp8Scaling::Rowwise {
+            continue;
+        }
         assert_eq!(
             r.operator_seconds.other_gemm,
             estimate_step(
@@ -2046,6 +2051,62 @@ fn fp8_recipes_price_their_casts() {
         (rowwise.2 - micro_batches as f64 * current.2).abs() < 1e-9 * rowwise.2,
         "{rowwise:?} {current:?} {micro_batches}"
     );
+}
+
+/// torchao's row-wise recipe rescales each quantised GEMM's two backward products in a
+/// kernel of its own (cuBLAS's per-tensor kernel runs them with unit scales): on GPT-3
+/// 175B's block (t = 8) one reads and writes every GEMM input's gradient — as many
+/// elements as the inputs' casts — and one every weight's gradient; no GEMM takes them in
+/// its epilogue, the breakdown counts them with the casts, and no other recipe has them.
+#[test]
+fn rowwise_recipe_rescales_its_backward_products() {
+    let mut pl = plan(8, 16, 8);
+    pl.precision = Precision::Fp8Hybrid;
+    pl.recomputation = Recomputation::None;
+    let (h, s, t) = (12_288u64, 2_048u64, 8u64);
+    let model = Typed(ReferenceModel::default());
+    let mut casts = Vec::new();
+    for recipe in [Fp8Scaling::Current, Fp8Scaling::Rowwise] {
+        pl.fp8_scaling = recipe;
+        let g = graph(&gpt3(pl.clone(), 1 << 20));
+        let rescales: Vec<&crate::model::OpNode> = g
+            .block
+            .backward
+            .nodes
+            .iter()
+            .filter(|n| n.name.contains(".rescale"))
+            .collect();
+        let elements = |of: &str| {
+            rescales
+                .iter()
+                .filter(|n| n.name.ends_with(of))
+                .map(|n| match n.op.kind {
+                    OpKind::Vector {
+                        kind: VectorKind::Scale,
+                        elements,
+                        ..
+                    } if n.op.element == archplace_plugin_sdk::ElementType::Bf16 => elements,
+                    _ => panic!("{n:?}"),
+                })
+                .sum::<u64>()
+        };
+        if recipe == Fp8Scaling::Rowwise {
+            assert_eq!(rescales.len(), 8, "{rescales:?}");
+            assert!(rescales.iter().all(|n| n.work() == Work::Cast));
+            assert_eq!(
+                elements("grad_input.rescale"),
+                s * h + s * h / t + s * h + 4 * s * h / t
+            );
+            assert_eq!(elements("grad_weight.rescale"), 12 * h * h / t);
+        } else {
+            assert!(rescales.is_empty(), "{rescales:?}");
+        }
+        let r = estimate_step(&gpt3(pl.clone(), 1 << 20), &model).unwrap();
+        casts.push((r.operator_seconds.casts, g.block.backward.matmul_flops()));
+    }
+    // The GEMMs are the same; the row-wise casts and rescaling take longer.
+    assert_eq!(casts[0].1, casts[1].1);
+    assert!(casts[1].0 > casts[0].0, "{casts:?}");
 }
 
 /// The casts of a layer graph, in order.
