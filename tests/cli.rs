@@ -1248,6 +1248,49 @@ fn estimate_takes_every_fp8_recipe_and_prices_its_casts() {
     assert_eq!(v["step_seconds"].as_f64().unwrap(), seen[2].3);
 }
 
+/// `recompute_modules` (Megatron-LM's `--recompute-modules`) on the FP8 example with
+/// selective recomputation: the plan records the modules; "layernorm" keeps less than the
+/// attention core alone at almost no time, "mlp" far less again at the cost of the MLP's
+/// forward pass run twice (its GEMMs: the hardware FLOPs grow, the model's do not).
+#[test]
+fn estimate_takes_recompute_modules_and_prices_them() {
+    let _gate = crate::util::shared();
+    let path = root().join("config/specs/estimate-llama3-70b-h100.toml");
+    let base = std::fs::read_to_string(&path).unwrap();
+    assert!(base.contains("recomputation = \"none\"\n"));
+    let with = |modules: &str| {
+        let v = estimate_json(&base.replace(
+            "recomputation = \"none\"\n",
+            &format!("recomputation = \"selective\"\n{modules}"),
+        ));
+        let f = |a: &str, b: &str| v[a][b].as_f64().unwrap();
+        let g = |a: &str| v[a].as_f64().unwrap();
+        (
+            v["plan"]["recompute_modules"].clone(),
+            f("memory_bytes", "activations"),
+            g("step_seconds"),
+            g("hardware_flops_per_step"),
+            g("model_flops_per_step"),
+        )
+    };
+    let core = with("");
+    let norms = with("recompute_modules = [\"core_attn\", \"layernorm\"]\n");
+    let mlp = with("recompute_modules = [\"core_attn\", \"mlp\"]\n");
+    assert_eq!(core.0, serde_json::Value::Null);
+    assert_eq!(mlp.0, serde_json::json!(["core_attn", "mlp"]));
+    assert!(
+        mlp.1 < norms.1 && norms.1 < core.1,
+        "{core:?} {norms:?} {mlp:?}"
+    );
+    assert!(
+        norms.2 < core.2 * 1.01 && core.2 < mlp.2,
+        "{core:?} {norms:?} {mlp:?}"
+    );
+    assert_eq!(norms.3, core.3);
+    assert!(mlp.3 > core.3 * 1.1, "{core:?} {mlp:?}");
+    assert_eq!(mlp.4, core.4);
+}
+
 /// The FP8 example (Llama-3-70B on 64 H100s, Megatron-Bridge's published layout) answers
 /// with its casts in the breakdowns and its weights' quantised copies in memory, faster
 /// than the same plan in bf16 by what FP8 GEMMs give on the H100 and no more; a latency

@@ -25,6 +25,7 @@ fn fixtures() -> PathBuf {
 
 fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
     BuildOptions {
+        recompute_modules: Default::default(),
         micro_batch,
         tensor_parallel,
         numerics: Default::default(),
@@ -247,6 +248,7 @@ fn step(c: &mut Criterion) {
     let input = StepInput {
         model: preset("gpt3-175b").expect("preset"),
         plan: StepPlan {
+            recompute_modules: Default::default(),
             tensor_parallel: 8,
             pipeline_parallel: 16,
             data_parallel: 8,
@@ -316,6 +318,7 @@ fn step_moe(c: &mut Criterion) {
     let input = StepInput {
         model: preset("deepseek-v3").expect("preset"),
         plan: StepPlan {
+            recompute_modules: Default::default(),
             tensor_parallel: 2,
             pipeline_parallel: 16,
             data_parallel: 64,

@@ -34,6 +34,7 @@ fn main() {
     let g = build(
         &cfg,
         &BuildOptions {
+            recompute_modules: Default::default(),
             micro_batch: 2,
             tensor_parallel: 1,
             numerics: Default::default(),

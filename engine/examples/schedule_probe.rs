@@ -56,6 +56,7 @@ fn probe_gpt3_layer_schedules() {
                 build(
                     &cfg,
                     &BuildOptions {
+                        recompute_modules: Default::default(),
                         micro_batch: b,
                         tensor_parallel: t,
                         numerics: Default::default(),

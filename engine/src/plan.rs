@@ -8,7 +8,9 @@
 //! ([`crate::pipeline`]).
 
 use crate::pipeline::{Layout, PipelineSchedule};
-use crate::training::{ContextExchange, Fp8Scaling, Optimizer, Precision, Recomputation};
+use crate::training::{
+    ContextExchange, Fp8Scaling, Optimizer, Precision, Recomputation, RecomputeModules,
+};
 use serde::{Deserialize, Serialize};
 
 mod recorded;
@@ -30,6 +32,9 @@ pub struct StepPlan {
     #[serde(default, skip_serializing_if = "PipelineSchedule::is_default")]
     pub pipeline_schedule: PipelineSchedule,
     pub recomputation: Recomputation,
+    /// What selective recomputation runs again (the attention core unless said).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub recompute_modules: RecomputeModules,
     pub sequence_parallel: bool,
     pub precision: Precision,
     /// How an FP8 recipe's per-tensor scales are chosen (ignored without FP8).

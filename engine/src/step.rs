@@ -475,8 +475,9 @@ pub struct LayerTiming {
     /// The link operators' time inside `forward` and `backward`.
     pub forward_communication: f64,
     pub backward_communication: f64,
-    /// What selective recomputation runs again: the attention core.
-    pub attention_core: Rerun,
+    /// What selective recomputation runs again: the plan's modules
+    /// ([`crate::model::OpNode::selective`]; the attention core by default).
+    pub selective: Rerun,
     /// What per-operator selective checkpointing runs again: the operators' work whose
     /// outputs its policy does not keep ([`crate::model::OpNode::checkpoint_saved`]).
     pub op_checkpoint: Rerun,
@@ -505,7 +506,7 @@ impl LayerTiming {
             backward: backward.makespan,
             forward_communication: forward.link,
             backward_communication: backward.link,
-            attention_core: forward.attention_core,
+            selective: forward.selective,
             op_checkpoint: forward.op_checkpoint,
             forward_joules: forward.joules,
             backward_joules: backward.joules,
@@ -526,7 +527,7 @@ impl LayerTiming {
                 memory: Some(0.0),
                 ..Rerun::default()
             },
-            Recomputation::Selective => self.attention_core,
+            Recomputation::Selective => self.selective,
             Recomputation::SelectiveOp => self.op_checkpoint,
             Recomputation::Full => Rerun {
                 seconds: self.forward - self.forward_communication,
@@ -560,9 +561,9 @@ pub struct GraphTiming {
     pub makespan: f64,
     /// Link operators' time.
     pub link: f64,
-    /// Of a forward graph, what selective recomputation runs again (the attention core)
+    /// Of a forward graph, what selective recomputation runs again (the plan's modules)
     /// and what per-operator selective checkpointing does ([`LayerTiming::rerun`]).
-    pub attention_core: Rerun,
+    pub selective: Rerun,
     pub op_checkpoint: Rerun,
     pub joules: f64,
     pub optimal: bool,
@@ -609,7 +610,7 @@ pub fn graph_timing(
     } = outcome;
     let (mut link, mut joules) = (0.0, 0.0);
     let (mut memory, mut memory_known) = (0.0, false);
-    let (mut core, mut checkpoint) = (Rerun::default(), Rerun::default());
+    let (mut selective, mut checkpoint) = (Rerun::default(), Rerun::default());
     let mut work = [0.0; Work::COUNT];
     let mut weight_gradient = 0.0;
     for (node, task) in g.nodes.iter().zip(&inst.tasks) {
@@ -640,7 +641,7 @@ pub fn graph_timing(
         }
         // What each partial recomputation runs again of the operator.
         for (rerun, policy) in [
-            (&mut core, Recomputation::Selective),
+            (&mut selective, Recomputation::Selective),
             (&mut checkpoint, Recomputation::SelectiveOp),
         ] {
             let share = node.rerun_share(policy);
@@ -658,7 +659,7 @@ pub fn graph_timing(
         }
     }
     let exposed = exposed_link.unwrap_or(link);
-    for rerun in [&mut core, &mut checkpoint] {
+    for rerun in [&mut selective, &mut checkpoint] {
         // The collectives run again as exposed as they were, and the memory time is known
         // when the pass's is.
         if link > 0.0 {
@@ -669,7 +670,7 @@ pub fn graph_timing(
     Ok(GraphTiming {
         makespan,
         link: exposed,
-        attention_core: core,
+        selective,
         op_checkpoint: checkpoint,
         joules,
         optimal,
@@ -969,6 +970,7 @@ pub fn graph(input: &StepInput) -> ModelGraph {
                     .bytes_per_second as u64,
             },
             context_parallel: pl.context_parallel.max(1),
+            recompute_modules: pl.recompute_modules,
         },
     )
 }
@@ -1804,7 +1806,11 @@ fn point_to_point_seconds(input: &StepInput) -> f64 {
 /// repeated block, the dense block, the multi-token-prediction modules): dispatch and
 /// combine forward, their gradients backward, and forward again under full recomputation.
 fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
-    let passes = if input.plan.recomputation.reruns_all_to_all() {
+    let passes = if input
+        .plan
+        .recomputation
+        .reruns_all_to_all(input.plan.recompute_modules)
+    {
         6.0
     } else {
         4.0
@@ -1832,7 +1838,7 @@ fn kv_exchange_seconds(
     let passes = kv_exchange_passes(
         &input.network,
         pl.context_exchange,
-        pl.recomputation,
+        pl.recomputation.reruns_attention(pl.recompute_modules),
         layer,
         l,
     );
@@ -1853,14 +1859,15 @@ fn kv_exchange_seconds(
 /// overlapped. Ulysses' all-to-all (`ContextMethod::AllToAll`) moves `(CP − 1)/CP` of the
 /// rank's queries, keys and values before attention and of its output after it, backward
 /// the output's gradient and then the others' — the same bytes both ways, whatever `CP` —
-/// not overlapped. Recomputation that reruns the attention (full; selective, which
-/// recomputes the core) exchanges again; per-operator checkpointing keeps the attention
-/// kernel's output, which the exchange is part of (PyTorch's context parallelism runs it
-/// inside the SDPA operator), and does not.
+/// not overlapped. Recomputation that reruns the attention (`reruns_attention`: full;
+/// selective, which recomputes the core) exchanges again; per-operator checkpointing keeps
+/// the attention kernel's output, which the exchange is part of (PyTorch's context
+/// parallelism runs it inside the SDPA operator), and does not
+/// ([`Recomputation::reruns_attention`]).
 pub(crate) fn kv_exchange_passes(
     net: &Network,
     exchange: ContextExchange,
-    recomputation: Recomputation,
+    reruns_attention: bool,
     layer: Option<&crate::model::Layer>,
     l: &LayerTiming,
 ) -> [(f64, f64); 3] {
@@ -1895,7 +1902,7 @@ pub(crate) fn kv_exchange_passes(
     let attention = Work::Attention as usize;
     let forward = pass(l.forward_work[attention], bytes);
     let backward = pass(l.backward_work[attention], 2.0 * bytes);
-    let again = if recomputation.reruns_attention() {
+    let again = if reruns_attention {
         forward
     } else {
         (0.0, 0.0)
@@ -2155,7 +2162,7 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
             .map(|n| n.rerun_share(r) * n.matmul_flops())
             .sum();
         rerun
-            - if r.reruns_all_to_all() {
+            - if r.reruns_all_to_all(pl.recompute_modules) {
                 l.imbalance_matmul_flops
             } else {
                 0.0

@@ -323,9 +323,10 @@ pub enum Recomputation {
     /// Every activation the backward pass needs is kept.
     #[default]
     None,
-    /// The attention core (scores, softmax, its dropout, the product with the values, or
-    /// the fused kernel doing them) is recomputed (Korthikanti et al. 2022, "selective
-    /// activation recomputation"; Megatron-LM's `recompute_modules = ["core_attn"]`).
+    /// The modules the plan's [`RecomputeModules`] name are recomputed: by default the
+    /// attention core (scores, softmax, its dropout, the product with the values, or the
+    /// fused kernel doing them; Korthikanti et al. 2022, "selective activation
+    /// recomputation"; Megatron-LM's `--recompute-modules core_attn`).
     Selective,
     /// PyTorch's per-operator selective checkpointing as torchtitan applies it to each
     /// block (`activation_checkpoint.mode = "selective"`, `selective_ac_option = "op"`):
@@ -352,18 +353,145 @@ impl Recomputation {
     }
 
     /// Whether the rerun forward pass runs the attention again (and with context
-    /// parallelism its key-value exchanges): full recomputation and selective, whose
-    /// attention core is the fused kernel too; per-operator checkpointing keeps the
-    /// kernel's output.
-    pub fn reruns_attention(self) -> bool {
-        matches!(self, Recomputation::Full | Recomputation::Selective)
+    /// parallelism its key-value exchanges): full recomputation, and selective with the
+    /// attention core among `modules` (the core is the fused kernel too); per-operator
+    /// checkpointing keeps the kernel's output.
+    pub fn reruns_attention(self, modules: RecomputeModules) -> bool {
+        match self {
+            Recomputation::Full => true,
+            Recomputation::Selective => modules.contains(RecomputeModule::CoreAttn),
+            Recomputation::None | Recomputation::SelectiveOp => false,
+        }
     }
 
     /// Whether the rerun forward pass exchanges a Mixture-of-Experts block's tokens again:
     /// full recomputation reruns the whole block, per-operator checkpointing keeps no
-    /// all-to-all's output; selective recomputation reruns the attention core only.
-    pub fn reruns_all_to_all(self) -> bool {
-        matches!(self, Recomputation::Full | Recomputation::SelectiveOp)
+    /// all-to-all's output, selective recomputation with the MoE layer among `modules`
+    /// reruns it whole.
+    pub fn reruns_all_to_all(self, modules: RecomputeModules) -> bool {
+        match self {
+            Recomputation::Full | Recomputation::SelectiveOp => true,
+            Recomputation::Selective => modules.contains(RecomputeModule::Moe),
+            Recomputation::None => false,
+        }
+    }
+}
+
+/// A module Megatron-LM's selective recomputation can run again in backward
+/// (`--recompute-granularity selective --recompute-modules …`,
+/// `megatron/core/transformer/transformer_config.py`): a checkpointed module keeps its
+/// input and runs its forward again; the three Megatron-LM checkpoints "without output"
+/// (`CheckpointWithoutOutput`) also drop their output, which the operator after them
+/// would keep, and run again just before that operator's backward needs it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum RecomputeModule {
+    /// The attention core: scores, softmax, its dropout and the product with the values,
+    /// or the fused kernel doing them (Korthikanti et al. 2022; Megatron-LM's default).
+    CoreAttn,
+    /// The norms before attention and before the MLP of a pre-norm block (without
+    /// output: the next GEMM's kept input is the norm's output).
+    Layernorm,
+    /// A dense block's MLP (its projections, activation and tensor-parallel collectives).
+    Mlp,
+    /// A Mixture-of-Experts block's whole FFN: router, permutation, the experts'
+    /// exchanges and GEMMs, shared experts.
+    Moe,
+    /// The experts' activation (with a gated MLP, the product with the up projection;
+    /// without output).
+    MoeAct,
+    /// The shared experts' MLP.
+    SharedExperts,
+    /// Multi-head latent attention's up-projections and rotary embedding (without output).
+    MlaUpProj,
+}
+
+impl RecomputeModule {
+    pub const ALL: [RecomputeModule; 7] = [
+        RecomputeModule::CoreAttn,
+        RecomputeModule::Layernorm,
+        RecomputeModule::Mlp,
+        RecomputeModule::Moe,
+        RecomputeModule::MoeAct,
+        RecomputeModule::SharedExperts,
+        RecomputeModule::MlaUpProj,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RecomputeModule::CoreAttn => "core_attn",
+            RecomputeModule::Layernorm => "layernorm",
+            RecomputeModule::Mlp => "mlp",
+            RecomputeModule::Moe => "moe",
+            RecomputeModule::MoeAct => "moe_act",
+            RecomputeModule::SharedExperts => "shared_experts",
+            RecomputeModule::MlaUpProj => "mla_up_proj",
+        }
+    }
+
+    /// Whether Megatron-LM checkpoints it without its output (`CheckpointWithoutOutput`):
+    /// the output is dropped wherever it would be kept.
+    pub fn drops_output(self) -> bool {
+        matches!(
+            self,
+            RecomputeModule::Layernorm | RecomputeModule::MoeAct | RecomputeModule::MlaUpProj
+        )
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The modules selective recomputation runs again ([`Recomputation::Selective`]): the
+/// attention core unless said otherwise, as Megatron-LM's default. Written as a list of
+/// module names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(from = "Vec<RecomputeModule>", into = "Vec<RecomputeModule>")]
+pub struct RecomputeModules(u8);
+
+impl Default for RecomputeModules {
+    fn default() -> Self {
+        RecomputeModules::of([RecomputeModule::CoreAttn])
+    }
+}
+
+impl RecomputeModules {
+    pub fn of(modules: impl IntoIterator<Item = RecomputeModule>) -> Self {
+        RecomputeModules(modules.into_iter().fold(0, |bits, m| bits | m.bit()))
+    }
+
+    pub fn contains(self, m: RecomputeModule) -> bool {
+        self.0 & m.bit() != 0
+    }
+
+    /// The modules, in [`RecomputeModule::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = RecomputeModule> {
+        RecomputeModule::ALL
+            .into_iter()
+            .filter(move |&m| self.contains(m))
+    }
+
+    /// The names, comma-separated (for messages and reports).
+    pub fn names(self) -> String {
+        self.iter()
+            .map(RecomputeModule::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl From<Vec<RecomputeModule>> for RecomputeModules {
+    fn from(v: Vec<RecomputeModule>) -> Self {
+        RecomputeModules::of(v)
+    }
+}
+
+impl From<RecomputeModules> for Vec<RecomputeModule> {
+    fn from(m: RecomputeModules) -> Self {
+        m.iter().collect()
     }
 }
 
@@ -499,6 +627,8 @@ pub struct Training {
     pub context_parallel: Vec<u64>,
     /// How the context-parallel ranks exchange keys and values.
     pub context_exchange: ContextExchange,
+    /// What selective recomputation runs again (`[training] recompute_modules`).
+    pub recompute_modules: RecomputeModules,
     /// Mixture-of-Experts all-to-all exchanges overlap computation
     /// (`[training] all_to_all_overlap`).
     pub all_to_all_overlap: bool,

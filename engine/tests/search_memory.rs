@@ -95,6 +95,7 @@ fn input(models: Vec<ModelConfig>) -> SearchInput {
             })
             .collect(),
         training: Training {
+            recompute_modules: Default::default(),
             global_batch: 64,
             micro_batch_sizes: vec![1, 2, 4],
             activation_recomputation: vec![

@@ -5,6 +5,7 @@ use crate::explain::{HBM_LIMITS_FROM, hbm_busy_fraction};
 use archplace_engine::execution::TensorParallelOverlap;
 use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::{self, StepError, StepInput, StepReport};
+use archplace_engine::training::Recomputation;
 use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::format_bytes;
 use archplace_plugin_sdk::{
@@ -80,6 +81,7 @@ fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
     archplace_engine::model::build(
         &input.model,
         &archplace_engine::model::BuildOptions {
+            recompute_modules: Default::default(),
             micro_batch: 1,
             tensor_parallel: 1,
             numerics: Default::default(),
@@ -278,7 +280,10 @@ pub fn describe_plan(input: &StepInput) -> String {
                 None => "1F1B".to_string(),
             }
         },
-        p.recomputation.name(),
+        match p.recomputation {
+            Recomputation::Selective => format!("selective ({})", p.recompute_modules.names()),
+            r => r.name().to_string(),
+        },
         if p.sequence_parallel { "on" } else { "off" },
         precision_words(p),
         p.optimizer,

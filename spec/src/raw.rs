@@ -6,7 +6,9 @@
 use archplace_engine::model::{Activation, AttentionKernel, Norm, NormPosition, Positions};
 use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::step::ContextMethod;
-use archplace_engine::training::{Fp8Scaling, MemoryModel, Optimizer, Precision, Recomputation};
+use archplace_engine::training::{
+    Fp8Scaling, MemoryModel, Optimizer, Precision, Recomputation, RecomputeModule,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -267,6 +269,9 @@ pub struct RawPlan {
     /// With the ring: each step's transfer overlaps the attention of the chunk at hand
     /// (default true).
     pub context_parallel_overlap: Option<bool>,
+    /// What `recomputation = "selective"` runs again (default: `[training]`'s, else
+    /// ["core_attn"]); see `[training] recompute_modules`.
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     /// Transformer blocks of each pipeline stage, first to last, e.g. [9, 10, 10, 9]
     /// (default: an even split). The embedding goes with the first stage, the head with
     /// the last.
@@ -539,6 +544,14 @@ pub struct RawTraining {
     pub context_parallel_exchange: Option<ContextMethod>,
     /// With the ring: each step's transfer runs while attention computes (default true).
     pub context_parallel_overlap: Option<bool>,
+    /// What selective recomputation runs again of each block (Megatron-LM's
+    /// `--recompute-modules`; default ["core_attn"]): "core_attn" (the attention core),
+    /// "layernorm" (a pre-norm block's two norms, their outputs dropped), "mlp" (a dense
+    /// block's MLP), "moe" (a Mixture-of-Experts block's FFN, its exchanges with it),
+    /// "moe_act" (the experts' activation, its output dropped), "shared_experts",
+    /// "mla_up_proj" (latent attention's up-projections and rotary embedding, their
+    /// outputs dropped). Needs "selective" among the recomputation choices.
+    pub recompute_modules: Option<Vec<RecomputeModule>>,
     /// "megatron" (default: memory as Megatron-LM trains) or "reference" (the reference
     /// system's two copies of the parameters plus optimizer copies, for comparisons).
     pub memory_model: Option<MemoryModel>,

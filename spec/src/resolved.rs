@@ -10,7 +10,9 @@ use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::search::Strategy;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
 use archplace_engine::step::{ContextMethod, StepPlan};
-use archplace_engine::training::{Cluster, MemoryModel, Precision, Training};
+use archplace_engine::training::{
+    Cluster, MemoryModel, Precision, RecomputeModule, RecomputeModules, Training,
+};
 use archplace_plugin_sdk::AcceleratorConfig;
 use serde::Serialize;
 use toml::{Table, Value};
@@ -62,6 +64,14 @@ fn int(x: u64) -> Value {
 
 fn ints<T: Copy + Into<u64>>(xs: &[T]) -> Value {
     Value::Array(xs.iter().map(|&x| int(x.into())).collect())
+}
+
+fn modules(m: RecomputeModules) -> Value {
+    Value::Array(
+        m.iter()
+            .map(|m| Value::String(RecomputeModule::name(m).into()))
+            .collect(),
+    )
 }
 
 fn bools(xs: &[bool]) -> Value {
@@ -298,6 +308,9 @@ fn training(tr: &Training) -> Table {
         }
     }
     t.insert("expert_parallel".into(), ints(&tr.expert_parallel));
+    if tr.recompute_modules != RecomputeModules::default() {
+        t.insert("recompute_modules".into(), modules(tr.recompute_modules));
+    }
     if tr.all_to_all_overlap {
         t.insert("all_to_all_overlap".into(), Value::Boolean(true));
     }
@@ -501,6 +514,9 @@ pub fn plan_table(p: &StepPlan) -> Table {
     }
     if let Some(g) = z.sharding_group {
         t.insert("sharding_group".into(), int(g));
+    }
+    if p.recompute_modules != RecomputeModules::default() {
+        t.insert("recompute_modules".into(), modules(p.recompute_modules));
     }
     if p.all_to_all_overlap {
         t.insert("all_to_all_overlap".into(), Value::Boolean(true));

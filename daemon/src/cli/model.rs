@@ -296,8 +296,8 @@ fn print_ops(b: &BlockOps<'_>) -> std::io::Result<()> {
             format_bytes(k.bytes),
             k.part,
             k.producer,
-            if k.attention_core {
-                " (attention core: recomputed under selective recomputation)"
+            if k.recomputed {
+                " (recomputed under selective recomputation)"
             } else {
                 ""
             },
@@ -380,6 +380,7 @@ fn list_presets(json: bool) -> Result<Exit> {
         .filter_map(|&name| {
             let cfg = preset(name)?;
             let opts = BuildOptions {
+                recompute_modules: Default::default(),
                 micro_batch: 1,
                 tensor_parallel: 1,
                 numerics: Default::default(),
@@ -447,6 +448,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
     let mut whole = Vec::new();
     for cfg in &configs {
         let opts = |t: u64| BuildOptions {
+            recompute_modules: Default::default(),
             micro_batch: b,
             tensor_parallel: t,
             numerics: archplace_engine::model::Numerics::plain(e),

@@ -6,7 +6,7 @@ use super::config::{
     Activation, AttentionKernel, Head, ModelConfig, Moe, Norm, NormPosition, Positions,
 };
 use super::graph::{FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
-use crate::training::{Numerics, Recomputation};
+use crate::training::{Numerics, Recomputation, RecomputeModule, RecomputeModules};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
 
@@ -29,6 +29,9 @@ pub struct BuildOptions {
     /// `seq / CP` tokens of each sequence, attention against the whole sequence (the
     /// `2·CP` load-balanced chunks of Megatron-Core, so each rank does `1/CP` of it).
     pub context_parallel: u64,
+    /// What selective recomputation runs again of each block (the layers' operators are
+    /// marked: [`FwdOp::recompute`]).
+    pub recompute_modules: RecomputeModules,
 }
 
 /// How the experts of a Mixture-of-Experts model are laid out over the ranks of a pipeline
@@ -170,7 +173,8 @@ pub struct Layer {
     pub parameter_bytes: u64,
     /// Activations kept from the forward pass for the backward pass, per micro-batch.
     pub stash_bytes: u64,
-    /// Of those, what selective recomputation keeps (all but the attention core).
+    /// Of those, what selective recomputation keeps (all but what the plan's modules
+    /// recompute: [`LayerBuilder::selective_stash_bytes`]).
     pub selective_stash_bytes: u64,
     /// The layer's input, which is all full recomputation keeps of a block.
     pub input_bytes: u64,
@@ -376,6 +380,7 @@ struct Ctx<'a> {
     /// CP; `s` is the rank's share of the sequence, `seq / CP`.
     cp: u64,
     numerics: Numerics,
+    recompute_modules: RecomputeModules,
 }
 
 /// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
@@ -393,15 +398,6 @@ fn save(producer: Input, part: &'static str, bytes: u64) -> Saved {
         producer,
         part,
         bytes,
-        attention_core: false,
-    }
-}
-
-/// A tensor of the attention core: recomputed, not kept, under selective recomputation.
-fn core_save(producer: Input, part: &'static str, bytes: u64) -> Saved {
-    Saved {
-        attention_core: true,
-        ..save(producer, part, bytes)
     }
 }
 
@@ -419,7 +415,65 @@ impl<'a> Ctx<'a> {
             sp: o.sequence_parallel && o.tensor_parallel > 1,
             experts: o.experts,
             cp: o.context_parallel.max(1),
+            recompute_modules: o.recompute_modules,
         }
+    }
+
+    /// The outermost of the plan's recomputed modules that a block's operator `name`
+    /// belongs to, by the names this builder gives (a multi-token-prediction module's
+    /// with their `mtp<k>.` prefix; an FP8 cast's begin with its GEMM's).
+    fn recompute_module(&self, name: &str) -> Option<RecomputeModule> {
+        let n = match name.split_once('.') {
+            Some((mtp, rest)) if mtp.starts_with("mtp") && mtp[3..].parse::<u64>().is_ok() => rest,
+            _ => name,
+        };
+        let first = n.split('.').next().unwrap_or(n);
+        let belongs = |m: RecomputeModule| match m {
+            RecomputeModule::CoreAttn => [
+                "scores",
+                "softmax",
+                "attention_dropout",
+                "context",
+                "flash_attention",
+            ]
+            .contains(&first),
+            RecomputeModule::Layernorm => {
+                self.cfg.norm_position == NormPosition::Pre
+                    && ["attention_norm", "mlp_norm"].contains(&n)
+            }
+            // The dense MLP's operators, its input's tensor-parallel copy (sequence
+            // parallelism's all-gather) with them; the dropout after it is the residual's.
+            RecomputeModule::Mlp => {
+                (["gate", "up", "activation", "gate_mul", "fc1", "fc2"].contains(&first)
+                    && n != "fc2.dropout")
+                    || n.starts_with("mlp_norm.copy_to_tp")
+            }
+            RecomputeModule::Moe => {
+                ["router", "permutation", "unpermutation", "experts"].contains(&first)
+                    || n.starts_with("expert_")
+                    || n.starts_with("shared_expert.")
+            }
+            RecomputeModule::MoeAct => ["expert_activation", "expert_gate_mul"].contains(&first),
+            RecomputeModule::SharedExperts => {
+                n.starts_with("shared_expert.") && n != "shared_expert.add"
+            }
+            RecomputeModule::MlaUpProj => {
+                self.cfg.attention == AttentionKernel::Mla
+                    && (["q_up", "kv_up"].contains(&first) || n == "rotary")
+            }
+        };
+        // Outermost first: the MoE layer holds its activation and shared experts.
+        [
+            RecomputeModule::Moe,
+            RecomputeModule::Mlp,
+            RecomputeModule::SharedExperts,
+            RecomputeModule::MoeAct,
+            RecomputeModule::CoreAttn,
+            RecomputeModule::Layernorm,
+            RecomputeModule::MlaUpProj,
+        ]
+        .into_iter()
+        .find(|&m| self.recompute_modules.contains(m) && belongs(m))
     }
 
     /// The keys and values this rank exchanges with its context-parallel group in each of
@@ -575,17 +629,6 @@ impl<'a> Ctx<'a> {
     }
 
     fn dropout(&self, lb: &mut LayerBuilder, name: &str, x: Input, elements: u64) -> Input {
-        self.dropout_as(lb, name, x, elements, false)
-    }
-
-    fn dropout_as(
-        &self,
-        lb: &mut LayerBuilder,
-        name: &str,
-        x: Input,
-        elements: u64,
-        core: bool,
-    ) -> Input {
         if !self.cfg.dropout {
             return x;
         }
@@ -596,7 +639,7 @@ impl<'a> Ctx<'a> {
             vec![],
         );
         // The mask is one byte per element (Korthikanti et al. 2022).
-        lb.save_output_as(d, "mask", elements, core);
+        lb.save_output(d, "mask", elements);
         d
     }
 
@@ -629,6 +672,11 @@ impl<'a> Ctx<'a> {
         } else {
             0
         };
+        if kind.is_block() {
+            for op in &mut lb.ops {
+                op.recompute = self.recompute_module(&op.name);
+            }
+        }
         let input_bytes = self.rep(self.tokens() * self.h) * self.bpe;
         // The `mm`s of torchtitan's linear layers: the fused QKV projection is its `wq`,
         // `wk`, `wv`; a linear layer with a bias runs `addmm`, which the policy neither
@@ -1000,7 +1048,7 @@ impl<'a> Ctx<'a> {
         // One statistic per query row of this rank's tokens: the `1/CP` of the core's
         // rows its own queries are. Selective recomputation's checkpoint of the core
         // drops it (the output stays: the projection after it keeps it).
-        lb.save_output_as(out, "log_sum_exp", core.statistics() / self.cp * 4, true);
+        lb.save_output(out, "log_sum_exp", core.statistics() / self.cp * 4);
         out
     }
 
@@ -1144,8 +1192,8 @@ impl<'a> Ctx<'a> {
             vec![scores],
             vec![],
         );
-        lb.save_output_as(softmax, "out", probs_elems * bpe, true);
-        let probs = self.dropout_as(lb, "attention_dropout", softmax, probs_elems, true);
+        lb.save_output(softmax, "out", probs_elems * bpe);
+        let probs = self.dropout(lb, "attention_dropout", softmax, probs_elems);
         lb.push(
             "context",
             FwdKind::Gemm {
@@ -1159,7 +1207,7 @@ impl<'a> Ctx<'a> {
             },
             vec![probs, qkv],
             vec![
-                core_save(probs, "out", probs_elems * bpe),
+                save(probs, "out", probs_elems * bpe),
                 save(qkv, "v", tok * kv * bpe),
             ],
         )

@@ -13,7 +13,7 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
-use crate::training::Fp8Scaling;
+use crate::training::{Fp8Scaling, RecomputeModule};
 use archplace_plugin_sdk::{
     Attention, Cast, Direction, ElementType, FusedOp, Gemm, Op, OpKind, VectorKind,
 };
@@ -50,6 +50,11 @@ pub struct OpNode {
     /// [`LayerBuilder::op_checkpoint`]); the rest of its work runs again in backward.
     #[serde(skip_serializing_if = "is_zero")]
     pub checkpoint_saved: f64,
+    /// Selective recomputation runs it again: it belongs to one of the plan's
+    /// [`crate::training::RecomputeModules`] ([`FwdOp::recompute`]; a fused node is its
+    /// first operator's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub selective: bool,
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -74,13 +79,13 @@ impl OpNode {
     }
 
     /// The share of this forward operator's work that recomputation `r` runs again in
-    /// backward: none, the attention core's whole, what per-operator checkpointing does
-    /// not keep of it, all of it.
+    /// backward: none, the whole of a selectively recomputed module's operator, what
+    /// per-operator checkpointing does not keep of it, all of it.
     pub fn rerun_share(&self, r: crate::training::Recomputation) -> f64 {
         use crate::training::Recomputation;
         match r {
             Recomputation::None => 0.0,
-            Recomputation::Selective => f64::from(u8::from(self.is_attention_core())),
+            Recomputation::Selective => f64::from(u8::from(self.selective)),
             Recomputation::SelectiveOp => 1.0 - self.checkpoint_saved,
             Recomputation::Full => 1.0,
         }
@@ -127,7 +132,7 @@ pub enum Work {
     Collective,
     /// Quantising casts to FP8 or MXFP8 that run as kernels of their own (those fused into
     /// a norm, an activation or a GEMM's epilogue are that kernel's time), and the
-    /// row-wise recipe's rescaling of its backward GEMMs' outputs ([`LayerBuilder::rescaled`]).
+    /// row-wise recipe's rescaling of its backward GEMMs' outputs (`LayerBuilder::rescaled`).
     Cast,
 }
 
@@ -261,9 +266,6 @@ pub struct Saved {
     pub producer: Input,
     pub part: &'static str,
     pub bytes: u64,
-    /// Part of the attention core (scores, softmax, its dropout mask), which selective
-    /// recomputation recomputes instead of keeping.
-    pub attention_core: bool,
 }
 
 /// A tensor kept from the forward pass for the backward pass, per micro-batch on one rank.
@@ -274,8 +276,9 @@ pub struct KeptTensor {
     /// Which of its tensors (`out`, `mask`, …).
     pub part: &'static str,
     pub bytes: u64,
-    /// Recomputed instead of kept under selective recomputation.
-    pub attention_core: bool,
+    /// Recomputed instead of kept under selective recomputation (of the plan's modules:
+    /// [`LayerBuilder::selective_stash_bytes`]).
+    pub recomputed: bool,
     /// The operators whose backward pass reads it.
     pub needed_by: Vec<String>,
 }
@@ -291,6 +294,9 @@ pub struct FwdOp {
     pub element: Option<ElementType>,
     /// See [`OpNode::checkpoint_saved`].
     pub checkpoint_saved: f64,
+    /// The outermost of the plan's recomputed modules it belongs to
+    /// ([`crate::training::Recomputation::Selective`]), if any.
+    pub recompute: Option<RecomputeModule>,
 }
 
 /// For each of `ops`, the operators reading its output: (reader, operand position).
@@ -365,6 +371,7 @@ impl LayerBuilder {
             saves,
             element: None,
             checkpoint_saved: 0.0,
+            recompute: None,
         });
         Input::Op(self.ops.len() - 1)
     }
@@ -612,31 +619,41 @@ impl LayerBuilder {
 
     /// Records that operator `op` saves (part of) its own output for the backward pass.
     pub fn save_output(&mut self, op: Input, part: &'static str, bytes: u64) {
-        self.save_output_as(op, part, bytes, false);
-    }
-
-    /// [`save_output`](Self::save_output), marking the tensor as part of the attention core
-    /// or not.
-    pub fn save_output_as(&mut self, op: Input, part: &'static str, bytes: u64, core: bool) {
         if let Input::Op(i) = op {
             self.ops[i].saves.push(Saved {
                 producer: op,
                 part,
                 bytes,
-                attention_core: core,
             });
         }
     }
 
     /// Bytes of the distinct tensors saved for the backward pass.
     pub fn stash_bytes(&self) -> u64 {
-        self.stash_bytes_where(|_| true)
+        self.stash_bytes_where(|_, _| true)
     }
 
-    /// Bytes of the distinct saved tensors outside the attention core: what selective
-    /// recomputation keeps.
+    /// Bytes of the distinct saved tensors selective recomputation keeps, the operators'
+    /// [`FwdOp::recompute`] marked: a module checkpointed as Megatron-LM does it keeps its
+    /// input and drops what its operators save of each other's outputs (a tensor an
+    /// operator outside it keeps too, its output, stays); one checkpointed without its
+    /// output ([`RecomputeModule::drops_output`]) drops its outputs wherever they are kept.
     pub fn selective_stash_bytes(&self) -> u64 {
-        self.stash_bytes_where(|s| !s.attention_core)
+        self.stash_bytes_where(|saver, s| !self.recomputed(saver, s))
+    }
+
+    /// Whether selective recomputation drops tensor `s` that operator `saver` keeps
+    /// ([`LayerBuilder::selective_stash_bytes`]).
+    fn recomputed(&self, saver: &FwdOp, s: &Saved) -> bool {
+        let made_in = match s.producer {
+            Input::Op(p) => self.ops.get(p).and_then(|o| o.recompute),
+            Input::External => None,
+        };
+        match (made_in, saver.recompute) {
+            (Some(m), _) if m.drops_output() => true,
+            (Some(m), Some(k)) => m == k,
+            _ => false,
+        }
     }
 
     /// The distinct tensors the forward pass keeps for the backward pass, in the order
@@ -650,6 +667,7 @@ impl LayerBuilder {
                     .find(|(p, k)| *p == s.producer && k.part == s.part)
                 {
                     k.needed_by.push(op.name.clone());
+                    k.recomputed &= self.recomputed(op, s);
                     continue;
                 }
                 let producer = match s.producer {
@@ -662,7 +680,7 @@ impl LayerBuilder {
                         producer: producer.to_string(),
                         part: s.part,
                         bytes: s.bytes,
-                        attention_core: s.attention_core,
+                        recomputed: self.recomputed(op, s),
                         needed_by: vec![op.name.clone()],
                     },
                 ));
@@ -671,10 +689,14 @@ impl LayerBuilder {
         out.into_iter().map(|(_, k)| k).collect()
     }
 
-    fn stash_bytes_where(&self, keep: impl Fn(&Saved) -> bool) -> u64 {
+    fn stash_bytes_where(&self, keep: impl Fn(&FwdOp, &Saved) -> bool) -> u64 {
         let mut seen: Vec<(Input, &'static str)> = Vec::new();
         let mut total = 0;
-        for s in self.ops.iter().flat_map(|o| &o.saves).filter(|s| keep(s)) {
+        let saves = self
+            .ops
+            .iter()
+            .flat_map(|o| o.saves.iter().map(move |s| (o, s)));
+        for (_, s) in saves.filter(|(o, s)| keep(o, s)) {
             if !seen.contains(&(s.producer, s.part)) {
                 seen.push((s.producer, s.part));
                 total += s.bytes;
@@ -727,6 +749,7 @@ impl LayerBuilder {
             let id = g.add(&op.name, core, kind, Direction::Forward, element);
             g.nodes[id].pipelined = op.is_sequence_parallel_collective();
             g.nodes[id].checkpoint_saved = op.checkpoint_saved;
+            g.nodes[id].selective = op.recompute.is_some();
             for input in &op.inputs {
                 match *input {
                     Input::Op(p) => g.edge(p, id),
@@ -1047,6 +1070,8 @@ struct RawNode {
     /// See [`OpNode::checkpoint_saved`]: a fused node keeps its first operator's (a GEMM's
     /// epilogue is saved with it).
     checkpoint_saved: f64,
+    /// See [`OpNode::selective`]: a fused node keeps its first operator's.
+    selective: bool,
     /// Never its producer's epilogue (the row-wise recipe's rescaling after a cuBLAS
     /// GEMM, [`LayerBuilder::rescaled`]); it may absorb what follows it.
     own_kernel: bool,
@@ -1082,6 +1107,7 @@ impl RawGraph {
             alive: true,
             pipelined: false,
             checkpoint_saved: 0.0,
+            selective: false,
             own_kernel: false,
         });
         self.succ.push(Vec::new());
@@ -1263,6 +1289,7 @@ impl RawGraph {
                     op: n.op.clone()?,
                     pipelined: n.pipelined,
                     checkpoint_saved: n.checkpoint_saved,
+                    selective: n.selective,
                 })
             })
             .collect();
@@ -1478,7 +1505,6 @@ mod tests {
             producer: x,
             part: "out",
             bytes,
-            attention_core: false,
         };
         let gate = b.push("gate", weight(6, 2), vec![norm], vec![keep(norm, 16)]);
         let up = b.push("up", weight(6, 2), vec![norm], vec![keep(norm, 16)]);
@@ -1574,7 +1600,6 @@ mod tests {
             producer: Input::External,
             part: "x",
             bytes,
-            attention_core: false,
         };
         b.push("a", gemm(), vec![Input::External], vec![save(100)]);
         b.push("b", gemm(), vec![Input::External], vec![save(100)]);

@@ -33,6 +33,7 @@ mod tests {
 
     fn opts_sp(b: u64, t: u64, sequence_parallel: bool) -> BuildOptions {
         BuildOptions {
+            recompute_modules: Default::default(),
             micro_batch: b,
             tensor_parallel: t,
             numerics: Default::default(),
@@ -62,7 +63,7 @@ mod tests {
                     let selective: u64 = l
                         .kept
                         .iter()
-                        .filter(|k| !k.attention_core)
+                        .filter(|k| !k.recomputed)
                         .map(|k| k.bytes)
                         .sum();
                     assert_eq!(all, l.stash_bytes, "{name} {:?}", l.kind);
@@ -139,6 +140,110 @@ mod tests {
                 "{name}: {got_active} active vs {active}"
             );
         }
+    }
+
+    /// Megatron-LM's `--recompute-modules` on Llama-3-8B's block (one rank, 8,192
+    /// tokens): "mlp" drops what the MLP keeps of itself — the gate and up projections'
+    /// outputs and their product, `3·s·f` elements — keeping its normed input, and runs
+    /// its three GEMMs again; "layernorm" drops both norms' outputs (`2·s·h`), which the
+    /// GEMMs after them would keep. On Qwen3-30B-A3B, "moe_act" drops the experts'
+    /// gated product (fc2's input), "moe" every tensor the MoE layer keeps of itself and
+    /// reruns its exchanges. The kept tensors say which are recomputed.
+    #[test]
+    fn recompute_modules_keep_what_megatron_lm_keeps() {
+        use crate::training::{Recomputation, RecomputeModule as M, RecomputeModules};
+        let with = |name: &str, modules: &[M], o: BuildOptions| {
+            build(
+                &preset(name).unwrap(),
+                &BuildOptions {
+                    recompute_modules: RecomputeModules::of(modules.iter().copied()),
+                    ..o
+                },
+            )
+            .block
+        };
+        let llama = |m: &[M]| with("llama3-8b", m, opts(1, 1));
+        let (s, h, f) = (8192u64, 4096u64, 14_336u64);
+        let core = llama(&[M::CoreAttn]);
+        let mlp = llama(&[M::CoreAttn, M::Mlp]);
+        let norms = llama(&[M::CoreAttn, M::Layernorm]);
+        assert_eq!(
+            core.selective_stash_bytes - mlp.selective_stash_bytes,
+            3 * s * f * 2
+        );
+        assert_eq!(
+            core.selective_stash_bytes - norms.selective_stash_bytes,
+            2 * s * h * 2
+        );
+        let rerun = |l: &Layer| {
+            l.forward
+                .nodes
+                .iter()
+                .map(|n| n.rerun_share(Recomputation::Selective) * n.matmul_flops())
+                .sum::<f64>()
+        };
+        assert_eq!(rerun(&mlp) - rerun(&core), 3.0 * 2.0 * (s * h * f) as f64);
+        assert_eq!(rerun(&norms), rerun(&core));
+        assert!(
+            norms
+                .forward
+                .nodes
+                .iter()
+                .any(|n| n.selective && n.name.starts_with("mlp_norm"))
+        );
+        for l in [&core, &mlp, &norms] {
+            let recomputed: u64 = l
+                .kept
+                .iter()
+                .filter(|k| k.recomputed)
+                .map(|k| k.bytes)
+                .sum();
+            assert_eq!(recomputed, l.stash_bytes - l.selective_stash_bytes);
+        }
+        // Without the attention core, selective keeps it and reruns the MLP alone.
+        let mlp_only = llama(&[M::Mlp]);
+        assert_eq!(
+            mlp_only.selective_stash_bytes,
+            mlp_only.stash_bytes - 3 * s * f * 2
+        );
+        assert_eq!(rerun(&mlp_only), 3.0 * 2.0 * (s * h * f) as f64);
+        let qwen = |m: &[M]| with("qwen3-30b-a3b", m, moe_opts(1, 1, 8, 1));
+        let (core, act, moe) = (
+            qwen(&[M::CoreAttn]),
+            qwen(&[M::CoreAttn, M::MoeAct]),
+            qwen(&[M::CoreAttn, M::Moe]),
+        );
+        let product = core
+            .kept
+            .iter()
+            .find(|k| k.producer == "expert_gate_mul")
+            .map(|k| k.bytes)
+            .unwrap();
+        assert_eq!(
+            core.selective_stash_bytes - act.selective_stash_bytes,
+            product
+        );
+        let moe_own: u64 = moe
+            .kept
+            .iter()
+            .filter(|k| {
+                k.recomputed
+                    && !core
+                        .kept
+                        .iter()
+                        .any(|c| c.producer == k.producer && c.part == k.part && c.recomputed)
+            })
+            .map(|k| k.bytes)
+            .sum();
+        assert!(moe_own > product, "{moe_own} {product}");
+        assert_eq!(
+            core.selective_stash_bytes - moe.selective_stash_bytes,
+            moe_own
+        );
+        let modules = RecomputeModules::of([M::CoreAttn, M::Moe]);
+        assert!(Recomputation::Selective.reruns_all_to_all(modules));
+        assert!(!Recomputation::Selective.reruns_all_to_all(RecomputeModules::default()));
+        assert!(!Recomputation::Selective.reruns_attention(RecomputeModules::of([M::Mlp])));
     }
 
     fn moe_opts(b: u64, t: u64, ep: u64, etp: u64) -> BuildOptions {

@@ -107,6 +107,7 @@ mod tests {
         let g = build(
             &preset("gpt2-xl").unwrap(),
             &BuildOptions {
+                recompute_modules: Default::default(),
                 micro_batch: 1,
                 tensor_parallel: 1,
                 numerics: Default::default(),

@@ -147,6 +147,7 @@ impl<'a> Flat<'a> {
             interleaving: self.pipeline_interleaving,
             pipeline_schedule: PipelineSchedule::default(),
             recomputation: self.recomputation,
+            recompute_modules: Default::default(),
             sequence_parallel: self.sequence_parallel,
             precision: self.precision.unwrap_or(Precision::Bf16Mixed),
             fp8_scaling: Fp8Scaling::default(),

@@ -332,6 +332,7 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                                     link_bytes_per_second: link,
                                 },
                                 context_parallel: cp,
+                                recompute_modules: input.training.recompute_modules,
                             };
                             map.entry((b, t, e, sp, ep, cp, domain))
                                 .or_insert_with(|| build(&m.config, &opts));

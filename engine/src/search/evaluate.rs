@@ -167,7 +167,7 @@ impl Ctx<'_> {
                 let [kv_forward, kv_backward, kv_again] = step::kv_exchange_passes(
                     network,
                     self.input.training.context_exchange,
-                    r,
+                    r.reruns_attention(self.input.training.recompute_modules),
                     Some(l),
                     &timed.layer_timing(),
                 );
@@ -175,7 +175,7 @@ impl Ctx<'_> {
                     let x = timed.layer_timing().rerun(r);
                     let again = x.seconds
                         + x.communication
-                        + if r.reruns_all_to_all() {
+                        + if r.reruns_all_to_all(self.input.training.recompute_modules) {
                             exchanged
                         } else {
                             0.0
@@ -738,6 +738,7 @@ impl Ctx<'_> {
                 && shape.schedule == PipelineSchedule::Interleaved,
             context_parallel: run.context_parallel,
             context_exchange: tr.context_exchange,
+            recompute_modules: tr.recompute_modules,
             stage_layers,
         }
     }

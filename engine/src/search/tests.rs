@@ -41,6 +41,7 @@ fn tiny() -> (SearchInput, Space) {
             }),
         }],
         training: Training {
+            recompute_modules: Default::default(),
             global_batch: 64,
             micro_batch_sizes: vec![1, 2],
             activation_recomputation: vec![Recomputation::None, Recomputation::Full],
@@ -149,6 +150,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                         let g = build(
                             cfg,
                             &BuildOptions {
+                                recompute_modules: Default::default(),
                                 micro_batch: b,
                                 tensor_parallel: t,
                                 numerics: Default::default(),
@@ -1236,6 +1238,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
             baseline: None,
         }],
         training: Training {
+            recompute_modules: Default::default(),
             global_batch: d.pick(&[32, 64]),
             micro_batch_sizes: subset(&mut d, &[1, 2, 4]),
             activation_recomputation: if d.coin() {

@@ -7,6 +7,7 @@ use archplace_reference_cost::ReferenceModel;
 
 fn plan(t: u64, p: u64, d: u64) -> StepPlan {
     StepPlan {
+        recompute_modules: Default::default(),
         tensor_parallel: t,
         pipeline_parallel: p,
         data_parallel: d,
@@ -156,6 +157,7 @@ fn stages_hold_the_model() {
     let g = build(
         &input.model,
         &BuildOptions {
+            recompute_modules: Default::default(),
             micro_batch: 1,
             tensor_parallel: 8,
             numerics: Default::default(),

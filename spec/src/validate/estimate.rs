@@ -69,6 +69,17 @@ pub(super) fn estimate(
     }
     one_network(ctx, cluster);
     let mut plan = plan_of(p, training);
+    if p.recompute_modules.is_some() {
+        plan.recompute_modules = super::rules::recompute_modules(
+            ctx,
+            &pp.key("recompute_modules"),
+            p.recompute_modules.as_deref(),
+            (
+                plan.recomputation == Recomputation::Selective,
+                Some(plan.recomputation),
+            ),
+        );
+    }
     precision_on_chip(ctx, &pp, (a, p), plan.precision);
     if p.fp8_param_gather.is_none() && plan.zero_stage() == 0 {
         // `[training]`'s applies to plans that shard the optimizer, as in a search.
@@ -92,6 +103,10 @@ pub(super) fn estimate(
         plan.stage_layers = list;
     }
     overlap_needs_experts(ctx, &pp, p, &fine);
+    let modules_at = pp.key("recompute_modules");
+    if p.recompute_modules.is_some() && ctx.fine(&modules_at) {
+        super::models::recompute_modules_apply(ctx, &modules_at, plan.recompute_modules, &fine);
+    }
     plan_schedule(ctx, &pp, p, &mut plan);
     if p.expert_tensor_parallel.is_none() {
         plan.expert_tensor_parallel = models.first().map_or(1, |e| {
@@ -502,6 +517,7 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
         _ => training.pipeline_interleaving.first().copied().unwrap_or(1),
     });
     StepPlan {
+        recompute_modules: training.recompute_modules,
         tensor_parallel: p.tensor_parallel.unwrap_or(1),
         pipeline_parallel: p.pipeline_parallel.unwrap_or(1),
         data_parallel: p.data_parallel.unwrap_or(1),

@@ -4,13 +4,14 @@ use super::MAX_ELEMENTS;
 use super::rules::count_in;
 use crate::raw::{RawBaseline, RawHead, RawModel, RawSpec};
 use crate::{Ctx, FieldPath, ModelSpec};
+use archplace_engine::model::NormPosition;
 use archplace_engine::model::{
     AttentionKernel, Head, MAX_FLASH_HEAD_DIM, Mla, ModelConfig, Moe, PRESETS, Positions, preset,
 };
 use archplace_engine::placement::{MAX_PROGRAM_STEPS, ProgramSize, max_layers};
 use archplace_engine::search::context_parallel_fits;
 use archplace_engine::training::ContextMethod;
-use archplace_engine::training::{Baseline, Cluster, Training};
+use archplace_engine::training::{Baseline, Cluster, RecomputeModule, RecomputeModules, Training};
 /// A `[[models]]` entry as read: its index in the file and its configuration.
 pub(super) struct Entry {
     pub(super) index: usize,
@@ -63,8 +64,53 @@ pub(super) fn models(
         // Every model's experts are known.
         check_expert_parallel(&out, training, ctx);
         check_context_parallel(&out, training, cluster, ctx);
+        let at = FieldPath::root().key("training").key("recompute_modules");
+        if ctx.fine(&at) {
+            let all: Vec<&Entry> = out.iter().collect();
+            recompute_modules_apply(ctx, &at, training.recompute_modules, &all);
+        }
     }
     out
+}
+
+/// Each of the `modules` selective recomputation runs again names a part some model in
+/// `entries` has (a Mixture-of-Experts layer, shared experts, latent attention, a
+/// pre-norm block's norms, a dense MLP): a module none has would recompute nothing.
+pub(super) fn recompute_modules_apply(
+    ctx: &mut Ctx<'_>,
+    at: &FieldPath,
+    modules: RecomputeModules,
+    entries: &[&Entry],
+) {
+    for m in modules.iter() {
+        let has = |c: &ModelConfig| match m {
+            RecomputeModule::CoreAttn => true,
+            RecomputeModule::Layernorm => c.norm_position == NormPosition::Pre,
+            RecomputeModule::Mlp => c.moe.is_none() || c.dense_blocks() > 0,
+            RecomputeModule::Moe | RecomputeModule::MoeAct => c.moe.is_some(),
+            RecomputeModule::SharedExperts => c.moe.is_some_and(|e| e.shared_experts > 0),
+            RecomputeModule::MlaUpProj => c.attention == AttentionKernel::Mla,
+        };
+        if entries.iter().any(|e| has(&e.spec.config)) {
+            continue;
+        }
+        let part = match m {
+            RecomputeModule::CoreAttn => "attention",
+            RecomputeModule::Layernorm => "a norm before attention and the MLP (pre-norm)",
+            RecomputeModule::Mlp => "a dense MLP",
+            RecomputeModule::Moe | RecomputeModule::MoeAct => "a Mixture-of-Experts layer",
+            RecomputeModule::SharedExperts => "shared experts",
+            RecomputeModule::MlaUpProj => "multi-head latent attention",
+        };
+        ctx.mismatch(
+            at,
+            format!(
+                "recompute module \"{}\" reruns {part}, which no model here has",
+                m.name()
+            ),
+            Some(format!("remove \"{}\" from the list", m.name())),
+        );
+    }
 }
 
 /// `[training] expert_parallel`: every width above 1 divides some Mixture-of-Experts

@@ -3,7 +3,7 @@
 
 use crate::raw::OneOrMany;
 use crate::{Ctx, FieldPath};
-use archplace_engine::training::Fp8Scaling;
+use archplace_engine::training::{Fp8Scaling, Recomputation, RecomputeModule, RecomputeModules};
 use archplace_plugin_sdk::text::thousands;
 use archplace_plugin_sdk::units::UnitError;
 
@@ -126,4 +126,51 @@ pub(super) fn given_recipe(
     scaling: Option<Fp8Scaling>,
 ) -> Option<Fp8Scaling> {
     recipe.or(scaling)
+}
+
+/// `recompute_modules` (of `[training]`, or of `[plan]` at `path` when `plan` gives its
+/// recomputation): a list of distinct modules, given only where selective recomputation
+/// runs (`selective`), else a mismatch; left out, the attention core.
+pub(super) fn recompute_modules(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    given: Option<&[RecomputeModule]>,
+    (selective, plan): (bool, Option<Recomputation>),
+) -> RecomputeModules {
+    let Some(list) = given else {
+        return RecomputeModules::default();
+    };
+    if list.is_empty() {
+        ctx.error(
+            path,
+            "no module to recompute",
+            Some("name at least one of \"core_attn\", \"layernorm\", \"mlp\", \"moe\", \"moe_act\", \"shared_experts\", \"mla_up_proj\", or leave the key out".into()),
+        );
+    }
+    for (i, m) in list.iter().enumerate() {
+        if list[..i].contains(m) {
+            ctx.error(
+                &path.index(i),
+                format!("\"{}\" is listed twice", m.name()),
+                Some("list each module once".into()),
+            );
+        }
+    }
+    if !selective && ctx.fine(path) {
+        let (message, help) = match plan {
+            Some(r) => (
+                format!(
+                    "recompute_modules says what selective recomputation runs again; the plan's recomputation is \"{}\"",
+                    r.name()
+                ),
+                "use recomputation = \"selective\", or leave `recompute_modules` out",
+            ),
+            None => (
+                "recompute_modules says what selective recomputation runs again, and no plan here recomputes selectively".to_string(),
+                "add \"selective\" to the recomputation choices, or leave `recompute_modules` out",
+            ),
+        };
+        ctx.mismatch(path, message, Some(help.into()));
+    }
+    RecomputeModules::of(list.iter().copied())
 }

@@ -1,7 +1,7 @@
 //! `[training]`: batch, recomputation, precision, optimizer, distributed optimizer, the
 //! memory model and how a layer's operators share the chip.
 
-use super::rules::{count_in, duplicates, element_at, ring_overlap};
+use super::rules::{count_in, duplicates, element_at, recompute_modules, ring_overlap};
 use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
 use archplace_engine::execution::Execution;
@@ -32,6 +32,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         t.activation_recomputation.as_ref(),
         memory_model,
     );
+    let recompute_modules = modules(raw, ctx, &path, &activation_recomputation);
     let reference = memory_model == MemoryModel::Reference;
     let precision_path = path.key("precision");
     let precisions = choices(
@@ -123,6 +124,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         MemoryModel::Reference => Optimizer::Sgd,
     });
     Training {
+        recompute_modules,
         global_batch,
         micro_batch_sizes,
         activation_recomputation,
@@ -228,6 +230,26 @@ fn recomputation(
         }
     }
     activation_recomputation
+}
+
+/// `[training] recompute_modules`, which needs selective recomputation among the choices
+/// or in the `[plan]`.
+fn modules(
+    raw: &RawSpec,
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    choices: &[Recomputation],
+) -> archplace_engine::training::RecomputeModules {
+    let planned = raw.plan.as_ref().and_then(|p| p.recomputation);
+    let selective = choices.contains(&Recomputation::Selective)
+        || planned.map(|r| r.value()) == Some(Recomputation::Selective);
+    let given = raw.training.recompute_modules.as_deref();
+    recompute_modules(
+        ctx,
+        &path.key("recompute_modules"),
+        given,
+        (selective, None),
+    )
 }
 
 /// `pipeline_interleaving`: model chunks per device to try, 1 to 64; more than 1 only with
