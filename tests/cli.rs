@@ -1722,6 +1722,77 @@ fn calibrate_writes_a_calibration_and_estimate_applies_it_with_an_interval() {
     assert_eq!(j["uncertainty"]["from"][0], "ranges");
 }
 
+/// `archplace calibrate` on measurements the model cannot explain — each of two runs
+/// measured once 50% slower than the model and once 20% faster — says so in three ways:
+/// the parameters the measurements do not determine are held at the specs' values (each
+/// named with its bootstrap range), the calibration does not help (left out, its
+/// measurements are predicted no better than uncalibrated), and the model cannot explain
+/// the measurements (the worst named); `estimate --calibration` repeats the verdicts.
+#[test]
+fn calibrate_says_when_it_does_not_help_and_the_model_cannot_explain() {
+    let _gate = crate::util::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let validation = root().join("tests/fixtures/validation");
+    let mut text = String::from("schema_version = 1\n");
+    for model in ["22b", "175b"] {
+        let spec = validation.join(format!("korthikanti2022-{model}-full.toml"));
+        let o = run(&["estimate", spec.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let step = v["step_seconds"].as_f64().unwrap();
+        for (run, times) in [(1, 1.5), (2, 0.8)] {
+            text.push_str(&format!(
+                "[[measurement]]\nsource = \"a trial\"\nlabel = \"{model}, run {run}\"\nspec = {:?}\nmetric = \"step_seconds\"\nvalue = {}\n",
+                spec.to_str().unwrap(),
+                step * times
+            ));
+        }
+    }
+    let measurements = dir.path().join("trial.toml");
+    std::fs::write(&measurements, text).unwrap();
+    let out = dir.path().join("trial.calibration.toml");
+    let o = run(&[
+        "calibrate",
+        measurements.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stdout(&o);
+    for want in [
+        "gpu-like.matrix_efficiency: the measurements do not determine it (its bootstrap 90% range was",
+        "held at the specs' value",
+        "warning: the calibration does not help: left out of the fit",
+        "warning: the model cannot explain these measurements: fitted, they are still missed by",
+        "the worst: ",
+    ] {
+        assert!(said.contains(want), "{want}\n{said}");
+    }
+    let spec = validation.join("korthikanti2022-22b-full.toml");
+    let o = run(&[
+        "estimate",
+        spec.to_str().unwrap(),
+        "--calibration",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stdout(&o);
+    assert!(
+        said.contains("  warning: the calibration does not help")
+            && said.contains("  warning: the model cannot explain these measurements"),
+        "{said}"
+    );
+    // A shipped calibration helps and explains its measurements: no warning.
+    let shipped = root().join("calibrations/a100-megatron-2022.toml");
+    let o = run(&[
+        "estimate",
+        spec.to_str().unwrap(),
+        "--calibration",
+        shipped.to_str().unwrap(),
+    ]);
+    assert!(!stdout(&o).contains("warning:"), "{}", stdout(&o));
+}
+
 /// `scripts/measure-gpu --synthetic` (no GPU: roofline timings) writes a measurements file
 /// of every kind of operator the script times on a GPU, with its spec, the machine and the
 /// timings archplace does not fit, in two halves; `archplace calibrate` reads it, fits the

@@ -219,7 +219,7 @@ const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 12] = [
     ("Megatron-Core MoE guide (MCore v0.9), H100", (9.5, 9.5)),
     ("NeMo 24.07 performance summary, DGX-H100", (6.0, 15.0)),
     ("NeMo long-sequence table, DGX-H100", (2.5, 4.5)),
-    ("Megatron-Bridge 25.11 performance summary", (11.0, 28.5)),
+    ("Megatron-Bridge 25.11 performance summary", (11.0, 29.0)),
 ];
 
 /// What calibrating on each measurements file gives: the per-source table and errors.

@@ -123,44 +123,69 @@ pub fn fit(
         "calibrate: {n} measurements, {p} parameters; uncalibrated loss {:.3e}",
         loss(&r, s)
     ));
-    let Descent {
-        x,
-        r,
-        loss: current,
-        linear,
-        iterations,
-    } = descend(
-        problem,
-        &all,
-        linear,
-        &bounds,
-        s,
-        &mut evaluations,
-        Some(progress),
-    )?;
-    let factors = factors_of(&x);
-    let warnings = identifiability(problem, &linear, &x, &bounds);
-    for w in &warnings {
-        progress(&format!("calibrate: warning: {w}"));
+    let start = linear;
+    let mut held: Vec<String> = Vec::new();
+    loop {
+        let Descent {
+            x,
+            r,
+            loss: current,
+            linear,
+            iterations,
+        } = descend(
+            problem,
+            &all,
+            start.clone(),
+            &bounds,
+            s,
+            &mut evaluations,
+            Some(progress),
+        )?;
+        let (draws, spread) = bootstrap(&linear, &bounds, options, progress);
+        // A parameter the measurements do not determine is held at the specs' value and
+        // the rest fitted again: its fitted value would be one of many that fit as well.
+        let loose: Vec<usize> = (0..p)
+            .filter(|&j| bounds[j].0 < bounds[j].1)
+            .filter(|&j| archplace_spec::calibration::undetermined(spread[j].1))
+            .collect();
+        if !loose.is_empty() {
+            for &j in &loose {
+                let [lo, hi] = spread[j].1;
+                let name = &problem.parameters[j].parameter;
+                let message = format!(
+                    "{name}: the measurements do not determine it (its bootstrap 90% range was {lo:.2}–{hi:.2} times the specs' value); held at the specs' value"
+                );
+                progress(&format!("calibrate: warning: {message}"));
+                held.push(message);
+                let at = 0.0_f64.clamp(bounds[j].0, bounds[j].1);
+                bounds[j] = (at, at);
+            }
+            continue;
+        }
+        let factors = factors_of(&x);
+        let found = identifiability(problem, &linear, &x, &bounds);
+        for w in &found {
+            progress(&format!("calibrate: warning: {w}"));
+        }
+        let mut warnings = held;
+        warnings.extend(found);
+        let [leave_one_out, within_source, other_sources] =
+            cross_validate(problem, &linear, &bounds, s, progress, &mut evaluations)?;
+        return Ok(Fit {
+            factors,
+            uncalibrated,
+            in_sample: r,
+            leave_one_out,
+            within_source,
+            other_sources,
+            draws,
+            spread,
+            warnings,
+            iterations,
+            evaluations,
+            loss: current,
+        });
     }
-
-    let [leave_one_out, within_source, other_sources] =
-        cross_validate(problem, &linear, &bounds, s, progress, &mut evaluations)?;
-    let (draws, spread) = bootstrap(&linear, &bounds, options, progress);
-    Ok(Fit {
-        factors,
-        uncalibrated,
-        in_sample: r,
-        leave_one_out,
-        within_source,
-        other_sources,
-        draws,
-        spread,
-        warnings,
-        iterations,
-        evaluations,
-        loss: current,
-    })
 }
 
 /// Leave-one-out and leave-one-source-out residuals: each fold refits the model

@@ -21,6 +21,10 @@ pub struct Applied {
     pub parameters: Vec<AppliedParameter>,
     /// Bootstrap draws it carries (the source of its intervals).
     pub draws: usize,
+    /// What its own errors say against trusting it ([`Calibration::verdicts`]): it does
+    /// not help, the model cannot explain its measurements, a parameter undetermined.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The calibration itself (not recorded: its hash is).
     #[serde(skip)]
     pub calibration: Option<Calibration>,
@@ -118,7 +122,12 @@ pub fn apply(
         })
         .collect();
     tracing::info!(calibration = %shown, "applied the calibration");
+    let warnings = cal.verdicts();
+    for w in &warnings {
+        tracing::warn!(calibration = %shown, "{w}");
+    }
     let applied = Applied {
+        warnings,
         path: shown,
         blake3: blake3::hash(text.as_bytes()).to_hex().to_string(),
         plugin: cal.plugin.clone(),

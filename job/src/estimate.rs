@@ -212,6 +212,9 @@ pub fn render_calibration(a: &crate::calibrated::Applied) -> String {
             }
         ));
     }
+    for w in &a.warnings {
+        out.push_str(&format!("\n  warning: {w}"));
+    }
     out
 }
 

@@ -204,6 +204,62 @@ pub struct Calibration {
     /// parameters' joint uncertainty, which estimates and searches turn into intervals.
     #[serde(default)]
     pub draws: Vec<Vec<f64>>,
+    /// Its errors over its measurements as `archplace calibrate` measured them (absent
+    /// from a file made by hand): whether it helps, and how well the model explains what
+    /// it was fitted on ([`Calibration::verdicts`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<CalibrationErrors>,
+    /// Each parameter's bootstrap spread, in `parameters`' order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncertainty: Vec<FactorSpread>,
+    /// Each measurement's residuals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measurement: Vec<MeasurementResidual>,
+}
+
+/// Mean and largest absolute relative error, in percent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PercentError {
+    pub mean_percent: f64,
+    pub max_percent: f64,
+}
+
+/// A calibration's errors over all its measurements: the uncalibrated model's, fitted,
+/// and each left out of the fit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationErrors {
+    pub uncalibrated: PercentError,
+    pub in_sample: PercentError,
+    pub leave_one_out: PercentError,
+}
+
+/// A parameter's bootstrap 5th and 95th percentiles, as factors of the specs' value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FactorSpread {
+    pub parameter: String,
+    pub factor_interval: [f64; 2],
+}
+
+/// One measurement's relative errors (predicted over measured, minus one), in percent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementResidual {
+    pub label: String,
+    pub in_sample_percent: f64,
+    pub leave_one_out_percent: f64,
+}
+
+/// Fitted, measurements still missed by more than this on average (in percent): the model
+/// cannot explain them ([`Calibration::verdicts`]).
+pub const UNEXPLAINED_PERCENT: f64 = 10.0;
+
+/// A bootstrap 90% range wider than this factor (its 95th percentile over its 5th): the
+/// measurements do not determine the parameter.
+pub const UNDETERMINED_SPREAD: f64 = 2.0;
+
+/// Whether a parameter's bootstrap 5th–95th percentiles (`[lo, hi]`, factors) span more
+/// than [`UNDETERMINED_SPREAD`].
+pub fn undetermined([lo, hi]: [f64; 2]) -> bool {
+    lo > 0.0 && hi / lo > UNDETERMINED_SPREAD
 }
 
 impl Calibration {
@@ -301,6 +357,55 @@ impl Calibration {
     /// The factors fitted.
     pub fn factors(&self) -> Vec<f64> {
         self.parameters.iter().map(|p| p.factor).collect()
+    }
+
+    /// What a user of the calibration must know before trusting it, from the errors and
+    /// spreads `archplace calibrate` recorded: that it does not help (left out of the fit,
+    /// measurements are predicted no better than by the uncalibrated model); that the
+    /// model cannot explain its measurements (fitted, they still miss by more than
+    /// [`UNEXPLAINED_PERCENT`] on average; the worst named); each parameter the
+    /// measurements do not determine ([`undetermined`]). Empty for a file without them.
+    pub fn verdicts(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(e) = self.errors {
+            let (l, u) = (e.leave_one_out, e.uncalibrated);
+            if l.mean_percent >= u.mean_percent {
+                out.push(format!(
+                    "the calibration does not help: left out of the fit, its measurements are predicted within {:.1}% on average ({:.1}% at most), by the uncalibrated model within {:.1}% ({:.1}%); estimates with it are no better than without",
+                    l.mean_percent, l.max_percent, u.mean_percent, u.max_percent
+                ));
+            }
+            if e.in_sample.mean_percent > UNEXPLAINED_PERCENT {
+                let mut worst: Vec<&MeasurementResidual> = self.measurement.iter().collect();
+                worst.sort_by(|a, b| {
+                    b.in_sample_percent
+                        .abs()
+                        .total_cmp(&a.in_sample_percent.abs())
+                });
+                let named: Vec<String> = worst
+                    .iter()
+                    .take(3)
+                    .map(|m| format!("{} ({:+.1}%)", m.label, m.in_sample_percent))
+                    .collect();
+                out.push(format!(
+                    "the model cannot explain these measurements: fitted, they are still missed by {:.1}% on average (over {UNEXPLAINED_PERCENT}%){}{}",
+                    e.in_sample.mean_percent,
+                    if named.is_empty() { "" } else { "; the worst: " },
+                    named.join(", ")
+                ));
+            }
+        }
+        for s in self
+            .uncertainty
+            .iter()
+            .filter(|s| undetermined(s.factor_interval))
+        {
+            out.push(format!(
+                "{}: the measurements do not determine it (its bootstrap 90% range is {:.2}–{:.2} times the specs' value)",
+                s.parameter, s.factor_interval[0], s.factor_interval[1]
+            ));
+        }
+        out
     }
 }
 

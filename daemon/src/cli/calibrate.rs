@@ -50,6 +50,10 @@ pub fn run(args: &CalibrateArgs, plugins: &super::plugin::PluginArgs) -> Result<
     let text = file.to_toml().context("writing the calibration")?;
     archplace_util::atomic::write(&out, text.as_bytes())
         .with_context(|| format!("writing {}", out.display()))?;
+    // What the calibration's own errors say against it, as `estimate` will repeat it.
+    let verdicts = archplace_spec::calibration::Calibration::parse(&text)
+        .map_err(|e| anyhow::anyhow!("reading back the calibration written: {e}"))?
+        .verdicts();
     errln!(
         "calibrate: wrote {} ({:.1} s, {} evaluations)",
         out.display(),
@@ -57,9 +61,14 @@ pub fn run(args: &CalibrateArgs, plugins: &super::plugin::PluginArgs) -> Result<
         file.fit.evaluations
     );
     if args.json {
-        print_json(&summary(&file, &out))?;
+        let mut s = summary(&file, &out);
+        s["verdicts"] = serde_json::json!(verdicts);
+        print_json(&s)?;
     } else {
         outln!("{}", render(&file))?;
+        for v in &verdicts {
+            outln!("warning: {v}")?;
+        }
     }
     Ok(Exit::Success)
 }
