@@ -224,14 +224,55 @@ pub fn quantile_position(n: usize, q: f64) -> usize {
     ((q * n.saturating_sub(1) as f64).round() as usize).min(n.saturating_sub(1))
 }
 
+/// The model's own error, as a calibration measured it: for each of `n` draws, the log of
+/// what the truth is over what the model predicts. The calibration's leave-one-out
+/// residuals say how the fitted model misses a measurement it was not fitted on; their
+/// mean and spread, from few of them, give a Student-t prediction: a draw is
+/// `mean + sd·√(1 + 1/k)·T` with `T` of `k − 1` degrees of freedom (`k` residuals) — wider
+/// than the residuals themselves, as a handful of them must be to cover the next one. An
+/// interval with it is a prediction interval: where the step will be measured, not only
+/// where the model's parameters put it. Empty with fewer than two residuals.
+pub fn model_errors(calibration: &Calibration, n: usize) -> Vec<f64> {
+    let residuals: Vec<f64> = calibration
+        .measurement
+        .iter()
+        .map(|m| m.leave_one_out_percent)
+        .filter(|p| p.is_finite() && *p > -100.0)
+        .map(|p| -(1.0 + p / 100.0).ln())
+        .collect();
+    let k = residuals.len();
+    if k < 2 {
+        return Vec::new();
+    }
+    let mean = residuals.iter().sum::<f64>() / k as f64;
+    let sd = (residuals.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (k - 1) as f64).sqrt();
+    let scale = sd * (1.0 + 1.0 / k as f64).sqrt();
+    let freedom = k - 1;
+    let mut rng = SplitMix(SEED ^ 0x006d_6f64_656c);
+    let mut normal = move || {
+        // Box–Muller: one standard normal from two uniforms.
+        let (u, v) = (rng.unit().max(1e-300), rng.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    };
+    (0..n)
+        .map(|_| {
+            let z = normal();
+            let chi2: f64 = (0..freedom).map(|_| normal().powi(2)).sum();
+            mean + scale * z / (chi2 / freedom as f64).sqrt()
+        })
+        .collect()
+}
+
 /// The 5th–95th percentile interval of a positive `answer` under `draws` (each a full
 /// list of parameter values), linearised at `center` (the point estimate's values of the
-/// same parameters), whose answer is `at_center` when the caller has it: `None` when
-/// there are no draws or an exact evaluation fails.
+/// same parameters), whose answer is `at_center` when the caller has it, each draw's
+/// answer multiplied by `e^offset` when `offsets` gives one (the model's error,
+/// [`model_errors`]): `None` when there are no draws or an exact evaluation fails.
 pub fn propagate(
     center: &[(ParameterRef, f64)],
     at_center: Option<f64>,
     draws: &[Vec<(ParameterRef, f64)>],
+    offsets: &[f64],
     answer: &Answer<'_>,
 ) -> Option<Propagated> {
     if draws.is_empty() {
@@ -248,13 +289,19 @@ pub fn propagate(
     }
     let t0 = exact.first().copied().flatten().filter(|t| *t > 0.0)?;
     let linear = Linearised::new(center, &varying, t0, &exact[1..]);
-    let logs: Vec<f64> = draws.iter().map(|d| linear.log_at(d)).collect();
+    let offset = |k: usize| offsets.get(k).copied().unwrap_or(0.0);
+    let logs: Vec<f64> = draws
+        .iter()
+        .enumerate()
+        .map(|(k, d)| linear.log_at(d) + offset(k))
+        .collect();
     let mut order: Vec<usize> = (0..draws.len()).collect();
     order.sort_by(|&a, &b| logs[a].total_cmp(&logs[b]));
     let at = |q: f64| order[quantile_position(draws.len(), q)];
-    let ends = [draws[at(0.05)].clone(), draws[at(0.95)].clone()];
+    let (low, high) = (at(0.05), at(0.95));
+    let ends = [draws[low].clone(), draws[high].clone()];
     let ends = crate::parallel::map(&ends, |p| answer(p));
-    let (a, b) = (ends[0]?, ends[1]?);
+    let (a, b) = (ends[0]? * offset(low).exp(), ends[1]? * offset(high).exp());
     Some(Propagated {
         interval: Interval {
             lower: a.min(b),

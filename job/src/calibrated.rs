@@ -150,7 +150,9 @@ pub struct StepInterval {
     pub evaluations: usize,
     /// The interval's coverage: 0.9 (5th to 95th percentile).
     pub level: f64,
-    /// Where the uncertainty comes from: `calibration`, `ranges` or both.
+    /// Where the uncertainty comes from: `calibration` (its parameters' bootstrap),
+    /// `ranges` (the spec's), `model error` (the calibration's leave-one-out residuals,
+    /// [`interval::model_errors`]).
     pub from: Vec<&'static str>,
 }
 
@@ -176,7 +178,9 @@ pub fn step_interval(
             .ok()
             .map(|r| r.step_seconds)
     });
-    let Some(p) = interval::propagate(&center, Some(point.step_seconds), &draws, &seconds) else {
+    let errors = cal.map_or_else(Vec::new, |c| interval::model_errors(c, draws.len()));
+    let Some(p) = interval::propagate(&center, Some(point.step_seconds), &draws, &errors, &seconds)
+    else {
         return Ok(None);
     };
     // Tokens per step do not depend on the parameters: throughput is inverse to time.
@@ -190,7 +194,13 @@ pub fn step_interval(
         draws: p.draws,
         evaluations: p.evaluations,
         level: 0.9,
-        from: uncertain_from(spec, cal),
+        from: {
+            let mut from = uncertain_from(spec, cal);
+            if !errors.is_empty() {
+                from.push("model error");
+            }
+            from
+        },
     }))
 }
 
