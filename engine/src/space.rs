@@ -113,6 +113,8 @@ pub struct SpaceSpec {
     /// Plans use every device (`t × p × d` = the cluster's devices); `false` lets some
     /// stay idle.
     pub use_all_devices: bool,
+    /// What the search maximises over its models.
+    pub objective: Objective,
     /// The axis `pareto.svg` colours its points by (`None`: one colour).
     pub plot_colour_by: Option<ChipAxis>,
     /// Relative gap at which a layer schedule is accepted during the search.
@@ -129,10 +131,35 @@ fn pow2(lo_log: u32, hi_log: u32) -> Vec<u32> {
     (lo_log..=hi_log).map(|l| 1u32 << l).collect()
 }
 
+/// What a search maximises over its models (`[search] objective`): the mean of their
+/// throughputs in samples per second, or in tokens per second (each model's samples/s
+/// counted its sequence length times, so a long-sequence model weighs as its tokens do);
+/// either way each model counted its `[[models]] weight` times besides
+/// ([`crate::search::SearchInput::objective_weights`]).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    #[default]
+    SamplesPerSecond,
+    TokensPerSecond,
+}
+
+impl Objective {
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::SamplesPerSecond => "samples_per_second",
+            Objective::TokensPerSecond => "tokens_per_second",
+        }
+    }
+}
+
 impl Default for SpaceSpec {
     /// The reference space (`docs/reference.md` §1.2).
     fn default() -> Self {
         SpaceSpec {
+            objective: Default::default(),
             tensor_cores: pow2(0, 12),
             vector_cores: pow2(0, 12),
             width: pow2(1, 8),

@@ -87,9 +87,11 @@ fn model(name: &str, layers: u64) -> ModelConfig {
 
 fn input(models: Vec<ModelConfig>) -> SearchInput {
     SearchInput {
+        objective: Default::default(),
         models: models
             .into_iter()
             .map(|config| ModelInput {
+                weight: 1.0,
                 config,
                 baseline: None,
             })

@@ -524,7 +524,7 @@ pub fn render(input: &StepInput, latency_model: &str, r: &StepReport) -> String 
     }
     let _ = writeln!(
         o,
-        "\nmodel FLOPs {} per device{}; with recomputation {} per device\n  (model FLOPs count attention unmasked, its backward twice its forward, as Megatron-LM's MFU does, and a balanced routing; those with recomputation are what the kernels run)",
+        "\nmodel FLOPs {} per device{}; hardware FLOPs {} per device\n  (model FLOPs count attention unmasked, its backward twice its forward, as Megatron-LM's MFU does, and a balanced routing; hardware FLOPs are what the kernels run: recomputation counted, the half of attention a causal mask skips not, so they can be fewer)",
         rate(r.model_flops_per_second_per_device),
         utilisation_words(input, r),
         rate(r.hardware_flops_per_second_per_device),

@@ -43,10 +43,12 @@ impl Spec {
     /// The co-search's input.
     pub fn search_input(&self) -> SearchInput {
         SearchInput {
+            objective: self.space.objective,
             models: self
                 .models
                 .iter()
                 .map(|m| ModelInput {
+                    weight: m.weight,
                     config: m.config.clone(),
                     baseline: m.baseline,
                 })

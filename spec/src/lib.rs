@@ -70,6 +70,8 @@ pub fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
 pub struct ModelSpec {
     pub config: ModelConfig,
     pub baseline: Option<Baseline>,
+    /// How many times it counts in the search's objective (`weight`, default 1).
+    pub weight: f64,
 }
 
 /// Which cost models to use and their parameters (values as written in the spec; each

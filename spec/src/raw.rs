@@ -390,6 +390,9 @@ pub struct RawModel {
     pub mtp_depth: Option<u64>,
     /// A fixed parallelisation to compare the search's best plan against.
     pub baseline: Option<RawBaseline>,
+    /// How many times the model counts in the search's objective (default 1): with
+    /// several models the search maximises the weighted mean of their throughputs.
+    pub weight: Option<f64>,
 }
 
 /// The keys of a model table (for suggestions).
@@ -706,6 +709,10 @@ pub struct RawSearch {
     /// devices` (default true); false lets a plan leave devices idle, and says how many it
     /// uses.
     pub use_all_devices: Option<bool>,
+    /// What the search maximises over the models: "samples_per_second" (default: the mean
+    /// of the models' samples/s) or "tokens_per_second" (of their tokens/s, so a model of
+    /// long sequences weighs as its tokens do); each model counted its `weight` times.
+    pub objective: Option<archplace_engine::space::Objective>,
     /// Colour the points of `pareto.svg` by this axis of the space: "tensor_cores",
     /// "vector_cores", "width", "depth", "vector_width" or "buffer" (default: one colour).
     pub plot_colour_by: Option<archplace_engine::space::ChipAxis>,

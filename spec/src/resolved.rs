@@ -219,6 +219,9 @@ fn model(m: &ModelSpec) -> Value {
             t.insert("classes".into(), int(classes));
         }
     }
+    if m.weight != 1.0 {
+        t.insert("weight".into(), Value::Float(m.weight));
+    }
     if let Some(b) = m.baseline {
         let mut bt = Table::new();
         bt.insert("pipeline".into(), int(b.pipeline));
@@ -421,6 +424,7 @@ fn search(s: &SpaceSpec) -> Table {
     );
     if s.strategy == Strategy::Proven {
         t.insert("strategy".into(), Value::String(s.strategy.name().into()));
+        t.insert("objective".into(), Value::String(s.objective.name().into()));
     }
     t.insert("use_all_devices".into(), Value::Boolean(s.use_all_devices));
     if let Some(axis) = s.plot_colour_by {

@@ -23,8 +23,9 @@ pub struct EstimateArgs {
     #[arg(long)]
     pub json: bool,
     /// Schedule layers as the search does (a MIP when the list schedule is not within the
-    /// spec's schedule_gap; bounded by its wall-clock limit, so the result may vary with
-    /// load). Default: the list schedule, deterministic, its gap reported.
+    /// spec's schedule_gap, bounded by a node limit: the same spec gives the same answer,
+    /// unless the wall-clock limit behind it, a safety net, fires on a loaded machine).
+    /// Default: the list schedule, its gap reported.
     #[arg(long)]
     pub mip: bool,
     /// A calibration file (made by `archplace calibrate`) to apply, instead of the spec's

@@ -23,8 +23,9 @@
 //! schedule the search solves is one of the instance's schedules). The bound of a model is
 //! the largest over the layer graphs the search builds for it (every micro-batch, width,
 //! precision, context-parallel size, expert-parallel width, domain); a candidate's score is,
-//! at its best HBM size and domain, the mean over models of their throughputs, so the mean
-//! of the models' bounds bounds it. Memory is ignored: a plan that does not fit has no
+//! at its best HBM size and domain, the mean over models of their throughputs, each times
+//! its objective weight ([`crate::search::SearchInput::objective_weights`]), so the same
+//! weighted mean of the models' bounds bounds it. Memory is ignored: a plan that does not fit has no
 //! throughput, which the bound does not undercut.
 //!
 //! With the step model (the Megatron-LM memory model), each plan shape also bounds its
@@ -79,6 +80,7 @@ impl Ctx<'_> {
         let devices = self.input.cluster.devices as f64;
         let batch = self.input.training.global_batch as f64;
         let floors = self.floors.get_or_init(|| self.plan_floors(c));
+        let weights = self.input.objective_weights();
         let mut sum = 0.0;
         for (m, graphs) in self.graphs.iter().enumerate() {
             let mut keys: Vec<_> = graphs.keys().collect();
@@ -110,7 +112,7 @@ impl Ctx<'_> {
             if self.input.training.memory_model != MemoryModel::Reference {
                 model = model.min(shaped);
             }
-            sum += model;
+            sum += weights.get(m).copied().unwrap_or(1.0) * model;
         }
         Ok(sum / self.graphs.len().max(1) as f64)
     }

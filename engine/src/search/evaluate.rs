@@ -894,12 +894,13 @@ impl Ctx<'_> {
         domain: usize,
     ) -> Result<Choice<'p>, String> {
         let global_batch = self.input.training.global_batch as f64;
+        let weights = self.input.objective_weights();
         let mut best: Option<Choice> = None;
         let mut why_not = String::new();
         for h in 0..self.input.cluster.hbm_bytes.len() {
             let mut chosen = Vec::new();
             let mut sum = 0.0;
-            for m in 0..self.graphs.len() {
+            for (m, weight) in weights.iter().enumerate() {
                 let pick = runs
                     .iter()
                     .zip(plans)
@@ -910,7 +911,7 @@ impl Ctx<'_> {
                     .min_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds).then(a.0.cmp(&b.0)));
                 match pick {
                     Some(p) => {
-                        sum += global_batch / p.1.seconds;
+                        sum += weight * global_batch / p.1.seconds;
                         chosen.push(p);
                     }
                     None => {

@@ -32,7 +32,9 @@ fn tiny_model() -> ModelConfig {
 
 fn tiny() -> (SearchInput, Space) {
     let input = SearchInput {
+        objective: Default::default(),
         models: vec![ModelInput {
+            weight: 1.0,
             config: tiny_model(),
             baseline: Some(Baseline {
                 pipeline: 2,
@@ -237,6 +239,64 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
             best
         })
         .collect()
+}
+
+/// The objective: two models (the tiny one and itself at four times the sequence), each
+/// candidate's score the mean of weight × samples/s with the weights averaging 1 — equal
+/// by default, `[[models]] weight`s as given, and with the tokens objective each model's
+/// weight times its sequence length — and the proven bound still above every score.
+#[test]
+fn the_objective_weighs_the_models() {
+    let (mut input, space) = tiny();
+    let long = crate::model::ModelConfig {
+        name: "tiny-long".into(),
+        seq_len: 512,
+        max_positions: 512,
+        ..tiny_model()
+    };
+    input.models.push(ModelInput {
+        config: long,
+        baseline: None,
+        weight: 1.0,
+    });
+    assert_eq!(input.objective_weights(), vec![1.0, 1.0]);
+    input.models[1].weight = 3.0;
+    assert_eq!(input.objective_weights(), vec![0.5, 1.5]);
+    input.objective = crate::space::Objective::TokensPerSecond;
+    let w = input.objective_weights();
+    let raw = [128.0, 3.0 * 512.0];
+    for (got, r) in w.iter().zip(raw) {
+        assert!((got - 2.0 * r / (raw[0] + raw[1])).abs() < 1e-12, "{w:?}");
+    }
+    let outcome = whole(&input, &space);
+    let reference = ReferenceModel::default();
+    let ctx = Ctx::new(&input, &reference, &());
+    let mut scored = 0;
+    for e in &outcome.explored {
+        let Some(score) = e.mean_throughput_samples_per_second else {
+            continue;
+        };
+        let bound = ctx.bound(&e.config).unwrap();
+        assert!(score <= bound * (1.0 + BOUND_SLACK), "{score} {bound}");
+        let want = e
+            .plans
+            .iter()
+            .zip(&w)
+            .map(|(p, w)| w * p.throughput_samples_per_second)
+            .sum::<f64>()
+            / 2.0;
+        assert!((score - want).abs() <= 1e-9 * want, "{score} {want}");
+        scored += 1;
+    }
+    assert!(scored > 0);
+    // Weighted the other way, the same chips score otherwise.
+    input.objective = crate::space::Objective::SamplesPerSecond;
+    input.models[1].weight = 1.0;
+    let plain = whole(&input, &space);
+    assert_ne!(
+        plain.best.unwrap().mean_throughput_samples_per_second,
+        outcome.best.unwrap().mean_throughput_samples_per_second
+    );
 }
 
 /// Of two candidates that tie, the smaller chip wins wherever it is visited; a faster one
@@ -1233,7 +1293,9 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
         vec![1]
     };
     let mut input = SearchInput {
+        objective: Default::default(),
         models: vec![ModelInput {
+            weight: 1.0,
             config: config.clone(),
             baseline: None,
         }],

@@ -296,9 +296,18 @@ fn model(
         .as_ref()
         .filter(|_| fine(ctx, path, &["layers"]) && fine(ctx, path, &WIDTH_FIELDS))
         .and_then(|bl| check_baseline(bl, &cfg, cluster, &path.key("baseline"), ctx));
+    let weight = m.weight.unwrap_or(1.0);
+    if !(weight.is_finite() && weight > 0.0 && weight <= 1e6) {
+        ctx.error(
+            &path.key("weight"),
+            format!("weight {weight} cannot weigh a model in the objective"),
+            Some("give a positive number up to 1,000,000 (how many times the model counts)".into()),
+        );
+    }
     Some(ModelSpec {
         config: cfg,
         baseline,
+        weight,
     })
 }
 

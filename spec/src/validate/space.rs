@@ -145,6 +145,7 @@ pub(super) fn space(s: &RawSearch, ctx: &mut Ctx<'_>) -> Option<SpaceSpec> {
         return None;
     }
     Some(SpaceSpec {
+        objective: s.objective.unwrap_or_default(),
         tensor_cores,
         vector_cores,
         width,
