@@ -122,6 +122,28 @@ fn specs_dropped_are_searched_once_and_invalid_ones_get_located_errors() {
     );
     assert!(http_get(&url, "/readyz").contains("200 OK"));
     assert!(http_get(&url, "/livez").contains("200 OK"));
+    // The operator's view: every job with its state and result folder, one by its hash, a
+    // hash it does not know answered 404 (docs/runbook.md's `curl -s localhost:9464/jobs`).
+    let body = |answer: String| -> serde_json::Value {
+        let (_, body) = answer.split_once("\r\n\r\n").expect("a body");
+        serde_json::from_str(body).expect("JSON")
+    };
+    let listed = body(http_get(&url, "/jobs"));
+    let all = listed["jobs"].as_array().expect("a list of jobs");
+    assert_eq!(all.len(), 3, "{listed}");
+    let tiny = all
+        .iter()
+        .find(|j| j["name"] == "e2e-tiny")
+        .expect("e2e-tiny");
+    assert_eq!(tiny["state"], "done");
+    assert!(tiny["result_dir"].as_str().is_some_and(|d| !d.is_empty()));
+    let hash = tiny["hash"].as_str().unwrap();
+    let one = body(http_get(&url, &format!("/jobs/{hash}")));
+    assert_eq!(
+        (&one["name"], &one["state"]),
+        (&tiny["name"], &tiny["state"])
+    );
+    assert!(http_request(&url, "GET", "/jobs/0123").0.contains("404"));
 
     // The same content again, under another name: no second search.
     drop_spec(dir, "tiny-again.toml", TINY);
@@ -204,6 +226,12 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
     d.signal("-TERM");
     let (code, _) = d.wait(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", d.log());
+    // The record says how far it got: the journal's candidates.
+    let held = archplace_job::journal::candidates(&result_dirs(dir, "e2e-medium")[0]);
+    assert_eq!(
+        job_named(&jobs(dir), "e2e-medium").unwrap()["journal_candidates"],
+        held
+    );
     let d = Daemon::start(dir);
     d.wait_state("e2e-medium", "done", 300);
     let j = jobs(dir);

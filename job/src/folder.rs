@@ -188,8 +188,16 @@ pub struct Status<'a> {
     pub candidates_evaluated: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidates_total: Option<usize>,
+    /// The area bucket the search is in (buckets are `[search] area_bucket` wide, the
+    /// largest chips first) and the smallest chip area it holds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub area_bucket: Option<u64>,
+    pub area_bucket_index: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub area_bucket_floor_mm2: Option<f64>,
+    /// The time left if the remaining candidates take as long as those so far (an upper
+    /// bound for a converging or proven search, which stops before the last).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best_throughput_samples_per_second: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -205,7 +213,11 @@ impl Status<'_> {
     pub fn with_progress(mut self, p: Option<&Progress>) -> Self {
         self.candidates_evaluated = p.map(|p| p.evaluated);
         self.candidates_total = p.map(|p| p.total);
-        self.area_bucket = p.map(|p| p.bucket);
+        self.area_bucket_index = p.map(|p| p.bucket);
+        self.area_bucket_floor_mm2 = p.map(|p| p.bucket_area_um2 / 1e6);
+        self.eta_seconds = p.filter(|p| p.evaluated > 0).map(|p| {
+            self.elapsed_seconds * p.total.saturating_sub(p.evaluated) as f64 / p.evaluated as f64
+        });
         self.best_throughput_samples_per_second =
             p.and_then(|p| p.best_throughput_samples_per_second);
         self.best_area_mm2 = p.and_then(|p| p.best_area_um2).map(|a| a / 1e6);

@@ -1,4 +1,5 @@
-//! The daemon's HTTP endpoint: `/metrics` (Prometheus text format), `/livez`, `/readyz`.
+//! The daemon's HTTP endpoint: `/metrics` (Prometheus text format), `/livez`, `/readyz`,
+//! `/jobs` and `/jobs/<hash>` (JSON: every job, or one, with a running search's progress).
 //! Loopback by default; `127.0.0.1:0` takes a free port (the log says which).
 //!
 //! On tokio and hyper, on a thread of its own, with the limits a listener open to
@@ -76,11 +77,48 @@ impl Conns {
     }
 }
 
+/// The JSON of every job (`None`) or of the job with a hash, `None` when there is none;
+/// set once the daemon's state exists (until then `/jobs` lists none).
+pub type Jobs =
+    Arc<std::sync::OnceLock<Box<dyn Fn(Option<&str>) -> Option<Vec<u8>> + Send + Sync>>>;
+
+/// What the endpoint answers from.
+pub struct Sources {
+    pub metrics: Arc<Metrics>,
+    pub ready: Arc<AtomicBool>,
+    pub stop: Arc<AtomicBool>,
+    pub jobs: Jobs,
+}
+
 /// What the endpoint answers from.
 struct Endpoint {
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    jobs: Jobs,
+}
+
+impl Endpoint {
+    /// `/jobs` (every job) or `/jobs/<hash>`.
+    fn jobs(&self, path: &str) -> (StatusCode, Vec<u8>, &'static str) {
+        let hash = path
+            .strip_prefix("/jobs")
+            .map(|rest| rest.trim_start_matches('/'))
+            .filter(|h| !h.is_empty());
+        let found = match self.jobs.get() {
+            Some(view) => view(hash),
+            None if hash.is_none() => Some(b"{\n  \"jobs\": []\n}\n".to_vec()),
+            None => None,
+        };
+        match found {
+            Some(body) => (StatusCode::OK, body, "application/json"),
+            None => (
+                StatusCode::NOT_FOUND,
+                b"no such job; /jobs lists them\n".to_vec(),
+                "text/plain",
+            ),
+        }
+    }
 }
 
 impl Endpoint {
@@ -97,6 +135,7 @@ impl Endpoint {
                 "text/plain; version=0.0.4",
             ),
             "/livez" => (StatusCode::OK, b"ok\n".to_vec(), "text/plain"),
+            path if path == "/jobs" || path.starts_with("/jobs/") => self.jobs(path),
             "/readyz"
                 if self.ready.load(Ordering::Relaxed) && !self.stop.load(Ordering::Relaxed) =>
             {
@@ -109,7 +148,7 @@ impl Endpoint {
             ),
             _ => (
                 StatusCode::NOT_FOUND,
-                b"not found; try /metrics, /livez or /readyz\n".to_vec(),
+                b"not found; try /metrics, /jobs, /livez or /readyz\n".to_vec(),
                 "text/plain",
             ),
         };
@@ -126,12 +165,13 @@ impl Endpoint {
 }
 
 /// Serves until `stop` is set. Returns the bound address.
-pub fn serve(
-    listen: &str,
-    metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-) -> Result<std::net::SocketAddr, String> {
+pub fn serve(listen: &str, sources: Sources) -> Result<std::net::SocketAddr, String> {
+    let Sources {
+        metrics,
+        ready,
+        stop,
+        jobs,
+    } = sources;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -147,6 +187,7 @@ pub fn serve(
         metrics,
         ready,
         stop: stop.clone(),
+        jobs,
     });
     std::thread::Builder::new()
         .name("archplace-http".into())

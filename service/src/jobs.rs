@@ -60,8 +60,9 @@ pub struct Job {
     /// counts.
     #[serde(default)]
     pub interrupted: u32,
-    /// The candidates the search's journal held when it last started: a restart that
-    /// finds more knows the interrupted search made progress.
+    /// The candidates the search's journal held when it last started, or when a shutdown
+    /// interrupted it: a restart that finds more in a search it finds `running` (killed,
+    /// not stopped) knows it made progress.
     #[serde(default)]
     pub journal_candidates: u64,
     /// Why it failed or was cancelled.

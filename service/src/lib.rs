@@ -31,6 +31,8 @@ pub mod http;
 
 mod state;
 
+mod jobs_view;
+
 mod intake;
 
 mod worker;
@@ -88,11 +90,16 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     }
     let ready = Arc::new(AtomicBool::new(false));
     let http_stop = Arc::new(AtomicBool::new(false));
+    // `/jobs` answers from the shared state, made below: until then it has no jobs.
+    let jobs: http::Jobs = Arc::new(std::sync::OnceLock::new());
     let addr = http::serve(
         &start.listen,
-        metrics.clone(),
-        ready.clone(),
-        http_stop.clone(),
+        http::Sources {
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+            stop: http_stop.clone(),
+            jobs: jobs.clone(),
+        },
     )
     .map_err(ServiceError::Http)?;
     tracing::info!(
@@ -121,6 +128,8 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         None => None,
     };
     let shared = Arc::new(Shared::new(start, state, host, metrics, shutdown, pool));
+    let weak = Arc::downgrade(&shared);
+    let _ = jobs.set(Box::new(move |hash| jobs_view::json(&weak, hash)));
     // The pool's worker: evaluates items of every daemon's searches (this one's included).
     let pool_worker = match &shared.pool {
         Some(pool) if shared.start.pool.work => {
@@ -286,7 +295,9 @@ fn given_up(job: &jobs::Job) {
         file: job.file.display().to_string(),
         candidates_evaluated: None,
         candidates_total: None,
-        area_bucket: None,
+        area_bucket_index: None,
+        area_bucket_floor_mm2: None,
+        eta_seconds: None,
         best_throughput_samples_per_second: None,
         best_area_mm2: None,
         pool: None,

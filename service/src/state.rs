@@ -33,11 +33,13 @@ pub struct Running {
     pub reason: Option<String>,
 }
 
-/// A running search's progress, for systemd's STATUS line.
+/// A running search's progress, for systemd's STATUS line and `/jobs`.
 pub struct Progress {
     pub name: String,
     pub evaluated: usize,
     pub total: usize,
+    /// When the search started (for `/jobs`' elapsed time and estimate of what is left).
+    pub started: std::time::Instant,
 }
 
 /// What changes while the daemon runs.

@@ -105,7 +105,20 @@ pub fn run(s: &Shared) {
         } else {
             message
         };
-        s.state().store.set(&job.hash, state, message);
+        // Interrupted by the shutdown: the record says how far the search got (the
+        // journal's candidates, which the next start resumes from).
+        let journal = (state == JobState::Queued)
+            .then(|| s.state().store.get(&job.hash).map(|j| j.result_dir.clone()))
+            .flatten()
+            .map(|dir| archplace_job::journal::candidates(&dir));
+        let mut st = s.state();
+        st.store.set(&job.hash, state, message);
+        if let Some(n) = journal
+            && let Some(mut j) = st.store.get(&job.hash).cloned()
+        {
+            j.journal_candidates = n;
+            st.store.put(j);
+        }
     }
 }
 
@@ -211,7 +224,9 @@ impl StatusWriter<'_> {
             file: self.current_file().display().to_string(),
             candidates_evaluated: None,
             candidates_total: None,
-            area_bucket: None,
+            area_bucket_index: None,
+            area_bucket_floor_mm2: None,
+            eta_seconds: None,
             best_throughput_samples_per_second: None,
             best_area_mm2: None,
             pool: self.pooled.and_then(Distributor::status),
@@ -258,6 +273,7 @@ impl Observer for StatusWriter<'_> {
                 name: self.job.name.clone(),
                 evaluated: p.evaluated,
                 total: p.total,
+                started: self.started,
             },
         );
         if self.due() {
