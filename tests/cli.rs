@@ -1611,6 +1611,17 @@ fn validate_reports_every_planted_spec_mistake_in_one_run() {
     assert_reports_planted_mistakes(&[], &spec);
 }
 
+/// An estimate spec with fifteen mistakes, among them a misspelt key and a value of the
+/// wrong kind in its model: every one reported in one run — the [plan]'s widths, stages,
+/// expert and context parallelism against the model's shape too — each at its line, with
+/// the nearest valid word where a word was misspelt.
+#[test]
+fn validate_reports_every_planted_plan_mistake_in_one_run() {
+    let _gate = crate::util::shared();
+    let spec = root().join("tests/fixtures/spec/plan-mistakes.toml");
+    assert_reports_planted_mistakes(&[], &spec);
+}
+
 /// The same for a daemon config with a mistake of every kind: values that cannot be read
 /// (unknown keys with a did-you-mean, wrong types) and the rules between the values that
 /// could, with snippets, in one run.

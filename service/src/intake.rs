@@ -336,7 +336,11 @@ pub fn submit(s: &Shared, path: &Path, hash: &str, bytes: Vec<u8>) -> bool {
     }
     match existing.as_ref().map(|j| j.state) {
         Some(st) if st.is_final() => {
-            tracing::info!(file = %path.display(), hash, state = st.name(), "already searched; not searching the same content again");
+            if st == JobState::Invalid {
+                tracing::info!(file = %path.display(), hash, state = st.name(), "the same content was found invalid before (its error.json says why); not checked again");
+            } else {
+                tracing::info!(file = %path.display(), hash, state = st.name(), "already searched; not searching the same content again");
+            }
             // The metrics take their own lock: the state's is let go first.
             drop(state);
             if let Some(job) = &existing

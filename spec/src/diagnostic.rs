@@ -68,15 +68,22 @@ pub struct Diagnostic {
     pub span: Option<Range<usize>>,
 }
 
-/// One line: `FILE:LINE:COLUMN: MESSAGE (HELP)` — for a log field or an error chain, where
+/// One line: `FILE:LINE:COLUMN: MESSAGE (HELP)` (`FILE: MESSAGE (HELP)` for a problem with
+/// no place in the file) — for a log field or an error chain, where
 /// [`Diagnostic::render`]'s snippet does not fit.
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file, self.line, self.column, self.message
-        )?;
+        // A problem with no place in the file (it cannot be read, it is too large) is the
+        // file's, not at a made-up line 0.
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)?;
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file, self.line, self.column, self.message
+            )?;
+        }
         if let Some(h) = &self.help {
             write!(f, " ({h})")?;
         }

@@ -873,12 +873,34 @@ impl<'a> Ctx<'a> {
             let (message, help, span) = match explain_unknown_field(&message, &field, self.doc) {
                 Some(explained) => explained,
                 None => {
-                    let (message, help) = explain_type_error(&message, &field);
+                    let (message, mut help) = explain_type_error(&message, &field);
+                    // A string that is not one of the choices the message quotes: the
+                    // nearest of them (`"ful"` → `"full"`).
+                    if help.is_none()
+                        && let Some(sub) = value_at(&value, &now)
+                        && let Some(found) = sub.get_ref().as_str()
+                    {
+                        let choices: Vec<&str> = message
+                            .split('"')
+                            .skip(1)
+                            .step_by(2)
+                            .filter(|c| *c != found)
+                            .collect();
+                        help = did_you_mean(found, choices.iter().copied())
+                            .map(|near| format!("did you mean `{near}`?"));
+                    }
                     (message, help, inner.span())
                 }
             };
             self.push(span, field.clone(), message, help);
-            self.unreadable.push(field.clone());
+            // An unknown key is reported and taken out; the table it was in reads as it
+            // is without it (its other values stand, what the key meant to set has its
+            // default), so the rules relating that table to others still run: one
+            // misspelt key must not silence every check of a model or a plan.
+            let is_unknown = unknown.is_some();
+            if !is_unknown {
+                self.unreadable.push(field.clone());
+            }
             // Take the offending part out and try again.
             let mut target = now.clone();
             let mut target_field = field.clone();
@@ -893,7 +915,9 @@ impl<'a> Ctx<'a> {
             if !take_out(value.get_mut(), &target) {
                 break;
             }
-            self.unreadable.push(target_field.clone());
+            if !is_unknown {
+                self.unreadable.push(target_field.clone());
+            }
             if let (Some(Seg::Index(_)), Some(Seg::Index(o))) =
                 (target.last(), target_field.0.last())
             {
@@ -1219,6 +1243,21 @@ fn explain_type_error(message: &str, field: &FieldPath) -> (String, Option<Strin
             .then(|| "write the number without quotes".to_string());
         return (format!("`{key}` must be {wanted}, not {found}"), help);
     }
+    // "unknown variant `prove`, expected one of `converge`, `exhaustive`, `proven`"
+    if let Some(rest) = message.strip_prefix("unknown variant `")
+        && let Some((found, expected)) = rest.split_once("`, expected ")
+    {
+        let variants: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        let help = did_you_mean(found, variants.iter().copied())
+            .map(|near| format!("did you mean `{near}`?"));
+        return (
+            format!(
+                "`{key}` cannot be `{found}`: it is one of {}",
+                quoted(&variants)
+            ),
+            help,
+        );
+    }
     // "invalid value: integer `-4`, expected u64"
     if let Some(rest) = message.strip_prefix("invalid value: ") {
         let (found, expected) = rest.split_once(", expected ").unwrap_or((rest, ""));
@@ -1231,6 +1270,15 @@ fn explain_type_error(message: &str, field: &FieldPath) -> (String, Option<Strin
         }
     }
     (message.to_string(), None)
+}
+
+/// `` `a`, `b` or `c` ``.
+fn quoted(words: &[&str]) -> String {
+    let q: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
+    match q.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => q.join(""),
+    }
 }
 
 /// The unit of the quantity `key` names, if it names one.

@@ -69,17 +69,7 @@ pub(super) fn estimate(
     }
     one_network(ctx, cluster);
     let mut plan = plan_of(p, training);
-    if p.recompute_modules.is_some() {
-        plan.recompute_modules = super::rules::recompute_modules(
-            ctx,
-            &pp.key("recompute_modules"),
-            p.recompute_modules.as_deref(),
-            (
-                plan.recomputation == Recomputation::Selective,
-                Some(plan.recomputation),
-            ),
-        );
-    }
+    plan_modules(ctx, &pp, p, &mut plan);
     precision_on_chip(ctx, &pp, (a, p), plan.precision);
     if p.fp8_param_gather.is_none() && plan.zero_stage() == 0 {
         // `[training]`'s applies to plans that shard the optimizer, as in a search.
@@ -93,9 +83,11 @@ pub(super) fn estimate(
         );
     }
     // The plan against each model that is fine (estimate itself takes one).
+    // The plan against each model whose shape is fine (estimate itself takes one): a
+    // mistake elsewhere in the model does not silence them.
     let fine: Vec<&Entry> = models
         .iter()
-        .filter(|e| ctx.fine(&root.key("models").index(e.index)))
+        .filter(|e| super::models::shape_fine(ctx, e))
         .collect();
     if let Some(first) = fine.first()
         && let Some(list) = stage_layers(ctx, &pp, p, first.spec.config.layers)
@@ -141,12 +133,15 @@ pub(super) fn estimate(
     ];
     if given.iter().all(Option::is_some) {
         // The rules between the plan, the cluster and the batch, once; those with the
-        // model, for each model that is fine.
+        // model, for each model whose shape is fine — a problem of a [plan] key that
+        // several models share reported once, for the first (a spec with several models is
+        // refused above).
+        let mut reported = Vec::new();
         if let Some(e) = models.first() {
-            plan_fits(ctx, &pp, &template, &e.spec, false);
+            plan_fits(ctx, &pp, &template, (&e.spec, false), &mut reported);
         }
         for e in &fine {
-            plan_fits(ctx, &pp, &template, &e.spec, true);
+            plan_fits(ctx, &pp, &template, (&e.spec, true), &mut reported);
         }
     }
     let (Some(buffer_bytes), Some(hbm_bytes), Some(peak)) = (chip.buffer, chip.hbm, chip.peak)
@@ -162,6 +157,19 @@ pub(super) fn estimate(
         peak_flops_per_second: peak,
         plan: template.plan,
     }))
+}
+
+/// `[plan] recompute_modules`, which needs the plan's recomputation to be selective.
+fn plan_modules(ctx: &mut Ctx<'_>, pp: &FieldPath, p: &RawPlan, plan: &mut StepPlan) {
+    if p.recompute_modules.is_some() {
+        let selective = plan.recomputation == Recomputation::Selective;
+        plan.recompute_modules = super::rules::recompute_modules(
+            ctx,
+            &pp.key("recompute_modules"),
+            p.recompute_modules.as_deref(),
+            (selective, Some(plan.recomputation)),
+        );
+    }
 }
 
 /// An estimate prices one plan on one network: a list of scale-up domain sizes is a
@@ -673,8 +681,8 @@ fn plan_fits(
     ctx: &mut Ctx<'_>,
     pp: &FieldPath,
     input: &StepInput,
-    m: &ModelSpec,
-    with_model: bool,
+    (m, with_model): (&ModelSpec, bool),
+    reported: &mut Vec<(FieldPath, std::mem::Discriminant<StepError>)>,
 ) {
     let input = StepInput {
         model: m.config.clone(),
@@ -783,9 +791,14 @@ fn plan_fits(
                 | StepError::ContextParallelAttention { .. }
                 | StepError::ContextAllToAll { .. }
         );
-        if of_model != with_model || !ctx.fine(&at) || !ctx.all_fine(&related) {
+        if of_model != with_model
+            || !ctx.fine(&at)
+            || !ctx.all_fine(&related)
+            || reported.contains(&(at.clone(), std::mem::discriminant(&e)))
+        {
             continue;
         }
+        reported.push((at.clone(), std::mem::discriminant(&e)));
         let message = if of_model {
             format!("{}: {e}", m.config.name)
         } else {

@@ -260,6 +260,39 @@ fn fine(ctx: &Ctx<'_>, path: &FieldPath, keys: &[&str]) -> bool {
     keys.iter().all(|k| ctx.fine(&path.key(k)))
 }
 
+/// The keys of a `[[models]]` entry that a plan's rules depend on (its shape: widths,
+/// blocks, sequence, experts, attention): a mistake in another key (its `name`, `dropout`,
+/// a misspelt key) leaves them to run.
+const SHAPE_FIELDS: [&str; 17] = [
+    "preset",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "ffn",
+    "vocab",
+    "seq_len",
+    "max_tensor_parallel",
+    "attention",
+    "experts",
+    "experts_per_token",
+    "expert_ffn",
+    "shared_experts",
+    "dense_layers",
+    "mtp_depth",
+];
+
+/// Whether the shape of `entry` (the keys [`SHAPE_FIELDS`] names) is fine: the rules that
+/// relate a plan to the model may use it.
+pub(super) fn shape_fine(ctx: &Ctx<'_>, entry: &Entry) -> bool {
+    fine(
+        ctx,
+        &FieldPath::root().key("models").index(entry.index),
+        &SHAPE_FIELDS,
+    )
+}
+
 /// One `[[models]]` entry: its preset (or explicit shape), the overrides merged in, then
 /// each group of rules, each over the fields it relates that are fine; `None` when its
 /// shape is unknown (an unknown preset, or hyper-parameters missing).
