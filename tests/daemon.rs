@@ -193,6 +193,35 @@ fn editing_or_deleting_a_running_spec_cancels_its_search() {
     d.wait_state("slow-two", "cancelled", 60);
 }
 
+/// Two daemons on one state folder would search the same jobs and overwrite each other's
+/// records: the second refuses to start, naming the first's PID (from the folder's
+/// `daemon.lock`, which the first holds locked), and the first runs on.
+#[test]
+fn a_second_daemon_on_the_same_state_folder_is_refused() {
+    let _gate = crate::util::shared();
+    let tmp = folder();
+    let dir = tmp.path();
+    let mut first = Daemon::start(dir);
+    let addr = first.metrics_addr();
+    let pid = std::fs::read_to_string(dir.join(".archplace-state/daemon.lock")).unwrap();
+    let pid = pid.trim().to_string();
+    assert!(pid.parse::<u32>().is_ok(), "{pid:?}");
+    let mut second = Daemon::start(dir);
+    let (code, _) = second.wait(Duration::from_secs(30));
+    assert!(code.is_some_and(|c| c != 0), "{code:?}\n{}", first.log());
+    assert!(
+        first.log().contains(&format!(
+            "another archplace daemon (PID {pid}) uses the state folder"
+        )),
+        "{}",
+        first.log()
+    );
+    assert!(http_get(&addr, "/livez").contains("200 OK"));
+    first.signal("-TERM");
+    let (code, _) = first.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", first.log());
+}
+
 #[test]
 fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
     let _gate = crate::util::shared();

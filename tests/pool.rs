@@ -105,6 +105,12 @@ fn a_pool_of_three_with_a_worker_killed_gives_the_single_machine_result() {
         redelivered >= 1.0,
         "the killed worker's item was redelivered"
     );
+    // And said so in the log of the worker that took it again, with the search's id.
+    let said = [a.log(), b.log()].iter().any(|l| {
+        l.lines()
+            .any(|line| line.contains("an item delivered again") && line.contains("search="))
+    });
+    assert!(said, "{}\n{}", a.log(), b.log());
     let pool = &result["work"]["pool"];
     assert_eq!(pool["items_answered"], pool["items_total"], "{pool}");
     assert_eq!(

@@ -160,7 +160,8 @@ fn handle(pool: &Arc<Pool>, cx: &WorkerContext, held: &mut Held, message: jetstr
     let m = &pool.metrics;
     m.items_pulled.inc();
     hold_item();
-    if message.info().is_ok_and(|i| i.delivered > 1) {
+    let delivered = message.info().map_or(1, |i| i.delivered);
+    if delivered > 1 {
         m.items_redelivered.inc();
     }
     let item: Item = match serde_json::from_slice(&message.payload) {
@@ -173,6 +174,14 @@ fn handle(pool: &Arc<Pool>, cx: &WorkerContext, held: &mut Held, message: jetstr
     };
     let span = tracing::info_span!("item", search = %&item.search[..item.search.len().min(12)], item = item.item);
     let _enter = span.enter();
+    if delivered > 1 {
+        // Its earlier taker did not answer within the ack wait: a worker lost (killed,
+        // stalled, cut off) — said here, with the search's id, and not only counted.
+        tracing::warn!(
+            delivered,
+            "an item delivered again: the worker that took it before did not answer in time (lost, stalled or cut off)"
+        );
+    }
     let stop = || super::set(cx.shutdown);
     // A search that ended (converged, cancelled, failed) or that the bucket does not know:
     // its item is dropped.

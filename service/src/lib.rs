@@ -62,6 +62,11 @@ pub enum ServiceError {
     Http(String),
     #[error(transparent)]
     Pool(#[from] archplace_pool::PoolError),
+    #[error(
+        "another archplace daemon (PID {pid}) uses the state folder {}: two would search the same jobs and overwrite each other's records; stop it, or give this one its own state folder (--state-dir)",
+        path.display()
+    )]
+    StateInUse { path: PathBuf, pid: String },
 }
 
 /// Signals the daemon reacts to, as flags set by the binary's signal handlers.
@@ -82,6 +87,8 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
         load,
     } = signals;
     let (start, live) = config.split();
+    // Held until the daemon returns: the OS lets it go when the process ends, kill -9 too.
+    let _state_lock = lock_state(&start.state_dir)?;
     let store = prepare_folders(&start)?;
     let metrics = Arc::new(Metrics::new().map_err(|e| ServiceError::Http(e.to_string()))?);
     let host = Host::new(start.host_options())?.with_telemetry(metrics.clone());
@@ -188,6 +195,49 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
 /// temporaries of writes a kill -9 interrupted, and opens the job store, queueing again the
 /// jobs that were queued or running when the daemon stopped (the first scan finds their
 /// files, or cancels them if the files are gone).
+/// The state folder's lock (`<state_dir>/daemon.lock`, holding the daemon's PID), taken
+/// before anything in the folder is read or changed: a second daemon on the same state
+/// folder is refused, naming the first's PID.
+fn lock_state(dir: &Path) -> Result<std::fs::File, ServiceError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("daemon.lock");
+    let failed = |error| ServiceError::Folder {
+        path: path.clone(),
+        error,
+    };
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(failed)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(ServiceError::StateInUse {
+                path: dir.to_path_buf(),
+                pid: if pid.is_empty() {
+                    "unknown".into()
+                } else {
+                    pid.to_string()
+                },
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(failed(e)),
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .and_then(|()| file.flush())
+        .map_err(failed)?;
+    Ok(file)
+}
+
 fn prepare_folders(start: &StartSettings) -> Result<JobStore, ServiceError> {
     let folder_err = |path: &Path| {
         let path = path.to_path_buf();
