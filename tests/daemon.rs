@@ -255,12 +255,24 @@ fn sigterm_stops_a_search_within_10_s_and_a_restart_completes_it() {
     d.signal("-TERM");
     let (code, _) = d.wait(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", d.log());
-    // The record says how far it got: the journal's candidates.
-    let held = archplace_job::journal::candidates(&result_dirs(dir, "e2e-medium")[0]);
+    // The record says how far it got: the journal's candidates; its status file too, as
+    // the search last reported it (no estimate of the time left: it is not running).
+    let out = &result_dirs(dir, "e2e-medium")[0];
+    let held = archplace_job::journal::candidates(out);
     assert_eq!(
         job_named(&jobs(dir), "e2e-medium").unwrap()["journal_candidates"],
         held
     );
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["state"], "queued", "{status}");
+    if held > 0 {
+        assert!(
+            status["candidates_evaluated"].as_u64() >= Some(1)
+                && status.get("eta_seconds").is_none(),
+            "{status}"
+        );
+    }
     let d = Daemon::start(dir);
     d.wait_state("e2e-medium", "done", 300);
     let j = jobs(dir);

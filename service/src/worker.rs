@@ -176,6 +176,8 @@ struct StatusWriter<'a> {
     started: Instant,
     /// When `status.json` was last written while running.
     last_write: Lock<Option<Instant>>,
+    /// The last progress reported: what `status.json` keeps when the search is stopped.
+    last_progress: Lock<Option<archplace_engine::search::Progress>>,
     /// Where the daemon's STATUS line reads progress from, and the metrics.
     shared: &'a Shared,
     /// The metrics labels, which follow a rename of the spec while it is searched.
@@ -233,6 +235,11 @@ impl StatusWriter<'_> {
             elapsed_seconds: self.started.elapsed().as_secs_f64(),
         }
         .with_progress(p);
+        // How long is left says something only while it runs.
+        let status = Status {
+            eta_seconds: status.eta_seconds.filter(|_| state == "running"),
+            ..status
+        };
         if let Err(e) = folder::write_status(&self.dir, &status) {
             tracing::warn!(error = %e, "cannot write status.json");
         }
@@ -267,6 +274,7 @@ impl Observer for StatusWriter<'_> {
                 .fetch_max(p.estimate_cache_hits, Ordering::Relaxed),
         );
         self.shared.metrics.progress(&labels, p, counted);
+        *self.last_progress.lock() = Some(*p);
         self.shared.state().progress.insert(
             self.job.hash.clone(),
             Progress {
@@ -330,6 +338,7 @@ fn search(
         job: &named,
         started: Instant::now(),
         last_write: Lock::new("status.json time", None),
+        last_progress: Lock::new("status.json progress", None),
         shared: s,
         labels: Lock::new("metrics labels", labels.clone()),
         estimates_counted: AtomicU64::new(0),
@@ -390,7 +399,9 @@ fn search(
                 .running
                 .get(&job.hash)
                 .is_none_or(|r| r.reason.is_none());
-        status.write(if requeued { "queued" } else { "cancelled" }, None);
+        // Where it stopped stays in `status.json` (its journal resumes it from there).
+        let last = *status.last_progress.lock();
+        status.write(if requeued { "queued" } else { "cancelled" }, last.as_ref());
         return Outcome::Cancelled;
     }
     ended(&dir, q, &status, result)
