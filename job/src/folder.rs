@@ -177,6 +177,14 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The time a search has left if its remaining candidates take as long as the `evaluated`
+/// of `total` did in `elapsed_seconds` (an upper bound for a converging or proven search,
+/// which stops before the last); `None` before the first.
+pub fn eta_seconds(elapsed_seconds: f64, evaluated: usize, total: usize) -> Option<f64> {
+    (evaluated > 0)
+        .then(|| elapsed_seconds * total.saturating_sub(evaluated) as f64 / evaluated as f64)
+}
+
 /// `status.json`: where a search is, while it runs and after.
 #[derive(Debug, Serialize)]
 pub struct Status<'a> {
@@ -194,8 +202,7 @@ pub struct Status<'a> {
     pub area_bucket_index: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub area_bucket_floor_mm2: Option<f64>,
-    /// The time left if the remaining candidates take as long as those so far (an upper
-    /// bound for a converging or proven search, which stops before the last).
+    /// The time left while it runs ([`eta_seconds`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eta_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -215,9 +222,7 @@ impl Status<'_> {
         self.candidates_total = p.map(|p| p.total);
         self.area_bucket_index = p.map(|p| p.bucket);
         self.area_bucket_floor_mm2 = p.map(|p| p.bucket_area_um2 / 1e6);
-        self.eta_seconds = p.filter(|p| p.evaluated > 0).map(|p| {
-            self.elapsed_seconds * p.total.saturating_sub(p.evaluated) as f64 / p.evaluated as f64
-        });
+        self.eta_seconds = p.and_then(|p| eta_seconds(self.elapsed_seconds, p.evaluated, p.total));
         self.best_throughput_samples_per_second =
             p.and_then(|p| p.best_throughput_samples_per_second);
         self.best_area_mm2 = p.and_then(|p| p.best_area_um2).map(|a| a / 1e6);

@@ -90,15 +90,7 @@ pub struct Sources {
     pub jobs: Jobs,
 }
 
-/// What the endpoint answers from.
-struct Endpoint {
-    metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    jobs: Jobs,
-}
-
-impl Endpoint {
+impl Sources {
     /// `/jobs` (every job) or `/jobs/<hash>`.
     fn jobs(&self, path: &str) -> (StatusCode, Vec<u8>, &'static str) {
         let hash = path
@@ -119,9 +111,7 @@ impl Endpoint {
             ),
         }
     }
-}
 
-impl Endpoint {
     fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         let (status, body, kind): (StatusCode, Vec<u8>, &str) = match req.uri().path() {
             _ if req.method() != Method::GET && req.method() != Method::HEAD => (
@@ -166,12 +156,7 @@ impl Endpoint {
 
 /// Serves until `stop` is set. Returns the bound address.
 pub fn serve(listen: &str, sources: Sources) -> Result<std::net::SocketAddr, String> {
-    let Sources {
-        metrics,
-        ready,
-        stop,
-        jobs,
-    } = sources;
+    let stop = sources.stop.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -183,12 +168,7 @@ pub fn serve(listen: &str, sources: Sources) -> Result<std::net::SocketAddr, Str
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let endpoint = Arc::new(Endpoint {
-        metrics,
-        ready,
-        stop: stop.clone(),
-        jobs,
-    });
+    let endpoint = Arc::new(sources);
     std::thread::Builder::new()
         .name("archplace-http".into())
         .spawn(move || runtime.block_on(accept_loop(listener, endpoint, stop)))
@@ -198,7 +178,7 @@ pub fn serve(listen: &str, sources: Sources) -> Result<std::net::SocketAddr, Str
 
 async fn accept_loop(
     listener: tokio::net::TcpListener,
-    endpoint: Arc<Endpoint>,
+    endpoint: Arc<Sources>,
     stop: Arc<AtomicBool>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));

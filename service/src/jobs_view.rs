@@ -14,9 +14,8 @@ struct Progress {
     candidates_evaluated: usize,
     candidates_total: usize,
     elapsed_seconds: f64,
-    /// The time left if the rest of the candidates take as long as those so far: an upper
-    /// bound for a converging or proven search, which stops before it has evaluated every
-    /// candidate. `null` before the first.
+    /// The time left (`archplace_job::folder::eta_seconds`); `null` before the first
+    /// candidate.
     eta_seconds: Option<f64>,
 }
 
@@ -44,8 +43,7 @@ fn view<'a>(job: &'a Job, running: Option<&crate::state::Progress>) -> JobView<'
             candidates_evaluated: p.evaluated,
             candidates_total: p.total,
             elapsed_seconds: elapsed,
-            eta_seconds: (p.evaluated > 0)
-                .then(|| elapsed * p.total.saturating_sub(p.evaluated) as f64 / p.evaluated as f64),
+            eta_seconds: archplace_job::folder::eta_seconds(elapsed, p.evaluated, p.total),
         }
     });
     JobView {

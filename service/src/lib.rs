@@ -191,10 +191,6 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// Creates the spec folder (with the default spec in it) and the results folder, removes
-/// temporaries of writes a kill -9 interrupted, and opens the job store, queueing again the
-/// jobs that were queued or running when the daemon stopped (the first scan finds their
-/// files, or cancels them if the files are gone).
 /// The state folder's lock (`<state_dir>/daemon.lock`, holding the daemon's PID), taken
 /// before anything in the folder is read or changed: a second daemon on the same state
 /// folder is refused, naming the first's PID.
@@ -238,6 +234,10 @@ fn lock_state(dir: &Path) -> Result<std::fs::File, ServiceError> {
     Ok(file)
 }
 
+/// Creates the spec folder (with the default spec in it) and the results folder, removes
+/// temporaries of writes a kill -9 interrupted, and opens the job store, queueing again the
+/// jobs that were queued or running when the daemon stopped (the first scan finds their
+/// files, or cancels them if the files are gone).
 fn prepare_folders(start: &StartSettings) -> Result<JobStore, ServiceError> {
     let folder_err = |path: &Path| {
         let path = path.to_path_buf();

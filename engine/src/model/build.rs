@@ -5,7 +5,9 @@
 use super::config::{
     Activation, AttentionKernel, Head, ModelConfig, Moe, Norm, NormPosition, Positions,
 };
-use super::graph::{FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved};
+use super::graph::{
+    ATTENTION_CORE, FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved,
+};
 use crate::training::{Numerics, Recomputation, RecomputeModule, RecomputeModules};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
@@ -429,14 +431,7 @@ impl<'a> Ctx<'a> {
         };
         let first = n.split('.').next().unwrap_or(n);
         let belongs = |m: RecomputeModule| match m {
-            RecomputeModule::CoreAttn => [
-                "scores",
-                "softmax",
-                "attention_dropout",
-                "context",
-                "flash_attention",
-            ]
-            .contains(&first),
+            RecomputeModule::CoreAttn => ATTENTION_CORE.contains(&first),
             RecomputeModule::Layernorm => {
                 self.cfg.norm_position == NormPosition::Pre
                     && ["attention_norm", "mlp_norm"].contains(&n)

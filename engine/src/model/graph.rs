@@ -57,6 +57,17 @@ pub struct OpNode {
     pub selective: bool,
 }
 
+/// The names the model builder gives the attention core's operators (scores, softmax,
+/// its dropout, the product with the values) and the fused kernel doing them: what
+/// selective recomputation's `core_attn` module reruns.
+pub const ATTENTION_CORE: [&str; 5] = [
+    "scores",
+    "softmax",
+    "attention_dropout",
+    "context",
+    "flash_attention",
+];
+
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
@@ -67,15 +78,7 @@ impl OpNode {
     /// recomputation runs again — Megatron-LM checkpoints its core-attention module,
     /// fused or not (`recompute_modules = ["core_attn"]`, `_checkpointed_attention_forward`).
     pub fn is_attention_core(&self) -> bool {
-        [
-            "scores",
-            "softmax",
-            "attention_dropout",
-            "context",
-            "flash_attention",
-        ]
-        .iter()
-        .any(|p| self.name.starts_with(p))
+        ATTENTION_CORE.iter().any(|p| self.name.starts_with(p))
     }
 
     /// The share of this forward operator's work that recomputation `r` runs again in

@@ -25,8 +25,8 @@
 //! precision, context-parallel size, expert-parallel width, domain); a candidate's score is,
 //! at its best HBM size and domain, the mean over models of their throughputs, each times
 //! its objective weight ([`crate::search::SearchInput::objective_weights`]), so the same
-//! weighted mean of the models' bounds bounds it. Memory is ignored: a plan that does not fit has no
-//! throughput, which the bound does not undercut.
+//! weighted mean of the models' bounds bounds it. Memory is ignored: a plan that does not
+//! fit has no throughput, which the bound does not undercut.
 //!
 //! With the step model (the Megatron-LM memory model), each plan shape also bounds its
 //! plans' steps ([`Floor`]): the micro-batches times the mean stage's share of `L`, the

@@ -82,7 +82,6 @@ pub(super) fn estimate(
             Some("add distributed_optimizer = true (or a zero_stage of 1 to 3), or leave fp8_param_gather out".into()),
         );
     }
-    // The plan against each model that is fine (estimate itself takes one).
     // The plan against each model whose shape is fine (estimate itself takes one): a
     // mistake elsewhere in the model does not silence them.
     let fine: Vec<&Entry> = models
@@ -791,14 +790,14 @@ fn plan_fits(
                 | StepError::ContextParallelAttention { .. }
                 | StepError::ContextAllToAll { .. }
         );
-        if of_model != with_model
-            || !ctx.fine(&at)
-            || !ctx.all_fine(&related)
-            || reported.contains(&(at.clone(), std::mem::discriminant(&e)))
-        {
+        if of_model != with_model || !ctx.fine(&at) || !ctx.all_fine(&related) {
             continue;
         }
-        reported.push((at.clone(), std::mem::discriminant(&e)));
+        let problem = (at.clone(), std::mem::discriminant(&e));
+        if reported.contains(&problem) {
+            continue;
+        }
+        reported.push(problem);
         let message = if of_model {
             format!("{}: {e}", m.config.name)
         } else {

@@ -13,12 +13,22 @@ pub(super) fn duplicates<T: PartialEq + std::fmt::Debug>(
     path: &FieldPath,
     values: &[T],
 ) {
+    repeated(ctx, path, values, (|v| format!("{v:?}"), "value"));
+}
+
+/// [`duplicates`], each value shown by `shown` and the help naming the values `what`.
+fn repeated<T: PartialEq>(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    values: &[T],
+    (shown, what): (impl Fn(&T) -> String, &str),
+) {
     for (i, v) in values.iter().enumerate() {
         if values[..i].contains(v) {
             ctx.error(
                 &path.index(i),
-                format!("{v:?} is listed twice"),
-                Some("list each value once".into()),
+                format!("{} is listed twice", shown(v)),
+                Some(format!("list each {what} once")),
             );
         }
     }
@@ -147,15 +157,7 @@ pub(super) fn recompute_modules(
             Some("name at least one of \"core_attn\", \"layernorm\", \"mlp\", \"moe\", \"moe_act\", \"shared_experts\", \"mla_up_proj\", or leave the key out".into()),
         );
     }
-    for (i, m) in list.iter().enumerate() {
-        if list[..i].contains(m) {
-            ctx.error(
-                &path.index(i),
-                format!("\"{}\" is listed twice", m.name()),
-                Some("list each module once".into()),
-            );
-        }
-    }
+    repeated(ctx, path, list, (|m| format!("\"{}\"", m.name()), "module"));
     if !selective && ctx.fine(path) {
         let (message, help) = match plan {
             Some(r) => (
