@@ -424,6 +424,8 @@ fn search(s: &SpaceSpec) -> Table {
     );
     if s.strategy == Strategy::Proven {
         t.insert("strategy".into(), Value::String(s.strategy.name().into()));
+    }
+    if s.objective != Default::default() {
         t.insert("objective".into(), Value::String(s.objective.name().into()));
     }
     t.insert("use_all_devices".into(), Value::Boolean(s.use_all_devices));

@@ -989,10 +989,23 @@ fn the_schema_catches_the_mistakes_a_schema_can() {
 
 /// `--print-resolved` writes a spec: read back, every example gives the same search (the
 /// same models, training, cluster, space, cost models and fixed plan), and writing it again
-/// gives the same text.
+/// gives the same text — also with a model's objective weight, the tokens objective and
+/// recompute modules.
 #[test]
 fn the_resolved_spec_reads_back_as_the_same_search() {
-    let texts = example_specs();
+    let mut texts = example_specs();
+    texts.push((
+        "weighed".into(),
+        GOOD.replace(
+            "max_tensor_parallel = 8\n",
+            "max_tensor_parallel = 8\nweight = 2.5\n",
+        )
+        .replace("[search]\n", "[search]\nobjective = \"tokens_per_second\"\n")
+        .replace(
+            "optimizer = \"adam\"\n",
+            "optimizer = \"adam\"\nactivation_recomputation = [\"selective\"]\nrecompute_modules = [\"core_attn\", \"mlp\"]\n",
+        ),
+    ));
     for (file, text) in texts {
         let spec = parse(&text, &file).unwrap_or_else(|d| panic!("{file}: {d:#?}"));
         let out = resolved(&spec);
