@@ -1998,3 +1998,131 @@ fn stacks_are_listed_and_a_stack_applies_its_defaults_and_calibration() {
         v["calibration"]
     );
 }
+
+/// An area budget beyond what the area model sizes is refused, located, with both numbers:
+/// `gpu-like` declares its range (`max_area`, its reticle: 858 mm²) and cannot size the
+/// space's larger chips, so a 1,600 mm² budget would leave them out in silence and search
+/// nothing between its largest chip and the budget. Within its range the same spec passes;
+/// a model that declares no range (the reference's) is refused when it could not size some
+/// of the space and sized nothing as large as the budget; a budget above a space it sizes
+/// whole only does not bind.
+#[test]
+fn an_area_budget_beyond_the_area_models_range_is_refused_with_both_numbers() {
+    let _gate = crate::util::shared();
+    let resolved = run(&["validate", "--print-resolved"]);
+    assert!(resolved.status.success(), "{resolved:?}");
+    // The default spec resolved, its area budget (a reference configuration) replaced.
+    let resolved = stdout(&resolved);
+    let (head, tail) = resolved
+        .split_once("[search.area_budget.reference_config]")
+        .expect("the default budget is a reference configuration");
+    let rest = tail.split_once("\n[").map_or("", |(_, r)| r);
+    let with = |area: &str, budget: &str| {
+        format!("{head}\n[{rest}")
+            .replace("area = \"reference\"", &format!("area = \"{area}\""))
+            .replace(
+                "[search]\n",
+                &format!("[search]\narea_budget = \"{budget}\"\n"),
+            )
+    };
+    let validate = |text: &str| {
+        let (_dir, spec) = temp_spec("budget.toml", text);
+        run(&[
+            "validate",
+            "--plugin-dir",
+            &plugin_dir(),
+            spec.to_str().unwrap(),
+        ])
+    };
+    let beyond = with("gpu-like", "1600 mm2");
+    let o = validate(&beyond);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = stderr(&o);
+    for part in [
+        "the area budget, 1,600 mm², is beyond the range of the area model `gpu-like`",
+        "it sizes chips up to 858.0 mm² (its `max_area`)",
+        "field: search.area_budget",
+        "lower `area_budget` to at most 858.0 mm²",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+    let line = err
+        .lines()
+        .find(|l| l.contains("budget.toml:"))
+        .expect("located");
+    let at = beyond
+        .lines()
+        .position(|l| l.starts_with("area_budget"))
+        .unwrap();
+    assert!(
+        line.contains(&format!("budget.toml:{}:15", at + 1)),
+        "at the budget's value: {line}\n{err}"
+    );
+    for (area, budget) in [("gpu-like", "858 mm2"), ("reference", "1600 mm2")] {
+        let o = validate(&with(area, budget));
+        assert!(o.status.success(), "{area} {budget}: {}", stderr(&o));
+    }
+    // The reference's tables end at 4 MiB PE buffers: 512×512 arrays are outside them.
+    let unpriced = with("reference", "100000 mm2")
+        .replace("width = [", "width = [512, ")
+        .replace("depth = [", "depth = [512, ");
+    let o = validate(&unpriced);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = stderr(&o);
+    assert!(
+        err.contains("the largest chip it sizes in this space is")
+            && err.contains("configurations are outside its domain"),
+        "{err}"
+    );
+}
+
+/// The `[accelerator]` `run` prints for `archplace estimate` is complete: with the chip's
+/// peak (2 FLOPs a MAC a cycle at the latency model's clock), so that the pasted plan's
+/// estimate gives the step time the search found and its MFU.
+#[test]
+fn the_printed_accelerator_has_its_peak_and_the_pasted_plan_an_mfu() {
+    let _gate = crate::util::shared();
+    let (dir, spec) = temp_spec("tiny.toml", TINY);
+    let out = dir.path().join("out");
+    let o = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let printed = stdout(&o);
+    let block: Vec<&str> = printed
+        .lines()
+        .skip_while(|l| !l.contains("for `archplace estimate --mip`"))
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .map(str::trim)
+        .collect();
+    let block = block.join("\n");
+    let result = read_json(&out.join("result.json"));
+    let chip = &result["best"]["configuration"];
+    let macs = ["tensor_cores", "width", "depth"]
+        .iter()
+        .map(|k| chip[k].as_f64().unwrap())
+        .product::<f64>();
+    // The reference model's default clock, 1.05 GHz.
+    let peak = 2.0 * macs * 1.05e9;
+    assert!(
+        block.contains(&format!("peak_flops = \"{peak} FLOP/s\"")),
+        "{block}"
+    );
+    // Pasted into the spec (its [search] gone): the search's step time, and an MFU.
+    let text = TINY.split("[search]").next().unwrap().to_string() + &block + "\n";
+    let (_d, pasted) = temp_spec("pasted.toml", &text);
+    let o = run(&["estimate", pasted.to_str().unwrap(), "--mip", "--json"]);
+    assert!(o.status.success(), "{}\n{text}", stderr(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        e["step_seconds"].as_f64(),
+        result["best"]["models"][0]["time_per_batch_seconds"].as_f64(),
+        "{e}"
+    );
+    let mfu = e["model_flops_utilisation"].as_f64().expect("an MFU");
+    assert!(mfu > 0.0 && mfu < 1.0, "{mfu}");
+}

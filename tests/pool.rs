@@ -111,6 +111,11 @@ fn a_pool_of_three_with_a_worker_killed_gives_the_single_machine_result() {
             .any(|line| line.contains("an item delivered again") && line.contains("search="))
     });
     assert!(said, "{}\n{}", a.log(), b.log());
+    // The coordinator saw the worker go, and said so with the search's id.
+    let gone = a.log().lines().any(|l| {
+        l.contains("a worker left the pool") && l.contains("worker=c") && l.contains("search=")
+    });
+    assert!(gone, "{}", a.log());
     let pool = &result["work"]["pool"];
     assert_eq!(pool["items_answered"], pool["items_total"], "{pool}");
     assert_eq!(
@@ -204,6 +209,28 @@ fn a_proven_pooled_search_publishes_in_bound_order_and_gives_the_same_result() {
     assert!(p["items_answered"].as_u64().unwrap() > 0, "{p}");
 }
 
+/// A pool of three on `nats` in `t`: `a` coordinates without working (its `[pool]` with
+/// `coordinator`), `b` and `c` work (with `workers` and `env`); `text` dropped into `a` as
+/// `file`, and `a` killed -9 once `answered` of its items are answered. The workers.
+fn coordinator_killed(
+    t: &Path,
+    nats: &Nats,
+    (file, text): (&str, &str),
+    (coordinator, workers, env): (&str, &str, &[(&str, &str)]),
+    answered: u64,
+) -> (Daemon, Daemon) {
+    let mut a = Daemon::pooled(&t.join("a"), &nats.url(), "a", coordinator);
+    let b = Daemon::pooled_env(&t.join("b"), &nats.url(), "b", workers, env);
+    let c = Daemon::pooled_env(&t.join("c"), &nats.url(), "c", workers, env);
+    a.drop_spec(file, text);
+    let name = file.trim_end_matches(".toml");
+    a.until(Duration::from_secs(120), "items answered", || {
+        a.answered(name) >= answered
+    });
+    a.kill_9();
+    (b, c)
+}
+
 /// The coordinator killed (-9) mid-search and started again: the search resumes from its
 /// journal, the answers stored meanwhile and the published items — no item is evaluated
 /// twice (the two workers' completed items add up to the items) and the result is the
@@ -215,14 +242,13 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
     let t = tmp.path();
     let (text, reference) = exhaustive_reference();
     let nats = Nats::start(t);
-    let mut a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
-    let b = Daemon::pooled(&t.join("b"), &nats.url(), "b", "");
-    let c = Daemon::pooled(&t.join("c"), &nats.url(), "c", "");
-    a.drop_spec("pooled.toml", &text);
-    a.until(Duration::from_secs(120), "items answered", || {
-        a.answered("pooled") >= 6
-    });
-    a.kill_9();
+    let (b, c) = coordinator_killed(
+        t,
+        &nats,
+        ("pooled.toml", &text),
+        ("work = false", "", &[]),
+        6,
+    );
     std::thread::sleep(Duration::from_secs(1));
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
     let result = a.wait_file("pooled", "result.json", 300);
@@ -236,6 +262,131 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
         "{}",
         a.log()
     );
+}
+
+/// The coordinator killed (-9) mid-search and kept away: its lease lapses, another daemon
+/// carries the search on and the two workers evaluate all of it; restarted after they
+/// finished, the coordinator collects the answers and writes the result within 10 s,
+/// evaluating nothing: the single-machine result, every item evaluated exactly once.
+#[test]
+fn the_pool_finishes_a_search_without_its_coordinator() {
+    let _gate = crate::util::alone();
+    let tmp = folder();
+    let t = tmp.path();
+    let (text, reference) = exhaustive_reference();
+    let nats = Nats::start(t);
+    let (b, c) = coordinator_killed(
+        t,
+        &nats,
+        ("pooled.toml", &text),
+        ("work = false", "", &[]),
+        6,
+    );
+    let carrier = || {
+        [("b", &b), ("c", &c)]
+            .into_iter()
+            .find(|(_, d)| d.log().contains("carried the search to its end"))
+    };
+    b.until(
+        Duration::from_secs(300),
+        "the search carried to its end",
+        || carrier().is_some(),
+    );
+    let (carried_by, carrier_daemon) = carrier().unwrap();
+    let line = carrier_daemon
+        .log()
+        .lines()
+        .find(|l| l.contains("carrying the search on") && l.contains("search="))
+        .map(str::to_string);
+    assert!(line.is_some(), "{}", carrier_daemon.log());
+    let completed = || {
+        b.metric("archplace_pool_items_completed_total")
+            + c.metric("archplace_pool_items_completed_total")
+    };
+    let before = completed();
+    let restarted = Instant::now();
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
+    let result = a.wait_file("pooled", "result.json", 60);
+    let took = restarted.elapsed();
+    assert!(
+        took <= Duration::from_secs(10),
+        "the result came {:.1} s after the restart",
+        took.as_secs_f64()
+    );
+    assert_same(&reference, &a.result_dir("pooled").unwrap());
+    let pool = &result["work"]["pool"];
+    assert_eq!(pool["carried_by"], carried_by, "{pool}");
+    let total = pool["items_total"].as_f64().unwrap();
+    assert_eq!(before, total, "every item evaluated exactly once");
+    assert_eq!(completed(), before, "nothing evaluated after the restart");
+    assert!(
+        a.log()
+            .contains("the search was carried to its end while this daemon was away"),
+        "{}",
+        a.log()
+    );
+    eprintln!(
+        "carried by {carried_by}; result {:.1} s after the coordinator's restart",
+        took.as_secs_f64()
+    );
+}
+
+/// The coordinator killed (-9), and back — under another name, as a daemon's default name
+/// (host and PID) is — while another daemon carries its search on: it follows the answers
+/// without publishing, takes the lease back when the carrier is done, and writes the
+/// single-machine result; no item is evaluated twice.
+#[test]
+fn a_coordinator_back_while_its_search_is_carried_follows_it_to_the_same_result() {
+    let _gate = crate::util::alone();
+    let tmp = folder();
+    let t = tmp.path();
+    let (text, reference) = exhaustive_reference();
+    let nats = Nats::start(t);
+    let coordinator = "work = false\nitem_candidates = 2";
+    // Slow workers: the carried walk lasts long enough for the coordinator to come back.
+    let slow = [("ARCHPLACE_TEST_HOLD_ITEM_SECONDS", "0.2")];
+    let (b, c) = coordinator_killed(
+        t,
+        &nats,
+        ("pooled.toml", &text),
+        (coordinator, "item_candidates = 2", &slow),
+        4,
+    );
+    let carrying = || {
+        [&b, &c]
+            .iter()
+            .any(|d| d.log().contains("carrying the search on"))
+    };
+    b.until(Duration::from_secs(120), "the search carried on", carrying);
+    let carried_early = [&b, &c]
+        .iter()
+        .any(|d| d.log().contains("carried the search to its end"));
+    assert!(
+        !carried_early,
+        "the carrier finished before the coordinator came back"
+    );
+    let a = Daemon::pooled(&t.join("a"), &nats.url(), "a-again", coordinator);
+    let result = a.wait_file("pooled", "result.json", 300);
+    assert_same(&reference, &a.result_dir("pooled").unwrap());
+    let log = a.log();
+    assert!(
+        log.contains("another daemon carries this search on"),
+        "{log}"
+    );
+    // Both walk the same answers: the carrier reached the end (and handed the search
+    // back), or the coordinator did first and finished the search (and the carrier
+    // stopped).
+    b.until(Duration::from_secs(30), "the carrier done", || {
+        [&b, &c].iter().any(|d| {
+            let log = d.log();
+            log.contains("carried the search to its end")
+                || log.contains("the search ended in the pool while carried")
+        })
+    });
+    let total = result["work"]["pool"]["items_total"].as_f64().unwrap();
+    let completed = b.metric("archplace_pool_items_completed_total")
+        + c.metric("archplace_pool_items_completed_total");
+    assert_eq!(completed, total, "every item evaluated exactly once");
 }
 
 /// A proven search's coordinator killed (-9) mid-search and started again: it takes up

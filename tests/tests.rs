@@ -23,6 +23,7 @@ mod determinism;
 mod fuzz;
 mod pool;
 mod resume;
+mod runbook;
 mod seccomp;
 mod tidy;
 mod validation;

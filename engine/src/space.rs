@@ -217,6 +217,10 @@ pub struct Space {
     pub bucket_um2: f64,
     /// Configurations of the product that the area model could not size.
     pub out_of_domain: usize,
+    /// The largest area the area model gave any configuration of the product (within the
+    /// budget or not); 0 when it sized none. With configurations out of its domain, a
+    /// budget above it is beyond the model's range (`archplace_job::prepare` refuses it).
+    pub max_priced_um2: f64,
     /// Size of the product of the axes.
     pub enumerated: usize,
 }
@@ -324,6 +328,7 @@ pub fn enumerate(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<Space, 
     }
     let mut candidates = Vec::new();
     let mut out_of_domain = 0;
+    let mut max_priced_um2: f64 = 0.0;
     for (config, area) in configs.iter().zip(areas) {
         let area = match area {
             Ok(a) => check_area(config, a)?,
@@ -333,6 +338,7 @@ pub fn enumerate(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<Space, 
             }
             Err(e) => return Err(e.into()),
         };
+        max_priced_um2 = max_priced_um2.max(area);
         let exempt =
             spec.single_core_exempt && (config.tensor_cores == 1 || config.vector_cores == 1);
         let lo = if exempt { 0.0 } else { min_area_um2 };
@@ -380,6 +386,7 @@ pub fn enumerate(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<Space, 
         buckets,
         bucket_um2: spec.bucket_um2,
         out_of_domain,
+        max_priced_um2,
         enumerated: configs.len(),
     })
 }

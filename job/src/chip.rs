@@ -19,6 +19,21 @@ pub fn short(c: &AcceleratorConfig) -> String {
     )
 }
 
+/// The chip's peak tensor throughput, FLOP/s: every MAC of every tensor core, two FLOPs
+/// a cycle, at the clock of the latency model `latency` (its `clock` parameter, as the
+/// search used it: `parameters` are `result.json`'s `cost_model_parameters`). `None` for a
+/// latency model without a `clock` parameter: its peak is not known here.
+pub fn peak_flops_per_second(
+    chip: &AcceleratorConfig,
+    latency: &str,
+    parameters: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+) -> Option<f64> {
+    let clock = parameters.get(latency)?.get("clock")?;
+    let hz = archplace_plugin_sdk::units::parse_hertz(clock).ok()?;
+    let macs = f64::from(chip.tensor_cores) * f64::from(chip.width) * f64::from(chip.depth);
+    Some(2.0 * macs * hz)
+}
+
 /// The chip in one line: its cores, buffer, area and HBM — `4 tensor cores of 256×256,
 /// 64 vector cores of 256 lanes, 32 MiB buffer, 265.78 mm²; HBM 32 GiB`.
 pub fn long(c: &Configuration, hbm_bytes: u64) -> String {

@@ -211,6 +211,12 @@ pub fn near_ties(outcome: &Outcome) -> Vec<NearTie> {
 /// `status.json` while it runs and `result.json`'s `work.pool`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolStatus {
+    /// The search's id in the pool: what the daemons' logs call it (`search=`).
+    #[serde(default)]
+    pub search: String,
+    /// The daemon that carried the search on while its coordinator was away, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried_by: Option<String>,
     /// Workers with a live heartbeat in the pool.
     pub workers: usize,
     pub items_total: usize,

@@ -33,6 +33,9 @@ pub enum RunError {
     /// The search may need more memory than its budget; located in the spec.
     #[error("memory: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
     Memory(Vec<Diagnostic>),
+    /// The area budget is beyond what the area model sizes; located in the spec.
+    #[error("area: {}", .0.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; "))]
+    Area(Vec<Diagnostic>),
     /// The calibration could not be applied (unreadable, or made for another plugin).
     #[error("calibration: {0}")]
     Calibration(archplace_spec::calibration::CalibrationError),
@@ -171,12 +174,36 @@ pub fn prepare<'a>(
             .space_bytes
             .saturating_add(estimate.cost_models_bytes);
         if estimate.total_bytes > budget && enumeration <= budget {
-            let (s, seconds) = enumerated(spec_ref, &models)?;
+            let (s, seconds) = located(spec_ref, enumerated(spec_ref, &models))?;
             estimate =
                 memory::estimate_for(spec_ref, source, threads, Some(s.candidates.len() as u64));
             space = Some((s, seconds));
         }
         memory::check(spec_ref, &estimate, budget).map_err(RunError::Memory)?;
+    }
+    // An area budget in mm² may lie beyond what the area model sizes: the space is
+    // enumerated to know (the search needs it anyway), when that fits the budget.
+    if matches!(spec_ref.space.area_budget, space::AreaBudget::Um2(_)) {
+        let enumeration = estimate
+            .engine
+            .space_bytes
+            .saturating_add(estimate.cost_models_bytes);
+        if space.is_none() && memory_budget_bytes.is_none_or(|b| enumeration <= b) {
+            space = Some(located(spec_ref, enumerated(spec_ref, &models))?);
+        }
+        if let Some((s, _)) = &space {
+            area_in_range(spec_ref, &models, s).map_err(RunError::Area)?;
+        }
+    } else if let space::AreaBudget::ReferenceConfig(c) = &spec_ref.space.area_budget
+        && let Ok(mut sized) = models.area.area_um2(std::slice::from_ref(c))
+        && let Some(Err(e @ archplace_plugin_sdk::EstimateError::OutOfDomain(_))) = sized.pop()
+    {
+        // The budget's own chip, sized at once (one call): a chip the model cannot size
+        // is the spec's mistake, located, not the search's failure later.
+        located(
+            spec_ref,
+            Err(RunError::Space(space::SpaceError::BudgetOutOfDomain(e))),
+        )?;
     }
     tracing::debug!(estimate = %memory::describe(&estimate), "memory estimate");
     Ok(Prepared {
@@ -187,6 +214,87 @@ pub fn prepare<'a>(
         written,
         space,
     })
+}
+
+/// The space's problems that are the area budget's, located at it: a reference
+/// configuration the area model cannot size.
+fn located<T>(spec: &Spec, r: Result<T, RunError>) -> Result<T, RunError> {
+    match r {
+        Err(RunError::Space(e @ space::SpaceError::BudgetOutOfDomain(_))) => {
+            Err(RunError::Area(vec![spec.diagnostic_at(
+                &["search", "area_budget"],
+                e.to_string(),
+                Some("give a reference configuration the area model sizes, or an area".into()),
+            )]))
+        }
+        other => other,
+    }
+}
+
+/// The largest chip the area model says it sizes: its `max_area` parameter (an area), as
+/// the spec sets it or by default — the convention by which an area model declares its
+/// range (`gpu-like`'s reticle); `None` for a model without one.
+fn declared_max_area_um2(spec: &Spec, models: &CostModels) -> Option<f64> {
+    let info = models.area.info();
+    let default = info.parameters.iter().find(|p| p.name == "max_area")?;
+    let value = spec
+        .cost_model
+        .parameters
+        .get(&info.name)
+        .and_then(|set| set.get("max_area"))
+        .unwrap_or(&default.default);
+    archplace_plugin_sdk::units::parse_area_um2(value).ok()
+}
+
+/// An area budget beyond the area model's range, with configurations of the space the
+/// model could not size, is refused with both numbers: the search would silently leave
+/// them out and find nothing between the largest chip the model sizes and the budget
+/// (half of `pareto.svg` empty). The range is the one the model declares (`max_area`),
+/// else the largest chip it sized in this space. (A budget above every configuration, all
+/// sized, only does not bind: accepted.)
+fn area_in_range(spec: &Spec, models: &CostModels, s: &Space) -> Result<(), Vec<Diagnostic>> {
+    if s.out_of_domain == 0 {
+        return Ok(());
+    }
+    let mm2 = |um2: f64| {
+        format!(
+            "{} mm²",
+            archplace_plugin_sdk::text::significant(um2 / 1e6, 4)
+        )
+    };
+    let plugin = &models.area_source.plugin;
+    let (limit, why) = match declared_max_area_um2(spec, models) {
+        Some(max) => (
+            max,
+            format!("it sizes chips up to {} (its `max_area`)", mm2(max)),
+        ),
+        None => (
+            s.max_priced_um2,
+            format!(
+                "the largest chip it sizes in this space is {}, and {} of the {} configurations are outside its domain",
+                mm2(s.max_priced_um2),
+                archplace_plugin_sdk::text::thousands(s.out_of_domain as u64),
+                archplace_plugin_sdk::text::thousands(s.enumerated as u64),
+            ),
+        ),
+    };
+    if s.budget_um2 <= limit {
+        return Ok(());
+    }
+    let message = format!(
+        "the area budget, {}, is beyond the range of the area model `{plugin}`: {why} — nothing between {} and the budget can be searched",
+        mm2(s.budget_um2),
+        mm2(limit),
+    );
+    let help = format!(
+        "lower `area_budget` to at most {}, or use an area model that sizes larger chips",
+        mm2(limit)
+    );
+    Err(vec![spec.diagnostic_at(
+        &["search", "area_budget"],
+        message,
+        Some(help),
+    )])
 }
 
 /// What a run reports to and is steered by.
@@ -347,6 +455,17 @@ impl Prepared<'_> {
             reference,
             timeline,
         })
+    }
+
+    /// The walk alone, through `steering.distributor`, without a journal or a result: what
+    /// a daemon carrying on another's pooled search runs (its coordinator writes the result
+    /// from the answers the walk leaves in the pool).
+    pub fn walk_only(mut self, steering: Steering<'_>) -> Result<Outcome, RunError> {
+        let (space, _) = match self.space.take() {
+            Some(s) => s,
+            None => enumerated(&self.spec, &self.models)?,
+        };
+        self.walk(&space, steering.observer, &steering, BTreeMap::new())
     }
 
     /// The area-ordered walk, here or supplied by the distributor.

@@ -52,6 +52,7 @@ fn space(n: usize) -> Space {
         buckets: n / 20,
         bucket_um2: 20.0,
         out_of_domain: 0,
+        max_priced_um2: 0.0,
         enumerated: n,
     }
 }
@@ -135,6 +136,8 @@ fn coordinator(c: &mut Criterion) {
                     exhaustive: true,
                     ordered: false,
                     journaled: BTreeSet::new(),
+                    area_blake3: None,
+                    carrying: false,
                 };
                 let mut coordinator =
                     Coordinator::open(&pool, search, Arc::new(AtomicBool::new(false)), &status)

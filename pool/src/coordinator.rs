@@ -4,6 +4,7 @@
 //! published only while they may beat the best).
 
 use super::config::MAX_LOOK_AHEAD_ITEMS;
+use super::lease::Lease;
 use super::protocol::*;
 use super::{Pool, PoolError, nats_err, objects};
 use archplace_cost_port::CostModels;
@@ -22,7 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The search's identity in the pool: the spec's content, archplace's version and the cost
-/// models' components — what an evaluation depends on.
+/// models' components — what an evaluation depends on. It begins with the 16 hex digits
+/// the daemon's own logs call the spec's job by (`hash=`), so that one search is one id in
+/// every daemon's log: `<job hash>-<the rest's hash>`.
 pub fn search_id(spec: &Spec, models: &CostModels) -> String {
     let text = format!(
         "{}/{}/{}/{}",
@@ -31,7 +34,8 @@ pub fn search_id(spec: &Spec, models: &CostModels) -> String {
         models.area_source.blake3.as_deref().unwrap_or("native"),
         models.latency_source.blake3.as_deref().unwrap_or("native"),
     );
-    blake3::hash(text.as_bytes()).to_hex()[..32].to_string()
+    let job: String = spec.content_hash.chars().take(16).collect();
+    format!("{job}-{}", &blake3::hash(text.as_bytes()).to_hex()[..16])
 }
 
 /// The items of `space`: each area bucket cut into runs of at most `per_item` candidates.
@@ -70,6 +74,12 @@ pub struct Search<'a> {
     /// candidate ([`Supplier::follow`]): the items are cut from that order then.
     pub ordered: bool,
     pub journaled: BTreeSet<usize>,
+    /// The area model's component (blake3; `None`: linked natively): recorded, so that
+    /// only a daemon with the same one carries the search on.
+    pub area_blake3: Option<String>,
+    /// This daemon carries on a search whose coordinator is away ([`super::takeover`]):
+    /// it walks it to its end and leaves the answers for the coordinator to collect.
+    pub carrying: bool,
 }
 
 pub struct Coordinator<'a> {
@@ -108,6 +118,19 @@ pub struct Coordinator<'a> {
     exhaustive: bool,
     /// JetStream's advisories of items delivered `max_deliveries` times unanswered.
     exhausted: Option<async_nats::Subscriber>,
+    /// The search's lease ([`Lease`]): only while it is held are items published and the
+    /// state recorded. `None` once finished.
+    lease: Option<Lease>,
+    /// Whether the lease was held at the last look (a change to held takes up what the
+    /// holder before recorded).
+    holding: bool,
+    /// See [`Search::carrying`].
+    carrying: bool,
+    /// The workers seen at the last look: one gone is said in the log.
+    known_workers: BTreeSet<String>,
+    /// The search ended in the pool while this daemon followed it (its coordinator came
+    /// back and finished it, or cancelled it): why.
+    ended_elsewhere: Option<String>,
 }
 
 /// Puts the spec and the latency model's component in the object store: what every item
@@ -175,17 +198,26 @@ impl<'a> Coordinator<'a> {
             exhaustive,
             ordered,
             journaled,
+            area_blake3,
+            carrying,
         } = search;
         let id = template.search.clone();
         let state = SearchState {
             phase: Phase::Running,
             spec: spec_name.clone(),
             spec_hash: template.spec_hash.clone(),
+            spec_file: template.spec_file.clone(),
             coordinator: pool.name.clone(),
+            area_blake3,
+            latency_blake3: Some(template.latency.blake3.clone()),
+            carried_by: None,
+            walked: false,
             items_published: 0,
             items_total: 0,
             reason: None,
         };
+        let lease = Lease::take(pool, &id, &|| super::set(&cancel))?;
+        let holding = lease.held();
         let mut c = Coordinator {
             pool,
             space,
@@ -211,6 +243,11 @@ impl<'a> Coordinator<'a> {
             checked: Instant::now() - Duration::from_secs(60),
             exhaustive,
             exhausted: None,
+            lease: Some(lease),
+            holding,
+            carrying,
+            known_workers: BTreeSet::new(),
+            ended_elsewhere: None,
         };
         let client = pool.js.client();
         c.exhausted = pool
@@ -237,14 +274,29 @@ impl<'a> Coordinator<'a> {
         let previous = pool
             .retry("reading the search's state", &stop, || pool.state(&id))
             .ok_or_else(cancelled)?;
+        let holding = self.holds();
         self.state = match previous {
             Some(s) if s.phase == Phase::Running && s.items_total == self.items.len() => {
-                tracing::info!(search = %id, published = s.items_published, "resuming the search in the pool");
-                SearchState {
-                    coordinator: pool.name.clone(),
-                    ..s
+                self.resumed(&s);
+                if self.carrying {
+                    SearchState {
+                        carried_by: Some(pool.name.clone()),
+                        ..s
+                    }
+                } else {
+                    SearchState {
+                        coordinator: pool.name.clone(),
+                        ..s
+                    }
                 }
             }
+            _ if self.carrying => return Err(PoolError::NotRunning(id)),
+            // A new search whose lease another holds (it is served from two spec folders):
+            // the holder records it.
+            _ if !holding => SearchState {
+                items_total: self.items.len(),
+                ..self.state.clone()
+            },
             _ => {
                 // A fresh search (or one that ended before: its leftovers are purged).
                 let subject = results_subject(&id);
@@ -255,18 +307,71 @@ impl<'a> Coordinator<'a> {
                 SearchState {
                     phase: Phase::Running,
                     spec: self.spec_name.clone(),
-                    spec_hash: self.template.spec_hash.clone(),
                     coordinator: pool.name.clone(),
+                    carried_by: None,
+                    walked: false,
                     items_published: 0,
                     items_total: self.items.len(),
                     reason: None,
+                    ..self.state.clone()
                 }
             }
         };
-        let state = &self.state;
-        pool.retry("recording the search", &stop, || pool.put_state(&id, state))
-            .ok_or_else(cancelled)?;
+        if holding {
+            let state = &self.state;
+            pool.retry("recording the search", &stop, || pool.put_state(&id, state))
+                .ok_or_else(cancelled)?;
+        }
         Ok(())
+    }
+
+    /// Says how a search found running in the pool is taken up.
+    fn resumed(&self, s: &SearchState) {
+        let id = &self.id;
+        if self.carrying {
+            tracing::info!(search = %id, coordinator = %s.coordinator, spec = %s.spec, published = s.items_published, "carrying the search on while its coordinator is away");
+            return;
+        }
+        tracing::info!(search = %id, published = s.items_published, "resuming the search in the pool");
+        if let Some(by) = &s.carried_by {
+            if s.walked {
+                tracing::info!(search = %id, carried_by = %by, "the search was carried to its end while this daemon was away: collecting its answers, evaluating nothing again");
+            } else {
+                tracing::info!(search = %id, carried_by = %by, "the search was carried on while this daemon was away: taking it up where it got to");
+            }
+        }
+    }
+
+    /// Whether this daemon holds the search's lease.
+    fn holds(&self) -> bool {
+        self.lease.as_ref().is_some_and(Lease::held)
+    }
+
+    /// Whether this daemon holds the lease now; when it has just taken it (back), what the
+    /// holder before recorded is taken up first (the items it published are not published
+    /// again).
+    fn check_lease(&mut self) -> bool {
+        let now = self.holds();
+        if now && !self.holding {
+            let (pool, id) = (self.pool, self.id.clone());
+            let stop = || super::set(&self.cancel);
+            if let Some(Some(s)) =
+                pool.retry("reading the search's state", &stop, || pool.state(&id))
+                && s.phase == Phase::Running
+                && s.items_total == self.state.items_total
+            {
+                self.state.items_published = self.state.items_published.max(s.items_published);
+                self.state.walked = s.walked;
+                self.state.carried_by = s.carried_by;
+            }
+            if !self.carrying {
+                self.state.coordinator = pool.name.clone();
+            }
+            self.holding = true;
+            self.save_state();
+        }
+        self.holding = now;
+        now
     }
 
     /// The candidate at position `pos` of the walk.
@@ -348,7 +453,7 @@ impl<'a> Coordinator<'a> {
                 .map_err(|e| SearchError::Supplier(format!("cannot encode item {n}: {e}")))?;
             batch.push((format!("{}.{n}", self.id), payload));
         }
-        if upto <= self.state.items_published {
+        if upto <= self.state.items_published || !self.check_lease() {
             return Ok(());
         }
         let subject = items_subject(&self.id);
@@ -397,6 +502,9 @@ impl<'a> Coordinator<'a> {
     }
 
     fn save_state(&self) {
+        if !self.holds() {
+            return;
+        }
         let stop = || super::set(&self.cancel);
         let _ = self.pool.retry("recording the search", &stop, || {
             self.pool.put_state(&self.id, &self.state)
@@ -508,14 +616,36 @@ impl<'a> Coordinator<'a> {
         }
         self.checked = Instant::now();
         let pool = self.pool;
-        if let Ok(Ok(n)) = pool.block_on(async {
+        if let Ok(Ok(names)) = pool.block_on(async {
             tokio::time::timeout(Duration::from_secs(2), pool.live_workers()).await
         }) {
-            self.workers = n;
-            pool.metrics.workers.set(n as i64);
+            for gone in self.known_workers.difference(&names) {
+                tracing::warn!(search = %self.id, worker = %gone, "a worker left the pool (its heartbeat stopped): an item it held goes to another worker after the ack wait");
+            }
+            self.workers = names.len();
+            self.known_workers = names;
+            pool.metrics.workers.set(self.workers as i64);
         }
         self.check_exhausted();
+        if self.carrying || !self.holding {
+            self.check_ended();
+        }
         self.update_status();
+    }
+
+    /// Whether the search ended in the pool while this daemon followed it.
+    fn check_ended(&mut self) {
+        let pool = self.pool;
+        if let Ok(Ok(Some(s))) = pool.block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), pool.state(&self.id)).await
+        }) && s.phase.is_over()
+        {
+            let why = s.reason.map_or(String::new(), |r| format!(": {r}"));
+            self.ended_elsewhere = Some(format!(
+                "the search ended in the pool ({:?}, by {}){why}",
+                s.phase, s.coordinator
+            ));
+        }
     }
 
     /// An item of this search delivered `max_deliveries` times without an answer (the
@@ -571,6 +701,8 @@ impl<'a> Coordinator<'a> {
             .count();
         self.pool.metrics.items_outstanding.set(outstanding as i64);
         if let Ok(mut s) = self.status.lock() {
+            s.search.clone_from(&self.id);
+            s.carried_by.clone_from(&self.state.carried_by);
             s.workers = self.workers;
             s.items_total = self.items.len();
             s.items_published = self.state.items_published;
@@ -579,8 +711,10 @@ impl<'a> Coordinator<'a> {
         }
     }
 
-    /// Ends the search in the pool. Done, cancelled or failed: the state says so (workers
-    /// stop), and its items and answers are purged; interrupted: left as it is.
+    /// Ends the search in the pool and frees its lease. The coordinator's search done,
+    /// cancelled or failed: the state says so (workers stop) and its items and answers are
+    /// purged; interrupted: left as it is. A carried search walked to its end: recorded as
+    /// walked, its answers left for the coordinator.
     pub fn finish(mut self, ending: Ending) {
         let speculative = match self.walked {
             Some(w) if ending == Ending::Done => self.state.items_published.saturating_sub(w + 1),
@@ -592,9 +726,58 @@ impl<'a> Coordinator<'a> {
                 .items_speculative
                 .inc_by(speculative as u64);
         }
-        self.update_status();
         if let Ok(mut s) = self.status.lock() {
             s.items_speculative = speculative;
+        }
+        // A last look at the pool: a worker lost near the end is said too.
+        self.checked = Instant::now() - Duration::from_secs(60);
+        self.refresh();
+        if self.carrying {
+            self.finish_carrying(&ending);
+        } else {
+            self.finish_coordinating(ending);
+        }
+        // Freed, so that another may take the search on at once (a shutdown) or the
+        // coordinator take it back (a carried search's end).
+        if let Some(lease) = self.lease.take() {
+            lease.release(self.pool);
+        }
+    }
+
+    /// A carried search's end: walked to its end, its answers are left for the
+    /// coordinator (recorded as walked: nobody carries it on again); failed by a worker's
+    /// answer, it is failed in the pool (the workers stop); else left as it is, for the
+    /// coordinator or another daemon to go on with.
+    fn finish_carrying(&mut self, ending: &Ending) {
+        let record = match ending {
+            Ending::Done => {
+                self.state.walked = true;
+                tracing::info!(search = %self.id, coordinator = %self.state.coordinator, "carried the search to its end: its answers wait in the pool for its coordinator");
+                true
+            }
+            Ending::Failed(reason) if self.ended_elsewhere.is_none() => {
+                self.state.phase = Phase::Failed;
+                self.state.reason = Some(reason.clone());
+                true
+            }
+            _ => false,
+        };
+        if record && self.holds() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let stop = || Instant::now() > deadline;
+            let pool = self.pool;
+            let _ = pool.retry("recording the carried search", &stop, || {
+                pool.put_state(&self.id, &self.state)
+            });
+        }
+    }
+
+    /// The coordinator's end of the search: done, cancelled or failed, the state says so
+    /// (workers stop) and its items and answers are purged; interrupted, or ended already
+    /// by another daemon, it is left as it is.
+    fn finish_coordinating(&mut self, ending: Ending) {
+        if self.ended_elsewhere.is_some() {
+            return;
         }
         let phase = match &ending {
             Ending::Interrupted => return,
@@ -621,7 +804,7 @@ impl<'a> Coordinator<'a> {
         let _ = pool.retry("purging the search's answers", &stop, || {
             super::purge(&pool.results, results.clone())
         });
-        tracing::debug!(search = %self.id, ?phase, speculative, "search ended in the pool");
+        tracing::debug!(search = %self.id, ?phase, "search ended in the pool");
     }
 }
 
@@ -654,7 +837,7 @@ impl Supplier for Coordinator<'_> {
             if let Some(e) = self.evaluations.remove(&pos) {
                 return Ok(Some(e));
             }
-            if let Some(f) = &self.failure {
+            if let Some(f) = self.failure.as_ref().or(self.ended_elsewhere.as_ref()) {
                 return Err(SearchError::Supplier(f.clone()));
             }
             if self.stopped() {
@@ -717,6 +900,7 @@ mod tests {
             buckets: 0,
             bucket_um2: 1.0,
             out_of_domain: 0,
+            max_priced_um2: 0.0,
             enumerated: 0,
         }
     }

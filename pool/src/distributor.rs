@@ -22,6 +22,9 @@ pub struct Pooled<'a> {
     /// Whether a cancellation is for good (the spec left or changed: the pool drops the
     /// search) rather than the daemon's shutdown (the pool keeps it for the next start).
     pub cancelled_for_good: &'a (dyn Fn() -> bool + Sync),
+    /// The id of a search this daemon carries on for its absent coordinator
+    /// ([`crate::takeover`]); `None`: this daemon's own search.
+    pub carrying: Option<String>,
 }
 
 impl<'a> Pooled<'a> {
@@ -30,6 +33,7 @@ impl<'a> Pooled<'a> {
             pool,
             status: Mutex::new(PoolStatus::default()),
             cancelled_for_good,
+            carrying: None,
         }
     }
 }
@@ -43,13 +47,21 @@ impl Distributor for Pooled<'_> {
         journaled: BTreeSet<usize>,
         cancel: Arc<AtomicBool>,
     ) -> Result<Box<dyn Distribution + 's>, Box<dyn std::error::Error + Send + Sync>> {
+        let mut template = coordinator::template(self.pool, spec, models, &cancel)?;
+        // A carried search keeps its coordinator's id: the spec text it runs is the one the
+        // coordinator stored (with a calibration's values written in), whose hash differs.
+        if let Some(id) = &self.carrying {
+            template.search.clone_from(id);
+        }
         let search = Search {
-            template: coordinator::template(self.pool, spec, models, &cancel)?,
+            template,
             spec_name: spec.name.clone(),
             space,
             exhaustive: spec.space.strategy == Strategy::Exhaustive,
             ordered: spec.space.strategy == Strategy::Proven,
             journaled,
+            area_blake3: models.area_source.blake3.clone(),
+            carrying: self.carrying.is_some(),
         };
         let c = Coordinator::open(self.pool, search, cancel, &self.status)?;
         Ok(Box::new(c))

@@ -14,10 +14,12 @@
 //! What survives what:
 //! * a worker killed: its item is redelivered (the answer is the same: it depends only on
 //!   the candidates, the spec and the cost model);
-//! * the coordinator killed: at its restart the search is queued again, its journal gives
-//!   back the candidates it had merged, the results stream every answer stored since, and
-//!   the searches bucket how many items were published — none is published or evaluated
-//!   again;
+//! * the coordinator killed: its lease ([`lease`]) lapses, and another daemon carries the
+//!   search on ([`takeover`]): it walks it as the coordinator would, publishing the items
+//!   the walk needs, and leaves the answers for the coordinator. At the coordinator's
+//!   restart the search is queued again, its journal gives back the candidates it had
+//!   merged, the results stream every answer stored since, and the searches bucket how
+//!   many items were published — none is published or evaluated again;
 //! * the NATS server restarted: streams and buckets are file-backed; clients reconnect and
 //!   every operation is retried until it succeeds or the search is cancelled;
 //! * a worker's cost model failing: the item's answer is the failure, and the coordinator
@@ -39,6 +41,8 @@ pub mod protocol;
 
 pub mod objects;
 
+pub mod lease;
+
 pub mod coordinator;
 
 pub mod distributor;
@@ -51,12 +55,15 @@ pub mod synthetic;
 
 pub mod worker;
 
+pub mod takeover;
+
 pub use config::PoolConfig;
 
 use archplace_engine::search::Observer;
 use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use metrics::PoolMetrics;
 use protocol::*;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -129,6 +136,11 @@ pub enum PoolError {
     SpecNotUtf8,
     #[error("the spec does not validate on this worker: {0}")]
     SpecInvalid(String),
+    #[error("search {0} is not running in the pool")]
+    NotRunning(String),
+    /// A search this daemon cannot carry on: why.
+    #[error("cannot carry search {search} on: {why}")]
+    NotCarried { search: String, why: String },
 }
 
 fn nats_err(e: impl std::fmt::Display) -> PoolError {
@@ -145,6 +157,7 @@ pub struct Pool {
     searches: kv::Store,
     workers: kv::Store,
     schedules: kv::Store,
+    leases: kv::Store,
     objects: object_store::ObjectStore,
     pub settings: PoolConfig,
     /// This daemon's name in the pool.
@@ -159,9 +172,12 @@ pub struct Pool {
     connections: Arc<AtomicU64>,
 }
 
-/// How long a worker's heartbeat stays in the workers bucket.
-const BEAT_SECONDS: u64 = 5;
-const BEAT_EXPIRY_SECONDS: u64 = 3 * BEAT_SECONDS;
+/// How often a worker puts its heartbeat in the workers bucket, and how long one stays
+/// there: a worker gone is seen within a few seconds — before its item is redelivered
+/// (the ack wait, 6 s by default) — and a beat late by up to three seconds is not taken
+/// for a departure.
+const BEAT_SECONDS: u64 = 1;
+const BEAT_EXPIRY_SECONDS: u64 = 4 * BEAT_SECONDS;
 /// How long the results of a search are kept (an interrupted search can resume within it).
 const RESULTS_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
 
@@ -259,7 +275,15 @@ impl Pool {
             tracing::info!(url = %url, error = %last, "waiting for the NATS server");
             std::thread::sleep(Duration::from_millis(500));
         };
-        let (items, results, searches, workers, schedules, objects) = set_up;
+        let Resources {
+            items,
+            results,
+            searches,
+            workers,
+            schedules,
+            leases,
+            objects,
+        } = set_up;
         metrics.connected.set(1);
         tracing::info!(url = %url, name = %name, "joined the pool");
         Ok(Pool {
@@ -270,6 +294,7 @@ impl Pool {
             searches,
             workers,
             schedules,
+            leases,
             objects,
             settings,
             name,
@@ -359,16 +384,9 @@ impl Pool {
         Ok(())
     }
 
-    /// Workers whose heartbeat has not expired.
-    pub(crate) async fn live_workers(&self) -> Result<usize, PoolError> {
-        use futures_util::StreamExt;
-        let mut keys = self.workers.keys().await.map_err(nats_err)?;
-        let mut n = 0;
-        while let Some(k) = keys.next().await {
-            k.map_err(nats_err)?;
-            n += 1;
-        }
-        Ok(n)
+    /// The workers whose heartbeat has not expired, by name.
+    pub(crate) async fn live_workers(&self) -> Result<BTreeSet<String>, PoolError> {
+        keys(&self.workers).await
     }
 }
 
@@ -385,14 +403,16 @@ fn default_name() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-type Resources = (
-    stream::Stream,
-    stream::Stream,
-    kv::Store,
-    kv::Store,
-    kv::Store,
-    object_store::ObjectStore,
-);
+/// The streams, buckets and object store of the pool ([`protocol`] says what each holds).
+struct Resources {
+    items: stream::Stream,
+    results: stream::Stream,
+    searches: kv::Store,
+    workers: kv::Store,
+    schedules: kv::Store,
+    leases: kv::Store,
+    objects: object_store::ObjectStore,
+}
 
 /// Creates (or finds) the streams, the workers' consumer and the buckets. The first daemon
 /// creates them; the ack wait and delivery limit are then the first daemon's.
@@ -451,6 +471,16 @@ async fn set_up(js: &jetstream::Context, s: &PoolConfig) -> Result<Resources, Po
         stream::StorageType::File,
     )
     .await?;
+    // File-backed: a restarted server keeps the leases (and their ages), so that it does
+    // not look as if every coordinator had gone.
+    let leases = bucket(
+        js,
+        LEASES_BUCKET,
+        Some(Duration::from_secs(LEASE_SECONDS)),
+        0,
+        stream::StorageType::File,
+    )
+    .await?;
     let objects = match js.get_object_store(OBJECT_BUCKET).await {
         Ok(o) => o,
         Err(_) => js
@@ -462,7 +492,15 @@ async fn set_up(js: &jetstream::Context, s: &PoolConfig) -> Result<Resources, Po
             .await
             .map_err(|e| PoolError::Nats(format!("object store: {e}")))?,
     };
-    Ok((items, results, searches, workers, schedules, objects))
+    Ok(Resources {
+        items,
+        results,
+        searches,
+        workers,
+        schedules,
+        leases,
+        objects,
+    })
 }
 
 /// The key-value bucket `name`, created if needed. Created as its stream, by the
@@ -497,6 +535,18 @@ async fn bucket(
     js.get_key_value(name)
         .await
         .map_err(|e| PoolError::Nats(format!("bucket {name}: {e}")))
+}
+
+/// The keys of `bucket` (in order: what is done with them must not depend on the
+/// server's).
+async fn keys(bucket: &kv::Store) -> Result<BTreeSet<String>, PoolError> {
+    use futures_util::StreamExt;
+    let mut keys = bucket.keys().await.map_err(nats_err)?;
+    let mut all = BTreeSet::new();
+    while let Some(k) = keys.next().await {
+        all.insert(k.map_err(nats_err)?);
+    }
+    Ok(all)
 }
 
 /// Whether `flag` is set (for [`Pool::retry`]'s `stop`).

@@ -12,6 +12,10 @@
 //!   coordinator resumes from, and what workers watch to cancel.
 //! * key-value bucket `archplace-workers`: a [`WorkerBeat`] per worker, expiring — the pool
 //!   as the coordinator sees it.
+//! * key-value bucket `archplace-leases` (file storage, values expire after
+//!   [`LEASE_SECONDS`]): per running search, the name of the daemon coordinating it now,
+//!   renewed every [`LEASE_RENEW_SECONDS`] — a search whose lease lapsed has lost its
+//!   coordinator, and another daemon carries it on (`super::takeover`).
 //! * key-value bucket `archplace-schedules`: layer schedules the workers solved
 //!   (`super::schedules`).
 //! * object store `archplace`: specs (`spec-<blake3>`) and cost-model components
@@ -30,6 +34,13 @@ pub const WORKERS_CONSUMER: &str = "archplace-workers";
 pub const SEARCHES_BUCKET: &str = "archplace-searches";
 pub const WORKERS_BUCKET: &str = "archplace-workers";
 pub const SCHEDULES_BUCKET: &str = "archplace-schedules";
+pub const LEASES_BUCKET: &str = "archplace-leases";
+
+/// How long a coordinator's lease outlives its last renewal: a coordinator silent that long
+/// is taken for gone.
+pub const LEASE_SECONDS: u64 = 10;
+/// How often a coordinator renews its lease.
+pub const LEASE_RENEW_SECONDS: u64 = 2;
 pub const OBJECT_BUCKET: &str = "archplace";
 
 pub fn items_subject(search: &str) -> String {
@@ -127,8 +138,25 @@ pub struct SearchState {
     pub phase: Phase,
     pub spec: String,
     pub spec_hash: String,
-    /// The daemon coordinating it.
+    /// The spec's file name (as the items name it).
+    #[serde(default)]
+    pub spec_file: String,
+    /// The daemon whose spec folder holds the spec: the one that writes its results.
     pub coordinator: String,
+    /// The cost models' components (blake3; `None`: linked natively): a daemon carries the
+    /// search on only with the same ones.
+    #[serde(default)]
+    pub area_blake3: Option<String>,
+    #[serde(default)]
+    pub latency_blake3: Option<String>,
+    /// The daemon that carried the search on while its coordinator was away, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried_by: Option<String>,
+    /// Whether the walk reached its end while the coordinator was away: every answer the
+    /// result needs is stored, and the coordinator (or any daemon serving the spec's
+    /// folder) collects them without evaluating anything. Nobody carries it on again.
+    #[serde(default)]
+    pub walked: bool,
     /// Items published so far (items are published in order, so: items `0..published`).
     pub items_published: usize,
     pub items_total: usize,

@@ -137,28 +137,23 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     let shared = Arc::new(Shared::new(start, state, host, metrics, shutdown, pool));
     let weak = Arc::downgrade(&shared);
     let _ = jobs.set(Box::new(move |hash| jobs_view::json(&weak, hash)));
-    // The pool's worker: evaluates items of every daemon's searches (this one's included).
+    // The pool's worker evaluates items of every daemon's searches (this one's included);
+    // its carrier carries on the searches whose coordinator is away.
     let pool_worker = match &shared.pool {
-        Some(pool) if shared.start.pool.work => {
-            let (s, pool) = (shared.clone(), pool.clone());
-            Some(
-                std::thread::Builder::new()
-                    .name("archplace-pool-worker".into())
-                    .spawn(move || {
-                        let cx = archplace_pool::worker::WorkerContext {
-                            host: &s.host,
-                            state_dir: &s.start.state_dir,
-                            shutdown: &s.shutdown,
-                        };
-                        archplace_pool::worker::run(&pool, &cx)
-                    })
-                    .map_err(|e| ServiceError::Folder {
-                        path: PathBuf::from("<threads>"),
-                        error: e,
-                    })?,
-            )
-        }
+        Some(_) if shared.start.pool.work => Some(pool_thread(
+            &shared,
+            "archplace-pool-worker",
+            archplace_pool::worker::run,
+        )?),
         _ => None,
+    };
+    let pool_carrier = match &shared.pool {
+        Some(_) => Some(pool_thread(
+            &shared,
+            "archplace-pool-carrier",
+            archplace_pool::takeover::run,
+        )?),
+        None => None,
     };
     let workers: Vec<_> = (0..shared.start.max_concurrent_searches)
         .map(|i| {
@@ -183,12 +178,38 @@ pub fn run(config: DaemonConfig, signals: Signals) -> Result<(), ServiceError> {
     for w in workers {
         let _ = w.join();
     }
-    if let Some(w) = pool_worker {
+    for w in [pool_worker, pool_carrier].into_iter().flatten() {
         let _ = w.join();
     }
     http_stop.store(true, Ordering::Relaxed);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A thread of the pool's (`shared.pool` is set) running `run` until shutdown.
+fn pool_thread(
+    shared: &Arc<Shared>,
+    name: &str,
+    run: fn(&Arc<archplace_pool::Pool>, &archplace_pool::worker::WorkerContext),
+) -> Result<std::thread::JoinHandle<()>, ServiceError> {
+    let s = shared.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let Some(pool) = s.pool.clone() else {
+                return;
+            };
+            let cx = archplace_pool::worker::WorkerContext {
+                host: &s.host,
+                state_dir: &s.start.state_dir,
+                shutdown: &s.shutdown,
+            };
+            run(&pool, &cx)
+        })
+        .map_err(|e| ServiceError::Folder {
+            path: PathBuf::from("<threads>"),
+            error: e,
+        })
 }
 
 /// The state folder's lock (`<state_dir>/daemon.lock`, holding the daemon's PID), taken

@@ -490,7 +490,9 @@ fn ended(
 ) -> Outcome {
     match result {
         Ok(finished) => written(dir, status_of(status), Arc::new(finished)),
-        Err(RunError::CostModel(diags) | RunError::Memory(diags)) => invalid(q, diags, dir),
+        Err(RunError::CostModel(diags) | RunError::Memory(diags) | RunError::Area(diags)) => {
+            invalid(q, diags, dir)
+        }
         Err(e) => failed(dir, q, status, e.to_string()),
     }
 }

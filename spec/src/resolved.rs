@@ -560,10 +560,19 @@ pub fn plan_table(p: &StepPlan) -> Table {
 }
 
 /// A chip and a plan as the text of `[accelerator]` and `[plan]` tables, ready to paste
-/// into the spec for `archplace estimate` (which prices the plan as the search did).
-pub fn estimate_toml(accelerator: &AcceleratorConfig, hbm_bytes: u64, plan: &StepPlan) -> String {
+/// into the spec for `archplace estimate` (which prices the plan as the search did); with
+/// the chip's peak FLOP/s when known, so that the estimate gives its MFU.
+pub fn estimate_toml(
+    accelerator: &AcceleratorConfig,
+    hbm_bytes: u64,
+    peak_flops_per_second: Option<f64>,
+    plan: &StepPlan,
+) -> String {
     let mut a = chip(accelerator);
     a.insert("hbm".into(), bytes(hbm_bytes));
+    if let Some(f) = peak_flops_per_second {
+        a.insert("peak_flops".into(), Value::String(format!("{f} FLOP/s")));
+    }
     let mut doc = Table::new();
     doc.insert("accelerator".into(), Value::Table(a));
     doc.insert("plan".into(), Value::Table(plan_table(plan)));

@@ -157,7 +157,7 @@ pub fn run(args: &RunArgs, plugins: &super::plugin::PluginArgs) -> Result<Exit> 
             }
             bail!("{} error(s) in the spec's cost models", diags.len());
         }
-        Err(RunError::Memory(diags)) => {
+        Err(RunError::Memory(diags) | RunError::Area(diags)) => {
             for d in &diags {
                 err!("{}", d.render(&spec.source_text));
             }
@@ -468,6 +468,11 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
         print_plan(m, doc.spec.devices)?;
     }
     // The chip and each plan, as `archplace estimate` takes them.
+    let peak = archplace_job::chip::peak_flops_per_second(
+        &best.configuration.chip,
+        &doc.cost_models.latency.name,
+        &doc.cost_model_parameters,
+    );
     for m in &best.models {
         if let Some(plan) = m.plan.estimable() {
             outln!(
@@ -477,7 +482,7 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
                     .map_or(String::new(), |n| format!(" (node_size = {n})"))
             )?;
             for line in
-                archplace_spec::estimate_toml(&best.configuration.chip, best.hbm_bytes, plan)
+                archplace_spec::estimate_toml(&best.configuration.chip, best.hbm_bytes, peak, plan)
                     .lines()
                     .filter(|l| !l.is_empty())
             {

@@ -67,7 +67,7 @@ pub fn run(args: &ValidateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
                     _ => memory,
                 })
             }
-            Err(RunError::CostModel(diags) | RunError::Memory(diags)) => {
+            Err(RunError::CostModel(diags) | RunError::Memory(diags) | RunError::Area(diags)) => {
                 for d in &diags {
                     text.push_str(&d.render(&s.source_text));
                 }
