@@ -218,6 +218,11 @@ impl<'a> Coordinator<'a> {
         };
         let lease = Lease::take(pool, &id, &|| super::set(&cancel))?;
         let holding = lease.held();
+        if carrying && !holding {
+            // Two daemons saw the lease lapse; the other took it first.
+            lease.release(pool);
+            return Err(PoolError::CarriedElsewhere(id));
+        }
         let mut c = Coordinator {
             pool,
             space,

@@ -90,6 +90,15 @@ impl Lease {
     }
 }
 
+/// A lease dropped without [`Lease::release`] (a search that ended in a panic) stops being
+/// renewed — a task on the pool's runtime would otherwise renew it for the daemon's life —
+/// and lapses by itself.
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
+
 /// Renews (or takes, if free) the lease every [`LEASE_RENEW_SECONDS`], saying when it is
 /// lost or taken.
 async fn keep(

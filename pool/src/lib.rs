@@ -141,6 +141,9 @@ pub enum PoolError {
     /// A search this daemon cannot carry on: why.
     #[error("cannot carry search {search} on: {why}")]
     NotCarried { search: String, why: String },
+    /// Another daemon took the lease of a search first (both saw it lapse).
+    #[error("search {0} is carried on by another daemon already")]
+    CarriedElsewhere(String),
 }
 
 fn nats_err(e: impl std::fmt::Display) -> PoolError {

@@ -77,6 +77,10 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
                     tracing::info!(search = %id, "the search ended in the pool while carried (its coordinator came back and finished it)");
                     continue;
                 }
+                if matches!(e, PoolError::CarriedElsewhere(_)) {
+                    tracing::info!(search = %id, "another daemon took the search on first");
+                    continue;
+                }
                 tracing::warn!(search = %id, spec = %state.spec, error = %e, "cannot carry the search on for its coordinator");
                 if matches!(e, PoolError::NotCarried { .. } | PoolError::SpecInvalid(_)) {
                     refused.insert(id);
@@ -202,6 +206,11 @@ fn carry(pool: &Pool, cx: &WorkerContext, id: &str, state: &SearchState) -> Resu
     match walked {
         Ok(o) if !o.stats.cancelled => Ok(()),
         Ok(_) => Err(PoolError::Stopping),
+        // The pool's own error (another took the lease first, the search is over) as is.
+        Err(archplace_job::RunError::Pool(e)) => match e.downcast::<PoolError>() {
+            Ok(e) => Err(*e),
+            Err(e) => Err(not_carried(e.to_string())),
+        },
         Err(e) => Err(not_carried(e.to_string())),
     }
 }
