@@ -90,7 +90,7 @@ impl Lease {
     }
 }
 
-/// A lease dropped without [`Lease::release`] (a search that ended in a panic) stops being
+/// A lease dropped without `release` (a search that ended in a panic) stops being
 /// renewed — a task on the pool's runtime would otherwise renew it for the daemon's life —
 /// and lapses by itself.
 impl Drop for Lease {
