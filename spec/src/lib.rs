@@ -716,6 +716,27 @@ impl<'a> Ctx<'a> {
             && !self.wrong.iter().any(|w| w.within(&field))
     }
 
+    /// Whether the value at `field` could not be read and no rule reported it: it was
+    /// taken out, and what stands in its place is the default — a preset's value, in a
+    /// `[[models]]` entry with a preset.
+    pub(crate) fn dropped(&self, field: &FieldPath) -> bool {
+        let field = self.as_written(field);
+        self.unreadable.iter().any(|u| field.within(u))
+            && !self.wrong.iter().any(|w| w.within(&field))
+    }
+
+    /// Adds `text` to the help of the problems reported at `field` (what a rule that
+    /// needed the value did instead of checking).
+    pub(crate) fn add_help(&mut self, field: &FieldPath, text: &str) {
+        let field = self.as_written(field).to_string();
+        for d in self.diagnostics.iter_mut().filter(|d| d.field == field) {
+            d.help = Some(match d.help.take() {
+                Some(h) => format!("{h}; {text}"),
+                None => text.to_string(),
+            });
+        }
+    }
+
     /// Whether every one of `fields` is [`Ctx::fine`].
     pub(crate) fn all_fine(&self, fields: &[FieldPath]) -> bool {
         fields.iter().all(|f| self.fine(f))

@@ -1337,3 +1337,43 @@ fn stack_problems_are_located_at_the_stack() {
     assert_eq!(spec.stack.as_deref(), Some("mine.toml"));
     assert_eq!(spec.training.zero_stages, vec![3]);
 }
+
+/// A model shape key that could not be read does not silence the `[plan]`'s checks
+/// against the model: its preset's value stands in (and the key's error says so). One read
+/// but wrong leaves the shape unknown: the checks are skipped, and its error says that.
+#[test]
+fn plan_checks_use_the_presets_value_for_a_shape_key_that_could_not_be_read() {
+    let spec = |layers: &str| {
+        format!(
+            "schema_version = 1\nname = \"skip\"\n[[models]]\npreset = \"llama2-7b\"\n{layers}\n\
+             [cluster]\npreset = \"h100-sxm-80gb\"\ndevices = 16\n[training]\nglobal_batch = 64\n\
+             [accelerator]\npreset = \"h100-sxm-80gb\"\n\
+             [plan]\nmicro_batch = 1\ntensor_parallel = 3\npipeline_parallel = 2\ndata_parallel = 1\n"
+        )
+    };
+    let unread = errors(&spec("layers = \"many\""));
+    let layers = find(&unread, "models[0].layers");
+    assert!(
+        layers
+            .help
+            .as_deref()
+            .is_some_and(|h| h.contains("used the preset's value")),
+        "{layers:?}"
+    );
+    let t = find(&unread, "plan.tensor_parallel");
+    assert!(t.message.contains("width 3"), "{t:?}");
+    // Read, but out of range: the shape is unknown, and the error says the checks wait.
+    let wrong = errors(&spec("layers = 0"));
+    let layers = find(&wrong, "models[0].layers");
+    assert!(
+        layers
+            .help
+            .as_deref()
+            .is_some_and(|h| h.contains("were skipped until it is fixed")),
+        "{layers:?}"
+    );
+    assert!(
+        !wrong.iter().any(|d| d.field == "plan.tensor_parallel"),
+        "{wrong:#?}"
+    );
+}

@@ -86,7 +86,10 @@ pub(super) fn estimate(
     // mistake elsewhere in the model does not silence them.
     let fine: Vec<&Entry> = models
         .iter()
-        .filter(|e| super::models::shape_fine(ctx, e))
+        .filter(|e| {
+            let has_preset = raw.models.get(e.index).is_some_and(|m| m.preset.is_some());
+            super::models::shape_usable(ctx, e, has_preset)
+        })
         .collect();
     if let Some(first) = fine.first()
         && let Some(list) = stage_layers(ctx, &pp, p, first.spec.config.layers)

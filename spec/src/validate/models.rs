@@ -283,14 +283,32 @@ const SHAPE_FIELDS: [&str; 17] = [
     "mtp_depth",
 ];
 
-/// Whether the shape of `entry` (the keys [`SHAPE_FIELDS`] names) is fine: the rules that
-/// relate a plan to the model may use it.
-pub(super) fn shape_fine(ctx: &Ctx<'_>, entry: &Entry) -> bool {
-    fine(
-        ctx,
-        &FieldPath::root().key("models").index(entry.index),
-        &SHAPE_FIELDS,
-    )
+/// Whether the rules relating a plan to `entry` may run: its shape is fine, or its shape
+/// keys that are not could not be read and its preset's values stand in for them (what can
+/// be known), each such key's error saying so. A shape key read but wrong leaves the shape
+/// unknown: the rules do not run, and that key's error says they were skipped.
+pub(super) fn shape_usable(ctx: &mut Ctx<'_>, entry: &Entry, has_preset: bool) -> bool {
+    let path = FieldPath::root().key("models").index(entry.index);
+    let bad: Vec<&str> = SHAPE_FIELDS
+        .iter()
+        .copied()
+        .filter(|k| !ctx.fine(&path.key(k)))
+        .collect();
+    if bad.is_empty() {
+        return true;
+    }
+    let stand_in = has_preset
+        && ctx.fine(&path.key("preset"))
+        && bad.iter().all(|k| ctx.dropped(&path.key(k)));
+    let note = if stand_in {
+        "the [plan]'s checks against this model used the preset's value"
+    } else {
+        "the [plan]'s checks against this model were skipped until it is fixed"
+    };
+    for k in bad {
+        ctx.add_help(&path.key(k), note);
+    }
+    stand_in
 }
 
 /// One `[[models]]` entry: its preset (or explicit shape), the overrides merged in, then
