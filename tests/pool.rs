@@ -209,6 +209,12 @@ fn a_proven_pooled_search_publishes_in_bound_order_and_gives_the_same_result() {
     assert!(p["items_answered"].as_u64().unwrap() > 0, "{p}");
 }
 
+/// The items the two workers `b` and `c` evaluated.
+fn completed(b: &Daemon, c: &Daemon) -> f64 {
+    b.metric("archplace_pool_items_completed_total")
+        + c.metric("archplace_pool_items_completed_total")
+}
+
 /// A pool of three on `nats` in `t`: `a` coordinates without working (its `[pool]` with
 /// `coordinator`), `b` and `c` work (with `workers` and `env`); `text` dropped into `a` as
 /// `file`, and `a` killed -9 once `answered` of its items are answered. The workers.
@@ -254,8 +260,7 @@ fn a_killed_coordinator_resumes_without_evaluating_any_item_twice() {
     let result = a.wait_file("pooled", "result.json", 300);
     assert_same(&reference, &a.result_dir("pooled").unwrap());
     let total = result["work"]["pool"]["items_total"].as_f64().unwrap();
-    let completed = b.metric("archplace_pool_items_completed_total")
-        + c.metric("archplace_pool_items_completed_total");
+    let completed = completed(&b, &c);
     assert_eq!(completed, total, "every item evaluated exactly once");
     assert!(
         a.log().contains("resuming the search in the pool"),
@@ -301,11 +306,7 @@ fn the_pool_finishes_a_search_without_its_coordinator() {
         .find(|l| l.contains("carrying the search on") && l.contains("search="))
         .map(str::to_string);
     assert!(line.is_some(), "{}", carrier_daemon.log());
-    let completed = || {
-        b.metric("archplace_pool_items_completed_total")
-            + c.metric("archplace_pool_items_completed_total")
-    };
-    let before = completed();
+    let before = completed(&b, &c);
     let restarted = Instant::now();
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", "work = false");
     let result = a.wait_file("pooled", "result.json", 60);
@@ -320,7 +321,11 @@ fn the_pool_finishes_a_search_without_its_coordinator() {
     assert_eq!(pool["carried_by"], carried_by, "{pool}");
     let total = pool["items_total"].as_f64().unwrap();
     assert_eq!(before, total, "every item evaluated exactly once");
-    assert_eq!(completed(), before, "nothing evaluated after the restart");
+    assert_eq!(
+        completed(&b, &c),
+        before,
+        "nothing evaluated after the restart"
+    );
     assert!(
         a.log()
             .contains("the search was carried to its end while this daemon was away"),
@@ -387,8 +392,7 @@ fn a_coordinator_back_while_its_search_is_carried_follows_it_to_the_same_result(
         })
     });
     let total = result["work"]["pool"]["items_total"].as_f64().unwrap();
-    let completed = b.metric("archplace_pool_items_completed_total")
-        + c.metric("archplace_pool_items_completed_total");
+    let completed = completed(&b, &c);
     assert_eq!(completed, total, "every item evaluated exactly once");
 }
 
@@ -405,18 +409,17 @@ fn a_killed_coordinator_resumes_a_proven_search_without_evaluating_any_item_twic
     let reference = single(t, &text);
     let nats = Nats::start(t);
     let coordinator = "work = false\nitem_candidates = 2";
-    let mut a = Daemon::pooled(&t.join("a"), &nats.url(), "a", coordinator);
     // A proven search of this space evaluates a few dozen candidates in about a second:
     // the workers hold each item 0.3 s (archplace_pool::worker::HOLD_ITEM_VAR), so that
     // the coordinator dies with most of them still to come.
     let slow = [("ARCHPLACE_TEST_HOLD_ITEM_SECONDS", "0.3")];
-    let b = Daemon::pooled_env(&t.join("b"), &nats.url(), "b", "item_candidates = 2", &slow);
-    let c = Daemon::pooled_env(&t.join("c"), &nats.url(), "c", "item_candidates = 2", &slow);
-    a.drop_spec("proven.toml", &text);
-    a.until(Duration::from_secs(120), "items answered", || {
-        a.answered("proven") >= 2
-    });
-    a.kill_9();
+    let (b, c) = coordinator_killed(
+        t,
+        &nats,
+        ("proven.toml", &text),
+        (coordinator, "item_candidates = 2", &slow),
+        2,
+    );
     std::thread::sleep(Duration::from_secs(1));
     let a = Daemon::pooled(&t.join("a"), &nats.url(), "a", coordinator);
     let result = a.wait_file("proven", "result.json", 300);
@@ -425,8 +428,7 @@ fn a_killed_coordinator_resumes_a_proven_search_without_evaluating_any_item_twic
     let pool = &result["work"]["pool"];
     let published = pool["items_published"].as_f64().unwrap();
     let answered = pool["items_answered"].as_f64().unwrap();
-    let completed = b.metric("archplace_pool_items_completed_total")
-        + c.metric("archplace_pool_items_completed_total");
+    let completed = completed(&b, &c);
     // Speculative items published past where the pruning stopped may be dropped with the
     // search before a worker takes them; none is evaluated twice.
     assert!(

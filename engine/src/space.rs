@@ -304,19 +304,25 @@ fn check_area(config: &AcceleratorConfig, area: f64) -> Result<f64, SpaceError> 
     }
 }
 
-/// Enumerates and orders the space with `area_model`.
-pub fn enumerate(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<Space, SpaceError> {
-    let budget_um2 = match &spec.area_budget {
-        AreaBudget::Um2(a) => *a,
+/// The area budget of `spec` in µm²: as given, or its reference configuration's area
+/// (one call of `area_model`).
+pub fn budget_um2(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<f64, SpaceError> {
+    match &spec.area_budget {
+        AreaBudget::Um2(a) => Ok(*a),
         AreaBudget::ReferenceConfig(c) => {
             let mut r = area_model.area_um2(std::slice::from_ref(c))?;
             match r.pop() {
-                Some(Ok(a)) => check_area(c, a)?,
-                Some(Err(e)) => return Err(SpaceError::BudgetOutOfDomain(e)),
-                None => return Err(SpaceError::WrongCount { got: 0, want: 1 }),
+                Some(Ok(a)) => check_area(c, a),
+                Some(Err(e)) => Err(SpaceError::BudgetOutOfDomain(e)),
+                None => Err(SpaceError::WrongCount { got: 0, want: 1 }),
             }
         }
-    };
+    }
+}
+
+/// Enumerates and orders the space with `area_model`.
+pub fn enumerate(spec: &SpaceSpec, area_model: &dyn AreaModel) -> Result<Space, SpaceError> {
+    let budget_um2 = budget_um2(spec, area_model)?;
     let min_area_um2 = spec.min_area_fraction * budget_um2;
     let configs = product(spec);
     let areas = area_model.area_um2(&configs)?;

@@ -164,16 +164,20 @@ pub fn prepare<'a>(
     };
     let spec_ref: &Spec = &spec;
     let mut estimate = memory::estimate(spec_ref, source, threads);
+    // Whether enumerating the space (the search needs it anyway) fits the budget.
+    let enumeration_fits = memory_budget_bytes.is_none_or(|b| {
+        estimate
+            .engine
+            .space_bytes
+            .saturating_add(estimate.cost_models_bytes)
+            <= b
+    });
     let mut space = None;
     if let Some(budget) = memory_budget_bytes {
         // The first estimate counts every configuration of the axes a candidate; the area
         // filter usually leaves far fewer. Above the budget, and if enumerating fits it,
-        // the space is enumerated (the search needs it anyway) and its candidates counted.
-        let enumeration = estimate
-            .engine
-            .space_bytes
-            .saturating_add(estimate.cost_models_bytes);
-        if estimate.total_bytes > budget && enumeration <= budget {
+        // the space is enumerated and its candidates counted.
+        if estimate.total_bytes > budget && enumeration_fits {
             let (s, seconds) = located(spec_ref, enumerated(spec_ref, &models))?;
             estimate =
                 memory::estimate_for(spec_ref, source, threads, Some(s.candidates.len() as u64));
@@ -182,28 +186,20 @@ pub fn prepare<'a>(
         memory::check(spec_ref, &estimate, budget).map_err(RunError::Memory)?;
     }
     // An area budget in mm² may lie beyond what the area model sizes: the space is
-    // enumerated to know (the search needs it anyway), when that fits the budget.
+    // enumerated to know, when that fits the budget.
     if matches!(spec_ref.space.area_budget, space::AreaBudget::Um2(_)) {
-        let enumeration = estimate
-            .engine
-            .space_bytes
-            .saturating_add(estimate.cost_models_bytes);
-        if space.is_none() && memory_budget_bytes.is_none_or(|b| enumeration <= b) {
+        if space.is_none() && enumeration_fits {
             space = Some(located(spec_ref, enumerated(spec_ref, &models))?);
         }
         if let Some((s, _)) = &space {
             area_in_range(spec_ref, &models, s).map_err(RunError::Area)?;
         }
-    } else if let space::AreaBudget::ReferenceConfig(c) = &spec_ref.space.area_budget
-        && let Ok(mut sized) = models.area.area_um2(std::slice::from_ref(c))
-        && let Some(Err(e @ archplace_plugin_sdk::EstimateError::OutOfDomain(_))) = sized.pop()
+    } else if let Err(e @ space::SpaceError::BudgetOutOfDomain(_)) =
+        space::budget_um2(&spec_ref.space, models.area.as_ref())
     {
         // The budget's own chip, sized at once (one call): a chip the model cannot size
         // is the spec's mistake, located, not the search's failure later.
-        located(
-            spec_ref,
-            Err(RunError::Space(space::SpaceError::BudgetOutOfDomain(e))),
-        )?;
+        located(spec_ref, Err(RunError::Space(e)))?;
     }
     tracing::debug!(estimate = %memory::describe(&estimate), "memory estimate");
     Ok(Prepared {

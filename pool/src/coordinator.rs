@@ -640,11 +640,7 @@ impl<'a> Coordinator<'a> {
 
     /// Whether the search ended in the pool while this daemon followed it.
     fn check_ended(&mut self) {
-        let pool = self.pool;
-        if let Ok(Ok(Some(s))) = pool.block_on(async {
-            tokio::time::timeout(Duration::from_secs(2), pool.state(&self.id)).await
-        }) && s.phase.is_over()
-        {
+        if let Some(s) = self.pool.ended(&self.id) {
             let why = s.reason.map_or(String::new(), |r| format!(": {r}"));
             self.ended_elsewhere = Some(format!(
                 "the search ended in the pool ({:?}, by {}){why}",

@@ -13,7 +13,6 @@
 use super::protocol::*;
 use super::{Pool, PoolError, nats_err};
 use async_nats::jetstream::kv;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +28,6 @@ struct Seen {
 /// One daemon's hold on (or wait for) one search's lease.
 pub struct Lease {
     id: String,
-    held: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
     renewal: tokio::task::JoinHandle<()>,
 }
@@ -49,17 +47,14 @@ impl Lease {
         if let Some(other) = &first.other {
             tracing::info!(search = %id, holder = %other, "another daemon carries this search on: following its answers until it hands the search back");
         }
-        let held = Arc::new(AtomicBool::new(first.revision.is_some()));
         let renewal = pool.spawn(keep(
             pool.leases.clone(),
             id.to_string(),
             pool.name.clone(),
-            held.clone(),
             seen.clone(),
         ));
         Ok(Lease {
             id: id.to_string(),
-            held,
             seen,
             renewal,
         })
@@ -67,7 +62,7 @@ impl Lease {
 
     /// Whether this daemon holds the lease (as of its last renewal).
     pub(crate) fn held(&self) -> bool {
-        self.held.load(Ordering::Relaxed)
+        held(&self.seen)
     }
 
     /// Stops renewing and frees the lease if this daemon holds it, so that another may
@@ -101,15 +96,10 @@ impl Drop for Lease {
 
 /// Renews (or takes, if free) the lease every [`LEASE_RENEW_SECONDS`], saying when it is
 /// lost or taken.
-async fn keep(
-    leases: kv::Store,
-    id: String,
-    name: String,
-    held: Arc<AtomicBool>,
-    seen: Arc<Mutex<Seen>>,
-) {
+async fn keep(leases: kv::Store, id: String, name: String, seen: Arc<Mutex<Seen>>) {
     loop {
         tokio::time::sleep(Duration::from_secs(LEASE_RENEW_SECONDS)).await;
+        let was = held(&seen);
         let Ok(Ok(now)) = tokio::time::timeout(
             Duration::from_secs(LEASE_RENEW_SECONDS),
             renew(&leases, &id, &name, &seen),
@@ -119,7 +109,6 @@ async fn keep(
             // The server is away: nothing can be known, and nothing published either.
             continue;
         };
-        let was = held.swap(now.revision.is_some(), Ordering::Relaxed);
         match (was, &now.other) {
             (true, Some(other)) => {
                 tracing::warn!(search = %id, holder = %other, "lost the search's lease (this daemon was silent too long): following the other's answers")
@@ -147,22 +136,18 @@ async fn renew(
     };
     now.revision = match renewed {
         Some(revision) => Some(revision),
-        None => match leases.entry(id).await.map_err(nats_err)? {
-            Some(e) if e.operation == kv::Operation::Put => {
-                let holder = String::from_utf8_lossy(&e.value).to_string();
-                if holder == name {
-                    Some(
-                        leases
-                            .update(id, value(), e.revision)
-                            .await
-                            .map_err(nats_err)?,
-                    )
-                } else {
-                    now.other = Some(holder);
-                    None
-                }
+        None => match holding(leases, id).await? {
+            Some((holder, revision)) if holder == name => Some(
+                leases
+                    .update(id, value(), revision)
+                    .await
+                    .map_err(nats_err)?,
+            ),
+            Some((holder, _)) => {
+                now.other = Some(holder);
+                None
             }
-            _ => match leases.create(id, value()).await {
+            None => match leases.create(id, value()).await {
                 Ok(revision) => Some(revision),
                 // Another took it between the read and the write.
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
@@ -179,12 +164,23 @@ async fn renew(
     Ok(now)
 }
 
-/// Who holds search `id`'s lease, if anyone (a lapsed lease is no one's).
-pub(crate) async fn holder(pool: &Pool, id: &str) -> Result<Option<String>, PoolError> {
-    Ok(match pool.leases.entry(id).await.map_err(nats_err)? {
+/// Whether the last renewal found the lease this daemon's.
+fn held(seen: &Mutex<Seen>) -> bool {
+    seen.lock().is_ok_and(|s| s.revision.is_some())
+}
+
+/// Who holds search `id`'s lease, with its value's revision, if anyone (a lapsed or freed
+/// lease is no one's).
+async fn holding(leases: &kv::Store, id: &str) -> Result<Option<(String, u64)>, PoolError> {
+    Ok(match leases.entry(id).await.map_err(nats_err)? {
         Some(e) if e.operation == kv::Operation::Put => {
-            Some(String::from_utf8_lossy(&e.value).to_string())
+            Some((String::from_utf8_lossy(&e.value).to_string(), e.revision))
         }
         _ => None,
     })
+}
+
+/// Who holds search `id`'s lease, if anyone.
+pub(crate) async fn holder(pool: &Pool, id: &str) -> Result<Option<String>, PoolError> {
+    Ok(holding(&pool.leases, id).await?.map(|(name, _)| name))
 }

@@ -378,6 +378,17 @@ impl Pool {
         Ok(entry.and_then(|b| serde_json::from_slice(&b).ok()))
     }
 
+    /// The state of search `id` if the bucket says it is over (read within 2 s; `None`
+    /// also when the server does not answer).
+    pub(crate) fn ended(&self, id: &str) -> Option<SearchState> {
+        let read = self
+            .block_on(async { tokio::time::timeout(Duration::from_secs(2), self.state(id)).await });
+        match read {
+            Ok(Ok(Some(s))) if s.phase.is_over() => Some(s),
+            _ => None,
+        }
+    }
+
     pub(crate) async fn put_state(&self, id: &str, s: &SearchState) -> Result<(), PoolError> {
         let bytes = serde_json::to_vec(s)?;
         self.searches
@@ -550,6 +561,53 @@ async fn keys(bucket: &kv::Store) -> Result<BTreeSet<String>, PoolError> {
         all.insert(k.map_err(nats_err)?);
     }
     Ok(all)
+}
+
+/// A change of one search in the searches bucket.
+pub(crate) enum Change {
+    State(Box<SearchState>),
+    /// A value this version cannot read.
+    Unreadable,
+    Deleted,
+}
+
+/// Follows the searches bucket — from each search's last state with `history`, else from
+/// now on — calling `on` with each search's id and change, watching again after a lost
+/// watch, until `on` says to stop. What the workers (cancelling) and the carriers
+/// (following the running searches) both watch.
+pub(crate) async fn follow_searches(
+    bucket: kv::Store,
+    history: bool,
+    mut on: impl FnMut(String, Change) -> bool,
+) {
+    use futures_util::StreamExt;
+    loop {
+        let watch = if history {
+            bucket.watch_with_history(">").await
+        } else {
+            bucket.watch_all().await
+        };
+        let mut watch = match watch {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot watch the searches; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        while let Some(Ok(entry)) = watch.next().await {
+            let change = match entry.operation {
+                kv::Operation::Put => {
+                    serde_json::from_slice(&entry.value).map_or(Change::Unreadable, Change::State)
+                }
+                _ => Change::Deleted,
+            };
+            if !on(entry.key, change) {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Whether `flag` is set (for [`Pool::retry`]'s `stop`).

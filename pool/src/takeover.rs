@@ -73,7 +73,7 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
             }
             free_since.remove(&id);
             if let Err(e) = carry(pool, cx, &id, &state) {
-                if ended(pool, &id) {
+                if pool.ended(&id).is_some() {
                     tracing::info!(search = %id, "the search ended in the pool while carried (its coordinator came back and finished it)");
                     continue;
                 }
@@ -91,49 +91,23 @@ pub fn run(pool: &Arc<Pool>, cx: &WorkerContext) {
     watcher.abort();
 }
 
-/// Whether search `id` is over in the pool.
-fn ended(pool: &Pool, id: &str) -> bool {
-    matches!(
-        pool.block_on(async {
-            tokio::time::timeout(Duration::from_secs(2), pool.state(id)).await
-        }),
-        Ok(Ok(Some(s))) if s.phase.is_over()
-    )
-}
-
 /// Keeps `running` up to date with the searches bucket.
 async fn watch_running(bucket: async_nats::jetstream::kv::Store, running: Running) {
-    use futures_util::StreamExt;
-    loop {
-        let mut watch = match bucket.watch_with_history(">").await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot watch the searches; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
+    super::follow_searches(bucket, true, |search, change| {
+        let Ok(mut r) = running.lock() else {
+            return false;
         };
-        while let Some(Ok(entry)) = watch.next().await {
-            let state = match entry.operation {
-                async_nats::jetstream::kv::Operation::Put => {
-                    serde_json::from_slice::<SearchState>(&entry.value).ok()
-                }
-                _ => None,
-            };
-            let Ok(mut r) = running.lock() else {
-                return;
-            };
-            match state {
-                Some(s) if s.phase == Phase::Running => {
-                    r.insert(entry.key, s);
-                }
-                _ => {
-                    r.remove(&entry.key);
-                }
+        match change {
+            super::Change::State(s) if s.phase == Phase::Running => {
+                r.insert(search, *s);
+            }
+            _ => {
+                r.remove(&search);
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        true
+    })
+    .await
 }
 
 /// Carries search `id` on: its spec from the pool, this daemon's cost models (which must

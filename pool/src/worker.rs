@@ -494,37 +494,22 @@ async fn watch_searches(
     bucket: async_nats::jetstream::kv::Store,
     cancels: Arc<Mutex<HashMap<String, Arc<AtomicBool>>>>,
 ) {
-    loop {
-        let mut watch = match bucket.watch_all().await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot watch the searches; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
+    super::follow_searches(bucket, false, |search, change| {
+        let over = match change {
+            super::Change::State(s) => s.phase.is_over(),
+            super::Change::Unreadable => false,
+            super::Change::Deleted => true,
         };
-        while let Some(entry) = watch.next().await {
-            let Ok(entry) = entry else {
-                break;
-            };
-            let over = match entry.operation {
-                async_nats::jetstream::kv::Operation::Put => {
-                    serde_json::from_slice::<SearchState>(&entry.value)
-                        .map(|s| s.phase.is_over())
-                        .unwrap_or(false)
-                }
-                _ => true,
-            };
-            if over
-                && let Ok(mut c) = cancels.lock()
-                && let Some(flag) = c.remove(&entry.key)
-            {
-                tracing::info!(search = %entry.key, "search ended in the pool; stopping its work here");
-                flag.store(true, Ordering::Relaxed);
-            }
+        if over
+            && let Ok(mut c) = cancels.lock()
+            && let Some(flag) = c.remove(&search)
+        {
+            tracing::info!(search = %search, "search ended in the pool; stopping its work here");
+            flag.store(true, Ordering::Relaxed);
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        true
+    })
+    .await
 }
 
 /// Puts the worker's heartbeat in the workers bucket every few seconds, and the queue's
