@@ -41,8 +41,8 @@
 //!   device (compute only: no static power, no network energy).
 
 use crate::model::{
-    AttentionKernel, BuildOptions, DISTINCT_LAYERS, ExpertLayout, ModelConfig, ModelGraph, OpGraph,
-    Work, build,
+    AttentionKernel, BuildOptions, DISTINCT_LAYERS, ExpertLayout, Layer, ModelConfig, ModelGraph,
+    OpGraph, Work, build,
 };
 use crate::network::Network;
 use crate::operators::estimate;
@@ -1029,29 +1029,45 @@ pub fn estimate_timed_step(
     priced(input, g, stages, timing, cost)
 }
 
-/// What the step model counts for a plan, at least, however its stages split the layers:
-/// what a proven search bounds a plan shape by (`search::bound`).
+/// The synchronisation of every split of a plan's blocks whose most loaded device holds
+/// `most_blocks` of them, at least ([`PlanFloor::splits`]): that of the largest stage's
+/// parameters, which are at least the mean stage's, the `X` blocks' of the most loaded
+/// device, and the embedding's device's — the embedding and the blocks the other `p − 1`
+/// devices, `X` each at most, leave it — the synchronisation growing with the parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PlanFloor {
-    /// The most loaded stage's state (weights, gradients, optimizer state and FP8 weight
-    /// copies) in bytes per device: at least the mean over the stages, whose sums no split
-    /// changes (the copies' at ZeRO-3, the largest layer's, only grow when split).
-    pub state_bytes: f64,
+pub struct SplitFloor {
+    pub most_blocks: u64,
     /// The data-parallel synchronisation the backward and forward passes may hide
     /// (`data_parallel_overlap`: the gradients' and weights' part), in seconds.
     pub hideable_sync_seconds: f64,
     /// The synchronisation nothing hides (all of it without the overlap; the tied
     /// embedding's all-reduce), in seconds.
     pub exposed_sync_seconds: f64,
+}
+
+/// What the step model counts for a plan, at least, however its stages split the layers:
+/// what a proven search bounds a plan shape by (`search::bound`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanFloor {
+    /// The most loaded stage's state (weights, gradients, optimizer state and FP8 weight
+    /// copies) in bytes per device: at least the mean over the stages, whose sums no split
+    /// changes (the copies' at ZeRO-3, the largest layer's, only grow when split).
+    pub state_bytes: f64,
+    /// For each number of blocks `X` the most loaded device may hold, from the fewest any
+    /// split that fits the plan's HBM allows (`most_blocks`) to where the embedding's
+    /// device may hold none, the synchronisation of every split with that `X`, at least;
+    /// empty when no split fits: the plan shape's activations and state cannot, however
+    /// it is placed.
+    pub splits: Vec<SplitFloor>,
     /// The point-to-point transfers every stage exposes per micro-batch (none with the
     /// pipeline overlap, which may hide them), in seconds.
     pub transfer_seconds: f64,
 }
 
 /// [`PlanFloor`] of a plan that passes [`check`] (its stage list, if any, is one split
-/// among those it bounds). The synchronisation is that of the stages' mean parameters: the
-/// step model syncs the largest stage's, which is at least the mean, and its time grows
-/// with the bytes.
+/// among those it bounds; its `hbm_bytes` the largest a search tries). The
+/// synchronisation is that of a floor on the largest stage's parameters, which the step
+/// model syncs ([`SplitFloor`]), its time growing with the bytes.
 pub fn plan_floor(input: &StepInput, g: &ModelGraph) -> PlanFloor {
     let pl = &input.plan;
     let p = pl.pipeline_parallel.max(1) as f64;
@@ -1063,23 +1079,137 @@ pub fn plan_floor(input: &StepInput, g: &ModelGraph) -> PlanFloor {
     let quantised = sum(|s| s.quantised_parameters);
     let total = state.bytes(params, experts)[3] + quantised_copies(pl, g, quantised)
         - bf16_dropped(pl, quantised);
+    let most = most_blocks(input, g, &state, micro_batches);
+    // The largest stage's parameters (what the synchronisation moves), at least, for each
+    // most loaded device's blocks `X` worth bounding (see `PlanFloor::splits`).
+    let blocks = input.model.layers;
+    let stages = pl.pipeline_parallel.max(1);
+    let (block_dense, block_experts) = block_kinds(g, blocks)
+        .map(|l| (l.parameters - l.expert_parameters, l.expert_parameters))
+        .reduce(|(d0, e0), (d1, e1)| (d0.min(d1), e0.min(e1)))
+        .unwrap_or((0, 0));
+    let embedding = (g.embedding.parameters - g.embedding.expert_parameters) as f64;
     let mean = ((params - experts) as f64 / p, experts as f64 / p);
-    let all = data_parallel_seconds(input, g, mean, (0.0, 0.0));
-    let exposed = if pl.sharding.data_parallel_overlap {
-        data_parallel_seconds(input, g, mean, (f64::INFINITY, f64::INFINITY))
-    } else {
-        all
+    let sync = |x: u64| {
+        // The embedding's device holds what the others cannot.
+        let with_embedding = blocks.saturating_sub((stages - 1).saturating_mul(x));
+        let largest = (
+            mean.0
+                .max(x as f64 * block_dense as f64)
+                .max(embedding + with_embedding as f64 * block_dense as f64),
+            mean.1.max(x as f64 * block_experts as f64),
+        );
+        let all = data_parallel_seconds(input, g, largest, (0.0, 0.0));
+        let exposed = if pl.sharding.data_parallel_overlap {
+            data_parallel_seconds(input, g, largest, (f64::INFINITY, f64::INFINITY))
+        } else {
+            all
+        };
+        SplitFloor {
+            most_blocks: x,
+            hideable_sync_seconds: (all - exposed).max(0.0),
+            exposed_sync_seconds: exposed,
+        }
     };
+    // From the least `X` on, until the embedding's device may hold no block (beyond, a
+    // larger `X` only adds).
+    let splits = most.map_or_else(Vec::new, |least| {
+        let last = least.max(blocks.div_ceil((stages - 1).max(1)));
+        (least..=last.min(blocks)).map(sync).collect()
+    });
     PlanFloor {
         state_bytes: total / p,
-        hideable_sync_seconds: (all - exposed).max(0.0),
-        exposed_sync_seconds: exposed,
+        splits,
         transfer_seconds: if pl.hides_transfers() {
             0.0
         } else {
             point_to_point_seconds(input)
         },
     }
+}
+
+/// The kinds of block a model of `blocks` blocks has: the repeated block, and the dense
+/// block when some of its first blocks are dense (each present only if some block is of it).
+fn block_kinds(g: &ModelGraph, blocks: u64) -> impl Iterator<Item = &Layer> {
+    let dense = g.dense_blocks.min(blocks);
+    let dense_block = g.dense_block.as_ref().unwrap_or(&g.block);
+    [(&g.block, blocks > dense), (dense_block, dense > 0)]
+        .into_iter()
+        .filter(|(_, present)| *present)
+        .map(|(l, _)| l)
+}
+
+/// The fewest blocks the most loaded of the pipeline's `p` devices holds, over every split
+/// of the model's blocks among them in which each device's memory (`stage_memory`'s
+/// total) fits `input.hbm_bytes`; `None` when none does.
+///
+/// Why it holds. Device `k` holds `x_k` blocks (a whole number: its chunks'); each costs
+/// it at least `s` bytes of state (weights, gradients, optimizer state, the FP8 copies less
+/// the 16-bit weights they replace; the least of the block kinds') and, for each of the
+/// `f_k` micro-batches in flight at its peak (`PipelineSchedule::in_flight`, in units of
+/// the device's share of its chunks), `a` bytes of kept activations (the least kind's
+/// under the plan's recomputation): `memory_k ≥ c_k · x_k` with
+/// `c_k = s + a · share · f_k`, everything else it holds (the embedding, the head,
+/// buffers, one rematerialised block) only adding. A split that fits has
+/// `x_k ≤ ⌊hbm / c_k⌋` on every device, and every block sits on some device
+/// (`Σ x_k ≥ blocks`): its most loaded device holds at least the least `X` with
+/// `Σ_k min(X, ⌊hbm / c_k⌋) ≥ blocks`, and there is none when even the caps fall short.
+fn most_blocks(
+    input: &StepInput,
+    g: &ModelGraph,
+    state: &StageState,
+    micro_batches: u64,
+) -> Option<u64> {
+    let pl = &input.plan;
+    let (p, v) = (pl.pipeline_parallel.max(1), pl.interleaving.max(1));
+    let schedule = pl.schedule();
+    let share = schedule.chunks_visited(v) as f64 / schedule.chunks(v).max(1) as f64;
+    let blocks = input.model.layers;
+    let per_block = |l: &Layer| {
+        let copies = if pl.zero_stage() >= 3 {
+            // ZeRO-3's copies are the largest layer's, not per block: left out.
+            0.0
+        } else {
+            quantised_copies(pl, g, l.quantised_parameters)
+        };
+        let state_bytes = state.bytes(l.parameters, l.expert_parameters)[3] + copies
+            - bf16_dropped(pl, l.quantised_parameters);
+        (state_bytes.max(0.0), l.kept_bytes(pl.recomputation) as f64)
+    };
+    let least_most = blocks.div_ceil(p);
+    let Some((s, a)) = block_kinds(g, blocks)
+        .map(per_block)
+        .reduce(|(s0, a0), (s1, a1)| (s0.min(s1), a0.min(a1)))
+    else {
+        return Some(least_most);
+    };
+    let hbm = input.hbm_bytes as f64;
+    // Each device's cap on its blocks (`blocks` when nothing binds).
+    let caps: Vec<u64> = (0..p)
+        .map(|k| {
+            let c = s + a * share * schedule.in_flight(k, p, v, micro_batches);
+            if c <= 0.0 {
+                blocks
+            } else {
+                ((hbm / c).floor().min(blocks as f64)) as u64
+            }
+        })
+        .collect();
+    let held = |x: u64| caps.iter().map(|&cap| cap.min(x)).sum::<u64>();
+    if held(blocks) < blocks {
+        return None;
+    }
+    // The least `X` whose capped sum holds every block (`held` grows with `X`).
+    let (mut lo, mut hi) = (least_most, blocks);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if held(mid) >= blocks {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some(lo)
 }
 
 /// The most loaded stage and its memory per device.

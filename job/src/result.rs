@@ -79,6 +79,10 @@ pub struct SearchSummary {
     /// in [`Timings`]: a result is the same whatever the machine's speed, but for timings).
     #[serde(default)]
     pub candidates_bounded: usize,
+    /// Of those, bounded exactly: the rest had only the quick bound, which already ranked
+    /// them below the best (`search::Stats::candidates_bounded_exactly`).
+    #[serde(default)]
+    pub candidates_bounded_exactly: usize,
     #[serde(default)]
     pub candidates_failed_bound: usize,
     #[serde(default)]

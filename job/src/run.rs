@@ -552,6 +552,7 @@ impl Prepared<'_> {
                 converged: s.converged,
                 proven: s.proven || (spec.space.strategy == Strategy::Exhaustive && !s.cancelled),
                 candidates_bounded: s.candidates_bounded,
+                candidates_bounded_exactly: s.candidates_bounded_exactly,
                 candidates_failed_bound: s.candidates_failed_bound,
                 candidates_pruned: s.candidates_pruned,
                 largest_remaining_bound_samples_per_second: s

@@ -870,6 +870,11 @@ impl Supplier for Coordinator<'_> {
             .map_err(|e| SearchError::Supplier(e.to_string()))
     }
 
+    /// The pool publishes the walk's order ahead of it, in items.
+    fn needs_order(&self) -> bool {
+        true
+    }
+
     fn stop_at(&mut self, end: usize) {
         self.end = self.end.min(end);
     }

@@ -696,14 +696,14 @@ pub struct RawSearch {
     pub area_bucket: Option<String>,
     /// Stop after this many buckets without improvement (default 5).
     pub convergence_window: Option<u32>,
-    /// Visit every candidate instead of stopping at convergence (default false); the
-    /// same as `strategy = "exhaustive"`.
+    /// Visit every candidate (default false: the default walk); the same as
+    /// `strategy = "exhaustive"`.
     pub exhaustive: Option<bool>,
-    /// How the search walks the space: "converge" (the default: area buckets largest
-    /// first, until `convergence_window` buckets bring nothing better — fast, not
-    /// proven), "exhaustive" (every candidate) or "proven" (every candidate bounded, then
-    /// evaluated in the order of the bounds until none can beat the best: the best chip
-    /// of the whole space).
+    /// How the search walks the space: "proven" (the default: every candidate bounded,
+    /// then evaluated in the order of the bounds until none can beat the best — the best
+    /// chip of the whole space), "converge" (a quick look: area buckets largest first,
+    /// until `convergence_window` buckets bring nothing better — not proven) or
+    /// "exhaustive" (every candidate).
     pub strategy: Option<archplace_engine::search::Strategy>,
     /// Propose only plans that use every device, `tensor × pipeline × data` = `[cluster]
     /// devices` (default true); false lets a plan leave devices idle, and says how many it

@@ -415,14 +415,13 @@ fn search(s: &SpaceSpec) -> Table {
         "convergence_window".into(),
         int(s.convergence_window.into()),
     );
-    // `exhaustive` as before, and `strategy` only for the walk it cannot say: the
-    // resolved text of a spec that does not ask for a proven search is what it was
-    // before there was one (its hash, and so its results folder, unchanged).
+    // `exhaustive` as before, and `strategy` for the walks it cannot say (the converging
+    // walk is no longer the default: read back, the text must say it).
     t.insert(
         "exhaustive".into(),
         Value::Boolean(s.strategy == Strategy::Exhaustive),
     );
-    if s.strategy == Strategy::Proven {
+    if s.strategy != Strategy::Exhaustive {
         t.insert("strategy".into(), Value::String(s.strategy.name().into()));
     }
     if s.objective != Default::default() {

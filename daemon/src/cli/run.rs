@@ -430,10 +430,11 @@ fn print_summary(doc: &ResultDoc, dir: &Path) -> std::io::Result<()> {
                 format!(", none of which can reach {} samples/s", significant(b, 4))
             });
         outln!(
-            "proven best of all {} candidates: {} bounded in {:.1} s, {} pruned{remaining}",
+            "proven best of all {} candidates: {} bounded in {:.1} s ({} of them exactly), {} pruned{remaining}",
             thousands(s.candidates_in_space as u64),
             thousands(s.candidates_bounded as u64),
             doc.timings.bound_seconds,
+            thousands(s.candidates_bounded_exactly as u64),
             thousands(s.candidates_pruned as u64),
         )?;
     } else if s.strategy == Strategy::Converge && !s.cancelled && s.converged {

@@ -145,7 +145,7 @@ pub fn run(args: &ValidateArgs, plugins: &super::plugin::PluginArgs) -> Result<E
 }
 
 /// What a proven search of `p` spends bounding, in words: "bounds 29,360 candidates first
-/// (about 17 s on 2 threads, 832 operators each)" — its space enumerated (seconds for
+/// (about 4 s on 2 threads, 576 operators each)" — its space enumerated (seconds for
 /// millions of configurations), or its configurations when the area model refuses it
 /// (the run then says why).
 fn bound_cost(p: &archplace_job::Prepared<'_>, threads: usize) -> String {

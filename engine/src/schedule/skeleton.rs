@@ -20,6 +20,14 @@ pub struct Skeleton {
     parts: Vec<SeriesPart>,
 }
 
+thread_local! {
+    /// Each thread's vectors for [`Skeleton::makespan_lower_bound`], reused from one call
+    /// to the next (every one fills them anew): a proven search's bound pass makes
+    /// millions of calls, whose allocations were a tenth of it.
+    static BUFFERS: std::cell::RefCell<(Prep, Scratch)> =
+        std::cell::RefCell::new((Prep::empty(), Scratch::default()));
+}
+
 /// A series part of a [`Skeleton`].
 #[derive(Debug, Clone)]
 struct SeriesPart {
@@ -82,21 +90,22 @@ impl Skeleton {
             ));
         }
         check_tasks(tasks, tensor_cores, vector_cores)?;
-        let (mut part, mut scratch) = (Prep::empty(), Scratch::default());
-        let mut sum = 0.0;
-        for p in &self.parts {
-            part.fill_for_bounds(
-                tasks,
-                &self.real[p.ops.clone()],
-                &p.edges,
-                tensor_cores,
-                vector_cores,
-            );
-            let floor: f64 = part.memory.iter().sum();
-            sum += part
-                .lower_bound_in(UNSOLVED_PATH_WORK_STEPS, &mut scratch)
-                .max(floor);
-        }
-        Ok(sum)
+        BUFFERS.with_borrow_mut(|(part, scratch)| {
+            let mut sum = 0.0;
+            for p in &self.parts {
+                part.fill_for_bounds(
+                    tasks,
+                    &self.real[p.ops.clone()],
+                    &p.edges,
+                    tensor_cores,
+                    vector_cores,
+                );
+                let floor: f64 = part.memory.iter().sum();
+                sum += part
+                    .lower_bound_in(UNSOLVED_PATH_WORK_STEPS, scratch)
+                    .max(floor);
+            }
+            Ok(sum)
+        })
     }
 }

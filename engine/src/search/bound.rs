@@ -25,17 +25,25 @@
 //! precision, context-parallel size, expert-parallel width, domain); a candidate's score is,
 //! at its best HBM size and domain, the mean over models of their throughputs, each times
 //! its objective weight ([`crate::search::SearchInput::objective_weights`]), so the same
-//! weighted mean of the models' bounds bounds it. Memory is ignored: a plan that does not
-//! fit has no throughput, which the bound does not undercut.
+//! weighted mean of the models' bounds bounds it. This devices bound ignores memory: a
+//! plan that does not fit has no throughput, which the bound does not undercut.
 //!
 //! With the step model (the Megatron-LM memory model), each plan shape also bounds its
-//! plans' steps ([`Floor`]): the micro-batches times the mean stage's share of `L`, the
-//! bubble, the pipeline's transfers and the data-parallel synchronisation, all but `L`
-//! independent of the chip — computed once per search ([`Ctx::plan_floors`]), so the
-//! bound of a candidate costs one pass over the undominated floors per layer graph. A
-//! shape whose state alone overflows the largest HBM size has none. A model's bound is
-//! the smaller of the two (the floors see what the devices bound cannot: a replica spread
-//! over fewer stages syncs more gradients; a deeper pipeline idles in its bubble).
+//! plans' steps ([`Floor`]): the micro-batches times the slowest stage's time — at least
+//! the mean stage's share of `L`, and at least the blocks of the device holding the most
+//! of them —, the bubble, the pipeline's transfers, full recomputation's second forward
+//! pass and the data-parallel synchronisation of the largest stage's parameters, all but
+//! the layers' makespans independent of the chip — computed once per search
+//! ([`Ctx::plan_floors`]), so the bound of a candidate costs one pass over the
+//! undominated floors per layer graph. Memory decides which shapes have floors and how
+//! their blocks may be split (`step::plan_floor`): a shape none of whose splits fits the
+//! largest HBM size has none (a plan that does not fit has no throughput); one whose
+//! activations keep blocks off its first devices has its slowest stage's blocks, and
+//! its largest stage's parameters, bounded by every split that fits, one floor per
+//! number of blocks on the most loaded device. A model's bound is the smaller of the two
+//! (the floors see what the devices bound cannot: a replica spread over fewer stages
+//! syncs more gradients; a deeper pipeline idles in its bubble; a wide shape that cannot
+//! fit without recomputation runs its forward passes twice).
 //!
 //! The layer instances are the evaluation's own (built through the same memo of the
 //! latency model's answers, which the evaluation then finds there), so a candidate whose
@@ -43,14 +51,14 @@
 
 use super::context::{Ctx, GraphKey, JobError, Run, layer_counts};
 use super::evaluate::Shape;
-use super::floor::{Floor, Floors, Skeletons, undominated};
+use super::floor::{Floor, Floors, Layers, Skeletons, undominated};
 use crate::model::ModelGraph;
 use crate::model::OpGraph;
 use crate::operators;
 use crate::pipeline::PipelineSchedule;
 use crate::schedule;
 use crate::step::{self, StepInput};
-use crate::training::MemoryModel;
+use crate::training::{MemoryModel, Recomputation};
 use archplace_plugin_sdk::AcceleratorConfig;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -77,21 +85,54 @@ impl Ctx<'_> {
     /// reaches on chip `c` (see the module's documentation): per model, the smaller of
     /// the devices bound and, with the step model, the best plan shape's ([`Floor`]).
     pub(super) fn bound(&self, c: &AcceleratorConfig) -> Result<f64, JobError> {
+        self.bound_of(c, true)
+    }
+
+    /// A quicker bound, at least [`bound`](Self::bound): the same without the embedding's
+    /// and the head's makespans (each only adds to a step, so leaving them out only
+    /// lowers the floors) — a third of the layer bounds to compute. What a proven walk
+    /// orders the candidates by before it bounds them exactly, lazily.
+    pub(super) fn quick_bound(&self, c: &AcceleratorConfig) -> Result<f64, JobError> {
+        self.bound_of(c, false)
+    }
+
+    /// [`bound`](Self::bound), with the embedding's and the head's makespans (`ends`) or
+    /// without.
+    fn bound_of(&self, c: &AcceleratorConfig, ends: bool) -> Result<f64, JobError> {
         let devices = self.input.cluster.devices as f64;
         let batch = self.input.training.global_batch as f64;
         let floors = self.floors.get_or_init(|| self.plan_floors(c));
         let weights = self.input.objective_weights();
         let mut sum = 0.0;
+        let shaped_only = self.input.training.memory_model != MemoryModel::Reference;
+        let twins = self.twins.get_or_init(|| self.twins());
         for (m, graphs) in self.graphs.iter().enumerate() {
+            // Each graph's layers, bounded once for it and its twins.
+            let mut bounded: BTreeMap<GraphKey, (f64, Layers)> = BTreeMap::new();
+            // The layer graphs some plan shape can use first (sorted): when their devices
+            // bound is already above the best shape's, the model's bound is the shape's
+            // and the graphs no shape can use (their plans cannot fit) need no bounding.
             let mut keys: Vec<_> = graphs.keys().collect();
-            keys.sort();
+            keys.sort_by_key(|k| (floors[m].get(*k).is_none_or(|f| f.is_empty()), **k));
             // Samples per device-second, the most any of the model's layer graphs allows;
             // samples per second, the most any plan shape allows.
             let (mut rate, mut shaped) = (0.0f64, 0.0f64);
             for key in keys {
+                let shapes = floors[m].get(key).map_or(&[][..], Vec::as_slice);
+                if shaped_only && shapes.is_empty() && devices * rate >= shaped {
+                    break;
+                }
                 let g = &graphs[key];
                 let (micro_batch, width, .., context_parallel, _) = *key;
-                let (device_seconds, seconds) = self.layer_seconds(g, width, c)?;
+                let twin = twins[m].get(key).copied().unwrap_or(*key);
+                let (device_seconds, layers) = match bounded.get(&twin) {
+                    Some(&known) => known,
+                    None => {
+                        let found = self.layer_seconds(g, width, c, ends)?;
+                        bounded.insert(twin, found);
+                        found
+                    }
+                };
                 let per_sample =
                     context_parallel.max(1) as f64 * device_seconds / micro_batch as f64;
                 rate = rate.max(if per_sample > 0.0 {
@@ -99,8 +140,8 @@ impl Ctx<'_> {
                 } else {
                     f64::INFINITY
                 });
-                for f in floors[m].get(key).into_iter().flatten() {
-                    let step = f.at(seconds);
+                for f in shapes {
+                    let step = f.at(&layers);
                     shaped = shaped.max(if step > 0.0 {
                         batch / step
                     } else {
@@ -109,7 +150,7 @@ impl Ctx<'_> {
                 }
             }
             let mut model = devices * rate;
-            if self.input.training.memory_model != MemoryModel::Reference {
+            if shaped_only {
                 model = model.min(shaped);
             }
             sum += weights.get(m).copied().unwrap_or(1.0) * model;
@@ -119,36 +160,73 @@ impl Ctx<'_> {
 
     /// One micro-batch of `g` on chip `c`, at least: the device-seconds (each layer's
     /// forward and backward makespan bound times the devices its stage spans: `width` for
-    /// a tensor-parallel layer, one otherwise) and the seconds (the bounds' sum, `L`).
+    /// a tensor-parallel layer, one otherwise) and the [`Layers`] the floors read (`L`, the
+    /// bounds' sum; `R`, the blocks' forward bounds, which full recomputation runs again —
+    /// the step model reruns a block's whole forward pass, `LayerTiming::rerun`; one
+    /// block's, the least of the block kinds').
     fn layer_seconds(
         &self,
         g: &ModelGraph,
         width: u64,
         c: &AcceleratorConfig,
-    ) -> Result<(f64, f64), JobError> {
+        ends: bool,
+    ) -> Result<(f64, Layers), JobError> {
         let counts = layer_counts(g);
         let skeletons = self.skeletons.get_or_init(|| self.skeletons());
-        let (mut device_seconds, mut seconds) = (0.0, 0.0);
+        let mut device_seconds = 0.0;
+        let mut layers = Layers::default();
+        // The least block kind's (forward and backward, forward).
+        let mut block: Option<(f64, f64)> = None;
         for (slot, layer) in g.distinct().into_iter().enumerate() {
-            if counts[slot] == 0 {
+            if counts[slot] == 0 || (!ends && matches!(slot, EMBEDDING_SLOT | HEAD_SLOT)) {
                 continue;
             }
-            let mut both = 0.0;
-            for graph in [&layer.forward, &layer.backward] {
+            let mut pass = [0.0; 2];
+            for (k, graph) in [&layer.forward, &layer.backward].into_iter().enumerate() {
                 let bound = match skeletons.get(&address(graph)) {
                     Some(Some(skeleton)) => {
-                        let tasks = self.estimator.tasks(graph, c)?;
+                        let tasks = self.estimator.graph_tasks(graph, c)?;
                         skeleton.makespan_lower_bound(&tasks, c.tensor_cores, c.vector_cores)
                     }
                     _ => schedule::makespan_lower_bound(&self.estimator.instance(graph, c)?),
                 };
-                both += bound.map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
+                pass[k] =
+                    bound.map_err(|e| JobError::Infeasible(format!("layer schedule: {e}")))?;
+            }
+            let both = pass[0] + pass[1];
+            // The block and the dense block: the layers full recomputation runs again.
+            if matches!(slot, BLOCK_SLOT | DENSE_BLOCK_SLOT) {
+                layers.rerun += counts[slot] as f64 * pass[0];
+                block = Some(block.map_or((both, pass[0]), |(b, f)| (b.min(both), f.min(pass[0]))));
             }
             let devices = if layer.tensor_parallel { width } else { 1 };
             device_seconds += counts[slot] as f64 * devices as f64 * both;
-            seconds += counts[slot] as f64 * both;
+            layers.seconds += counts[slot] as f64 * both;
         }
-        Ok((device_seconds, seconds))
+        (layers.block, layers.block_forward) = block.unwrap_or_default();
+        Ok((device_seconds, layers))
+    }
+
+    /// Per model, each layer graph's first twin in the keys' order: the first key whose
+    /// graph equals it (itself, mostly; at two scale-up domains whose tiers a graph's
+    /// collectives feel alike, the other's).
+    fn twins(&self) -> Vec<BTreeMap<GraphKey, GraphKey>> {
+        self.graphs
+            .iter()
+            .map(|graphs| {
+                let mut keys: Vec<&GraphKey> = graphs.keys().collect();
+                keys.sort_unstable();
+                let mut out = BTreeMap::new();
+                for (i, key) in keys.iter().enumerate() {
+                    let first = keys[..i]
+                        .iter()
+                        .find(|k| k.1 == key.1 && graphs[**k] == graphs[*key])
+                        .map_or(**key, |k| **k);
+                    out.insert(**key, first);
+                }
+                out
+            })
+            .collect()
     }
 
     /// The skeleton of every forward and backward graph of every distinct layer of every
@@ -272,20 +350,28 @@ impl Ctx<'_> {
                     let n = (tr.global_batch / per_step) as f64;
                     // Micro-batch slots of the pipeline: `n` plus the bubble's least.
                     let slots = n + schedule.bubble_floor(p, v);
-                    let pipeline = slots / p as f64;
-                    let fixed = slots * floor.transfer_seconds + floor.exposed_sync_seconds;
-                    floors.push(Floor {
-                        slope: pipeline,
-                        intercept: fixed,
-                        hidden_slope: pipeline - 1.0 / p as f64,
-                        hidden_intercept: fixed + floor.hideable_sync_seconds,
-                    });
+                    let share = schedule.chunks_visited(v) as f64 / schedule.chunks(v) as f64;
+                    floors.extend(floor.splits.iter().map(|split| Floor {
+                        slots,
+                        stages: p as f64,
+                        most_blocks: share * split.most_blocks as f64,
+                        fixed: slots * floor.transfer_seconds + split.exposed_sync_seconds,
+                        hideable: split.hideable_sync_seconds,
+                        reruns: run.recompute == Recomputation::Full,
+                    }));
                 }
             }
         }
         floors
     }
 }
+
+/// [`ModelGraph::distinct`]'s slots: the embedding, the repeated block, the head, the
+/// dense block.
+const EMBEDDING_SLOT: usize = 0;
+const BLOCK_SLOT: usize = 1;
+const HEAD_SLOT: usize = 2;
+const DENSE_BLOCK_SLOT: usize = 3;
 
 /// Where `graph` is: its key among [`Skeletons`].
 fn address(graph: &OpGraph) -> usize {

@@ -11,7 +11,7 @@ use crate::model::{
 };
 use crate::training::{ContextMethod, MemoryModel, Precision, Recomputation, Training};
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, OnceLock, RwLock};
 
@@ -30,6 +30,10 @@ pub(super) struct Ctx<'a> {
     /// The layer graphs' skeletons a proven search bounds with, worked out at its first
     /// bound.
     pub(super) skeletons: OnceLock<super::floor::Skeletons>,
+    /// Per model, each layer graph's first twin in the keys' order (an equal graph: at
+    /// two scale-up domains whose tiers its collectives feel alike), which a proven
+    /// search's bound reads for it.
+    pub(super) twins: OnceLock<Vec<BTreeMap<GraphKey, GraphKey>>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -45,6 +49,7 @@ impl<'a> Ctx<'a> {
                 model: latency,
                 execution: input.training.execution,
                 cache: RwLock::new(Default::default()),
+                graph_ids: RwLock::new(Default::default()),
                 computed: AtomicU64::new(0),
                 hits: AtomicU64::new(0),
             },
@@ -54,6 +59,7 @@ impl<'a> Ctx<'a> {
             shared: None,
             floors: OnceLock::new(),
             skeletons: OnceLock::new(),
+            twins: OnceLock::new(),
         }
     }
 }

@@ -10,8 +10,8 @@ use archplace_plugin_sdk::{
 };
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Durations of a layer graph's operators on a candidate, from the latency model through
 /// the shared memo.
@@ -23,6 +23,9 @@ pub(super) struct Estimator<'a> {
     /// per layer instance, tens of millions in a proven search's bound pass, where cloning
     /// and SipHash took a third of its time.
     pub(super) cache: RwLock<Memo>,
+    /// Each search graph's operators' numbers in the memo, by the graph's address (see
+    /// [`Estimator::graph_tasks`]).
+    pub(super) graph_ids: RwLock<FxHashMap<usize, Arc<[usize]>>>,
     /// Operators asked of the latency model, and those the memo answered.
     pub(super) computed: AtomicU64,
     pub(super) hits: AtomicU64,
@@ -120,6 +123,83 @@ impl Estimator<'_> {
         c: &AcceleratorConfig,
     ) -> Result<Vec<Task>, EstimateError> {
         self.built(|cost| tasks_with(graph, c, self.execution, cost))
+    }
+
+    /// [`tasks`](Self::tasks) of one of the search's own layer graphs — which stay where
+    /// they are for the search's life, so their address names them, as the bound's
+    /// skeletons are named — with the operators' numbers in the memo looked up once per
+    /// graph rather than hashed per operator and candidate: the bound pass asks for every
+    /// graph on every candidate, and hashing operators was a sixth of it. The same tasks,
+    /// bit for bit (the memo's answers); an operator the memo lacks goes the slow way.
+    pub(super) fn graph_tasks(
+        &self,
+        graph: &OpGraph,
+        c: &AcceleratorConfig,
+    ) -> Result<Vec<Task>, EstimateError> {
+        let address = std::ptr::from_ref(graph) as usize;
+        let known = self
+            .graph_ids
+            .read()
+            .ok()
+            .and_then(|ids| ids.get(&address).cloned());
+        let Some(ids) = known else {
+            let tasks = self.tasks(graph, c)?;
+            if let Ok(memo) = self.cache.read() {
+                let ids: Arc<[usize]> = graph
+                    .nodes
+                    .iter()
+                    .map(|n| memo.ids.get(&n.op).copied().unwrap_or(usize::MAX))
+                    .collect();
+                if let Ok(mut w) = self.graph_ids.write() {
+                    w.insert(address, ids);
+                }
+            }
+            return Ok(tasks);
+        };
+        {
+            let memo = self
+                .cache
+                .read()
+                .map_err(|_| EstimateError::Internal("estimate cache poisoned".into()))?;
+            // The cost closure is asked in node order (each node once or twice): a cursor
+            // follows it by the operators' addresses; the few core configurations a
+            // candidate has are looked up once each.
+            let mut cursor = 0;
+            let mut cores: Vec<(CoreConfig, Option<&FxHashMap<usize, OpCost>>)> =
+                Vec::with_capacity(4);
+            let mut complete = true;
+            let mut hits = 0;
+            let out = tasks_with(graph, c, self.execution, |core: &CoreConfig, op: &Op| {
+                while cursor < graph.nodes.len() && !std::ptr::eq(op, &graph.nodes[cursor].op) {
+                    cursor += 1;
+                }
+                let id = ids.get(cursor).copied().unwrap_or(usize::MAX);
+                let costs = match cores.iter().find(|(k, _)| k == core) {
+                    Some(&(_, costs)) => costs,
+                    None => {
+                        let costs = memo.costs.get(core);
+                        cores.push((*core, costs));
+                        costs
+                    }
+                };
+                let found = costs.and_then(|m| m.get(&id)).copied();
+                match found.or_else(|| memo.lookup(core, op)) {
+                    Some(cost) => {
+                        hits += 1;
+                        Ok(cost)
+                    }
+                    None => {
+                        complete = false;
+                        Ok(OpCost::new(0.0, 0.0))
+                    }
+                }
+            });
+            if complete {
+                self.hits.fetch_add(hits, Ordering::Relaxed);
+                return out;
+            }
+        }
+        self.tasks(graph, c)
     }
 
     /// What `build` makes of a layer's operators with their costs: from the memo in

@@ -16,10 +16,20 @@ pub(super) type Skeletons = FxHashMap<usize, Option<Skeleton>>;
 /// with that graph ([`Floor`]), the dominated ones left out.
 pub(super) type Floors<K> = Vec<BTreeMap<K, Vec<Floor>>>;
 
+/// A chip's layers, at least, as the floors read them: `L`, the sum over the model's
+/// layers of their forward and backward makespan bounds; `R`, what full recomputation
+/// runs again (the blocks' forward bounds); and one block's forward and backward bound
+/// and forward bound (the least of the model's block kinds).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Layers {
+    pub(super) seconds: f64,
+    pub(super) rerun: f64,
+    pub(super) block: f64,
+    pub(super) block_forward: f64,
+}
+
 /// A lower bound on the step of every plan of one shape (width `t`, `p` stages of `v`
-/// chunks, `d` replicas, a run's choices), as a function of `L`, the sum over the model's
-/// layers of their forward and backward makespans — the larger of two lines,
-/// `slope · L + intercept` and `hidden_slope · L + hidden_intercept`.
+/// chunks, `d` replicas, a run's choices), as a function of the chip's [`Layers`].
 ///
 /// Why it holds (the step model, `step::priced`): the step is the sum of non-negative
 /// parts, among them `n · T` (the slowest stage's time per micro-batch `T`, which counts
@@ -30,33 +40,65 @@ pub(super) type Floors<K> = Vec<BTreeMap<K, Vec<Floor>>>;
 /// synchronisation: `S` exposed, plus `X` that the overlap may hide behind the slowest
 /// stage's forward and backward passes, which take at most `T − q` together (`q`: the
 /// point-to-point transfers a stage exposes per micro-batch, which `T` counts and the
-/// bubble too) — so at least `max(0, X − (T − q))` of it shows. `T − q` is at least the
-/// mean stage's `L / p`, and `(n + b)(T' + q) + max(0, X − T') + S`
-/// only grows with `T'` (`n ≥ 1`), so `step ≥ max((n + b)(L/p + q) + S,
-/// (n + b)(L/p + q) − L/p + X + S)`. `S`, `X` and `q` are those of the
-/// stages' mean parameters, and a shape whose state alone (by the stages' mean) exceeds
-/// the largest HBM size cannot be priced ([`step::plan_floor`]).
+/// bubble too) — so at least `max(0, X − (T − q))` of it shows. With `T' = T − q`,
+/// `(n + b)(T' + q) + max(0, X − T') + S` only grows with `T'` (`n ≥ 1`), so any lower
+/// bound on `T'` gives one on the step: `step ≥ max((n + b)(T' + q) + S,
+/// (n + b)(T' + q) − T' + X + S)`. `S`, `X` and `q` are those of the stages' mean
+/// parameters, and a shape whose state alone (by the stages' mean) exceeds the largest
+/// HBM size cannot be priced ([`step::plan_floor`]); nor can one whose most loaded
+/// device, however the blocks are split, holds more than that with its activations
+/// (`PlanFloor::device_bytes`).
+///
+/// Two bounds on `T'`: the mean stage's, `L / p` (every layer runs on some stage each
+/// micro-batch), and the most loaded device's blocks: some device holds at least
+/// `⌈blocks / p⌉` of them and runs `share` of those per micro-batch (all of them, but
+/// DualPipe's one of two stages), each at least a block's bound (`most_blocks`). Full
+/// recomputation (`reruns`) runs each block's forward pass again within `T` (the hiding
+/// window — the forward and backward passes — does not count it, and is at most `T'`):
+/// `(L + R) / p`, and a block's forward bound added to each block.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Floor {
-    pub(super) slope: f64,
-    pub(super) intercept: f64,
-    pub(super) hidden_slope: f64,
-    pub(super) hidden_intercept: f64,
+    /// Micro-batch slots of the pipeline: `n + b`.
+    pub(super) slots: f64,
+    /// `p`.
+    pub(super) stages: f64,
+    /// Blocks the most loaded device runs per micro-batch, at least.
+    pub(super) most_blocks: f64,
+    /// `(n + b) · q + S`.
+    pub(super) fixed: f64,
+    /// `X`.
+    pub(super) hideable: f64,
+    /// Full recomputation: the step counts `R` too.
+    pub(super) reruns: bool,
 }
 
 impl Floor {
-    /// The floor on the step, in seconds, at `l` seconds of layer makespans.
-    pub(super) fn at(&self, l: f64) -> f64 {
-        (self.slope * l + self.intercept).max(self.hidden_slope * l + self.hidden_intercept)
+    /// The floor on the step, in seconds, with the chip's `layers`.
+    pub(super) fn at(&self, layers: &Layers) -> f64 {
+        let (w, block) = if self.reruns {
+            (
+                layers.seconds + layers.rerun,
+                layers.block + layers.block_forward,
+            )
+        } else {
+            (layers.seconds, layers.block)
+        };
+        let t = (w / self.stages).max(self.most_blocks * block);
+        let busy = self.slots * t + self.fixed;
+        busy.max(busy - t + self.hideable)
     }
 
-    /// Whether `self` is at most `other` at every `L ≥ 0` line by line: `other` then never
-    /// gives the larger throughput bound.
+    /// Whether `self` is at most `other` for every chip: its `T'` bound is never larger
+    /// (as many stages or more, no more blocks on the most loaded device; a floor that
+    /// reruns is not below one that does not) and its two lines, which grow with `T'`,
+    /// are not above `other`'s — `other` then never gives the larger throughput bound.
     fn dominates(&self, other: &Floor) -> bool {
-        self.slope <= other.slope
-            && self.intercept <= other.intercept
-            && self.hidden_slope <= other.hidden_slope
-            && self.hidden_intercept <= other.hidden_intercept
+        (!self.reruns || other.reruns)
+            && self.stages >= other.stages
+            && self.most_blocks <= other.most_blocks
+            && self.slots <= other.slots
+            && self.fixed <= other.fixed
+            && self.fixed + self.hideable <= other.fixed + other.hideable
     }
 }
 
@@ -64,11 +106,13 @@ impl Floor {
 /// deterministic order.
 pub(super) fn undominated(mut floors: Vec<Floor>) -> Vec<Floor> {
     floors.sort_by(|a, b| {
-        a.slope
-            .total_cmp(&b.slope)
-            .then(a.intercept.total_cmp(&b.intercept))
-            .then(a.hidden_slope.total_cmp(&b.hidden_slope))
-            .then(a.hidden_intercept.total_cmp(&b.hidden_intercept))
+        b.stages
+            .total_cmp(&a.stages)
+            .then(a.most_blocks.total_cmp(&b.most_blocks))
+            .then(a.reruns.cmp(&b.reruns))
+            .then(a.slots.total_cmp(&b.slots))
+            .then(a.fixed.total_cmp(&b.fixed))
+            .then(a.hideable.total_cmp(&b.hideable))
     });
     let mut kept: Vec<Floor> = Vec::new();
     for f in floors {

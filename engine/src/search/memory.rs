@@ -196,10 +196,11 @@ pub fn estimate_for(
         .saturating_add(
             entries(super::memo::ScheduleMemo::TRACE_GENERATION).saturating_mul(trace_bytes),
         );
-    // Per candidate an optional bound (16 bytes), its place in the order (16) and the
-    // order handed to a pool's coordinator with its positions (16).
+    // Per candidate an optional bound (16 bytes), its place in the order (16), and either
+    // its place in the heap of exact bounds (24, on one machine) or the order handed to a
+    // pool's coordinator with its positions (16).
     let bounds_bytes = if input.strategy == Strategy::Proven {
-        n.saturating_mul(48)
+        n.saturating_mul(56)
     } else {
         0
     };
@@ -233,22 +234,24 @@ pub fn estimate_for(
     }
 }
 
-/// CPU seconds the bound pass spends per operator of a candidate's layer graphs (taking its
+/// CPU seconds the bound pass spends per operator a candidate's quick bound reads (its
+/// blocks' layer graphs, each once among its twins: `Ctx::quick_bound`, taking the
 /// operators' durations from the memo of estimates and bounding each layer through its
 /// graph's skeleton), measured with the release build on this project's 2-core reference
-/// machine: the GPT-3 example space, proven (29,360 candidates of 832 operators each,
-/// 6.21–6.24 s on 2 threads, 0.51 µs per operator; the BERT-large and Llama-2-70B
-/// examples' passes, 4.3 s and 2.4 s, are 19% below and 2% below what it predicts for
-/// them, 5.3 s and 2.5 s). Plugin calls (a memo miss) come on top: one per distinct core
+/// machine on 2026-12-05: the GPT-3 example space (29,360 candidates of 576 such
+/// operators, 2.1 s on 2 threads: 0.25 µs per operator), BERT-large (438 operators, 1.7 s:
+/// 0.26 µs) and the 1.2-million-candidate benchmark space (576 operators, 60.5 s: 0.17 µs,
+/// its many candidates sharing more of the memo). The few candidates then bounded exactly
+/// are not counted; plugin calls (a memo miss) come on top: one per distinct core
 /// configuration and operator.
-pub const BOUND_CPU_SECONDS_PER_OPERATOR: f64 = 0.5e-6;
+pub const BOUND_CPU_SECONDS_PER_OPERATOR: f64 = 0.25e-6;
 
 /// What a proven search's bound pass will cost, estimated from the spec before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct BoundCost {
     /// Candidates to bound.
     pub candidates: u64,
-    /// Operators of the layer graphs one candidate's bound reads.
+    /// Operators of the layer graphs one candidate's quick bound reads.
     pub operators_per_candidate: u64,
     /// Threads counted.
     pub threads: u64,
@@ -261,7 +264,7 @@ pub struct BoundCost {
 pub fn bound_cost(input: &SearchInput, candidates: u64, threads: usize) -> BoundCost {
     let threads = threads.max(1) as u64;
     let graphs = layer_graphs(input);
-    let operators_per_candidate = GraphsShape::of(&graphs).operators;
+    let operators_per_candidate = GraphsShape::of(&graphs).quick_operators;
     let cpu = candidates as f64 * operators_per_candidate as f64 * BOUND_CPU_SECONDS_PER_OPERATOR;
     BoundCost {
         candidates,
@@ -328,6 +331,10 @@ struct GraphsShape {
     largest_key_words: u64,
     /// Operators of every distinct layer's forward and backward graph, every graph.
     operators: u64,
+    /// Operators a quick bound reads (`Ctx::quick_bound`): the blocks' forward and
+    /// backward graphs, of each graph once among its twins (equal graphs at two scale-up
+    /// domains).
+    quick_operators: u64,
 }
 
 impl GraphsShape {
@@ -339,11 +346,22 @@ impl GraphsShape {
             largest_graph: 0,
             largest_key_words: 0,
             operators: 0,
+            quick_operators: 0,
         };
         for map in graphs {
             shape.bytes += table_bytes(map.len() as u64, 64);
             let mut keys: Vec<&GraphKey> = map.keys().collect();
             keys.sort_unstable();
+            for (i, key) in keys.iter().enumerate() {
+                let g = &map[*key];
+                if !keys[..i].iter().any(|k| k.1 == key.1 && map[*k] == *g) {
+                    shape.quick_operators += [Some(&g.block), g.dense_block.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .map(|l| (l.forward.nodes.len() + l.backward.nodes.len()) as u64)
+                        .sum::<u64>();
+                }
+            }
             for g in keys.into_iter().map(|k| &map[k]) {
                 shape.widths += 1;
                 shape.chain_layers += g.blocks + 2;

@@ -71,7 +71,8 @@ use crate::space::Space;
 use archplace_plugin_sdk::{EstimateError, LatencyModel};
 use context::{Ctx, JobError};
 use rayon::prelude::*;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Ordering as Rank;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -207,6 +208,7 @@ impl Search<'_> {
         stats.converged = converged;
         stats.cancelled = cancelled;
         stats.candidates_bounded = pruning.bounded;
+        stats.candidates_bounded_exactly = pruning.bounded_exactly;
         stats.candidates_failed_bound = pruning.failed;
         stats.candidates_pruned = pruning.pruned;
         stats.largest_remaining_bound_samples_per_second = pruning.largest_remaining;
@@ -242,6 +244,7 @@ struct Walk<'a> {
 #[derive(Debug, Default)]
 struct Pruning {
     bounded: usize,
+    bounded_exactly: usize,
     failed: usize,
     pruned: usize,
     largest_remaining: Option<f64>,
@@ -269,6 +272,39 @@ fn may_beat(bound: f64, area_um2: f64, index: usize, best: &Evaluated) -> bool {
     let first = area_um2 < best.area_um2 || (area_um2 == best.area_um2 && index < best.index);
     faster || (tie && first)
 }
+
+/// A candidate bounded exactly, not yet walked, in the proven walk's heap: greatest is
+/// first in the walk's order (the largest bound, then the smaller chip, then the first in
+/// the space's order).
+#[derive(Debug, Clone, Copy)]
+struct Ranked {
+    index: usize,
+    bound: f64,
+    area_um2: f64,
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Rank {
+        self.bound
+            .total_cmp(&other.bound)
+            .then(other.area_um2.total_cmp(&self.area_um2))
+            .then(other.index.cmp(&self.index))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Rank> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Rank::Equal
+    }
+}
+
+impl Eq for Ranked {}
 
 /// Whether no candidate bounded by `bound` or less can replace `best`, whatever its size.
 fn below_any_tie(bound: f64, best: &Evaluated) -> bool {
@@ -327,65 +363,95 @@ impl Walk<'_> {
     /// score is at most its bound, the best found is the best of the whole space, with the
     /// tie rule of a walk over all of it. A candidate the latency model cannot estimate
     /// fails bounding as it would fail evaluation: it is counted, never evaluated.
+    ///
+    /// Bounding lazily: every candidate gets the quick bound first (`Ctx::quick_bound`, at
+    /// least its bound), and is bounded exactly only when its quick bound ranks before
+    /// (or with) the largest exact bound not yet walked — so the walk visits the
+    /// candidates in the order of their exact bounds, as if every one had been bounded,
+    /// and bounds exactly only those near the top. A supplier that evaluates ahead in
+    /// the walk's order ([`Supplier::needs_order`], a pool) gets every exact bound first,
+    /// and the same walk.
     fn proven(&mut self, supplier: &mut dyn Supplier) -> Result<(), SearchError> {
         let started = Instant::now();
         let candidates = &self.search.space.candidates;
         let n = candidates.len();
-        let cancelled = || {
-            self.search
-                .cancel
-                .is_some_and(|c| c.load(Ordering::Relaxed))
+        let exact = supplier.needs_order();
+        let Some(first) = self.bound_all(exact)? else {
+            self.cancelled = true;
+            return Ok(());
         };
-        let mut bounds: Vec<Option<f64>> = Vec::with_capacity(n);
-        for from in (0..n).step_by(BOUND_BATCH) {
-            if cancelled() {
-                self.cancelled = true;
-                return Ok(());
-            }
-            let to = (from + BOUND_BATCH).min(n);
-            let batch: Vec<Result<Option<f64>, EstimateError>> = (from..to)
-                .into_par_iter()
-                .map(|k| match self.ctx.bound(&candidates[k].config) {
-                    Ok(b) => Ok(Some(b)),
-                    Err(JobError::Infeasible(_)) => Ok(None),
-                    Err(JobError::Model(e)) => Err(e),
-                })
-                .collect();
-            for b in batch {
-                match b {
-                    Ok(b) => bounds.push(b),
-                    // Cancelling stops a plugin call in flight, which then fails.
-                    Err(_) if cancelled() => {
-                        self.cancelled = true;
-                        return Ok(());
-                    }
-                    Err(e) => return Err(SearchError::CostModel(e)),
-                }
-            }
-            self.search.observer.bounded(bounds.len(), n);
-        }
         self.pruning.bounded = n;
-        self.pruning.failed = bounds.iter().filter(|b| b.is_none()).count();
+        self.pruning.failed = first.iter().filter(|b| b.is_none()).count();
         self.pruning.seconds = started.elapsed().as_secs_f64();
-        let mut order: Vec<(usize, f64)> = bounds
+        let rank = |&(a, ba): &(usize, f64), &(b, bb): &(usize, f64)| {
+            bb.total_cmp(&ba)
+                .then(candidates[a].area_um2.total_cmp(&candidates[b].area_um2))
+                .then(a.cmp(&b))
+        };
+        let mut order: Vec<(usize, f64)> = first
             .iter()
             .enumerate()
             .filter_map(|(k, b)| b.map(|b| (k, b)))
             .collect();
-        order.sort_by(|&(a, ba), &(b, bb)| {
-            bb.total_cmp(&ba)
-                .then(candidates[a].area_um2.total_cmp(&candidates[b].area_um2))
-                .then(a.cmp(&b))
-        });
-        supplier.follow(&order.iter().map(|&(k, _)| k).collect::<Vec<_>>())?;
-        for (pos, &(k, bound)) in order.iter().enumerate() {
+        order.sort_by(rank);
+        if exact {
+            self.pruning.bounded_exactly = n;
+            supplier.follow(&order.iter().map(|&(k, _)| k).collect::<Vec<_>>())?;
+        }
+        // Exact bounds not yet walked (ranked by `rank`: its first is the heap's greatest)
+        // and the next candidate of `order` not bounded exactly (all of them, when `order`
+        // holds exact bounds).
+        let mut heap: BinaryHeap<Ranked> = BinaryHeap::new();
+        let mut next = 0;
+        let cancel = self.search.cancel;
+        let cancelled = move || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        loop {
+            let top = if exact {
+                order.get(next).copied().inspect(|_| next += 1)
+            } else {
+                // Bound exactly every candidate whose quick bound may rank before the
+                // greatest exact one, then walk that.
+                while let Some(&quick) = order.get(next)
+                    && heap
+                        .peek()
+                        .is_none_or(|top| rank(&quick, &(top.index, top.bound)).is_le())
+                {
+                    next += 1;
+                    if cancelled() {
+                        self.cancelled = true;
+                        return Ok(());
+                    }
+                    self.pruning.bounded_exactly += 1;
+                    match self.ctx.bound(&candidates[quick.0].config) {
+                        Ok(bound) => heap.push(Ranked {
+                            index: quick.0,
+                            bound,
+                            area_um2: candidates[quick.0].area_um2,
+                        }),
+                        Err(JobError::Infeasible(_)) => self.pruning.failed += 1,
+                        Err(_) if cancelled() => {
+                            self.cancelled = true;
+                            return Ok(());
+                        }
+                        Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
+                    }
+                }
+                heap.pop().map(|r| (r.index, r.bound))
+            };
+            let Some((k, bound)) = top else {
+                break;
+            };
             if let Some(best) = self.best.map(|b| &self.explored[b]) {
-                // Where the pruning will stop the walk, as far as the best so far says
-                // (the bounds decrease along the order).
-                supplier.stop_at(order.partition_point(|&(_, b)| !below_any_tie(b, best)));
+                if exact {
+                    // Where the pruning will stop the walk, as far as the best so far
+                    // says (the bounds decrease along the order).
+                    supplier.stop_at(order.partition_point(|&(_, b)| !below_any_tie(b, best)));
+                }
                 if below_any_tie(bound, best) {
-                    let rest = &order[pos..];
-                    self.pruning.pruned += rest.len();
+                    // Every candidate left: the rest of the heap and of the order, whose
+                    // bounds (exact, or quick and at least exact) are at most this one.
+                    let rest = 1 + heap.len() + (order.len() - next);
+                    self.pruning.pruned += rest;
                     self.pruning.largest_remaining =
                         Some(self.pruning.largest_remaining.unwrap_or(0.0).max(bound));
                     break;
@@ -405,6 +471,53 @@ impl Walk<'_> {
             self.record(e, bucket);
         }
         Ok(())
+    }
+
+    /// Every candidate's bound — exact ([`Ctx::bound`]) or quick ([`Ctx::quick_bound`]) —
+    /// in parallel, in batches between which the pass reports its progress and looks at
+    /// the cancel flag; `None` for a candidate the latency model cannot estimate, and no
+    /// list at all when the search was cancelled.
+    fn bound_all(&mut self, exact: bool) -> Result<Option<Vec<Option<f64>>>, SearchError> {
+        let candidates = &self.search.space.candidates;
+        let n = candidates.len();
+        let cancelled = || {
+            self.search
+                .cancel
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+        };
+        let mut bounds: Vec<Option<f64>> = Vec::with_capacity(n);
+        for from in (0..n).step_by(BOUND_BATCH) {
+            if cancelled() {
+                return Ok(None);
+            }
+            let to = (from + BOUND_BATCH).min(n);
+            let batch: Vec<Result<Option<f64>, EstimateError>> = (from..to)
+                .into_par_iter()
+                .map(|k| {
+                    let c = &candidates[k].config;
+                    let bound = if exact {
+                        self.ctx.bound(c)
+                    } else {
+                        self.ctx.quick_bound(c)
+                    };
+                    match bound {
+                        Ok(b) => Ok(Some(b)),
+                        Err(JobError::Infeasible(_)) => Ok(None),
+                        Err(JobError::Model(e)) => Err(e),
+                    }
+                })
+                .collect();
+            for b in batch {
+                match b {
+                    Ok(b) => bounds.push(b),
+                    // Cancelling stops a plugin call in flight, which then fails.
+                    Err(_) if cancelled() => return Ok(None),
+                    Err(e) => return Err(SearchError::CostModel(e)),
+                }
+            }
+            self.search.observer.bounded(bounds.len(), n);
+        }
+        Ok(Some(bounds))
     }
 
     /// Candidate `k`'s evaluation: resumed, supplied or computed here; `None` when the

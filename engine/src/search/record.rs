@@ -245,6 +245,9 @@ pub struct Stats {
     /// latency model could not estimate while bounding (they fail evaluation too: never
     /// the best), and those pruned — bounded below the best, never evaluated.
     pub candidates_bounded: usize,
+    /// Of those, the candidates bounded exactly: a walk on one machine bounds every one
+    /// quickly and only those near the top exactly (`Supplier::needs_order`).
+    pub candidates_bounded_exactly: usize,
     pub candidates_failed_bound: usize,
     pub candidates_pruned: usize,
     /// The largest bound of a candidate not evaluated (pruned): no chip left out of the

@@ -34,6 +34,14 @@ pub trait Supplier {
         Ok(())
     }
 
+    /// Whether the supplier evaluates ahead in the walk's order, and so needs the whole
+    /// of it before the first [`supply`](Self::supply): a proven walk then bounds every
+    /// candidate exactly first (one that needs no order gets its candidates in the same
+    /// order, bounded lazily).
+    fn needs_order(&self) -> bool {
+        false
+    }
+
     /// The walk will ask for none of the candidates from position `end` of its order on
     /// (their bounds cannot beat the best): nothing past it needs evaluating. `end` only
     /// decreases.

@@ -1504,6 +1504,61 @@ fn bounds_are_at_least_every_evaluated_score() {
     );
 }
 
+/// The bounds hold where memory decides the plan: random problems of the step model whose
+/// only HBM size is what their best plan needs, so that most plan shapes cannot fit and
+/// the bound's memory floors (`step::plan_floor`'s splits) rule them out — tighter bounds
+/// than with every shape, and still at least every evaluated score.
+#[test]
+fn bounds_hold_where_memory_decides_the_plan() {
+    let model = ReferenceModel::default();
+    let (mut feasible, mut problems) = (0, 0);
+    let mut ratios = Vec::new();
+    for seed in 0..SEEDS {
+        let (mut input, space) = random_problem(seed);
+        if input.training.memory_model != MemoryModel::Megatron {
+            continue;
+        }
+        let outcome = whole(&input, &space);
+        let Some(needed) = outcome.best.as_ref().and_then(|b| {
+            b.plans
+                .iter()
+                .map(|p| p.memory_bytes.total)
+                .reduce(f64::max)
+        }) else {
+            continue;
+        };
+        input.cluster.hbm_bytes = vec![needed.ceil() as u64];
+        problems += 1;
+        let outcome = whole(&input, &space);
+        let ctx = Ctx::new(&input, &model, &());
+        for e in &outcome.explored {
+            let Ok(bound) = ctx.bound(&e.config) else {
+                assert!(
+                    e.failure.is_some(),
+                    "seed {seed}: bounding failed, evaluation did not"
+                );
+                continue;
+            };
+            if let Some(t) = e.mean_throughput_samples_per_second {
+                feasible += 1;
+                assert!(
+                    t <= bound * (1.0 + BOUND_SLACK),
+                    "seed {seed}, candidate {}: evaluated {t} samples/s above its bound {bound}",
+                    e.index
+                );
+                ratios.push(t / bound);
+            }
+        }
+    }
+    assert!(
+        problems >= 20 && feasible >= 500,
+        "{problems} problems, {feasible} scores"
+    );
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    assert!(median > 0.6, "the median score is {median} of its bound");
+}
+
 /// The bound pass bounds each layer through its graph's skeleton (the structure worked
 /// out once per search, `schedule::Skeleton`) and the operators' durations alone; that
 /// gives, bit for bit, the bound through each layer's whole instance — under every
@@ -1598,6 +1653,63 @@ fn the_bound_through_skeletons_is_the_bound_through_instances() {
 /// A proven search gives exactly what an exhaustive one gives — the same chip, plans and
 /// throughput — on random problems, evaluating fewer candidates; what it reports of its
 /// pruning adds up.
+/// A proven walk on one machine bounds every candidate quickly and only those near the
+/// top exactly; one whose supplier needs the whole order up front (a pool) bounds every
+/// one exactly first. Both walk the same candidates in the same order to the same
+/// outcome, on random problems, and the lazy one bounds exactly fewer.
+#[test]
+fn the_lazy_proven_walk_is_the_walk_over_every_exact_bound() {
+    struct Ahead;
+    impl Supplier for Ahead {
+        fn supply(&mut self, _: usize, _: &Candidate) -> Result<Option<Evaluated>, SearchError> {
+            Ok(None)
+        }
+        fn needs_order(&self) -> bool {
+            true
+        }
+    }
+    let model = ReferenceModel::default();
+    let (mut exactly, mut total) = (0, 0);
+    for seed in 0..SEEDS / 2 {
+        let (mut input, space) = random_problem(seed);
+        input.strategy = Strategy::Proven;
+        let run = |supplier: &mut dyn Supplier| {
+            Search {
+                input: &input,
+                space: &space,
+                latency: &model,
+                observer: &(),
+                cancel: None,
+            }
+            .run(BTreeMap::new(), supplier)
+            .unwrap()
+        };
+        let lazy = run(&mut Local);
+        let ahead = run(&mut Ahead);
+        assert_eq!(lazy.explored, ahead.explored, "seed {seed}");
+        assert_eq!(lazy.best, ahead.best, "seed {seed}");
+        let (l, a) = (&lazy.stats, &ahead.stats);
+        assert_eq!(
+            (
+                l.candidates_pruned,
+                l.candidates_failed_bound,
+                l.candidates_bounded
+            ),
+            (
+                a.candidates_pruned,
+                a.candidates_failed_bound,
+                a.candidates_bounded
+            ),
+            "seed {seed}"
+        );
+        assert_eq!(a.candidates_bounded_exactly, space.candidates.len());
+        assert!(l.candidates_bounded_exactly <= space.candidates.len());
+        exactly += l.candidates_bounded_exactly;
+        total += space.candidates.len();
+    }
+    assert!(exactly < total, "{exactly} of {total} bounded exactly");
+}
+
 #[test]
 fn proven_search_finds_the_exhaustive_best() {
     let model = ReferenceModel::default();

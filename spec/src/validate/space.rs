@@ -359,14 +359,15 @@ fn scalars(ctx: &mut Ctx<'_>, path: &FieldPath, s: &RawSearch, d: &SpaceSpec) ->
     }
 }
 
-/// The walk: `strategy`, or the older `exhaustive = true`; both given, they must agree.
+/// The walk: `strategy`, or the older `exhaustive = true` (`false`: the default walk); both
+/// given, they must agree.
 fn strategy(ctx: &mut Ctx<'_>, path: &FieldPath, s: &RawSearch) -> Strategy {
     match (s.strategy, s.exhaustive) {
         (None, exhaustive) => {
             if exhaustive == Some(true) {
                 Strategy::Exhaustive
             } else {
-                Strategy::Converge
+                Strategy::default()
             }
         }
         (Some(strategy), None) => strategy,
