@@ -192,6 +192,13 @@ impl PipelineSchedule {
         }
     }
 
+    /// The share of a device's chunks each micro-batch passes through
+    /// ([`chunks_visited`](Self::chunks_visited) of [`chunks`](Self::chunks)): what a
+    /// device runs per micro-batch of the blocks it holds (1, but ½ for DualPipe).
+    pub fn visited_share(self, interleaving: u64) -> f64 {
+        self.chunks_visited(interleaving) as f64 / self.chunks(interleaving).max(1) as f64
+    }
+
     /// Whether the weight gradient runs as a pass of its own (the zero-bubble family and
     /// DualPipe, which defer some weight gradients into the bubble).
     pub fn splits_backward(self) -> bool {

@@ -1163,7 +1163,7 @@ fn most_blocks(
     let pl = &input.plan;
     let (p, v) = (pl.pipeline_parallel.max(1), pl.interleaving.max(1));
     let schedule = pl.schedule();
-    let share = schedule.chunks_visited(v) as f64 / schedule.chunks(v).max(1) as f64;
+    let share = schedule.visited_share(v);
     let blocks = input.model.layers;
     let per_block = |l: &Layer| {
         let copies = if pl.zero_stage() >= 3 {
@@ -2091,8 +2091,7 @@ struct Load {
 fn device_loads(pl: &StepPlan, layers: u64, g: &ModelGraph) -> Vec<Load> {
     let schedule = pl.schedule();
     let layout = pl.layout(layers);
-    let share =
-        schedule.chunks_visited(pl.interleaving) as f64 / schedule.chunks(pl.interleaving) as f64;
+    let share = schedule.visited_share(pl.interleaving);
     let last = layout.stages.len().saturating_sub(1);
     layout
         .devices

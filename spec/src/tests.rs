@@ -1351,25 +1351,17 @@ fn plan_checks_use_the_presets_value_for_a_shape_key_that_could_not_be_read() {
              [plan]\nmicro_batch = 1\ntensor_parallel = 3\npipeline_parallel = 2\ndata_parallel = 1\n"
         )
     };
+    let helps = |d: &Diagnostic, text: &str| d.help.as_deref().is_some_and(|h| h.contains(text));
     let unread = errors(&spec("layers = \"many\""));
     let layers = find(&unread, "models[0].layers");
-    assert!(
-        layers
-            .help
-            .as_deref()
-            .is_some_and(|h| h.contains("used the preset's value")),
-        "{layers:?}"
-    );
+    assert!(helps(layers, "used the preset's value"), "{layers:?}");
     let t = find(&unread, "plan.tensor_parallel");
     assert!(t.message.contains("width 3"), "{t:?}");
     // Read, but out of range: the shape is unknown, and the error says the checks wait.
     let wrong = errors(&spec("layers = 0"));
     let layers = find(&wrong, "models[0].layers");
     assert!(
-        layers
-            .help
-            .as_deref()
-            .is_some_and(|h| h.contains("were skipped until it is fixed")),
+        helps(layers, "were skipped until it is fixed"),
         "{layers:?}"
     );
     assert!(

@@ -49,7 +49,7 @@
 //! latency model's answers, which the evaluation then finds there), so a candidate whose
 //! layers the latency model cannot estimate fails here as it would there.
 
-use super::context::{Ctx, GraphKey, JobError, Run, layer_counts};
+use super::context::{Ctx, GraphKey, JobError, Run, layer_counts, twins};
 use super::evaluate::Shape;
 use super::floor::{Floor, Floors, Layers, Skeletons, undominated};
 use crate::model::ModelGraph;
@@ -105,7 +105,9 @@ impl Ctx<'_> {
         let weights = self.input.objective_weights();
         let mut sum = 0.0;
         let shaped_only = self.input.training.memory_model != MemoryModel::Reference;
-        let twins = self.twins.get_or_init(|| self.twins());
+        let twins = self
+            .twins
+            .get_or_init(|| self.graphs.iter().map(twins).collect());
         for (m, graphs) in self.graphs.iter().enumerate() {
             // Each graph's layers, bounded once for it and its twins.
             let mut bounded: BTreeMap<GraphKey, (f64, Layers)> = BTreeMap::new();
@@ -205,28 +207,6 @@ impl Ctx<'_> {
         }
         (layers.block, layers.block_forward) = block.unwrap_or_default();
         Ok((device_seconds, layers))
-    }
-
-    /// Per model, each layer graph's first twin in the keys' order: the first key whose
-    /// graph equals it (itself, mostly; at two scale-up domains whose tiers a graph's
-    /// collectives feel alike, the other's).
-    fn twins(&self) -> Vec<BTreeMap<GraphKey, GraphKey>> {
-        self.graphs
-            .iter()
-            .map(|graphs| {
-                let mut keys: Vec<&GraphKey> = graphs.keys().collect();
-                keys.sort_unstable();
-                let mut out = BTreeMap::new();
-                for (i, key) in keys.iter().enumerate() {
-                    let first = keys[..i]
-                        .iter()
-                        .find(|k| k.1 == key.1 && graphs[**k] == graphs[*key])
-                        .map_or(**key, |k| **k);
-                    out.insert(**key, first);
-                }
-                out
-            })
-            .collect()
     }
 
     /// The skeleton of every forward and backward graph of every distinct layer of every
@@ -350,11 +330,10 @@ impl Ctx<'_> {
                     let n = (tr.global_batch / per_step) as f64;
                     // Micro-batch slots of the pipeline: `n` plus the bubble's least.
                     let slots = n + schedule.bubble_floor(p, v);
-                    let share = schedule.chunks_visited(v) as f64 / schedule.chunks(v) as f64;
                     floors.extend(floor.splits.iter().map(|split| Floor {
                         slots,
                         stages: p as f64,
-                        most_blocks: share * split.most_blocks as f64,
+                        most_blocks: schedule.visited_share(v) * split.most_blocks as f64,
                         fixed: slots * floor.transfer_seconds + split.exposed_sync_seconds,
                         hideable: split.hideable_sync_seconds,
                         reruns: run.recompute == Recomputation::Full,

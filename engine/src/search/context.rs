@@ -70,6 +70,24 @@ impl<'a> Ctx<'a> {
 /// [`crate::training::Cluster::networks`]: its collectives' tiers)).
 pub(crate) type GraphKey = (u64, u64, Numerics, bool, u64, u64, usize);
 
+/// Each of a model's layer graphs' first twin in the keys' order: the first key whose
+/// graph equals it (itself, mostly; at two scale-up domains whose tiers a graph's
+/// collectives feel alike, the other's). A proven search's bound reads one graph for all
+/// its twins, and the estimate of its cost counts it once.
+pub(super) fn twins(graphs: &HashMap<GraphKey, ModelGraph>) -> BTreeMap<GraphKey, GraphKey> {
+    let mut keys: Vec<&GraphKey> = graphs.keys().collect();
+    keys.sort_unstable();
+    let mut out = BTreeMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        let first = keys[..i]
+            .iter()
+            .find(|k| k.1 == key.1 && graphs[**k] == graphs[*key])
+            .map_or(**key, |k| **k);
+        out.insert(**key, first);
+    }
+    out
+}
+
 /// One placement problem of a candidate: HBM size, model, micro-batch, recomputation,
 /// precision (index into the training's list), ZeRO stage, sequence parallelism,
 /// expert-parallel width and context-parallel size.

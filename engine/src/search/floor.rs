@@ -43,16 +43,18 @@ pub(super) struct Layers {
 /// bubble too) — so at least `max(0, X − (T − q))` of it shows. With `T' = T − q`,
 /// `(n + b)(T' + q) + max(0, X − T') + S` only grows with `T'` (`n ≥ 1`), so any lower
 /// bound on `T'` gives one on the step: `step ≥ max((n + b)(T' + q) + S,
-/// (n + b)(T' + q) − T' + X + S)`. `S`, `X` and `q` are those of the stages' mean
-/// parameters, and a shape whose state alone (by the stages' mean) exceeds the largest
-/// HBM size cannot be priced ([`step::plan_floor`]); nor can one whose most loaded
-/// device, however the blocks are split, holds more than that with its activations
-/// (`PlanFloor::device_bytes`).
+/// (n + b)(T' + q) − T' + X + S)`. `q` is the stages' mean parameters'; `S` and `X` those
+/// of a floor on the largest stage's parameters for the splits whose most loaded device
+/// holds `X` blocks (`step::SplitFloor`: one floor per such `X`). A shape whose state
+/// alone (by the stages' mean) exceeds the largest HBM size cannot be priced
+/// ([`step::plan_floor`]); nor can one none of whose splits fits it with its activations
+/// (`PlanFloor::splits` empty).
 ///
 /// Two bounds on `T'`: the mean stage's, `L / p` (every layer runs on some stage each
-/// micro-batch), and the most loaded device's blocks: some device holds at least
-/// `⌈blocks / p⌉` of them and runs `share` of those per micro-batch (all of them, but
-/// DualPipe's one of two stages), each at least a block's bound (`most_blocks`). Full
+/// micro-batch), and the most loaded device's blocks: some device holds at least `X` of
+/// them (at least `⌈blocks / p⌉`, more when memory keeps blocks off the first devices)
+/// and runs `share` of those per micro-batch (all of them, but DualPipe's one of two
+/// stages), each at least a block's bound (`most_blocks`). Full
 /// recomputation (`reruns`) runs each block's forward pass again within `T` (the hiding
 /// window — the forward and backward passes — does not count it, and is at most `T'`):
 /// `(L + R) / p`, and a block's forward bound added to each block.

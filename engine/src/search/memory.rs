@@ -13,7 +13,7 @@
 //! Not counted here: the cost-model plugins' instances (their memory cap is the plugin
 //! host's setting, which the caller adds) and the result files the caller writes.
 
-use super::context::{GraphKey, layer_graphs};
+use super::context::{GraphKey, layer_graphs, twins};
 use super::{Evaluated, ModelPlan, SearchInput, StageReport, Strategy};
 use crate::model::{Layer, ModelGraph, OpNode};
 use crate::operators::OpSet;
@@ -352,9 +352,9 @@ impl GraphsShape {
             shape.bytes += table_bytes(map.len() as u64, 64);
             let mut keys: Vec<&GraphKey> = map.keys().collect();
             keys.sort_unstable();
-            for (i, key) in keys.iter().enumerate() {
-                let g = &map[*key];
-                if !keys[..i].iter().any(|k| k.1 == key.1 && map[*k] == *g) {
+            for (key, twin) in twins(map) {
+                if key == twin {
+                    let g = &map[&key];
                     shape.quick_operators += [Some(&g.block), g.dense_block.as_ref()]
                         .into_iter()
                         .flatten()

@@ -148,6 +148,11 @@ pub fn search(
 }
 
 impl Search<'_> {
+    /// Whether the search was asked to stop.
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
     /// Runs the search, reusing the candidates an interrupted run of the same search
     /// finished (`done`, by index; one whose configuration or area differs from the
     /// space's is evaluated again). Because a candidate's evaluation depends only on the
@@ -273,9 +278,9 @@ fn may_beat(bound: f64, area_um2: f64, index: usize, best: &Evaluated) -> bool {
     faster || (tie && first)
 }
 
-/// A candidate bounded exactly, not yet walked, in the proven walk's heap: greatest is
-/// first in the walk's order (the largest bound, then the smaller chip, then the first in
-/// the space's order).
+/// A candidate and its bound (quick or exact) in the proven walk: greatest is first in
+/// the walk's order (the largest bound, then the smaller chip, then the first in the
+/// space's order).
 #[derive(Debug, Clone, Copy)]
 struct Ranked {
     index: usize,
@@ -383,28 +388,27 @@ impl Walk<'_> {
         self.pruning.bounded = n;
         self.pruning.failed = first.iter().filter(|b| b.is_none()).count();
         self.pruning.seconds = started.elapsed().as_secs_f64();
-        let rank = |&(a, ba): &(usize, f64), &(b, bb): &(usize, f64)| {
-            bb.total_cmp(&ba)
-                .then(candidates[a].area_um2.total_cmp(&candidates[b].area_um2))
-                .then(a.cmp(&b))
-        };
-        let mut order: Vec<(usize, f64)> = first
+        // The walk's order: greatest first (`Ranked`'s order).
+        let mut order: Vec<Ranked> = first
             .iter()
             .enumerate()
-            .filter_map(|(k, b)| b.map(|b| (k, b)))
+            .filter_map(|(index, b)| {
+                b.map(|bound| Ranked {
+                    index,
+                    bound,
+                    area_um2: candidates[index].area_um2,
+                })
+            })
             .collect();
-        order.sort_by(rank);
+        order.sort_by(|a, b| b.cmp(a));
         if exact {
             self.pruning.bounded_exactly = n;
-            supplier.follow(&order.iter().map(|&(k, _)| k).collect::<Vec<_>>())?;
+            supplier.follow(&order.iter().map(|r| r.index).collect::<Vec<_>>())?;
         }
-        // Exact bounds not yet walked (ranked by `rank`: its first is the heap's greatest)
-        // and the next candidate of `order` not bounded exactly (all of them, when `order`
-        // holds exact bounds).
+        // Exact bounds not yet walked (its greatest first) and the next candidate of
+        // `order` not bounded exactly (all of them, when `order` holds exact bounds).
         let mut heap: BinaryHeap<Ranked> = BinaryHeap::new();
         let mut next = 0;
-        let cancel = self.search.cancel;
-        let cancelled = move || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         loop {
             let top = if exact {
                 order.get(next).copied().inspect(|_| next += 1)
@@ -412,40 +416,37 @@ impl Walk<'_> {
                 // Bound exactly every candidate whose quick bound may rank before the
                 // greatest exact one, then walk that.
                 while let Some(&quick) = order.get(next)
-                    && heap
-                        .peek()
-                        .is_none_or(|top| rank(&quick, &(top.index, top.bound)).is_le())
+                    && heap.peek().is_none_or(|top| quick >= *top)
                 {
                     next += 1;
-                    if cancelled() {
+                    if self.search.cancelled() {
                         self.cancelled = true;
                         return Ok(());
                     }
                     self.pruning.bounded_exactly += 1;
-                    match self.ctx.bound(&candidates[quick.0].config) {
-                        Ok(bound) => heap.push(Ranked {
-                            index: quick.0,
-                            bound,
-                            area_um2: candidates[quick.0].area_um2,
-                        }),
+                    match self.ctx.bound(&candidates[quick.index].config) {
+                        Ok(bound) => heap.push(Ranked { bound, ..quick }),
                         Err(JobError::Infeasible(_)) => self.pruning.failed += 1,
-                        Err(_) if cancelled() => {
+                        Err(_) if self.search.cancelled() => {
                             self.cancelled = true;
                             return Ok(());
                         }
                         Err(JobError::Model(e)) => return Err(SearchError::CostModel(e)),
                     }
                 }
-                heap.pop().map(|r| (r.index, r.bound))
+                heap.pop()
             };
-            let Some((k, bound)) = top else {
+            let Some(Ranked {
+                index: k, bound, ..
+            }) = top
+            else {
                 break;
             };
             if let Some(best) = self.best.map(|b| &self.explored[b]) {
                 if exact {
                     // Where the pruning will stop the walk, as far as the best so far
                     // says (the bounds decrease along the order).
-                    supplier.stop_at(order.partition_point(|&(_, b)| !below_any_tie(b, best)));
+                    supplier.stop_at(order.partition_point(|r| !below_any_tie(r.bound, best)));
                 }
                 if below_any_tie(bound, best) {
                     // Every candidate left: the rest of the heap and of the order, whose
@@ -480,14 +481,9 @@ impl Walk<'_> {
     fn bound_all(&mut self, exact: bool) -> Result<Option<Vec<Option<f64>>>, SearchError> {
         let candidates = &self.search.space.candidates;
         let n = candidates.len();
-        let cancelled = || {
-            self.search
-                .cancel
-                .is_some_and(|c| c.load(Ordering::Relaxed))
-        };
         let mut bounds: Vec<Option<f64>> = Vec::with_capacity(n);
         for from in (0..n).step_by(BOUND_BATCH) {
-            if cancelled() {
+            if self.search.cancelled() {
                 return Ok(None);
             }
             let to = (from + BOUND_BATCH).min(n);
@@ -511,7 +507,7 @@ impl Walk<'_> {
                 match b {
                     Ok(b) => bounds.push(b),
                     // Cancelling stops a plugin call in flight, which then fails.
-                    Err(_) if cancelled() => return Ok(None),
+                    Err(_) if self.search.cancelled() => return Ok(None),
                     Err(e) => return Err(SearchError::CostModel(e)),
                 }
             }
@@ -527,12 +523,8 @@ impl Walk<'_> {
         k: usize,
         supplier: &mut dyn Supplier,
     ) -> Result<Option<Evaluated>, SearchError> {
-        let cancelled = || {
-            self.search
-                .cancel
-                .is_some_and(|c| c.load(Ordering::Relaxed))
-        };
-        if cancelled() {
+        let search = self.search;
+        if search.cancelled() {
             return Ok(None);
         }
         let cand = &self.search.space.candidates[k];
@@ -561,12 +553,12 @@ impl Walk<'_> {
             // Cancelling also stops a plugin call in flight, which then fails — the whole
             // evaluation or the candidate: the search was cancelled, the candidate is not
             // evaluated (nor journalled as failed, which a resumed search would believe).
-            Ok(e) if e.failure.is_some() && cancelled() => Ok(None),
+            Ok(e) if e.failure.is_some() && search.cancelled() => Ok(None),
             Ok(e) => {
                 self.search.observer.evaluated(&e);
                 Ok(Some(e))
             }
-            Err(_) if cancelled() => Ok(None),
+            Err(_) if search.cancelled() => Ok(None),
             Err(e) => Err(e),
         }
     }
