@@ -249,6 +249,8 @@ fn step(c: &mut Criterion) {
         model: preset("gpt3-175b").expect("preset"),
         plan: StepPlan {
             recompute_modules: Default::default(),
+            recompute_layers: None,
+            activation_offload_layers: 0,
             tensor_parallel: 8,
             pipeline_parallel: 16,
             data_parallel: 8,
@@ -277,6 +279,7 @@ fn step(c: &mut Criterion) {
         global_batch: 1536,
         network: Network {
             node_size: 8,
+            host_bytes_per_second: None,
             intra_node: Tier {
                 bytes_per_second: 300e9,
                 latency_seconds: 5e-6,
@@ -319,6 +322,8 @@ fn step_moe(c: &mut Criterion) {
         model: preset("deepseek-v3").expect("preset"),
         plan: StepPlan {
             recompute_modules: Default::default(),
+            recompute_layers: None,
+            activation_offload_layers: 0,
             tensor_parallel: 2,
             pipeline_parallel: 16,
             data_parallel: 64,
@@ -347,6 +352,7 @@ fn step_moe(c: &mut Criterion) {
         global_batch: 8192,
         network: Network {
             node_size: 8,
+            host_bytes_per_second: None,
             intra_node: Tier {
                 bytes_per_second: 450e9,
                 latency_seconds: 5e-6,

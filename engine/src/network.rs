@@ -21,6 +21,11 @@ pub struct Network {
     pub node_size: u64,
     pub intra_node: Tier,
     pub inter_node: Tier,
+    /// What a device moves to or from its host's memory per second, one direction (PCIe,
+    /// NVLink-C2C): activation offloading's link. `None`: not known (a spec without a GPU
+    /// preset or `host_bandwidth`), and nothing may be offloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_bytes_per_second: Option<f64>,
 }
 
 impl Network {
@@ -34,6 +39,7 @@ impl Network {
             node_size: u64::MAX,
             intra_node: tier,
             inter_node: tier,
+            host_bytes_per_second: None,
         }
     }
 

@@ -35,6 +35,18 @@ pub struct StepPlan {
     /// What selective recomputation runs again (the attention core unless said).
     #[serde(default, skip_serializing_if = "is_default")]
     pub recompute_modules: RecomputeModules,
+    /// Of each model chunk's blocks, only the first this many run `recomputation` (full);
+    /// the others keep every activation: Megatron-LM's `--recompute-method block
+    /// --recompute-num-layers N`. `None`: every block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompute_layers: Option<u64>,
+    /// The activations the first this many blocks keep are moved to the host's memory
+    /// after their forward pass and brought back before their backward pass, on copy
+    /// streams beside the computation (Megatron-Core's `cpu_offloading_num_layers` with
+    /// Transformer Engine's offloading; one pipeline stage, no recomputation): HBM for
+    /// host-link time, of which a step exposes what the next block's pass does not cover.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub activation_offload_layers: u64,
     pub sequence_parallel: bool,
     pub precision: Precision,
     /// How an FP8 recipe's per-tensor scales are chosen (ignored without FP8).

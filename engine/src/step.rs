@@ -99,6 +99,10 @@ pub struct TimeBreakdown {
     /// attention does not hide: forward, backward and recomputed.
     #[serde(default)]
     pub context_parallel_communication_seconds: f64,
+    /// Activation offloading (`activation_offload_layers`): what the copies to and from
+    /// the host take beyond the passes they run beside.
+    #[serde(default)]
+    pub activation_offload_seconds: f64,
     pub pipeline_point_to_point_seconds: f64,
     pub pipeline_bubble_seconds: f64,
     /// Once per step: the gradients' all-reduce (or reduce-scatter) and the updated
@@ -119,9 +123,10 @@ pub struct TimeBreakdown {
 /// The parts of [`TimeBreakdown::parts`] that only some plans have (a Mixture-of-Experts
 /// model's exchanges, context parallelism's, ZeRO-2/3's traffic): shown only when not
 /// zero.
-pub const OPTIONAL_PARTS: [&str; 4] = [
+pub const OPTIONAL_PARTS: [&str; 5] = [
     "expert-parallel all-to-all",
     "context-parallel communication",
+    "activation offload",
     "FSDP all-gather / reduce-scatter",
     "FP8 weight casts",
 ];
@@ -132,7 +137,7 @@ impl TimeBreakdown {
     }
 
     /// The parts with their names, in the order above.
-    pub fn parts(&self) -> [(&'static str, f64); 12] {
+    pub fn parts(&self) -> [(&'static str, f64); 13] {
         [
             ("forward", self.forward_seconds),
             ("backward", self.backward_seconds),
@@ -146,6 +151,7 @@ impl TimeBreakdown {
                 "context-parallel communication",
                 self.context_parallel_communication_seconds,
             ),
+            ("activation offload", self.activation_offload_seconds),
             (
                 "pipeline point-to-point",
                 self.pipeline_point_to_point_seconds,
@@ -1308,6 +1314,7 @@ fn priced(
         tensor_parallel_communication_seconds: m * pipeline.communication,
         all_to_all_seconds: m * pipeline.all_to_all,
         context_parallel_communication_seconds: m * pipeline.context,
+        activation_offload_seconds: m * pipeline.activation_offload,
         fsdp_communication_seconds: m * pipeline.fsdp,
         pipeline_point_to_point_seconds: m * pipeline.point_to_point,
         pipeline_bubble_seconds: pipeline.bubble,
@@ -1421,16 +1428,31 @@ fn stage_memory(
         }
         let in_flight = schedule.in_flight(k as u64, p, v, micro_batches);
         // One micro-batch's kept activations on the device (DualPipe's: the mean of its two
-        // stages', which the schedule's count is in).
-        let per_micro_batch = run.main * g.block.kept_bytes(pl.recomputation) as f64
-            + run.dense * dense_block.kept_bytes(pl.recomputation) as f64
+        // stages', which the schedule's count is in): the recomputed blocks keep what the
+        // plan's recomputation keeps, the others everything, the offloaded ones nothing.
+        let (rerun, offloaded) = (load.rerun, load.offloaded);
+        let kept = |l: &crate::model::Layer, n: f64, again: f64, away: f64| {
+            again * l.kept_bytes(pl.recomputation) as f64
+                + (n - again - away).max(0.0) * l.kept_bytes(Recomputation::None) as f64
+        };
+        let per_micro_batch = kept(&g.block, run.main, rerun.main, offloaded.main)
+            + kept(dense_block, run.dense, rerun.dense, offloaded.dense)
             + run.embedding * g.embedding.stash_bytes as f64;
         let mut activations = in_flight * per_micro_batch;
+        if offloaded.main + offloaded.dense > 0.0 {
+            // The block being brought back while the one after it runs backward (the
+            // larger kind's).
+            activations += [(&g.block, offloaded.main), (dense_block, offloaded.dense)]
+                .iter()
+                .filter(|(_, n)| *n > 0.0)
+                .map(|(l, _)| l.kept_bytes(Recomputation::None) as f64)
+                .fold(0.0, f64::max);
+        }
         // The head's activations live from its forward to its backward, which follows; so
         // do the multi-token-prediction modules' that precede it.
         activations += held.head * g.head.stash_bytes as f64;
         activations += mtp.map_or(0, |l| l.kept_bytes(pl.recomputation)) as f64;
-        if pl.recomputation != Recomputation::None {
+        if pl.recomputation != Recomputation::None && rerun.main + rerun.dense + rerun.mtp > 0.0 {
             // One block's rematerialised activations (the larger kind's on the device).
             activations += kinds
                 .iter()
@@ -1612,6 +1634,8 @@ struct PipelineTimes {
     forward: f64,
     backward: f64,
     recomputation: f64,
+    /// What moving activations to and from the host exposes.
+    activation_offload: f64,
     /// Tensor-parallel communication.
     communication: f64,
     /// The expert-parallel all-to-all exchanges computation does not hide, and all of them.
@@ -1655,46 +1679,39 @@ fn pipeline_times(
     let again = [blk, dns, mtp].map(|l| recompute_of(pl.recomputation, &l));
     let p2p = point_to_point_seconds(input);
     let loads = device_loads(pl, input.model.layers, g);
-    let exchanges = all_to_all_seconds(input, g);
-    let kv = [
-        kv_exchange_seconds(input, Some(&g.block), &blk),
-        kv_exchange_seconds(input, g.dense_block.as_ref(), &dns),
-        kv_exchange_seconds(input, g.mtp.as_ref(), &mtp),
-    ];
-    // Per device, each kind of recomputed layer: its timing, what it recomputes, how many
-    // each micro-batch runs on the device, its all-to-all seconds (the repeated block, the
-    // dense block, the multi-token-prediction modules).
-    let kinds = |k: u64| {
-        let run = loads[k as usize].run;
-        [
-            (blk, again[0], run.main, exchanges[0]),
-            (dns, again[1], run.dense, exchanges[1]),
-            (mtp, again[2], run.mtp, exchanges[2]),
-        ]
-    };
+    let per_device = stage_kinds(input, g, timing, &loads);
+    let kinds = |k: u64| per_device[k as usize];
     let ends = |k: u64| {
         let run = loads[k as usize].run;
         [(run.embedding, emb), (run.head, head)]
     };
-    let exchanged = |k: u64| kinds(k).iter().map(|(_, _, n, a)| n * a).sum::<f64>();
+    let exchanged = |k: u64| kinds(k).iter().map(StageKind::all_to_all).sum::<f64>();
     // The context-parallel exchanges per stage and micro-batch: (exposed, all).
     let contexts = |k: u64| {
+        kinds(k).iter().fold((0.0, 0.0), |(e, a), kind| {
+            let (exposed, all) = kind.context();
+            (e + exposed, a + all)
+        })
+    };
+    // What offloading exposes per stage and micro-batch.
+    let host = input.network.host_bytes_per_second;
+    let offload = |k: u64| {
         kinds(k)
             .iter()
-            .zip(&kv)
-            .fold((0.0, 0.0), |(e, a), ((_, _, n, _), x)| {
-                (e + n * x.0, a + n * x.1)
-            })
+            .map(|kind| kind.offload_exposed(host))
+            .sum::<f64>()
     };
     // Per stage and micro-batch: (forward, backward, recompute, tp communication, weight
     // gradients within backward).
     let parts = |k: u64| -> [f64; 5] {
         let [mut f, mut bw, mut r, mut comm, mut w] = [0.0; 5];
-        for (l, again, n, _) in kinds(k) {
+        for kind in kinds(k) {
+            let (l, n) = (kind.timing, kind.count);
             f += n * (l.forward - l.forward_communication);
             bw += n * (l.backward - l.backward_communication);
-            r += n * again.0;
-            comm += n * (l.forward_communication + l.backward_communication + again.1);
+            r += kind.rerun * kind.again.0;
+            comm += n * (l.forward_communication + l.backward_communication)
+                + kind.rerun * kind.again.1;
             w += n * l.backward_weight;
         }
         for (n, l) in ends(k) {
@@ -1736,14 +1753,19 @@ fn pipeline_times(
     // A device's time per micro-batch from its parts, with the steady state's overlaps,
     // and with every transfer exposed (DualPipe's passes that run alone): (time, fsdp,
     // sent).
-    let per_micro_batch = |s: &StageSummary,
-                           [f, bw, r, comm, _]: [f64; 5],
-                           hidden: (bool, bool)| {
-        let sharded = fsdp(s, f + bw + r);
-        let work = f + bw + r + comm + exposed(s.stage, f + bw + r, hidden.0) + contexts(s.stage).0;
-        let sent = transfers(work, hidden.1);
-        (work + sharded.1 + sent, sharded, sent)
-    };
+    let per_micro_batch =
+        |s: &StageSummary, [f, bw, r, comm, _]: [f64; 5], hidden: (bool, bool)| {
+            let sharded = fsdp(s, f + bw + r);
+            let work = f
+                + bw
+                + r
+                + comm
+                + exposed(s.stage, f + bw + r, hidden.0)
+                + contexts(s.stage).0
+                + offload(s.stage);
+            let sent = transfers(work, hidden.1);
+            (work + sharded.1 + sent, sharded, sent)
+        };
     let mut slowest = (0, 0.0, (0.0, 0.0), p2p);
     let mut devices = Vec::with_capacity(stages.len());
     for s in stages.iter_mut() {
@@ -1773,11 +1795,13 @@ fn pipeline_times(
     let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
     let bubble = pipeline_bubble(pl, micro_batches, steady);
     let work = stage_work(pl.recomputation, &kinds(slowest.0), ends(slowest.0));
+    let rerun_share = rerun_shares(&loads);
     PipelineTimes {
         work,
         forward: f,
         backward: bw,
         recomputation: r,
+        activation_offload: offload(slowest.0),
         communication: comm,
         all_to_all: exposed(slowest.0, f + bw + r, a2a_hidden),
         all_to_all_traffic: exchanged(slowest.0),
@@ -1787,11 +1811,60 @@ fn pipeline_times(
         fsdp_traffic: slowest.2.0,
         point_to_point: slowest.3,
         bubble,
-        recompute_joules: again.map(|a| a.2),
+        recompute_joules: [0, 1, 2].map(|i| again[i].2 * rerun_share[i]),
         memory: memory_busy(pl.recomputation, &kinds(slowest.0), ends(slowest.0)),
         devices,
         steady,
     }
+}
+
+/// Each device's blocks by kind ([`StageKind`]): the repeated block, the dense block, the
+/// multi-token-prediction modules — each with its timing, what recomputing and exchanging
+/// it costs, and how many of it a micro-batch runs, recomputes and offloads there.
+fn stage_kinds(
+    input: &StepInput,
+    g: &ModelGraph,
+    timing: &[LayerTiming; DISTINCT_LAYERS],
+    loads: &[Load],
+) -> Vec<[StageKind; 3]> {
+    let pl = &input.plan;
+    let [_, blk, _, dns, mtp] = *timing;
+    let again = [blk, dns, mtp].map(|l| recompute_of(pl.recomputation, &l));
+    let exchanges = all_to_all_seconds(input, g);
+    let kv = [
+        kv_exchange_seconds(input, Some(&g.block), &blk),
+        kv_exchange_seconds(input, g.dense_block.as_ref(), &dns),
+        kv_exchange_seconds(input, g.mtp.as_ref(), &mtp),
+    ];
+    // What one block of each kind keeps, as offloading moves it (offloaded blocks are not
+    // recomputed: they keep everything).
+    let kept = [Some(&g.block), g.dense_block.as_ref(), g.mtp.as_ref()]
+        .map(|l| l.map_or(0.0, |l| l.kept_bytes(Recomputation::None) as f64));
+    let kinds = |load: &Load| {
+        let of =
+            |i: usize, timing: LayerTiming, count: f64, rerun: f64, offloaded: f64| StageKind {
+                timing,
+                again: again[i],
+                count,
+                rerun,
+                offloaded,
+                all_to_all: exchanges[i],
+                kv: kv[i],
+                kept_bytes: kept[i],
+            };
+        [
+            of(0, blk, load.run.main, load.rerun.main, load.offloaded.main),
+            of(
+                1,
+                dns,
+                load.run.dense,
+                load.rerun.dense,
+                load.offloaded.dense,
+            ),
+            of(2, mtp, load.run.mtp, load.rerun.mtp, 0.0),
+        ]
+    };
+    loads.iter().map(kinds).collect()
 }
 
 /// A device's time per micro-batch as the pipeline's bubble and timeline need it.
@@ -1870,10 +1943,13 @@ fn memory_busy(
     ends: [(f64, LayerTiming); 2],
 ) -> Option<f64> {
     let mut busy = 0.0;
-    for (l, _, n, _) in kinds {
-        let recomputed = l.rerun(r).memory;
-        if *n > 0.0 {
-            busy += n * (l.forward_memory? + l.backward_memory? + recomputed?);
+    for kind in kinds {
+        let l = &kind.timing;
+        if kind.count > 0.0 {
+            busy += kind.count * (l.forward_memory? + l.backward_memory?);
+        }
+        if kind.rerun > 0.0 {
+            busy += kind.rerun * l.rerun(r).memory?;
         }
     }
     for (n, l) in ends {
@@ -1884,13 +1960,62 @@ fn memory_busy(
     Some(busy)
 }
 
-/// A kind of recomputed layer on a stage: its timing, what recomputing one costs
-/// (compute, communication, joules), how many the stage holds, one's all-to-all seconds.
-type StageKind = (LayerTiming, (f64, f64, f64), f64, f64);
+/// A kind of block on a stage (the repeated block, the dense block, the
+/// multi-token-prediction modules) and what one micro-batch runs of it there.
+#[derive(Debug, Clone, Copy)]
+struct StageKind {
+    timing: LayerTiming,
+    /// What recomputing one costs: compute, communication, joules.
+    again: (f64, f64, f64),
+    /// How many each micro-batch runs on the stage, how many of those are recomputed and
+    /// how many offloaded.
+    count: f64,
+    rerun: f64,
+    offloaded: f64,
+    /// One block's all-to-all seconds: forward and backward, and recomputed.
+    all_to_all: (f64, f64),
+    /// One block's context-parallel exchanges, (exposed, all): forward and backward, and
+    /// recomputed.
+    kv: ((f64, f64), (f64, f64)),
+    /// What one block keeps for its backward pass without recomputation.
+    kept_bytes: f64,
+}
 
-/// A stage's work per micro-batch by kind: its layers of each recomputed kind (timing,
-/// recomputation cost, count, all-to-all) forward, backward and what `r` recomputes (all
-/// of the forward, or the attention core), and the ends' it holds (embedding, head).
+impl StageKind {
+    /// The stage's all-to-all seconds per micro-batch of this kind.
+    fn all_to_all(&self) -> f64 {
+        self.count * self.all_to_all.0 + self.rerun * self.all_to_all.1
+    }
+
+    /// The stage's context-parallel exchanges per micro-batch of this kind: (exposed, all).
+    fn context(&self) -> (f64, f64) {
+        let ((e, a), (re, ra)) = self.kv;
+        (
+            self.count * e + self.rerun * re,
+            self.count * a + self.rerun * ra,
+        )
+    }
+
+    /// What offloading this kind's blocks exposes per micro-batch: each block's
+    /// activations go to the host while the next block runs forward and come back while
+    /// it runs backward (Transformer Engine's double-buffered offload: a block's copy
+    /// waits for the one before it), so a block exposes what its copy takes beyond the
+    /// next block's pass, each way.
+    fn offload_exposed(&self, host_bytes_per_second: Option<f64>) -> f64 {
+        let Some(host) = host_bytes_per_second.filter(|h| *h > 0.0) else {
+            return 0.0;
+        };
+        if self.offloaded <= 0.0 {
+            return 0.0;
+        }
+        let copy = self.kept_bytes / host;
+        let l = &self.timing;
+        self.offloaded * ((copy - l.forward).max(0.0) + (copy - l.backward).max(0.0))
+    }
+}
+
+/// A stage's work per micro-batch by kind: its blocks of each kind forward, backward and
+/// what `r` recomputes of those it recomputes, and the ends' it holds (embedding, head).
 fn stage_work(
     r: Recomputation,
     kinds: &[StageKind; 3],
@@ -1898,9 +2023,10 @@ fn stage_work(
 ) -> [f64; Work::COUNT] {
     std::array::from_fn(|w| {
         let mut busy = 0.0;
-        for (l, _, n, _) in kinds {
-            let again = l.rerun(r).work[w];
-            busy += n * (l.forward_work[w] + l.backward_work[w] + again);
+        for kind in kinds {
+            let l = &kind.timing;
+            busy += kind.count * (l.forward_work[w] + l.backward_work[w])
+                + kind.rerun * l.rerun(r).work[w];
         }
         for (n, l) in ends {
             busy += n * (l.forward_work[w] + l.backward_work[w]);
@@ -1934,20 +2060,25 @@ fn point_to_point_seconds(input: &StepInput) -> f64 {
 
 /// The all-to-all seconds per micro-batch of one layer of each recomputed kind (the
 /// repeated block, the dense block, the multi-token-prediction modules): dispatch and
-/// combine forward, their gradients backward, and forward again under full recomputation.
-fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
-    let passes = if input
+/// combine forward and their gradients backward, and what recomputing it exchanges again
+/// (forward again under full recomputation).
+fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [(f64, f64); 3] {
+    let again = if input
         .plan
         .recomputation
         .reruns_all_to_all(input.plan.recompute_modules)
     {
-        6.0
+        2.0
     } else {
-        4.0
+        0.0
     };
     let exchange = |l: Option<&crate::model::Layer>| {
-        l.and_then(|l| l.all_to_all)
-            .map_or(0.0, |a| a.seconds(&input.network, passes))
+        l.and_then(|l| l.all_to_all).map_or((0.0, 0.0), |a| {
+            (
+                a.seconds(&input.network, 4.0),
+                a.seconds(&input.network, again),
+            )
+        })
     };
     [
         exchange(Some(&g.block)),
@@ -1957,25 +2088,22 @@ fn all_to_all_seconds(input: &StepInput, g: &ModelGraph) -> [f64; 3] {
 }
 
 /// The context-parallel exchanges of one `layer` (timed `l`) per micro-batch: what the
-/// attention kernels do not hide of its forward, backward and recomputed passes, summed,
-/// and their whole time.
+/// attention kernels do not hide of its forward and backward passes, summed, and of its
+/// recomputed pass: each (exposed, whole) seconds.
 fn kv_exchange_seconds(
     input: &StepInput,
     layer: Option<&crate::model::Layer>,
     l: &LayerTiming,
-) -> (f64, f64) {
+) -> ((f64, f64), (f64, f64)) {
     let pl = &input.plan;
-    let passes = kv_exchange_passes(
+    let [forward, backward, again] = kv_exchange_passes(
         &input.network,
         pl.context_exchange,
         pl.recomputation.reruns_attention(pl.recompute_modules),
         layer,
         l,
     );
-    (
-        passes.iter().map(|p| p.0).sum(),
-        passes.iter().map(|p| p.1).sum(),
-    )
+    ((forward.0 + backward.0, forward.1 + backward.1), again)
 }
 
 /// The context-parallel exchanges of one `layer` (timed `l`) per micro-batch, per pass —
@@ -2082,9 +2210,29 @@ struct Counts {
 struct Load {
     held: Counts,
     run: Counts,
+    /// Of `run`'s blocks, those the plan's recomputation runs again: every one, or with
+    /// `recompute_layers` the first that many of each chunk (dense blocks first: they are
+    /// the model's first).
+    rerun: Counts,
+    /// Of `run`'s blocks, those whose activations are offloaded to the host (the model's
+    /// first `activation_offload_layers`).
+    offloaded: Counts,
     /// One copy of a tied output embedding serves both ends on the device (it holds the
     /// first and the last stage of one copy of the model).
     shared_ends: bool,
+}
+
+/// Of the model's blocks of each kind (the repeated block, the dense block, the
+/// multi-token-prediction modules), the share that recomputation runs again: 1 unless
+/// `recompute_layers` limits it.
+fn rerun_shares(loads: &[Load]) -> [f64; 3] {
+    let total = |f: fn(&Load) -> f64| loads.iter().map(f).sum::<f64>();
+    let share = |rerun: f64, all: f64| if all > 0.0 { rerun / all } else { 1.0 };
+    [
+        share(total(|l| l.rerun.main), total(|l| l.run.main)),
+        share(total(|l| l.rerun.dense), total(|l| l.run.dense)),
+        1.0,
+    ]
 }
 
 /// Each device's [`Load`] under the plan's schedule.
@@ -2110,6 +2258,34 @@ fn device_loads(pl: &StepPlan, layers: u64, g: &ModelGraph) -> Vec<Load> {
                 };
                 load.held = load.held.plus(counts, 1.0);
                 load.run = load.run.plus(counts, share);
+                // The chunk's first `recompute_layers` blocks (none without
+                // recomputation), and its blocks among the model's first
+                // `activation_offload_layers`.
+                let limit = match pl.recomputation {
+                    Recomputation::None => 0,
+                    _ => pl.recompute_layers.unwrap_or(u64::MAX),
+                };
+                let rerun = ModelStage {
+                    blocks: stage.blocks.min(limit),
+                    ..stage
+                };
+                let offloaded = ModelStage {
+                    blocks: (stage.first_block + stage.blocks)
+                        .min(pl.activation_offload_layers)
+                        .saturating_sub(stage.first_block),
+                    ..stage
+                };
+                let blocks_of = |part: ModelStage, mtp: f64| {
+                    let dense = dense_in(part, g.dense_blocks) as f64;
+                    Counts {
+                        main: part.blocks as f64 - dense,
+                        dense,
+                        mtp,
+                        ..Counts::default()
+                    }
+                };
+                load.rerun = load.rerun.plus(blocks_of(rerun, counts.mtp), share);
+                load.offloaded = load.offloaded.plus(blocks_of(offloaded, 0.0), share);
             }
             load.shared_ends = chunks.contains(&0)
                 && chunks.contains(&last)
@@ -2299,7 +2475,10 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     };
     let dense = g.dense_block.as_ref().map_or(0.0, &again);
     let mtp = g.mtp.as_ref().map_or(0.0, &again);
-    let recomputed = again(&g.block) * g.main_blocks() as f64 + dense * g.dense_blocks as f64 + mtp;
+    let [main_share, dense_share, _] = rerun_shares(&device_loads(pl, input.model.layers, g));
+    let recomputed = again(&g.block) * g.main_blocks() as f64 * main_share
+        + dense * g.dense_blocks as f64 * dense_share
+        + mtp;
     let hardware_flops = run_flops + recomputed * per_micro_batch;
     (model_flops, hardware_flops)
 }

@@ -283,9 +283,22 @@ pub fn describe_plan(input: &StepInput) -> String {
                 None => "1F1B".to_string(),
             }
         },
-        match p.recomputation {
-            Recomputation::Selective => format!("selective ({})", p.recompute_modules.names()),
-            r => r.name().to_string(),
+        match (
+            p.recomputation,
+            p.recompute_layers,
+            p.activation_offload_layers
+        ) {
+            (Recomputation::Selective, _, _) =>
+                format!("selective ({})", p.recompute_modules.names()),
+            (Recomputation::Full, Some(n), _) => format!(
+                "full (the first {n} block{} of each model chunk)",
+                if n == 1 { "" } else { "s" }
+            ),
+            (Recomputation::None, _, n) if n > 0 => format!(
+                "none (the activations of the first {n} block{} offloaded to the host)",
+                if n == 1 { "" } else { "s" }
+            ),
+            (r, _, _) => r.name().to_string(),
         },
         if p.sequence_parallel { "on" } else { "off" },
         precision_words(p),

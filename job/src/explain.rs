@@ -282,6 +282,10 @@ pub fn limit(p: &ModelPlan, hbm_bytes: u64, network: Option<&Network>) -> Limit 
             t.context_parallel_communication_seconds,
         ),
         (
+            "host link (activation offload)".into(),
+            t.activation_offload_seconds,
+        ),
+        (
             format!("pipeline network{}", tier_words(network, all)),
             t.pipeline_point_to_point_seconds,
         ),

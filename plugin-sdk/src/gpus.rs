@@ -41,6 +41,11 @@
 //!   multi-node NVLink tuning guide: compute trays of 4 GPUs with ConnectX-7 adapters (400
 //!   Gb/s per GPU) for InfiniBand between racks. The B200 die at the clock that gives the
 //!   higher power budget's peak: 2.5 PFLOP/s / (2 × 148 × 4,096) = 2.06 GHz.
+//! * Host links (activation offloading): PCIe 4.0 x16 on DGX A100, PCIe 5.0 x16 on DGX
+//!   H100, H200 and B200 (the line rate less 128b/130b encoding: 31.5 and 63 GB/s each
+//!   way); on GB200 each GPU's NVLink-C2C link to its Grace CPU, 900 GB/s both ways
+//!   (NVIDIA GB200 NVL72 specifications; Transformer Engine's CPU-offloading guide, which
+//!   contrasts it with PCIe 5.0's 128 GB/s both ways).
 //! * No measured Blackwell GEMM fraction or NVLink 5 collective share is cited: the
 //!   Blackwell presets take the H100's (80.1%, 0.82), an assumption each.
 //!
@@ -105,6 +110,9 @@ pub struct Gpu {
     pub nvlink_bytes_per_second: f64,
     /// InfiniBand per GPU (one adapter each), one direction.
     pub infiniband_bytes_per_second: f64,
+    /// The GPU's link to its host's memory, one direction: what activation offloading
+    /// moves activations over (PCIe x16 on DGX nodes, NVLink-C2C on Grace superchips).
+    pub host_link_bytes_per_second: f64,
     /// The share of the NVLink bandwidth an NCCL collective achieves (bus bandwidth over
     /// line rate), measured.
     pub nvlink_collective_fraction: f64,
@@ -126,6 +134,13 @@ const GIB: u64 = 1 << 30;
 
 /// cuBLAS's tile sizes for 16-bit GEMMs (the NVIDIA guide above, §2.3), each either way
 /// round.
+/// PCIe 4.0 x16, one direction: 16 GT/s × 16 lanes, 128b/130b encoding (DGX A100's GPUs
+/// hang off PCIe 4.0 switches).
+const PCIE4_X16: f64 = 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
+/// PCIe 5.0 x16, one direction (32 GT/s): DGX H100, H200 and B200 (Transformer Engine's
+/// CPU-offloading guide: "128 GB/s bidirectional").
+const PCIE5_X16: f64 = 2.0 * PCIE4_X16;
+
 const CUBLAS_TILES: &[(u32, u32)] = &[(256, 128), (128, 128), (256, 64), (128, 64), (64, 64)];
 
 /// The presets, by name.
@@ -148,6 +163,7 @@ const A100: Gpu = Gpu {
     hbm_bytes_per_second: 2.039e12,
     nvlink_bytes_per_second: 300e9,
     infiniband_bytes_per_second: 25e9,
+    host_link_bytes_per_second: PCIE4_X16,
     nvlink_collective_fraction: 200.0 / 300.0,
     node_size: 8,
     l2_bytes_per_second: Some(5120.0 * 1.41e9),
@@ -173,6 +189,7 @@ const H100: Gpu = Gpu {
     hbm_bytes_per_second: 3.35e12,
     nvlink_bytes_per_second: 450e9,
     infiniband_bytes_per_second: 50e9,
+    host_link_bytes_per_second: PCIE5_X16,
     nvlink_collective_fraction: 370.0 / 450.0,
     node_size: 8,
     // The H100 whitepaper gives no L2 bandwidth figure.
@@ -237,6 +254,8 @@ const GB200: Gpu = Gpu {
     peak_dense_fp4_flops_per_second: Some(10e15),
     hbm_bytes: 186 * GIB,
     node_size: 72,
+    // Each GPU's own NVLink-C2C link to the Grace CPU: 900 GB/s both ways.
+    host_link_bytes_per_second: 450e9,
     ..B200
 };
 

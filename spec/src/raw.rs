@@ -272,6 +272,15 @@ pub struct RawPlan {
     /// What `recomputation = "selective"` runs again (default: `[training]`'s, else
     /// ["core_attn"]); see `[training] recompute_modules`.
     pub recompute_modules: Option<Vec<RecomputeModule>>,
+    /// With `recomputation = "full"`: recompute only the first this many blocks of each
+    /// model chunk, the others keeping every activation (Megatron-LM's `--recompute-method
+    /// block --recompute-num-layers`; default: every block).
+    pub recompute_layers: Option<u64>,
+    /// Move the activations of the first this many blocks to the host's memory after their
+    /// forward pass and back before their backward pass (Megatron-Core's
+    /// `cpu_offloading_num_layers`; default 0). Fewer than the model's blocks, one pipeline
+    /// stage, no recomputation, and a host link (`[cluster] host_bandwidth` or a preset's).
+    pub activation_offload_layers: Option<u64>,
     /// Transformer blocks of each pipeline stage, first to last, e.g. [9, 10, 10, 9]
     /// (default: an even split). The embedding goes with the first stage, the head with
     /// the last.
@@ -611,6 +620,10 @@ pub struct RawCluster {
     /// Fraction of `inter_node_bandwidth` collectives and transfers achieve, 0 < x ≤ 1
     /// (default 1).
     pub inter_node_efficiency: Option<f64>,
+    /// Bandwidth between each device and its host's memory, one direction, e.g. "63 GB/s"
+    /// (PCIe 5.0 x16) or "450 GB/s" (GB200's NVLink-C2C): what `activation_offload_layers`
+    /// moves activations over. A GPU preset sets it; without one, nothing can be offloaded.
+    pub host_bandwidth: Option<String>,
 }
 
 /// serde's message for a value that is neither form of [`RawAxis`].

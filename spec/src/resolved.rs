@@ -369,6 +369,9 @@ fn cluster(c: &Cluster) -> Table {
             Value::String(format!("{} s", n.inter_node.latency_seconds)),
         );
     }
+    if let Some(host) = c.network.host_bytes_per_second {
+        t.insert("host_bandwidth".into(), rate(host));
+    }
     t.insert(
         "hbm".into(),
         Value::Array(c.hbm_bytes.iter().map(|&b| bytes(b)).collect()),
@@ -522,6 +525,15 @@ pub fn plan_table(p: &StepPlan) -> Table {
     }
     if p.recompute_modules != RecomputeModules::default() {
         t.insert("recompute_modules".into(), modules(p.recompute_modules));
+    }
+    if let Some(n) = p.recompute_layers {
+        t.insert("recompute_layers".into(), int(n));
+    }
+    if p.activation_offload_layers > 0 {
+        t.insert(
+            "activation_offload_layers".into(),
+            int(p.activation_offload_layers),
+        );
     }
     if p.all_to_all_overlap {
         t.insert("all_to_all_overlap".into(), Value::Boolean(true));

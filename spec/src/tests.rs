@@ -989,8 +989,8 @@ fn the_schema_catches_the_mistakes_a_schema_can() {
 
 /// `--print-resolved` writes a spec: read back, every example gives the same search (the
 /// same models, training, cluster, space, cost models and fixed plan), and writing it again
-/// gives the same text — also with a model's objective weight, the tokens objective and
-/// recompute modules.
+/// gives the same text — also with a model's objective weight, the tokens objective,
+/// recompute modules, some blocks recomputed and activations offloaded.
 #[test]
 fn the_resolved_spec_reads_back_as_the_same_search() {
     let mut texts = example_specs();
@@ -1006,6 +1006,17 @@ fn the_resolved_spec_reads_back_as_the_same_search() {
             "optimizer = \"adam\"\nactivation_recomputation = [\"selective\"]\nrecompute_modules = [\"core_attn\", \"mlp\"]\n",
         ),
     ));
+    // The two Megatron-Bridge runs that offload activations and recompute some blocks.
+    let validation =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/validation");
+    for run in [
+        "bridge2511-gb200-llama3-70b-fsdp.toml",
+        "bridge2511-h100-llama3-8b-fsdp.toml",
+    ] {
+        let text = std::fs::read_to_string(validation.join(run)).unwrap();
+        assert!(text.contains("activation_offload_layers") || text.contains("recompute_layers"));
+        texts.push((run.into(), text));
+    }
     for (file, text) in texts {
         let spec = parse(&text, &file).unwrap_or_else(|d| panic!("{file}: {d:#?}"));
         let out = resolved(&spec);

@@ -148,6 +148,8 @@ impl<'a> Flat<'a> {
             pipeline_schedule: PipelineSchedule::default(),
             recomputation: self.recomputation,
             recompute_modules: Default::default(),
+            recompute_layers: None,
+            activation_offload_layers: 0,
             sequence_parallel: self.sequence_parallel,
             precision: self.precision.unwrap_or(Precision::Bf16Mixed),
             fp8_scaling: Fp8Scaling::default(),

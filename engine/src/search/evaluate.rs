@@ -739,6 +739,8 @@ impl Ctx<'_> {
             context_parallel: run.context_parallel,
             context_exchange: tr.context_exchange,
             recompute_modules: tr.recompute_modules,
+            recompute_layers: None,
+            activation_offload_layers: 0,
             stage_layers,
         }
     }

@@ -8,6 +8,8 @@ use archplace_reference_cost::ReferenceModel;
 fn plan(t: u64, p: u64, d: u64) -> StepPlan {
     StepPlan {
         recompute_modules: Default::default(),
+        recompute_layers: None,
+        activation_offload_layers: 0,
         tensor_parallel: t,
         pipeline_parallel: p,
         data_parallel: d,
@@ -42,6 +44,7 @@ fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
         global_batch: 1536,
         network: Network {
             node_size: 8,
+            host_bytes_per_second: None,
             intra_node: Tier {
                 bytes_per_second: 300e9,
                 latency_seconds: 5e-6,
@@ -2210,4 +2213,97 @@ fn most_blocks_bounds_every_split_that_fits() {
         none > 20 && tighter > 10,
         "{none} ruled out, {tighter} tightened of {checked}"
     );
+}
+
+/// Megatron-LM's block method (`recompute_layers`): each model chunk recomputes its first
+/// N blocks and keeps every activation of the others. None of them recomputed is no
+/// recomputation, to the byte and the second; N of a stage's 12 blocks run N/12 of full
+/// recomputation's time and extra FLOPs, and keep what full recomputation keeps for those
+/// N, everything for the rest.
+#[test]
+fn recompute_layers_reruns_the_first_blocks_of_each_chunk() {
+    let model = ReferenceModel::default();
+    let run = |r: Recomputation, layers: Option<u64>| {
+        let mut pl = plan(8, 8, 8);
+        pl.recomputation = r;
+        pl.recompute_layers = layers;
+        let input = gpt3(pl, 1 << 20);
+        (graph(&input), estimate_step(&input, &model).unwrap())
+    };
+    let (g, full) = run(Recomputation::Full, None);
+    let (_, none) = run(Recomputation::None, None);
+    let (_, zero) = run(Recomputation::Full, Some(0));
+    assert_eq!(zero.step_seconds, none.step_seconds);
+    assert_eq!(zero.memory_bytes, none.memory_bytes);
+    assert_eq!(zero.hardware_flops_per_step, none.hardware_flops_per_step);
+    // Every block of a 12-block stage, or more: full recomputation.
+    for n in [12, 96] {
+        let (_, all) = run(Recomputation::Full, Some(n));
+        assert_eq!(all.step_seconds, full.step_seconds, "{n}");
+        assert_eq!(all.memory_bytes, full.memory_bytes, "{n}");
+    }
+    let (_, three) = run(Recomputation::Full, Some(3));
+    let share = 3.0 / 12.0;
+    assert!(
+        rel(
+            three.time.recomputation_seconds,
+            share * full.time.recomputation_seconds
+        ) < 1e-12
+    );
+    let extra = |r: &StepReport| r.hardware_flops_per_step - none.hardware_flops_per_step;
+    assert!(rel(extra(&three), share * extra(&full)) < 1e-12);
+    // The first stage holds 8 micro-batches in flight: each keeps 3 blocks' inputs and 9
+    // blocks' everything; one block is rematerialised at a time.
+    let (stash, kept) = (
+        g.block.stash_bytes as f64,
+        g.block.kept_bytes(Recomputation::Full) as f64,
+    );
+    let activations = |r: &StepReport| r.stages[0].memory_bytes.activations;
+    let want = activations(&none) - 8.0 * 3.0 * (stash - kept) + (stash - kept);
+    assert!(
+        rel(activations(&three), want) < 1e-12,
+        "{} {want}",
+        activations(&three)
+    );
+    assert!(three.step_seconds > none.step_seconds && three.step_seconds < full.step_seconds);
+}
+
+/// Activation offloading (`activation_offload_layers`): the first N blocks' activations
+/// leave the device (one block's come back at a time), and each block's copy — out
+/// during the next block's forward pass, back during its backward pass — exposes what the
+/// pass does not cover. A link fast enough hides all of it; on slow links the exposed time
+/// grows by the copies' difference, both ways, for every offloaded block and micro-batch.
+#[test]
+fn offloaded_activations_leave_the_device_for_the_host_link_time() {
+    let model = ReferenceModel::default();
+    let run = |offload: u64, host: Option<f64>| {
+        let mut pl = plan(8, 1, 8);
+        pl.recomputation = Recomputation::None;
+        pl.activation_offload_layers = offload;
+        let mut input = gpt3(pl, 1 << 20);
+        input.network.host_bytes_per_second = host;
+        (graph(&input), estimate_step(&input, &model).unwrap())
+    };
+    let (g, kept) = run(0, Some(63e9));
+    let stash = g.block.stash_bytes as f64;
+    let (_, fast) = run(40, Some(1e18));
+    assert_eq!(fast.time.activation_offload_seconds, 0.0);
+    assert_eq!(fast.step_seconds, kept.step_seconds);
+    // 40 blocks away, one back at a time.
+    let saved = kept.memory_bytes.activations - fast.memory_bytes.activations;
+    assert!(rel(saved, 39.0 * stash) < 1e-12, "{saved} {stash}");
+    let (_, slow) = run(40, Some(1e8));
+    let (_, slower) = run(40, Some(5e7));
+    let micro_batches = 1536.0 / 8.0;
+    let want = micro_batches * 40.0 * 2.0 * (stash / 5e7 - stash / 1e8);
+    let got = slower.time.activation_offload_seconds - slow.time.activation_offload_seconds;
+    assert!(rel(got, want) < 1e-9, "{got} {want}");
+    assert!(
+        rel(
+            slow.step_seconds - kept.step_seconds,
+            slow.time.activation_offload_seconds
+        ) < 1e-9
+    );
+    assert_eq!(slow.memory_bytes, fast.memory_bytes);
+    assert_eq!(slow.time.limiting(), "activation offload");
 }

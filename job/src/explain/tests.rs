@@ -103,6 +103,7 @@ fn a_network_limit_names_its_tier() {
     };
     let mut net = Network {
         node_size: 8,
+        host_bytes_per_second: None,
         intra_node: tier(300.0),
         inter_node: tier(25.0),
     };

@@ -63,11 +63,28 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         }
     }
     duplicates(ctx, &hbm_path, &hbm_bytes);
-    let (link_bytes_per_second, network) = match network {
+    let (link_bytes_per_second, mut network) = match network {
         // Two tiers: the placement charges pipeline and data-parallel traffic between nodes.
         Some(n) => (n.inter_node.bytes_per_second, n),
         None => (link_bytes_per_second, Network::flat(link_bytes_per_second)),
     };
+    // The link to the host's memory: given, or the preset's.
+    let host = match &c.host_bandwidth {
+        Some(text) => positive(
+            ctx,
+            &path.key("host_bandwidth"),
+            text,
+            parse_bandwidth,
+            "a host link of 0 B/s moves nothing",
+            Some("e.g. \"63 GB/s\" (PCIe 5.0 x16)"),
+        ),
+        None => preset.map(|g| g.host_link_bytes_per_second),
+    };
+    network.host_bytes_per_second = host;
+    let mut domains = domains;
+    for d in &mut domains {
+        d.host_bytes_per_second = host;
+    }
     Cluster {
         devices,
         link_bytes_per_second,
@@ -187,6 +204,7 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<(Network, V
                 .zip(a)
                 .map(|(&node_size, a)| Network {
                     node_size,
+                    host_bytes_per_second: None,
                     // What a device achieves: the link bandwidth times the efficiency.
                     intra_node: Tier {
                         bytes_per_second: a * ea,

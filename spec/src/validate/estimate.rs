@@ -97,6 +97,7 @@ pub(super) fn estimate(
         plan.stage_layers = list;
     }
     overlap_needs_experts(ctx, &pp, p, &fine);
+    plan_activations(ctx, &pp, p, &plan, (&fine, cluster));
     let modules_at = pp.key("recompute_modules");
     if p.recompute_modules.is_some() && ctx.fine(&modules_at) {
         super::models::recompute_modules_apply(ctx, &modules_at, plan.recompute_modules, &fine);
@@ -159,6 +160,84 @@ pub(super) fn estimate(
         peak_flops_per_second: peak,
         plan: template.plan,
     }))
+}
+
+/// `[plan] recompute_layers` and `activation_offload_layers`, with what each needs as
+/// Megatron-Core allows it: recomputing some blocks is full recomputation's; offloading
+/// needs fewer blocks than the model has (the last block's backward follows its forward at
+/// once), one pipeline stage, no recomputation, and a link to the host.
+fn plan_activations(
+    ctx: &mut Ctx<'_>,
+    pp: &FieldPath,
+    p: &RawPlan,
+    plan: &StepPlan,
+    (fine, cluster): (&[&Entry], &Cluster),
+) {
+    let blocks = fine.first().map(|e| e.spec.config.layers);
+    if let Some(n) = p.recompute_layers {
+        let at = pp.key("recompute_layers");
+        if n == 0 {
+            ctx.error(
+                &at,
+                "0 blocks recomputed is no recomputation",
+                Some("give recomputation = \"none\", or at least 1 block".into()),
+            );
+        } else if plan.recomputation != Recomputation::Full {
+            ctx.mismatch(
+                &at,
+                format!(
+                    "recompute_layers picks the blocks full recomputation reruns (Megatron's block method); recomputation is \"{}\"",
+                    plan.recomputation.name()
+                ),
+                Some("give recomputation = \"full\", or leave recompute_layers out".into()),
+            );
+        } else if let Some(b) = blocks.filter(|&b| n > b) {
+            ctx.mismatch(
+                &at,
+                format!("{n} blocks recomputed, but the model has {b}"),
+                Some(format!("give at most {b}")),
+            );
+        }
+    }
+    let offload = p.activation_offload_layers.unwrap_or(0);
+    if offload == 0 {
+        return;
+    }
+    let at = pp.key("activation_offload_layers");
+    if let Some(b) = blocks.filter(|&b| offload >= b) {
+        ctx.mismatch(
+            &at,
+            format!("{offload} blocks offloaded, but the model has {b}: the last block's activations are used as soon as they are made"),
+            Some(format!("give at most {}", b.saturating_sub(1))),
+        );
+    }
+    if plan.pipeline_parallel > 1 {
+        ctx.mismatch(
+            &at,
+            format!(
+                "activations are offloaded with one pipeline stage (as Megatron-Core allows it); the plan has {}",
+                plan.pipeline_parallel
+            ),
+            Some("give pipeline_parallel = 1, or leave activation_offload_layers out".into()),
+        );
+    }
+    if plan.recomputation != Recomputation::None {
+        ctx.mismatch(
+            &at,
+            format!(
+                "offloaded activations are not recomputed (Megatron-Core refuses both); recomputation is \"{}\"",
+                plan.recomputation.name()
+            ),
+            Some("give recomputation = \"none\", or leave activation_offload_layers out".into()),
+        );
+    }
+    if cluster.network.host_bytes_per_second.is_none() {
+        ctx.mismatch(
+            &at,
+            "the devices' link to their host's memory is not known",
+            Some("give [cluster] host_bandwidth (e.g. \"63 GB/s\" for PCIe 5.0 x16), or a GPU preset".into()),
+        );
+    }
 }
 
 /// `[plan] recompute_modules`, which needs the plan's recomputation to be selective.
@@ -528,6 +607,8 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
     });
     StepPlan {
         recompute_modules: training.recompute_modules,
+        recompute_layers: p.recompute_layers,
+        activation_offload_layers: p.activation_offload_layers.unwrap_or(0),
         tensor_parallel: p.tensor_parallel.unwrap_or(1),
         pipeline_parallel: p.pipeline_parallel.unwrap_or(1),
         data_parallel: p.data_parallel.unwrap_or(1),
