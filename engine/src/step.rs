@@ -294,6 +294,11 @@ pub struct StepReport {
     /// stays exposed); 0 below ZeRO-2.
     #[serde(default)]
     pub fsdp_traffic_seconds: f64,
+    /// Activation offloading's copies to the host and back on the slowest device over the
+    /// step, before the passes beside them hide part of it
+    /// (`time.activation_offload_seconds` is what stays exposed); 0 without offloading.
+    #[serde(default)]
+    pub activation_offload_traffic_seconds: f64,
     /// The slowest device's time by kind of operator (overlapping; see
     /// [`OperatorSeconds`]).
     #[serde(default)]
@@ -1360,6 +1365,7 @@ fn priced(
         step_seconds: step,
         time,
         fsdp_traffic_seconds: m * pipeline.fsdp_traffic,
+        activation_offload_traffic_seconds: m * pipeline.activation_offload_traffic,
         operator_seconds: operators,
         hbm_busy_seconds: pipeline.memory.map(|busy| m * busy),
         memory_bytes: worst.1,
@@ -1634,8 +1640,9 @@ struct PipelineTimes {
     forward: f64,
     backward: f64,
     recomputation: f64,
-    /// What moving activations to and from the host exposes.
+    /// What moving activations to and from the host exposes, and all of it.
     activation_offload: f64,
+    activation_offload_traffic: f64,
     /// Tensor-parallel communication.
     communication: f64,
     /// The expert-parallel all-to-all exchanges computation does not hide, and all of them.
@@ -1687,19 +1694,12 @@ fn pipeline_times(
     };
     let exchanged = |k: u64| kinds(k).iter().map(StageKind::all_to_all).sum::<f64>();
     // The context-parallel exchanges per stage and micro-batch: (exposed, all).
-    let contexts = |k: u64| {
-        kinds(k).iter().fold((0.0, 0.0), |(e, a), kind| {
-            let (exposed, all) = kind.context();
-            (e + exposed, a + all)
-        })
-    };
-    // What offloading exposes per stage and micro-batch.
+    let contexts = |k: u64| pair_sum(kinds(k).iter().map(StageKind::context));
+    // What offloading exposes per stage and micro-batch, and all of its copies.
     let host = input.network.host_bytes_per_second;
     let offload = |k: u64| {
-        kinds(k)
-            .iter()
-            .map(|kind| kind.offload_exposed(host))
-            .sum::<f64>()
+        let copies = |kind: &StageKind| (kind.offload_exposed(host), kind.offload_traffic(host));
+        pair_sum(kinds(k).iter().map(copies))
     };
     // Per stage and micro-batch: (forward, backward, recompute, tp communication, weight
     // gradients within backward).
@@ -1762,7 +1762,7 @@ fn pipeline_times(
                 + comm
                 + exposed(s.stage, f + bw + r, hidden.0)
                 + contexts(s.stage).0
-                + offload(s.stage);
+                + offload(s.stage).0;
             let sent = transfers(work, hidden.1);
             (work + sharded.1 + sent, sharded, sent)
         };
@@ -1795,13 +1795,13 @@ fn pipeline_times(
     let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
     let bubble = pipeline_bubble(pl, micro_batches, steady);
     let work = stage_work(pl.recomputation, &kinds(slowest.0), ends(slowest.0));
-    let rerun_share = rerun_shares(&loads);
     PipelineTimes {
         work,
         forward: f,
         backward: bw,
         recomputation: r,
-        activation_offload: offload(slowest.0),
+        activation_offload: offload(slowest.0).0,
+        activation_offload_traffic: offload(slowest.0).1,
         communication: comm,
         all_to_all: exposed(slowest.0, f + bw + r, a2a_hidden),
         all_to_all_traffic: exchanged(slowest.0),
@@ -1811,7 +1811,7 @@ fn pipeline_times(
         fsdp_traffic: slowest.2.0,
         point_to_point: slowest.3,
         bubble,
-        recompute_joules: [0, 1, 2].map(|i| again[i].2 * rerun_share[i]),
+        recompute_joules: [0, 1, 2].map(|i| again[i].2 * rerun_shares(&loads)[i]),
         memory: memory_busy(pl.recomputation, &kinds(slowest.0), ends(slowest.0)),
         devices,
         steady,
@@ -1865,6 +1865,11 @@ fn stage_kinds(
         ]
     };
     loads.iter().map(kinds).collect()
+}
+
+/// Pairs of seconds (what is exposed, all of it) summed.
+fn pair_sum(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
+    pairs.fold((0.0, 0.0), |(e, a), (x, y)| (e + x, a + y))
 }
 
 /// A device's time per micro-batch as the pipeline's bubble and timeline need it.
@@ -2002,15 +2007,23 @@ impl StageKind {
     /// waits for the one before it), so a block exposes what its copy takes beyond the
     /// next block's pass, each way.
     fn offload_exposed(&self, host_bytes_per_second: Option<f64>) -> f64 {
-        let Some(host) = host_bytes_per_second.filter(|h| *h > 0.0) else {
+        let Some(copy) = self.offload_copy(host_bytes_per_second) else {
             return 0.0;
         };
-        if self.offloaded <= 0.0 {
-            return 0.0;
-        }
-        let copy = self.kept_bytes / host;
         let l = &self.timing;
         self.offloaded * ((copy - l.forward).max(0.0) + (copy - l.backward).max(0.0))
+    }
+
+    /// The copies of this kind's offloaded blocks per micro-batch, out and back, whole.
+    fn offload_traffic(&self, host_bytes_per_second: Option<f64>) -> f64 {
+        self.offload_copy(host_bytes_per_second)
+            .map_or(0.0, |copy| 2.0 * self.offloaded * copy)
+    }
+
+    /// One offloaded block's copy one way, when the stage offloads any.
+    fn offload_copy(&self, host_bytes_per_second: Option<f64>) -> Option<f64> {
+        let host = host_bytes_per_second.filter(|h| *h > 0.0)?;
+        (self.offloaded > 0.0).then(|| self.kept_bytes / host)
     }
 }
 

@@ -417,6 +417,14 @@ fn hidden_traffic(o: &mut String, input: &StepInput, r: &StepReport) {
             seconds(a2a - r.time.all_to_all_seconds),
         );
     }
+    if r.activation_offload_traffic_seconds > 0.0 {
+        let _ = writeln!(
+            o,
+            "  (activation offload: {} of copies to the host and back, {} of it beside the next blocks' passes)",
+            seconds(r.activation_offload_traffic_seconds),
+            seconds(r.activation_offload_traffic_seconds - r.time.activation_offload_seconds),
+        );
+    }
     if r.fsdp_traffic_seconds > 0.0 && input.plan.sharding.data_parallel_overlap {
         let _ = writeln!(
             o,

@@ -2296,6 +2296,9 @@ fn offloaded_activations_leave_the_device_for_the_host_link_time() {
     let (_, slower) = run(40, Some(5e7));
     let micro_batches = 1536.0 / 8.0;
     let want = micro_batches * 40.0 * 2.0 * (stash / 5e7 - stash / 1e8);
+    let copies = micro_batches * 40.0 * 2.0 * stash / 1e8;
+    assert!(rel(slow.activation_offload_traffic_seconds, copies) < 1e-12);
+    assert_eq!(kept.activation_offload_traffic_seconds, 0.0);
     let got = slower.time.activation_offload_seconds - slow.time.activation_offload_seconds;
     assert!(rel(got, want) < 1e-9, "{got} {want}");
     assert!(
