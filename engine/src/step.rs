@@ -2297,7 +2297,9 @@ fn device_loads(pl: &StepPlan, layers: u64, g: &ModelGraph) -> Vec<Load> {
                         ..Counts::default()
                     }
                 };
-                load.rerun = load.rerun.plus(blocks_of(rerun, counts.mtp), share);
+                // The multi-token-prediction modules follow the plan's recomputation.
+                let mtp_rerun = if limit > 0 { counts.mtp } else { 0.0 };
+                load.rerun = load.rerun.plus(blocks_of(rerun, mtp_rerun), share);
                 load.offloaded = load.offloaded.plus(blocks_of(offloaded, 0.0), share);
             }
             load.shared_ends = chunks.contains(&0)
