@@ -1336,7 +1336,7 @@ fn priced(
             casts.seconds,
         ),
     );
-    let (model_flops, hardware_flops) = step_flops(input, g);
+    let (model_flops, hardware_flops) = step_flops(input, g, pipeline.rerun_share);
     let devices = input.devices as f64;
     let model_rate = model_flops / step / devices;
     // Energy: every operator of every layer on every device, per micro-batch.
@@ -1346,7 +1346,8 @@ fn priced(
         .filter(|&k| g.has_slot(k))
         .map(|k| &timing[k])
         .collect();
-    let [again_main, again_dense, again_mtp] = pipeline.recompute_joules;
+    let [again_main, again_dense, again_mtp] =
+        [0, 1, 2].map(|i| pipeline.recompute_joules[i] * pipeline.rerun_share[i]);
     let per_replica_micro_batch = emb.forward_joules
         + emb.backward_joules
         + g.main_blocks() as f64 * (blk.forward_joules + blk.backward_joules + again_main)
@@ -1660,6 +1661,9 @@ struct PipelineTimes {
     /// The joules of recomputing one block: the repeated kind's, the dense kind's, the
     /// multi-token-prediction modules'.
     recompute_joules: [f64; 3],
+    /// Of the model's blocks of each of those kinds, the share recomputation runs again
+    /// ([`rerun_shares`]).
+    rerun_share: [f64; 3],
     /// The slowest stage's memory-busy time per micro-batch (see
     /// [`StepReport::hbm_busy_seconds`]).
     memory: Option<f64>,
@@ -1682,8 +1686,7 @@ fn pipeline_times(
 ) -> PipelineTimes {
     let pl = &input.plan;
     let schedule = pl.schedule();
-    let [emb, blk, head, dns, mtp] = *timing;
-    let again = [blk, dns, mtp].map(|l| recompute_of(pl.recomputation, &l));
+    let [emb, _, head, _, _] = *timing;
     let p2p = point_to_point_seconds(input);
     let loads = device_loads(pl, input.model.layers, g);
     let per_device = stage_kinds(input, g, timing, &loads);
@@ -1811,7 +1814,8 @@ fn pipeline_times(
         fsdp_traffic: slowest.2.0,
         point_to_point: slowest.3,
         bubble,
-        recompute_joules: [0, 1, 2].map(|i| again[i].2 * rerun_shares(&loads)[i]),
+        recompute_joules: kinds(0).map(|kind| kind.again.2),
+        rerun_share: rerun_shares(&loads),
         memory: memory_busy(pl.recomputation, &kinds(slowest.0), ends(slowest.0)),
         devices,
         steady,
@@ -1848,8 +1852,8 @@ fn stage_kinds(
                 count,
                 rerun,
                 offloaded,
-                all_to_all: exchanges[i],
-                kv: kv[i],
+                block_all_to_all: exchanges[i],
+                block_kv: kv[i],
                 kept_bytes: kept[i],
             };
         [
@@ -1978,10 +1982,10 @@ struct StageKind {
     rerun: f64,
     offloaded: f64,
     /// One block's all-to-all seconds: forward and backward, and recomputed.
-    all_to_all: (f64, f64),
+    block_all_to_all: (f64, f64),
     /// One block's context-parallel exchanges, (exposed, all): forward and backward, and
     /// recomputed.
-    kv: ((f64, f64), (f64, f64)),
+    block_kv: ((f64, f64), (f64, f64)),
     /// What one block keeps for its backward pass without recomputation.
     kept_bytes: f64,
 }
@@ -1989,12 +1993,12 @@ struct StageKind {
 impl StageKind {
     /// The stage's all-to-all seconds per micro-batch of this kind.
     fn all_to_all(&self) -> f64 {
-        self.count * self.all_to_all.0 + self.rerun * self.all_to_all.1
+        self.count * self.block_all_to_all.0 + self.rerun * self.block_all_to_all.1
     }
 
     /// The stage's context-parallel exchanges per micro-batch of this kind: (exposed, all).
     fn context(&self) -> (f64, f64) {
-        let ((e, a), (re, ra)) = self.kv;
+        let ((e, a), (re, ra)) = self.block_kv;
         (
             self.count * e + self.rerun * re,
             self.count * a + self.rerun * ra,
@@ -2254,6 +2258,22 @@ fn device_loads(pl: &StepPlan, layers: u64, g: &ModelGraph) -> Vec<Load> {
     let layout = pl.layout(layers);
     let share = schedule.visited_share(pl.interleaving);
     let last = layout.stages.len().saturating_sub(1);
+    // A part of a chunk's blocks by kind: the model's first `dense` are the dense ones.
+    let blocks_of = |part: ModelStage, mtp: f64| {
+        let dense = dense_in(part, g.dense_blocks) as f64;
+        Counts {
+            main: part.blocks as f64 - dense,
+            dense,
+            mtp,
+            ..Counts::default()
+        }
+    };
+    // The blocks of each chunk recomputation runs again: its first `recompute_layers`
+    // (none without recomputation).
+    let limit = match pl.recomputation {
+        Recomputation::None => 0,
+        _ => pl.recompute_layers.unwrap_or(u64::MAX),
+    };
     layout
         .devices
         .iter()
@@ -2261,44 +2281,27 @@ fn device_loads(pl: &StepPlan, layers: u64, g: &ModelGraph) -> Vec<Load> {
             let mut load = Load::default();
             for &c in chunks {
                 let stage = layout.stages[c];
-                let dense = dense_in(stage, g.dense_blocks) as f64;
+                let mtp = f64::from(u8::from(c == last && g.mtp.is_some()));
                 let counts = Counts {
-                    main: stage.blocks as f64 - dense,
-                    dense,
-                    mtp: f64::from(u8::from(c == last && g.mtp.is_some())),
                     embedding: f64::from(u8::from(c == 0)),
                     head: f64::from(u8::from(c == last)),
+                    ..blocks_of(stage, mtp)
                 };
                 load.held = load.held.plus(counts, 1.0);
                 load.run = load.run.plus(counts, share);
-                // The chunk's first `recompute_layers` blocks (none without
-                // recomputation), and its blocks among the model's first
-                // `activation_offload_layers`.
-                let limit = match pl.recomputation {
-                    Recomputation::None => 0,
-                    _ => pl.recompute_layers.unwrap_or(u64::MAX),
-                };
                 let rerun = ModelStage {
                     blocks: stage.blocks.min(limit),
                     ..stage
                 };
+                // The chunk's blocks among the model's first `activation_offload_layers`.
                 let offloaded = ModelStage {
                     blocks: (stage.first_block + stage.blocks)
                         .min(pl.activation_offload_layers)
                         .saturating_sub(stage.first_block),
                     ..stage
                 };
-                let blocks_of = |part: ModelStage, mtp: f64| {
-                    let dense = dense_in(part, g.dense_blocks) as f64;
-                    Counts {
-                        main: part.blocks as f64 - dense,
-                        dense,
-                        mtp,
-                        ..Counts::default()
-                    }
-                };
                 // The multi-token-prediction modules follow the plan's recomputation.
-                let mtp_rerun = if limit > 0 { counts.mtp } else { 0.0 };
+                let mtp_rerun = if limit > 0 { mtp } else { 0.0 };
                 load.rerun = load.rerun.plus(blocks_of(rerun, mtp_rerun), share);
                 load.offloaded = load.offloaded.plus(blocks_of(offloaded, 0.0), share);
             }
@@ -2461,8 +2464,9 @@ fn optimizer_step(
 }
 
 /// The step's matrix FLOPs: the model's, and the hardware's (with what recomputation runs
-/// again). The graph's are one rank's, a t-th of the model's.
-fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
+/// again: `rerun_share` of each kind's blocks). The graph's are one rank's, a t-th of the
+/// model's.
+fn step_flops(input: &StepInput, g: &ModelGraph, rerun_share: [f64; 3]) -> (f64, f64) {
     let pl = &input.plan;
     // The graph is one rank's of the t × CP ranks that share a micro-batch.
     let ranks = (pl.tensor_parallel * pl.context_parallel) as f64;
@@ -2490,7 +2494,7 @@ fn step_flops(input: &StepInput, g: &ModelGraph) -> (f64, f64) {
     };
     let dense = g.dense_block.as_ref().map_or(0.0, &again);
     let mtp = g.mtp.as_ref().map_or(0.0, &again);
-    let [main_share, dense_share, _] = rerun_shares(&device_loads(pl, input.model.layers, g));
+    let [main_share, dense_share, _] = rerun_share;
     let recomputed = again(&g.block) * g.main_blocks() as f64 * main_share
         + dense * g.dense_blocks as f64 * dense_share
         + mtp;

@@ -21,7 +21,7 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         &format!("{devices} devices"),
         " devices",
     );
-    let (network, domains) = match network(raw, ctx, devices) {
+    let (network, mut domains) = match network(raw, ctx, devices) {
         Some((first, all)) => (Some(first), all),
         None => (None, Vec::new()),
     };
@@ -81,7 +81,6 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         None => preset.map(|g| g.host_link_bytes_per_second),
     };
     network.host_bytes_per_second = host;
-    let mut domains = domains;
     for d in &mut domains {
         d.host_bytes_per_second = host;
     }
