@@ -2,8 +2,10 @@
 //! one-shot CLI and the daemon do alike with a search lives here — resolving its cost
 //! models and checking its memory budget ([`run::prepare`], [`memory`]), running it with
 //! its checkpoint ([`run`], [`journal`]), and every file of its result folder
-//! ([`folder`], the formats in [`result`], the pictures in [`plot`]) — and so does
-//! `archplace estimate`'s explanation of one fixed chip and plan ([`estimate`]).
+//! ([`folder`], the formats in [`result`], the pictures in [`plot`], the words in
+//! [`summary`]) — and so does `archplace estimate`'s work on one fixed chip and plan
+//! ([`estimated`]) and its explanation ([`estimate`]). The CLI and the Python package call
+//! the same functions and only print or convert what they return.
 //!
 //! Below it: the spec language (`archplace-spec`), the engine and the cost-model port;
 //! above it: the pool (which implements [`run::Distributor`]) and the service.
@@ -31,9 +33,13 @@ pub mod calibrated;
 
 pub mod result;
 
+pub mod summary;
+
 pub mod estimate;
 
 pub mod timeline;
+
+pub mod estimated;
 
 pub mod run;
 

@@ -3,9 +3,8 @@
 
 use super::{Exit, load_spec, print_json};
 use anyhow::{Context, Result, anyhow};
-use archplace_engine::step::estimate_step;
-use archplace_engine::step::timeline::estimate_step_timeline;
 use archplace_job::estimate::{self, OpRequest};
+use archplace_job::estimated::{self, EstimateError, EstimateOptions};
 use archplace_plugin_sdk::{Direction, ElementType, VectorKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,25 +106,25 @@ fn run_step(
 ) -> Result<Exit> {
     let written = load_spec(Some(path), Some(plugins))?;
     let host = plugins.host()?;
-    let written_models = super::cost_models(&written, &host, Arc::new(AtomicBool::new(false)))?;
-    let (spec, models, applied) = archplace_job::calibrated::apply(
-        written.clone(),
-        written_models.clone(),
-        args.calibration.as_deref(),
-        &host,
-    )?;
-    let input = spec.step_input(scheduling)?;
-    let info = models.latency.info();
-    let latency_name = format!("{} {}", info.name, info.version);
-    let (result, timeline) = if args.timeline.is_some() || args.timeline_svg.is_some() {
-        match estimate_step_timeline(&input, models.latency.as_ref()) {
-            Ok((r, t)) => (Ok(r), Some(t)),
-            Err(e) => (Err(e), None),
-        }
-    } else {
-        (estimate_step(&input, models.latency.as_ref()), None)
+    let options = EstimateOptions {
+        calibration: args.calibration.as_deref(),
+        scheduling,
+        timeline: args.timeline.is_some() || args.timeline_svg.is_some(),
     };
-    if let Some(t) = &timeline {
+    let estimated = match estimated::estimate(&written, &host, options) {
+        Ok(e) => e,
+        Err(EstimateError::CostModel(diags)) => {
+            for d in &diags {
+                err!("{}", d.render(&written.source_text));
+            }
+            return Err(anyhow!(
+                "{} error(s) in the spec's cost models",
+                diags.len()
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(t) = &estimated.timeline {
         if let Some(file) = &args.timeline {
             let text = serde_json::to_vec(&archplace_job::timeline::chrome_trace(t))?;
             archplace_util::atomic::write(file, &text)
@@ -136,54 +135,17 @@ fn run_step(
                 .with_context(|| format!("writing the timeline to {}", file.display()))?;
         }
     }
-    if let Err(archplace_engine::step::StepError::CostModel(e)) = &result {
-        return Err(anyhow!("the latency model failed: {e}"));
-    }
-    let interval = match &result {
-        Ok(r) => archplace_job::calibrated::step_interval(
-            &written,
-            &written_models,
-            applied.as_ref(),
-            &host,
-            scheduling,
-            r,
-        )?,
-        Err(_) => None,
-    };
     if args.json {
-        print_json(
-            &estimate::document(&spec, &input, &latency_name, &result)
-                .with_uncertainty(applied.as_ref(), interval.as_ref()),
-        )?;
+        print_json(&estimated.document())?;
     } else {
-        if let Some(stack) = &spec.stack {
-            outln!("stack: {stack} (its defaults for the [training] keys the spec leaves out)")?;
-        }
-        match &result {
-            Ok(r) => {
-                outln!("{}", estimate::render(&input, &latency_name, r))?;
-                if let Some(a) = &applied {
-                    outln!("{}", estimate::render_calibration(a))?;
-                }
-                if let Some(i) = &interval {
-                    outln!("{}", estimate::render_interval(i))?;
-                }
-            }
-            Err(e) => {
-                outln!(
-                    "{}\nplan: {}",
-                    input.model.name,
-                    estimate::describe_plan(&input)
-                )?;
-                outln!("cannot run: {e}")?;
-            }
-        }
+        outln!("{}", estimated.render())?;
     }
-    Ok(match result {
-        Ok(_) => Exit::Success,
-        // The plan cannot run on the chip (it does not fit, or cannot be laid out); the
-        // answer says why.
-        Err(_) => Exit::Infeasible,
+    // A plan that cannot run on the chip (it does not fit, or cannot be laid out) is an
+    // answer, which says why.
+    Ok(if estimated.feasible() {
+        Exit::Success
+    } else {
+        Exit::Infeasible
     })
 }
 
