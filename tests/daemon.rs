@@ -1194,7 +1194,12 @@ fn results_that_cannot_be_written_are_written_later_without_searching_again() {
     let d = Daemon::start_with(dir, &["--config", "archplace.toml"]);
     drop_spec(dir, "medium.toml", &medium_spec());
     d.wait_state("e2e-medium", "running", 60);
-    let out = result_dirs(dir, "e2e-medium")[0].clone();
+    // The job is running before its worker makes the result folder: on a loaded machine
+    // there is a moment between the two.
+    d.until(Duration::from_secs(60), "the result folder", || {
+        d.result_dir("e2e-medium").is_some()
+    });
+    let out = d.result_dir("e2e-medium").unwrap();
     std::fs::create_dir_all(out.join("result.json/in-the-way")).unwrap();
     d.until(Duration::from_secs(300), "the write to fail", || {
         d.log().contains("cannot write the results")

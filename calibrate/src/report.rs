@@ -9,6 +9,7 @@ use crate::fit::Fit;
 use crate::problem::Problem;
 use archplace_spec::calibration::{CalibratedPlugin, FORMAT, FORMAT_VERSION, FittedParameter};
 use serde::Serialize;
+use std::path::Path;
 
 /// A calibration file as `archplace calibrate` writes it (TOML).
 #[derive(Debug, Clone, Serialize)]
@@ -258,5 +259,99 @@ impl CalibrationFile {
             "# A calibration made by `archplace calibrate` ({}): the factors that multiply\n# the parameters of `{}` {} (and of the cluster) in the specs it is applied to.\n# Apply it with `[cost_model] calibration = \"FILE\"` or `--calibration FILE`.\n{body}",
             self.provenance.measurements_file, self.plugin.name, self.plugin.version
         ))
+    }
+}
+
+/// The calibration in words and as a summary (the CLI prints them; the Python package
+/// returns them).
+impl CalibrationFile {
+    /// `calibrate --json`'s summary of the calibration written to `out`: the plugin, each
+    /// factor and its interval, the errors overall and per source, the fit's warnings.
+    pub fn summary(&self, out: &Path) -> serde_json::Value {
+        let f = self;
+        serde_json::json!({
+            "calibration": out.display().to_string(),
+            "plugin": f.plugin,
+            "parameters": f.parameters,
+            "uncertainty": f.uncertainty,
+            "errors": f.errors,
+            "source": f.source,
+            "warnings": f.fit.warnings,
+        })
+    }
+
+    /// The calibration in words, as `archplace calibrate` prints it: each factor with its
+    /// interval and the values it gives, then the errors per source and overall
+    /// (uncalibrated, in-sample, leave-one-out, within and across sources), then warnings.
+    pub fn render(&self) -> String {
+        let f = self;
+        let mut s = format!(
+            "calibration of `{}` {} on {} measurements\n\nparameter                               factor   5–95%            values (before → after)\n",
+            f.plugin.name, f.plugin.version, f.errors.measurements
+        );
+        for (p, u) in f.parameters.iter().zip(&f.uncertainty) {
+            let values: Vec<String> = u
+                .values
+                .iter()
+                .map(|[a, b]| format!("{a:.4} → {b:.4}"))
+                .collect();
+            s.push_str(&format!(
+                "{:<38} {:7.4}  {:.3}–{:.3}    {}{}\n",
+                p.parameter.to_string(),
+                p.factor,
+                u.factor_interval[0],
+                u.factor_interval[1],
+                values.join(", "),
+                if u.unit.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", u.unit)
+                }
+            ));
+        }
+        s.push_str(
+        "\nmean (largest) absolute error               runs  uncalibrated    in-sample       leave-one-out   within source   other sources\n",
+    );
+        let row = |name: &str, n: usize, u, i, l, w: Option<Error>, o: Option<Error>| {
+            format!(
+                "{:<44} {:>3}  {}  {}  {}  {}  {}\n",
+                name.chars().take(44).collect::<String>(),
+                n,
+                pct(u),
+                pct(i),
+                pct(l),
+                w.as_ref().map_or("     —       ".into(), pct),
+                o.as_ref().map_or("     —       ".into(), pct)
+            )
+        };
+        for (name, e) in f
+            .source
+            .iter()
+            .map(|s| (s.name.as_str(), &s.errors))
+            .chain([("all", &f.errors)])
+        {
+            s.push_str(&row(
+                name,
+                e.measurements,
+                &e.uncalibrated,
+                &e.in_sample,
+                &e.leave_one_out,
+                e.leave_one_out_within_source,
+                e.other_sources,
+            ));
+        }
+        for w in &f.fit.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        s
+    }
+}
+
+/// An error as `mean (largest)` percent, a dash when there is none.
+fn pct(e: &Error) -> String {
+    if e.mean_percent.is_finite() {
+        format!("{:5.1}% ({:4.1}%)", e.mean_percent, e.max_percent)
+    } else {
+        "     —       ".into()
     }
 }

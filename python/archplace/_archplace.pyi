@@ -1,6 +1,6 @@
 """Types of the native module (python/src/lib.rs); use the functions of `archplace`."""
 
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 __version__: str
 
@@ -18,3 +18,21 @@ def estimate(
     plugin_dirs: List[str],
 ) -> Tuple[str, str, bool]: ...
 def toml_text(json: str) -> str: ...
+def search(
+    path: Optional[str],
+    text: Optional[str],
+    name: str,
+    calibration: Optional[str],
+    plugin_dirs: List[str],
+    threads: Optional[int],
+    out: Optional[str],
+    progress: Optional[Callable[[str, int, int, Optional[float], Optional[float]], None]],
+) -> Tuple[str, str, str, List[Tuple[str, str]], bool]: ...
+def json_text(toml_text: str, name: str) -> str: ...
+def calibrate(
+    measurements: str,
+    output: str,
+    plugin_dirs: List[str],
+    date: str,
+    progress: Optional[Callable[[str], None]],
+) -> Tuple[str, str, List[str]]: ...

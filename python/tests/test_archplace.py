@@ -6,6 +6,7 @@ debug build (target/debug/archplace), the plugins the ones scripts/build-plugins
 import json
 import math
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -175,3 +176,142 @@ def test_estimates_run_in_threads_alike():
     for t in threads:
         t.join()
     assert len(results) == 4 and len(set(results)) == 1
+
+
+def small_search_spec():
+    """custom-tiny over 16 chips: a search of a few seconds."""
+    text = (SPECS / "custom-tiny.toml").read_text()
+    for old, new in [
+        ("tensor_cores = [1, 2, 4, 8]", "tensor_cores = [4, 8]"),
+        ("vector_cores = [1, 2, 4]", "vector_cores = [2, 4]"),
+        ("width = { min = 16, max = 128 }", "width = { min = 64, max = 128 }"),
+        ("depth = { min = 16, max = 128 }", "depth = { min = 64, max = 128 }"),
+        ('buffer = ["8 MiB", "32 MiB"]', 'buffer = ["32 MiB"]'),
+    ]:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def test_a_search_is_the_clis(tmp_path):
+    text = small_search_spec()
+    spec = tmp_path / "small.toml"
+    spec.write_text(text)
+    out, status = cli("run", spec, "--json", "--out", tmp_path / "cli")
+    assert status == 0
+    expected = json.loads(out)
+    events = []
+    r = archplace.search(text, progress=lambda *e: events.append(e), out=tmp_path / "py")
+    assert not r.interrupted
+    assert r.best == expected["best"]
+    doc = r.to_dict()
+    assert doc["search"]["candidates_evaluated"] == expected["search"]["candidates_evaluated"]
+    assert (tmp_path / "py" / "result.json").exists()
+    assert (tmp_path / "py" / "explored.jsonl").exists()
+    explored = r.explored
+    rows = len(explored)
+    assert rows == doc["search"]["candidates_evaluated"] > 1
+    best = max(
+        (row for row in (explored.to_dict("records") if hasattr(explored, "to_dict") else explored)),
+        key=lambda row: row["samples_per_second"] or 0.0,
+    )
+    assert best["samples_per_second"] == r.best["mean_throughput_samples_per_second"]
+    # The progress events: (kind, done, total, best samples/s, best area), done growing.
+    assert events and all(e[0] in ("progress", "bounding") for e in events)
+    done = [e[1] for e in events if e[0] == "progress"]
+    assert done == sorted(done) and done[-1] <= rows
+    assert r.explain().startswith("search `custom-tiny`")
+    assert "best chip:" in str(r)
+    assert r.pareto_svg.lstrip().startswith("<svg") and r._repr_svg_() == r.pareto_svg
+    assert "<pre>" in r._repr_html_()
+
+
+def test_a_search_stops_at_the_first_error_of_its_progress_callback():
+    class Enough(Exception):
+        pass
+
+    def stop(*event):
+        raise Enough()
+
+    with pytest.raises(Enough):
+        archplace.search(small_search_spec(), progress=stop)
+
+
+def test_ctrl_c_interrupts_a_search():
+    import _thread
+    import time
+
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        archplace.search((SPECS / "custom-tiny.toml").read_text(), progress=False)
+    assert time.monotonic() - started < 30
+
+
+def test_a_spec_varied_by_dotted_keys_is_that_spec():
+    base = archplace.Spec(LLAMA_70B)
+    assert base["plan.tensor_parallel"] == 4 and base["models[0].preset"] == "llama3-70b"
+    varied = base.with_values({"plan.micro_batch": 2, "training.global_batch": 256})
+    assert base["plan.micro_batch"] == 1, "the original is unchanged"
+    text = (
+        LLAMA_70B.read_text()
+        .replace("micro_batch = 1", "micro_batch = 2")
+        .replace("global_batch = 128", "global_batch = 256")
+    )
+    assert "global_batch = 256" in text
+    assert archplace.estimate(varied).to_dict() == archplace.estimate(text).to_dict()
+    assert archplace.estimate(base).to_dict() == archplace.estimate(LLAMA_70B).to_dict()
+    # Its problems are located in its TOML text.
+    with pytest.raises(archplace.SpecError) as caught:
+        archplace.validate(base.with_values({"plan.micro_batch": 0}))
+    [problem] = caught.value.errors
+    assert problem.key == "plan.micro_batch"
+    assert base.with_values({"plan.micro_batch": 0}).to_toml().splitlines()[problem.line - 1].startswith(
+        "micro_batch = 0"
+    )
+
+
+def test_the_sweep_example_runs_200_plans(tmp_path):
+    sys.path.insert(0, str(ROOT / "python" / "examples"))
+    try:
+        import sweep
+    finally:
+        sys.path.pop(0)
+    rows = sweep.sweep()
+    assert len(rows) == 200
+    fits = [r for r in rows if r["feasible"]]
+    assert fits and all(r["step_seconds"] > 0 for r in fits)
+    # A row is the example with its values, estimated.
+    row = fits[0]
+    values = {f"plan.{k}": row[k] for k in ("tensor_parallel", "pipeline_parallel", "data_parallel", "interleaving", "micro_batch", "recomputation", "sequence_parallel")}
+    assert archplace.estimate(archplace.Spec(LLAMA_70B).with_values(values)).step_seconds == row["step_seconds"]
+    out = tmp_path / "sweep.png"
+    subprocess.run([sys.executable, str(ROOT / "python" / "examples" / "sweep.py"), str(out)], check=True, cwd=tmp_path)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert out.stat().st_size > 1000
+
+
+def test_a_calibration_is_the_clis(tmp_path):
+    measurements = FIXTURES / "validation" / "measurements-deepspeed-a100.toml"
+    out, status = cli("calibrate", measurements, "--json", "-o", tmp_path / "cli.toml")
+    assert status == 0
+    expected = json.loads(out)
+    lines = []
+    c = archplace.calibrate(measurements, output=tmp_path / "py.toml", progress=lines.append)
+    for key in ("plugin", "parameters", "uncertainty", "errors", "source"):
+        assert c.summary[key] == expected[key], key
+    text, _ = cli("calibrate", measurements, "-o", tmp_path / "cli2.toml")
+    # The report, then what the calibration's errors say against it.
+    assert text.startswith(str(c)) and str(c).startswith("calibration of `gpu-like`")
+    assert lines, "the fit reports its steps"
+    factors = c.factors
+    assert len(factors) == len(expected["parameters"])
+    # The calibration applies as the CLI's does.
+    spec = FIXTURES / "validation" / "deepspeed-mtnlg-530b-2240.toml"
+    assert archplace.estimate(spec, calibration=c.path).step_seconds == archplace.estimate(
+        spec, calibration=tmp_path / "cli.toml"
+    ).step_seconds

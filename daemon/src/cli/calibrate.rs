@@ -3,7 +3,6 @@
 
 use super::{Exit, print_json};
 use anyhow::{Context, Result};
-use archplace_calibrate::CalibrationFile;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -61,11 +60,11 @@ pub fn run(args: &CalibrateArgs, plugins: &super::plugin::PluginArgs) -> Result<
         file.fit.evaluations
     );
     if args.json {
-        let mut s = summary(&file, &out);
+        let mut s = file.summary(&out);
         s["verdicts"] = serde_json::json!(verdicts);
         print_json(&s)?;
     } else {
-        outln!("{}", render(&file))?;
+        outln!("{}", file.render())?;
         for v in &verdicts {
             outln!("warning: {v}")?;
         }
@@ -79,93 +78,4 @@ fn default_output(measurements: &Path) -> PathBuf {
         .file_stem()
         .map_or("measurements".into(), |s| s.to_string_lossy().into_owned());
     measurements.with_file_name(format!("{stem}.calibration.toml"))
-}
-
-fn summary(f: &CalibrationFile, out: &Path) -> serde_json::Value {
-    serde_json::json!({
-        "calibration": out.display().to_string(),
-        "plugin": f.plugin,
-        "parameters": f.parameters,
-        "uncertainty": f.uncertainty,
-        "errors": f.errors,
-        "source": f.source,
-        "warnings": f.fit.warnings,
-    })
-}
-
-fn pct(e: &archplace_calibrate::report::Error) -> String {
-    if e.mean_percent.is_finite() {
-        format!("{:5.1}% ({:4.1}%)", e.mean_percent, e.max_percent)
-    } else {
-        "     —       ".into()
-    }
-}
-
-/// The parameters and the errors per source as tables.
-fn render(f: &CalibrationFile) -> String {
-    let mut s = format!(
-        "calibration of `{}` {} on {} measurements\n\nparameter                               factor   5–95%            values (before → after)\n",
-        f.plugin.name, f.plugin.version, f.errors.measurements
-    );
-    for (p, u) in f.parameters.iter().zip(&f.uncertainty) {
-        let values: Vec<String> = u
-            .values
-            .iter()
-            .map(|[a, b]| format!("{a:.4} → {b:.4}"))
-            .collect();
-        s.push_str(&format!(
-            "{:<38} {:7.4}  {:.3}–{:.3}    {}{}\n",
-            p.parameter.to_string(),
-            p.factor,
-            u.factor_interval[0],
-            u.factor_interval[1],
-            values.join(", "),
-            if u.unit.is_empty() {
-                String::new()
-            } else {
-                format!(" {}", u.unit)
-            }
-        ));
-    }
-    s.push_str(
-        "\nmean (largest) absolute error               runs  uncalibrated    in-sample       leave-one-out   within source   other sources\n",
-    );
-    let row = |name: &str,
-               n: usize,
-               u,
-               i,
-               l,
-               w: Option<archplace_calibrate::report::Error>,
-               o: Option<archplace_calibrate::report::Error>| {
-        format!(
-            "{:<44} {:>3}  {}  {}  {}  {}  {}\n",
-            name.chars().take(44).collect::<String>(),
-            n,
-            pct(u),
-            pct(i),
-            pct(l),
-            w.as_ref().map_or("     —       ".into(), pct),
-            o.as_ref().map_or("     —       ".into(), pct)
-        )
-    };
-    for (name, e) in f
-        .source
-        .iter()
-        .map(|s| (s.name.as_str(), &s.errors))
-        .chain([("all", &f.errors)])
-    {
-        s.push_str(&row(
-            name,
-            e.measurements,
-            &e.uncalibrated,
-            &e.in_sample,
-            &e.leave_one_out,
-            e.leave_one_out_within_source,
-            e.other_sources,
-        ));
-    }
-    for w in &f.fit.warnings {
-        s.push_str(&format!("warning: {w}\n"));
-    }
-    s
 }
