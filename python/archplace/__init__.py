@@ -327,6 +327,8 @@ class SearchResult:
             import pandas
         except ImportError:
             return rows
+        if not rows:
+            return pandas.DataFrame(columns=["index", "samples_per_second"]).set_index("index")
         return pandas.DataFrame(rows).set_index("index")
 
     def explain(self) -> str:
@@ -453,7 +455,9 @@ class Calibration:
             import pandas
         except ImportError:
             return rows
-        return pandas.DataFrame(rows).set_index("parameter")
+        return pandas.DataFrame(rows, columns=["parameter", "factor", "low", "high"]).set_index(
+            "parameter"
+        )
 
     def __str__(self) -> str:
         return self._text
