@@ -138,8 +138,7 @@ fn estimate(
             EstimateError::CostModel(d) => spec_error(&spec.source_text, &d),
             other => PyRuntimeError::new_err(other.to_string()),
         })?;
-        let document = serde_json::to_string(&e.document())
-            .map_err(|err| PyRuntimeError::new_err(err.to_string()))?;
+        let document = to_json(&e.document())?;
         Ok((document, e.render(), e.feasible()))
     })
 }
@@ -280,15 +279,14 @@ fn search(
     if let Some(err) = interrupted {
         return Err(err);
     }
-    let json = |v: &dyn erased::Json| v.text();
-    let doc = json(&finished.doc)?;
+    let doc = to_json(&finished.doc)?;
     let explored: Vec<ExploredLine> = finished
         .outcome
         .explored
         .iter()
         .map(ExploredLine::from)
         .collect();
-    let explored = json(&explored)?;
+    let explored = to_json(&explored)?;
     let shown = out.as_deref().map_or_else(
         || "(not written: give out=)".to_string(),
         |d| d.display().to_string(),
@@ -303,19 +301,8 @@ fn search(
 }
 
 /// JSON text of a serialisable value, its failure a Python error.
-mod erased {
-    use pyo3::PyResult;
-    use pyo3::exceptions::PyRuntimeError;
-
-    pub trait Json {
-        fn text(&self) -> PyResult<String>;
-    }
-
-    impl<T: serde::Serialize> Json for T {
-        fn text(&self) -> PyResult<String> {
-            serde_json::to_string(self).map_err(|e| PyRuntimeError::new_err(e.to_string()))
-        }
-    }
+fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> PyResult<String> {
+    serde_json::to_string(value).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 /// TOML text of a spec given as a dict (its JSON): what `archplace.estimate({...})` and
@@ -369,8 +356,7 @@ fn calibrate(
         let verdicts = archplace_spec::calibration::Calibration::parse(&text)
             .map_err(|e| PyRuntimeError::new_err(format!("reading back the calibration: {e}")))?
             .verdicts();
-        let summary = serde_json::to_string(&file.summary(&output))
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        let summary = to_json(&file.summary(&output))?;
         Ok((summary, file.render(), verdicts))
     })
 }
@@ -381,7 +367,7 @@ fn calibrate(
 fn json_text(toml_text: &str, name: &str) -> PyResult<String> {
     let table: toml::Table = toml::from_str(toml_text)
         .map_err(|e| PyValueError::new_err(format!("{name}: not TOML: {e}")))?;
-    serde_json::to_string(&table).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    to_json(&table)
 }
 
 /// The native module.
