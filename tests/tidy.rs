@@ -869,6 +869,96 @@ fn the_engine_and_the_plugin_host_reach_no_runtime_they_must_not() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
+/// How a package selection compiles each crate: the distinct `name version [features]`
+/// lines of `cargo tree`, each marked `host` (proc macros, build scripts and what they
+/// use, which resolve their features apart) or `target` — a crate may be compiled once
+/// for each.
+fn compiled_crates(selection: &[&str]) -> BTreeSet<String> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--format", "{p} [{f}]"])
+        .args(selection)
+        .current_dir(root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The tree is drawn four characters a level; a `[build-dependencies]` line, drawn one
+    // level left of the children it heads, starts the build dependencies of a node.
+    let mut host_at_depth: Vec<bool> = Vec::new();
+    let mut build_section_at_depth: Vec<bool> = Vec::new();
+    let mut crates = BTreeSet::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let start = line
+            .chars()
+            .position(|c| !matches!(c, ' ' | '│' | '├' | '└' | '─'))
+            .unwrap_or(0);
+        let text: String = line.chars().skip(start).collect();
+        if text.is_empty() {
+            continue;
+        }
+        if text.starts_with('[') {
+            let depth = start / 4 + 1;
+            build_section_at_depth.resize(depth + 1, false);
+            build_section_at_depth[depth] = text == "[build-dependencies]";
+            continue;
+        }
+        let depth = start / 4;
+        let parent_host = depth > 0 && host_at_depth.get(depth - 1).copied().unwrap_or(false);
+        let in_build_section = build_section_at_depth.get(depth).copied().unwrap_or(false);
+        let host = parent_host || in_build_section || text.contains(" (proc-macro)");
+        host_at_depth.resize(depth + 1, false);
+        host_at_depth[depth] = host;
+        // A new node: the sections of its children start afresh.
+        build_section_at_depth.truncate(depth + 1);
+        let side = if host { "host" } else { "target" };
+        crates.insert(format!("{side}: {}", text.trim_end_matches(" (*)")));
+    }
+    crates
+}
+
+#[test]
+fn the_tests_wheel_shares_the_workspace_test_build() {
+    // scripts/test builds the wheel (`maturin build`, this package alone, with
+    // `workspace-features`) after `cargo test --workspace --all-targets`: every crate the
+    // wheel compiles must be compiled the same way there, or it is compiled twice (minutes
+    // of CI). python/Cargo.toml's `workspace-features` names the differences.
+    let workspace = compiled_crates(&["--workspace", "--edges", "normal,build,dev"]);
+    let wheel = compiled_crates(&[
+        "--package",
+        "archplace-python",
+        "--features",
+        "workspace-features",
+        "--edges",
+        "normal,build",
+    ]);
+    let differ: Vec<_> = wheel
+        .iter()
+        .filter(|l| !l.starts_with("target: archplace-python ") && !workspace.contains(*l))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the wheel for the tests compiles these crates with other features than the workspace's \
+         test build (`cargo tree -e features -i CRATE` says who turns them on there; add them \
+         to `workspace-features` in python/Cargo.toml):\n{}",
+        differ
+            .iter()
+            .map(|l| {
+                let name = l.split(' ').take(3).collect::<Vec<_>>().join(" ");
+                let there: Vec<_> = workspace
+                    .iter()
+                    .filter(|w| w.starts_with(&format!("{name} ")))
+                    .collect();
+                format!("  {l}\n    in the workspace's build: {there:?}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(wheel.len() > 100, "{wheel:?}");
+}
+
 // --- clippy's settings carry the invariants ----------------------------------------------
 
 /// The `path`s of a clippy.toml's `key` list.
