@@ -208,10 +208,10 @@ const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 12] = [
     ("DeepSpeed MT-NLG 530B, DGX A100", (3.0, 6.0)),
     ("PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB", (16.5, 24.5)),
     ("llm-foundry MPT benchmarks, A100 80GB (RoCE)", (10.5, 20.5)),
-    ("llm-foundry MPT benchmarks, H100 80GB BF16", (9.5, 21.0)),
+    ("llm-foundry MPT benchmarks, H100 80GB BF16", (11.5, 19.5)),
     (
         "llm-foundry MPT benchmarks, H100 80GB BF16 (Large Scale, >= 128 GPUs)",
-        (9.5, 20.0),
+        (11.5, 23.5),
     ),
     ("Korthikanti et al. 2022, Table 5", (3.0, 6.0)),
     ("Narayanan et al. 2021, Table 1", (3.0, 6.0)),
