@@ -464,9 +464,19 @@ fn identifiability(
         let name = &problem.parameters[j].parameter;
         let cj = column(j);
         if norm(&cj) < INERT {
-            out.push(format!(
-                "{name}: no measurement depends on it; it stays at the specs' values (give measurements it affects, or leave it out of `fit`)"
-            ));
+            // Held from the start (no measurement depended on it at the specs' values), or
+            // moved until none did: a cost that hides behind another (a collective behind
+            // computation) stops mattering part-way, and its factor is then only a limit.
+            if bounds[j].0 == bounds[j].1 {
+                out.push(format!(
+                    "{name}: no measurement depends on it; it stays at the specs' values (give measurements it affects, or leave it out of `fit`)"
+                ));
+            } else {
+                out.push(format!(
+                    "{name}: no measurement depends on it at its fitted factor ({:.3}): it moved there, then what it prices hid behind other costs in every run, so the factor is a limit the measurements set, not a value they determine",
+                    x[j].exp()
+                ));
+            }
             continue;
         }
         for k in 0..j {

@@ -220,3 +220,48 @@ fn a_bad_measurements_file_is_refused_with_every_problem() {
         assert!(e.contains(says), "{says}\n{e}");
     }
 }
+
+/// A parameter that moves and then stops mattering is reported as such, not as one that
+/// stayed at the specs' values: llm-foundry's H100 runs fitted with the InfiniBand
+/// efficiency but not NVLink's move it until FSDP's gathers hide behind computation in
+/// every run (docs/calibration.md, "What llm-foundry's runs ask for").
+#[test]
+fn a_parameter_that_moved_until_nothing_depended_on_it_says_so() {
+    let host = host();
+    let dir = root().join("tests/fixtures/validation");
+    let text = std::fs::read_to_string(dir.join("measurements-pytorch-fsdp-2023.toml")).unwrap();
+    // The specs by absolute path, from a copy in a temporary folder.
+    let text = text.replace("spec = \"", &format!("spec = \"{}/", dir.display()));
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("measurements.toml");
+    std::fs::write(&path, text).unwrap();
+    let loaded = measurements::load(&path).unwrap();
+    let names = [
+        "gpu-like.matrix_efficiency",
+        "gpu-like.attention_efficiency",
+        "cluster.inter_node_efficiency",
+    ]
+    .map(String::from);
+    let problem = Problem::new(&host, &loaded.measurements, Some(&names)).unwrap();
+    let f = fit::fit(
+        &problem,
+        Options {
+            bootstrap: 10,
+            ..Options::default()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    let inter = f.factors[2];
+    let warning = f
+        .warnings
+        .iter()
+        .find(|w| w.starts_with("cluster.inter_node_efficiency"))
+        .unwrap_or_else(|| panic!("{:?}", f.warnings));
+    assert!(
+        (inter - 1.0).abs() > 0.05
+            && warning.contains("at its fitted factor")
+            && !warning.contains("stays at the specs' values"),
+        "factor {inter}: {warning}"
+    );
+}
