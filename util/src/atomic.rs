@@ -40,6 +40,19 @@ pub fn write_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    // A device, pipe or socket (`-o /dev/null`, `-o /dev/stdout`) is written in place: a
+    // file renamed over it would replace the device node itself — run as root, `calibrate
+    // -o /dev/null` turned /dev/null into a regular file, which every later reader of
+    // /dev/null then read back. Only a regular file (or none) is replaced whole.
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+        && !meta.is_dir()
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+        fill(&mut w)?;
+        return w.flush();
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -98,6 +111,40 @@ mod tests {
         super::write(&p, b"one").unwrap();
         super::write(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
+    }
+
+    /// A device is written in place, never replaced by a file renamed over it: here through
+    /// a link to /dev/null in a temporary folder (a regression replaces the link, not the
+    /// device), which must stay a link to a character device.
+    #[cfg(unix)]
+    #[test]
+    fn a_device_is_written_in_place() {
+        use std::os::unix::fs::FileTypeExt;
+        let null = std::path::Path::new("/dev/null");
+        if !std::fs::metadata(null).is_ok_and(|m| m.file_type().is_char_device()) {
+            return; // no device to write to here
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("out.toml");
+        std::os::unix::fs::symlink(null, &link).unwrap();
+        super::write(&link, b"calibration").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(
+            std::fs::metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             1,
