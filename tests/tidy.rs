@@ -699,19 +699,30 @@ fn the_readmes_metrics_table_lists_exactly_the_exported_metrics() {
 
 // --- The crates point one way -------------------------------------------------------------
 
-/// `cargo metadata` of the workspace: the packages and the resolved graph.
-fn metadata() -> serde_json::Value {
+/// What `cargo ARGS` (run in the repository's root) prints; it must succeed.
+fn cargo_output(args: &[&str]) -> Vec<u8> {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(args)
         .current_dir(root())
         .output()
-        .expect("cargo metadata runs");
+        .unwrap_or_else(|e| panic!("cargo {args:?} runs: {e}"));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON")
+    out.stdout
+}
+
+/// `cargo metadata` of the workspace: the packages and the resolved graph.
+fn metadata() -> serde_json::Value {
+    serde_json::from_slice(&cargo_output(&[
+        "metadata",
+        "--format-version",
+        "1",
+        "--offline",
+    ]))
+    .expect("cargo metadata's JSON")
 }
 
 /// The workspace's members in the order the workspace's Cargo.toml lists them (the
@@ -874,23 +885,17 @@ fn the_engine_and_the_plugin_host_reach_no_runtime_they_must_not() {
 /// use, which resolve their features apart) or `target` — a crate may be compiled once
 /// for each.
 fn compiled_crates(selection: &[&str]) -> BTreeSet<String> {
-    let out = std::process::Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "--format", "{p} [{f}]"])
-        .args(selection)
-        .current_dir(root())
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args: Vec<&str> = ["tree", "--offline", "--format", "{p} [{f}]"]
+        .into_iter()
+        .chain(selection.iter().copied())
+        .collect();
+    let stdout = cargo_output(&args);
     // The tree is drawn four characters a level; a `[build-dependencies]` line, drawn one
     // level left of the children it heads, starts the build dependencies of a node.
     let mut host_at_depth: Vec<bool> = Vec::new();
     let mut build_section_at_depth: Vec<bool> = Vec::new();
     let mut crates = BTreeSet::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in String::from_utf8_lossy(&stdout).lines() {
         let start = line
             .chars()
             .position(|c| !matches!(c, ' ' | '│' | '├' | '└' | '─'))
