@@ -33,6 +33,7 @@ fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
         sequence_parallel: false,
         experts: Default::default(),
         context_parallel: 1,
+        kernels: Default::default(),
     }
 }
 

@@ -42,6 +42,7 @@ fn main() {
             sequence_parallel: false,
             experts: Default::default(),
             context_parallel: 1,
+            kernels: Default::default(),
         },
     );
     let opts = ScheduleOptions {

@@ -64,6 +64,7 @@ fn probe_gpt3_layer_schedules() {
                         sequence_parallel: false,
                         experts: Default::default(),
                         context_parallel: 1,
+                        kernels: Default::default(),
                     },
                 ),
             ));

@@ -124,6 +124,43 @@ impl<'de> Deserialize<'de> for TensorParallelOverlap {
     }
 }
 
+/// How the framework turns a layer's element-wise operators (norms, activations, rotary
+/// embeddings, residual additions, the loss) into kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelFusion {
+    /// Fused kernels: a GEMM's epilogue takes the element-wise work after it, and each
+    /// norm, activation or rotary embedding is one kernel over 16-bit data — Transformer
+    /// Engine and Megatron-Core's fused kernels, or PyTorch under `torch.compile`, whose
+    /// Inductor backend generates them.
+    #[default]
+    Fused,
+    /// PyTorch without `torch.compile` (eager mode): every operator is a kernel of its
+    /// own, none in a GEMM's epilogue, and the operators PyTorch has no kernel for run as
+    /// the Python code of the model writes them: RMSNorm as the Llama implementations
+    /// (Meta's reference, Hugging Face's, torchtitan's, IBM's fms) compute it — a cast of
+    /// the input to fp32, its square, the mean of each row, the reciprocal square root,
+    /// the product, a cast back to 16-bit and the weight's product, eight kernels — the
+    /// rotary embedding as a cast to fp32, a complex product and a cast back. LayerNorm,
+    /// GELU, SiLU, softmax and the loss keep their one native kernel each.
+    Eager,
+}
+
+impl KernelFusion {
+    pub const ALL: [KernelFusion; 2] = [KernelFusion::Fused, KernelFusion::Eager];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelFusion::Fused => "fused",
+            KernelFusion::Eager => "eager",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// How a layer runs: operator concurrency and whether tensor-parallel collectives may
 /// overlap computation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -133,6 +170,14 @@ pub struct Execution {
     /// by default). With concurrent operators any overlap lets them run beside what the
     /// graph allows; with sequential operators [`TensorParallelOverlap`] says how.
     pub tensor_parallel_overlap: TensorParallelOverlap,
+    /// How the layer's element-wise operators become kernels (fused unless said): what
+    /// the layer graphs are built with ([`crate::model::BuildOptions::kernels`]).
+    #[serde(default, skip_serializing_if = "is_fused")]
+    pub kernels: KernelFusion,
+}
+
+fn is_fused(k: &KernelFusion) -> bool {
+    *k == KernelFusion::Fused
 }
 
 impl Execution {
@@ -140,6 +185,7 @@ impl Execution {
     pub const DATAFLOW: Execution = Execution {
         operators: OperatorExecution::Concurrent,
         tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
+        kernels: KernelFusion::Fused,
     };
 
     /// Whether operators run on all cores only (no single-core durations are needed).

@@ -982,6 +982,7 @@ pub fn graph(input: &StepInput) -> ModelGraph {
             },
             context_parallel: pl.context_parallel.max(1),
             recompute_modules: pl.recompute_modules,
+            kernels: input.execution.kernels,
         },
     )
 }

@@ -89,6 +89,7 @@ fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
             sequence_parallel: false,
             experts: Default::default(),
             context_parallel: 1,
+            kernels: Default::default(),
         },
     )
 }

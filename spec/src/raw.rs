@@ -581,6 +581,13 @@ pub struct RawTraining {
     /// async TP: those GEMMs decomposed into one per rank's shard while the shards move).
     #[schemars(with = "Option<FlagOrName<archplace_engine::execution::TensorParallelOverlap>>")]
     pub tensor_parallel_overlap: Option<archplace_engine::execution::TensorParallelOverlap>,
+    /// How the framework turns the layer's element-wise operators into kernels: "fused"
+    /// (default: norms, activations and rotary embeddings one kernel each, a GEMM's
+    /// epilogue taking what follows it — Transformer Engine, or PyTorch under
+    /// torch.compile) or "eager" (PyTorch without torch.compile: every operator its own
+    /// kernel, RMSNorm and the rotary embedding as the Llama implementations write them,
+    /// over fp32 copies).
+    pub kernel_fusion: Option<archplace_engine::execution::KernelFusion>,
 }
 
 /// The devices that train the model.

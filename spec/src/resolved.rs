@@ -6,6 +6,7 @@
 
 use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
+use archplace_engine::execution::KernelFusion;
 use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::search::Strategy;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
@@ -325,6 +326,9 @@ fn training(tr: &Training) -> Table {
         "tensor_parallel_overlap".into(),
         name(&tr.execution.tensor_parallel_overlap),
     );
+    if tr.execution.kernels != KernelFusion::Fused {
+        t.insert("kernel_fusion".into(), name(&tr.execution.kernels));
+    }
     t
 }
 

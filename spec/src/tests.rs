@@ -468,6 +468,7 @@ fn training_choices_and_their_defaults() {
         archplace_engine::execution::Execution {
             operators: archplace_engine::execution::OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
+            kernels: Default::default(),
         }
     );
     let d = errors(&GOOD.replace("optimizer = \"adam\"", "pipeline_interleaving = [1, 65]"));

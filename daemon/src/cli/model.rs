@@ -388,6 +388,7 @@ fn list_presets(json: bool) -> Result<Exit> {
                 sequence_parallel: false,
                 experts: Default::default(),
                 context_parallel: 1,
+                kernels: Default::default(),
             };
             let c = Counts::of(&cfg, &build(&cfg, &opts));
             Some(PresetRow {
@@ -456,6 +457,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             sequence_parallel: false,
             experts: Default::default(),
             context_parallel: 1,
+            kernels: Default::default(),
         };
         let counts = Counts::of(cfg, &build(cfg, &opts(1)));
         for t in cfg.tensor_parallel_widths() {

@@ -8,6 +8,7 @@ use super::config::{
 use super::graph::{
     ATTENTION_CORE, FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved,
 };
+use crate::execution::KernelFusion;
 use crate::training::{Numerics, Recomputation, RecomputeModule, RecomputeModules};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
@@ -34,6 +35,10 @@ pub struct BuildOptions {
     /// What selective recomputation runs again of each block (the layers' operators are
     /// marked: [`FwdOp::recompute`]).
     pub recompute_modules: RecomputeModules,
+    /// How the framework runs the element-wise operators: as the graph's fusion rules
+    /// join them, or eager PyTorch's kernels, one per operator
+    /// ([`crate::execution::KernelFusion`]).
+    pub kernels: KernelFusion,
 }
 
 /// How the experts of a Mixture-of-Experts model are laid out over the ranks of a pipeline
@@ -383,6 +388,7 @@ struct Ctx<'a> {
     cp: u64,
     numerics: Numerics,
     recompute_modules: RecomputeModules,
+    kernels: KernelFusion,
 }
 
 /// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
@@ -418,6 +424,7 @@ impl<'a> Ctx<'a> {
             experts: o.experts,
             cp: o.context_parallel.max(1),
             recompute_modules: o.recompute_modules,
+            kernels: o.kernels,
         }
     }
 
@@ -657,6 +664,7 @@ impl<'a> Ctx<'a> {
         output_bytes: u64,
     ) -> Layer {
         lb.element = self.numerics.activations;
+        lb.kernels = self.kernels;
         // Transformer Engine's linear layers are the blocks' (and the multi-token-
         // prediction modules') weight GEMMs; the routers, the embedding and the output
         // layer stay in 16-bit, as Megatron-Core builds them.

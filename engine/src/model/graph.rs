@@ -13,6 +13,7 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
+use crate::execution::KernelFusion;
 use crate::training::{Fp8Scaling, RecomputeModule};
 use archplace_plugin_sdk::{
     Attention, Cast, Direction, ElementType, FusedOp, Gemm, Op, OpKind, VectorKind,
@@ -357,6 +358,9 @@ pub struct LayerBuilder {
     pub element: ElementType,
     /// The FP8 recipe its quantised GEMMs' casts follow ([`LayerBuilder::quantise`]).
     pub scaling: Fp8Scaling,
+    /// Fused kernels (the fusion rules join operators) or eager PyTorch's (each operator
+    /// its kernels, [`eager_kernels`]).
+    pub kernels: KernelFusion,
 }
 
 impl LayerBuilder {
@@ -711,6 +715,8 @@ impl LayerBuilder {
     /// The fused forward graph.
     pub fn forward(&self) -> OpGraph {
         let mut g = RawGraph::default();
+        // The node that gives each operator's output (the last of its eager kernels).
+        let mut output_of = Vec::with_capacity(self.ops.len());
         for op in &self.ops {
             let (core, kind) = match op.kind {
                 FwdKind::Gemm { gemm, .. } => (Some(Core::Tensor), Some(OpKind::Gemm(gemm))),
@@ -749,18 +755,46 @@ impl LayerBuilder {
                 FwdKind::AllReduceBackward { .. } | FwdKind::CastBackward(_) => (None, None),
             };
             let element = op.element.unwrap_or(self.element);
-            let id = g.add(&op.name, core, kind, Direction::Forward, element);
-            g.nodes[id].pipelined = op.is_sequence_parallel_collective();
-            g.nodes[id].checkpoint_saved = op.checkpoint_saved;
-            g.nodes[id].selective = op.recompute.is_some();
+            let made = match (self.kernels, kind) {
+                (
+                    KernelFusion::Eager,
+                    Some(OpKind::Vector {
+                        kind,
+                        elements,
+                        row,
+                    }),
+                ) if eager_kernels(kind, element).len() > 1 => {
+                    let kernels = eager_kernels(kind, element);
+                    let made: Vec<usize> = kernels
+                        .iter()
+                        .map(|k| {
+                            let name = format!("{}.{}", op.name, k.suffix);
+                            let (kind, element) = k.op(elements, row, element);
+                            g.add(&name, core, Some(kind), Direction::Forward, element)
+                        })
+                        .collect();
+                    for pair in made.windows(2) {
+                        g.edge(pair[0], pair[1]);
+                    }
+                    made
+                }
+                _ => vec![g.add(&op.name, core, kind, Direction::Forward, element)],
+            };
+            for &id in &made {
+                g.nodes[id].pipelined = op.is_sequence_parallel_collective();
+                g.nodes[id].checkpoint_saved = op.checkpoint_saved;
+                g.nodes[id].selective = op.recompute.is_some();
+            }
+            let (first, last) = (made[0], made[made.len() - 1]);
             for input in &op.inputs {
                 match *input {
-                    Input::Op(p) => g.edge(p, id),
-                    Input::External => g.nodes[id].external += 1,
+                    Input::Op(p) => g.edge(output_of[p], first),
+                    Input::External => g.nodes[first].external += 1,
                 }
             }
+            output_of.push(last);
         }
-        g.finish(self.scaling)
+        g.finish(self.scaling, self.kernels)
     }
 
     /// The fused backward graph.
@@ -786,7 +820,7 @@ impl LayerBuilder {
             // next layer.
             let external = usize::from(consumers[i].is_empty());
             let element = op.element.unwrap_or(self.element);
-            let (made, grads) = backward_nodes(&mut g, op, element);
+            let (made, grads) = backward_nodes(&mut g, op, element, self.kernels);
             let grads = self.rescaled(&mut g, op, &made, grads);
             for &m in &made {
                 g.nodes[m].pipelined = op.is_sequence_parallel_collective();
@@ -799,7 +833,7 @@ impl LayerBuilder {
                 g.nodes[m].external += external;
             }
         }
-        g.finish(self.scaling)
+        g.finish(self.scaling, self.kernels)
     }
 }
 
@@ -871,7 +905,43 @@ fn backward_nodes(
     g: &mut RawGraph,
     op: &FwdOp,
     element: ElementType,
+    kernels: KernelFusion,
 ) -> (Vec<usize>, Vec<Option<usize>>) {
+    // Eager PyTorch's autograd runs each kernel's backward, the last kernel's first: a
+    // chain whose first node takes the incoming gradient and whose last gives the input's.
+    if let (
+        KernelFusion::Eager,
+        &FwdKind::Vector {
+            kind,
+            elements,
+            row,
+        },
+    ) = (kernels, &op.kind)
+    {
+        let eager = eager_kernels(kind, element);
+        if eager.len() > 1 {
+            let made: Vec<usize> = eager
+                .iter()
+                .rev()
+                .map(|k| {
+                    let (kind, element) = k.op(elements, row, element);
+                    let name = format!("{}.{}.grad", op.name, k.suffix);
+                    g.add(
+                        &name,
+                        Some(Core::Vector),
+                        Some(kind),
+                        Direction::Backward,
+                        element,
+                    )
+                })
+                .collect();
+            for pair in made.windows(2) {
+                g.edge(pair[0], pair[1]);
+            }
+            let last = made[made.len() - 1];
+            return (vec![made[0]], vec![Some(last); op.inputs.len()]);
+        }
+    }
     // Every operator but a GEMM has one backward node, which gives all its operands'
     // gradients.
     let one = |g: &mut RawGraph, core: Option<Core>, kind: Option<OpKind>| {
@@ -967,6 +1037,109 @@ fn backward_nodes(
                 link_bytes_per_second,
             }),
         ),
+    }
+}
+
+/// How much of an element-wise operator's data one of its eager kernels reads and writes.
+#[derive(Debug, Clone, Copy)]
+enum Share {
+    /// Every element, in the kernel's type.
+    All,
+    /// Half of them: a reduction along the rows reads every element and writes one per
+    /// row.
+    Half,
+    /// A cast between the 16-bit data and fp32: reads 2 bytes and writes 4 (or the
+    /// reverse), 6 bytes an element, as 1.5 elements of 16-bit data read and written.
+    Cast,
+    /// One per row (a row's statistic: its mean plus epsilon, its reciprocal square root).
+    Rows,
+}
+
+/// One kernel of an element-wise operator as eager PyTorch runs it: the name it adds to
+/// the operator's, what it computes, on fp32 data or the layer's, and how much of it.
+#[derive(Debug, Clone, Copy)]
+struct EagerKernel {
+    suffix: &'static str,
+    kind: VectorKind,
+    fp32: bool,
+    share: Share,
+}
+
+impl EagerKernel {
+    const fn new(suffix: &'static str, kind: VectorKind, fp32: bool, share: Share) -> Self {
+        EagerKernel {
+            suffix,
+            kind,
+            fp32,
+            share,
+        }
+    }
+
+    /// The kernel of an operator of `elements` in rows of `row`, on data of `element`:
+    /// what it runs and on which type. A reduction keeps the operator's row (the plugin
+    /// reads rows too long for the chip's buffer twice); element-wise kernels have none.
+    fn op(&self, elements: u64, row: u64, element: ElementType) -> (OpKind, ElementType) {
+        let (elements, row) = match self.share {
+            Share::All => (elements, 1),
+            Share::Half => (elements.div_ceil(2), row),
+            Share::Cast => (elements + elements / 2, 1),
+            Share::Rows => (elements / row.max(1), 1),
+        };
+        let element = if self.fp32 {
+            ElementType::Fp32
+        } else {
+            element
+        };
+        (
+            OpKind::Vector {
+                kind: self.kind,
+                elements,
+                row,
+            },
+            element,
+        )
+    }
+}
+
+/// The kernels eager PyTorch runs for a vector operator of `kind` on 16-bit data of
+/// `element`, forward; backward, autograd runs each one's gradient, in reverse (the
+/// plugin charges a kernel's backward twice its forward's traffic). One kernel — the
+/// operator itself — where PyTorch has a native kernel for it (LayerNorm, GELU, SiLU,
+/// softmax, dropout, additions and products) or where the data is fp32 already.
+///
+/// The decompositions are those of the Llama implementations that train in eager mode:
+/// RMSNorm as `(x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) +
+/// eps)).type_as(x) * weight` (Meta's `llama/model.py`, Hugging Face's `LlamaRMSNorm`,
+/// torchtitan's `RMSNorm`, fms's `LayerNormParameterized`); the rotary embedding as
+/// `view_as_complex(x.float()) * freqs_cis` cast back with `type_as` (Meta's and
+/// torchtitan's `apply_rotary_emb`). The loss keeps its one kernel: PyTorch's
+/// log-softmax computes in fp32 whatever its input (torchtitan's cast of the logits to
+/// fp32 before it, a cast over `tokens × vocabulary`, is left out: under 1% of a step),
+/// and llm-foundry's MPT runs flash-attn's fused cross-entropy.
+fn eager_kernels(kind: VectorKind, element: ElementType) -> Vec<EagerKernel> {
+    use Share::*;
+    use VectorKind as V;
+    let one = vec![EagerKernel::new("", kind, false, All)];
+    if element.bytes() != 2.0 {
+        return one;
+    }
+    match kind {
+        V::RmsNorm => vec![
+            EagerKernel::new("float", V::Scale, false, Cast),
+            EagerKernel::new("pow", V::Mul, true, All),
+            EagerKernel::new("mean", V::Add, true, Half),
+            EagerKernel::new("add_eps", V::Add, true, Rows),
+            EagerKernel::new("rsqrt", V::Scale, true, Rows),
+            EagerKernel::new("normalize", V::Mul, true, All),
+            EagerKernel::new("type_as", V::Scale, false, Cast),
+            EagerKernel::new("weight", V::Mul, false, All),
+        ],
+        V::Rotary => vec![
+            EagerKernel::new("float", V::Scale, false, Cast),
+            EagerKernel::new("complex_mul", V::Mul, true, All),
+            EagerKernel::new("type_as", V::Scale, false, Cast),
+        ],
+        _ => one,
     }
 }
 
@@ -1264,9 +1437,12 @@ impl RawGraph {
         }
     }
 
-    fn finish(mut self, scaling: Fp8Scaling) -> OpGraph {
+    fn finish(mut self, scaling: Fp8Scaling, kernels: KernelFusion) -> OpGraph {
         self.contract_identities();
-        self.fuse(scaling);
+        // Eager PyTorch fuses nothing: every operator is its own kernel.
+        if kernels == KernelFusion::Fused {
+            self.fuse(scaling);
+        }
         if scaling == Fp8Scaling::Current {
             self.amax_in_producers();
         }

@@ -41,12 +41,108 @@ mod tests {
             sequence_parallel,
             experts: Default::default(),
             context_parallel: 1,
+            kernels: Default::default(),
         }
     }
 
     fn total_parameters(name: &str) -> u64 {
         let cfg = preset(name).unwrap();
         build(&cfg, &opts(1, 1)).model_parameters_per_rank()
+    }
+
+    /// Eager PyTorch ([`crate::execution::KernelFusion::Eager`]): no operator in a GEMM's
+    /// epilogue; RMSNorm as its eight kernels over fp32 copies, 36 bytes an element read
+    /// and written against the fused kernel's 4 (the plugins' model: each vector kernel
+    /// reads and writes its elements once), and the rotary embedding as its three; each
+    /// backward chain the forward's in reverse; LayerNorm and GELU keep their one kernel;
+    /// the matrix work and the stash are the fused graph's.
+    #[test]
+    fn eager_pytorch_runs_each_operator_as_its_own_kernels() {
+        use crate::execution::KernelFusion;
+        use archplace_plugin_sdk::OpKind;
+        let eager_opts = BuildOptions {
+            kernels: KernelFusion::Eager,
+            ..opts(2, 1)
+        };
+        let block = |name: &str, o: &BuildOptions| {
+            let g = build(&preset(name).unwrap(), o);
+            g.layers()
+                .find(|l| l.kind == LayerKind::Block)
+                .unwrap()
+                .clone()
+        };
+        let bytes = |g: &OpGraph, prefix: &str| -> f64 {
+            g.nodes
+                .iter()
+                .filter(|n| n.name == prefix || n.name.starts_with(&format!("{prefix}.")))
+                .map(|n| match n.op.kind {
+                    OpKind::Vector { elements, .. } => 2.0 * n.op.element.bytes() * elements as f64,
+                    _ => panic!("{} is not a vector operator", n.name),
+                })
+                .sum()
+        };
+        let names = |g: &OpGraph, prefix: &str| -> Vec<String> {
+            g.nodes
+                .iter()
+                .filter(|n| n.name.starts_with(&format!("{prefix}.")))
+                .map(|n| n.name.clone())
+                .collect()
+        };
+        let (fused, eager) = (
+            block("llama3-8b", &opts(2, 1)),
+            block("llama3-8b", &eager_opts),
+        );
+        assert!(fused.forward.nodes.iter().any(|n| !n.op.fused.is_empty()));
+        for g in [&eager.forward, &eager.backward] {
+            assert!(
+                g.nodes.iter().all(|n| n.op.fused.is_empty()),
+                "{:?}",
+                g.nodes
+            );
+        }
+        let norm = [
+            "float",
+            "pow",
+            "mean",
+            "add_eps",
+            "rsqrt",
+            "normalize",
+            "type_as",
+            "weight",
+        ]
+        .map(|k| format!("attention_norm.{k}"));
+        assert_eq!(names(&eager.forward, "attention_norm"), norm);
+        let ratio =
+            bytes(&eager.forward, "attention_norm") / bytes(&fused.forward, "attention_norm");
+        // 36 bytes an element, and the two per-row kernels' 16 per row of 4,096.
+        assert!(
+            (ratio - (36.0 + 16.0 / 4096.0) / 4.0).abs() < 1e-9,
+            "{ratio}"
+        );
+        assert_eq!(
+            names(&eager.forward, "rotary"),
+            ["rotary.float", "rotary.complex_mul", "rotary.type_as"]
+        );
+        let rotary = bytes(&eager.forward, "rotary") / bytes(&fused.forward, "rotary");
+        assert!((rotary - 20.0 / 4.0).abs() < 1e-9, "{rotary}");
+        // Backward: the weight's product's gradient first, the input cast's last.
+        let back: Vec<String> = norm.iter().rev().map(|n| format!("{n}.grad")).collect();
+        assert_eq!(names(&eager.backward, "attention_norm"), back);
+        assert_eq!(eager.forward.matmul_flops(), fused.forward.matmul_flops());
+        assert_eq!(eager.backward.matmul_flops(), fused.backward.matmul_flops());
+        assert_eq!(eager.stash_bytes, fused.stash_bytes);
+
+        // GPT-3's LayerNorm and GELU are native kernels: one each, now outside the GEMMs.
+        let gpt = block("gpt3-175b", &eager_opts);
+        assert!(gpt.forward.node("attention_norm").is_some());
+        assert!(names(&gpt.forward, "attention_norm").is_empty());
+        let fused_gpt = block("gpt3-175b", &opts(2, 1));
+        assert!(
+            gpt.forward.nodes.len() > fused_gpt.forward.nodes.len(),
+            "{} kernels eager, {} fused",
+            gpt.forward.nodes.len(),
+            fused_gpt.forward.nodes.len()
+        );
     }
 
     /// Published parameter counts, within 0.5%.

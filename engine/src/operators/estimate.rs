@@ -115,6 +115,7 @@ mod tests {
                 sequence_parallel: false,
                 experts: Default::default(),
                 context_parallel: 1,
+                kernels: Default::default(),
             },
         );
         let ops = OpSet::of([&g.block.forward]);

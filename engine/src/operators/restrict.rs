@@ -174,6 +174,7 @@ mod tests {
         let seq = Execution {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::None,
+            kernels: Default::default(),
         };
         let inst = restrict(layer(), seq);
         // 2 + 2 + 1 + 3 + 1, proven by the bound alone.
@@ -185,6 +186,7 @@ mod tests {
             Execution {
                 operators: OperatorExecution::Sequential,
                 tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
+                kernels: Default::default(),
             },
         );
         assert_eq!(makespan(&overlap), (8.0, true));
@@ -197,6 +199,7 @@ mod tests {
             Execution {
                 operators: OperatorExecution::Concurrent,
                 tensor_parallel_overlap: TensorParallelOverlap::None,
+                kernels: Default::default(),
             },
         );
         // Op 4 comes after the link in topological order and ops 0–2 before it: 0 (0–2),
@@ -214,6 +217,7 @@ mod tests {
             Execution {
                 operators: OperatorExecution::Sequential,
                 tensor_parallel_overlap: TensorParallelOverlap::None,
+                kernels: Default::default(),
             },
         );
         assert_eq!(restricted, inst);

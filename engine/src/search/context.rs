@@ -357,6 +357,7 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                                 },
                                 context_parallel: cp,
                                 recompute_modules: input.training.recompute_modules,
+                                kernels: input.training.execution.kernels,
                             };
                             map.entry((b, t, e, sp, ep, cp, domain))
                                 .or_insert_with(|| build(&m.config, &opts));

@@ -160,6 +160,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 sequence_parallel: false,
                                 experts: Default::default(),
                                 context_parallel: 1,
+                                kernels: Default::default(),
                             },
                         );
                         let time = |graph: &OpGraph| {
@@ -1441,6 +1442,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
             operators: crate::execution::OperatorExecution::Sequential,
             tensor_parallel_overlap: crate::execution::TensorParallelOverlap::ALL
                 [(d.next() % 3) as usize],
+            kernels: Default::default(),
         };
     }
     (input, space)
@@ -1617,6 +1619,7 @@ fn the_bound_through_skeletons_is_the_bound_through_instances() {
             TensorParallelOverlap::ALL.map(|tensor_parallel_overlap| Execution {
                 operators,
                 tensor_parallel_overlap,
+                kernels: Default::default(),
             })
         })
         .collect();

@@ -168,6 +168,7 @@ fn stages_hold_the_model() {
             sequence_parallel: false,
             experts: Default::default(),
             context_parallel: 1,
+            kernels: Default::default(),
         },
     );
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
@@ -1632,10 +1633,12 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
         Execution {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::None,
+            kernels: Default::default(),
         },
         Execution {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
+            kernels: Default::default(),
         },
     );
     let model = ReferenceModel::default();
@@ -1709,6 +1712,7 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
     let at = |tensor_parallel_overlap| Execution {
         operators: OperatorExecution::Sequential,
         tensor_parallel_overlap,
+        kernels: Default::default(),
     };
     let (alone, pipelined, decomposed) = (
         at(TensorParallelOverlap::None),

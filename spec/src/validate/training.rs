@@ -149,6 +149,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         execution: Execution {
             operators: t.operator_execution.unwrap_or_default(),
             tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or_default(),
+            kernels: t.kernel_fusion.unwrap_or_default(),
         },
     }
 }
