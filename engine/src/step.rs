@@ -1157,7 +1157,8 @@ fn block_kinds(g: &ModelGraph, blocks: u64) -> impl Iterator<Item = &Layer> {
 ///
 /// Why it holds. Device `k` holds `x_k` blocks (a whole number: its chunks'); each costs
 /// it at least `s` bytes of state (weights, gradients, optimizer state, the FP8 copies less
-/// the 16-bit weights they replace; the least of the block kinds') and, for each of the
+/// the 16-bit weights they replace, ZeRO-2/3's buffers that grow with the stage's
+/// parameters; the least of the block kinds') and, for each of the
 /// `f_k` micro-batches in flight at its peak (`PipelineSchedule::in_flight`, in units of
 /// the device's share of its chunks), `a` bytes of kept activations (the least kind's
 /// under the plan's recomputation): `memory_k ≥ c_k · x_k` with
@@ -1184,8 +1185,12 @@ fn most_blocks(
         } else {
             quantised_copies(pl, g, l.quantised_parameters)
         };
-        let state_bytes = state.bytes(l.parameters, l.expert_parameters)[3] + copies
-            - bf16_dropped(pl, l.quantised_parameters);
+        // ZeRO-2/3's buffers that grow with the stage's parameters (its gathered weights,
+        // its unsharded gradients), not those of its largest layer alone.
+        let (gathered, unsharded) = zero_buffers(pl, 0, l.parameters);
+        let state_bytes =
+            state.bytes(l.parameters, l.expert_parameters)[3] + copies + gathered + unsharded
+                - bf16_dropped(pl, l.quantised_parameters);
         (state_bytes.max(0.0), l.kept_bytes(pl.recomputation) as f64)
     };
     let least_most = blocks.div_ceil(p);
@@ -1555,8 +1560,7 @@ fn bf16_dropped(pl: &StepPlan, quantised: u64) -> f64 {
 /// The FP8 recipes' weight casts on the busiest stage, `quantised` weights: once per step
 /// (Transformer Engine casts a weight at the first micro-batch and keeps the copies; the
 /// row-wise recipe at every micro-batch, as torchao casts at every use), at
-/// ZeRO-3 every time a layer's weights are gathered (forward, and backward unless they
-/// stay gathered); with FP8 parameters once per step, of the optimizer's shard only.
+/// ZeRO-3 every time a layer's weights are gathered ([`fsdp_syncs`]); with FP8 parameters once per step, of the optimizer's shard only.
 /// Seconds and joules per device; nothing without FP8.
 fn weight_casts(
     input: &StepInput,
@@ -1588,12 +1592,7 @@ fn weight_casts(
     let c = &input.accelerator;
     let one = cost(&c.vector_core(c.vector_cores), &op)?;
     let times = if pl.zero_stage() >= 3 && !per_step {
-        let gathers = if pl.sharding.reshard_after_forward {
-            2
-        } else {
-            1
-        };
-        (gathers * micro_batches) as f64
+        fsdp_syncs(pl, micro_batches).0
     } else if numerics.scaling == Fp8Scaling::Rowwise && !per_step {
         // torchao's row-wise recipe keeps no FP8 copy of a weight: it casts it at every
         // use, row-wise forward and column-wise backward (the cast's two reads).
@@ -1728,12 +1727,13 @@ fn pipeline_times(
     };
     // ZeRO-2/3's traffic per micro-batch: all of it, what the stage's computation does not
     // hide.
+    let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
     let fsdp = |s: &StageSummary, busy: f64| {
         let traffic = fsdp_seconds(
             input,
             g,
-            s.parameters - s.expert_parameters,
-            s.expert_parameters,
+            (s.parameters - s.expert_parameters, s.expert_parameters),
+            micro_batches,
         );
         if pl.sharding.data_parallel_overlap {
             (traffic, (traffic - busy).max(0.0))
@@ -1796,7 +1796,6 @@ fn pipeline_times(
     }
     let [f, bw, r, comm, _] = parts(slowest.0);
     let steady = devices.get(slowest.0 as usize).copied().unwrap_or_default();
-    let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
     let bubble = pipeline_bubble(pl, micro_batches, steady);
     let work = stage_work(pl.recomputation, &kinds(slowest.0), ends(slowest.0));
     PipelineTimes {
@@ -2378,15 +2377,48 @@ fn data_parallel_seconds(
     dp
 }
 
-/// ZeRO-2/3's traffic in one micro-batch of a stage holding `dense` and `experts`
-/// parameters: at ZeRO-3 every layer's weights all-gathered before its forward pass and,
+/// How many times in a step of `micro_batches` ZeRO-2/3 moves a stage's state: (all-gathers
+/// of its weights, reduce-scatters of its gradients). Without pipeline parallelism, every
+/// micro-batch: at ZeRO-3 each layer's weights gathered before its forward pass and,
 /// resharded after it, again before its backward pass; at ZeRO-2 and 3 its gradients
-/// reduce-scattered after its backward pass — over the data-parallel group (`t` ranks
-/// apart) and, the experts', over the expert-data-parallel group (`EP × ETP` apart).
-pub fn fsdp_seconds(input: &StepInput, g: &ModelGraph, dense: u64, experts: u64) -> f64 {
-    let pl = &input.plan;
+/// reduce-scattered after its backward pass. With pipeline parallelism, as PyTorch's
+/// pipelining runs an FSDP stage (`torch/distributed/pipelining/stage.py`,
+/// `backward_maybe_with_nosync`: every backward pass but the last with
+/// `set_reshard_after_backward(False)` and `set_requires_gradient_sync(False)`), the
+/// gradients are reduce-scattered once a step, after the last micro-batch, and the weights
+/// stay gathered after each backward pass: gathered once a step when not resharded after
+/// forward (torchtitan's default with pipeline parallelism), else again for each
+/// micro-batch's backward pass.
+pub fn fsdp_syncs(pl: &StepPlan, micro_batches: u64) -> (f64, f64) {
     let zero = pl.zero_stage();
+    let m = micro_batches.max(1) as f64;
     if zero < 2 {
+        return (0.0, 0.0);
+    }
+    let pipelined = pl.pipeline_parallel > 1;
+    let gathers = match (zero, pl.sharding.reshard_after_forward, pipelined) {
+        (3, true, false) => 2.0 * m,
+        (3, false, false) | (3, true, true) => m,
+        (3, false, true) => 1.0,
+        _ => 0.0,
+    };
+    (gathers, if pipelined { 1.0 } else { m })
+}
+
+/// ZeRO-2/3's traffic per micro-batch of a stage holding `dense` and `experts` parameters,
+/// in a step of `micro_batches` ([`fsdp_syncs`]: with pipeline parallelism, once a step's
+/// gathers and reduce-scatters spread over its micro-batches) — over the data-parallel
+/// group (`t` ranks apart) and, the experts', over the expert-data-parallel group
+/// (`EP × ETP` apart).
+pub fn fsdp_seconds(
+    input: &StepInput,
+    g: &ModelGraph,
+    (dense, experts): (u64, u64),
+    micro_batches: u64,
+) -> f64 {
+    let pl = &input.plan;
+    let (gathers, reductions) = fsdp_syncs(pl, micro_batches);
+    if gathers + reductions == 0.0 {
         return 0.0;
     }
     let (_, gradient_bytes) = StateBytes::unsharded(pl.precision);
@@ -2399,30 +2431,28 @@ pub fn fsdp_seconds(input: &StepInput, g: &ModelGraph, dense: u64, experts: u64)
         net.ring_seconds(dense as f64 * bytes, 1.0, n, stride)
             + net.ring_seconds(experts as f64 * bytes, 1.0, ne, expert_stride)
     };
-    let gathers = match (zero, pl.sharding.reshard_after_forward) {
-        (3, true) => 2.0,
-        (3, false) => 1.0,
-        _ => 0.0,
-    };
-    gathers * once(weight_bytes) + once(gradient_bytes)
+    (gathers * once(weight_bytes) + reductions * once(gradient_bytes)) / micro_batches.max(1) as f64
 }
 
 /// What a device holds beyond its state's shards while it works at ZeRO-2/3, in bytes of
 /// (weights, gradients): one layer's unsharded gradient before its reduce-scatter and, at
 /// ZeRO-3, two layers' gathered weights (the one running and the next, prefetched) — or,
 /// not resharded after forward, all of the stage's `parameters` gathered from forward to
-/// backward. `largest` is the stage's largest layer on this rank.
+/// backward. With pipeline parallelism ([`fsdp_syncs`]) the stage's gradients wait
+/// unsharded for the step's last micro-batch, and its weights stay gathered after each
+/// backward pass: all of them, both. `largest` is the stage's largest layer on this rank.
 fn zero_buffers(pl: &StepPlan, largest: u64, parameters: u64) -> (f64, f64) {
     let (weight_bytes, gradient_bytes) = StateBytes::unsharded(pl.precision);
     let zero = pl.zero_stage();
-    let gradients = if zero >= 2 {
-        largest as f64 * gradient_bytes
-    } else {
-        0.0
+    let pipelined = pl.pipeline_parallel > 1;
+    let gradients = match (zero >= 2, pipelined) {
+        (true, false) => largest as f64 * gradient_bytes,
+        (true, true) => parameters as f64 * gradient_bytes,
+        (false, _) => 0.0,
     };
-    let weights = match (zero, pl.sharding.reshard_after_forward) {
-        (3, true) => 2.0 * largest as f64 * weight_bytes,
-        (3, false) => parameters as f64 * weight_bytes,
+    let weights = match (zero, pl.sharding.reshard_after_forward || pipelined) {
+        (3, true) if !pipelined => 2.0 * largest as f64 * weight_bytes,
+        (3, _) => parameters as f64 * weight_bytes,
         _ => 0.0,
     };
     (weights, gradients)

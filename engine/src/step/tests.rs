@@ -924,9 +924,53 @@ fn pure_fsdp_shards_every_state_and_gathers_every_layer() {
     assert!(o.step_seconds < r.step_seconds);
 }
 
+/// ZeRO-2/3 under pipeline parallelism, as PyTorch's pipelining runs an FSDP stage
+/// (`backward_maybe_with_nosync`): the gradients reduce-scattered once a step, the weights
+/// gathered once a step when not resharded after forward (torchtitan's default with
+/// pipelines), else once a micro-batch (each backward pass's gather; they stay gathered
+/// after it); without pipelining, every micro-batch as before. The step's traffic is
+/// those counts' bytes, `(d − 1)/d` of them each over the flat network.
+#[test]
+fn fsdp_under_pipeline_parallelism_syncs_once_a_step() {
+    let mut pl = plan(1, 4, 4);
+    pl.distributed_optimizer = true;
+    pl.sharding.zero_stage = 3;
+    pl.sharding.reshard_after_forward = false;
+    let mut input = gpt3(pl.clone(), 1 << 20);
+    input.model = preset("llama3-8b").unwrap();
+    input.global_batch = 64;
+    input.network = Network::flat(50e9);
+    let m = 64 / (input.plan.micro_batch * 4);
+    assert!(m > 1);
+    assert_eq!(fsdp_syncs(&input.plan, m), (1.0, 1.0));
+    let mut resharded = input.plan.clone();
+    resharded.sharding.reshard_after_forward = true;
+    assert_eq!(fsdp_syncs(&resharded, m), (m as f64, 1.0));
+    let mut flat = input.plan.clone();
+    flat.pipeline_parallel = 1;
+    assert_eq!(fsdp_syncs(&flat, m), (m as f64, m as f64));
+    flat.sharding.reshard_after_forward = true;
+    assert_eq!(fsdp_syncs(&flat, m), (2.0 * m as f64, m as f64));
+    flat.sharding.zero_stage = 2;
+    assert_eq!(fsdp_syncs(&flat, m), (0.0, m as f64));
+
+    let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
+    let busiest = r.stages.iter().map(|s| s.parameters).max().unwrap() as f64;
+    let d = 4.0;
+    let ring = |bytes: f64| (d - 1.0) / d * bytes / 50e9;
+    // bf16 weights gathered, fp32 gradients reduce-scattered: once each in the step.
+    let once = ring(busiest * 2.0) + ring(busiest * 4.0);
+    assert!(
+        rel(r.fsdp_traffic_seconds, once) < 1e-9,
+        "{} against {once}",
+        r.fsdp_traffic_seconds
+    );
+}
+
 /// Each ZeRO stage shards one more state of every pipeline stage, exactly (a middle stage of
-/// GPT-3 on t = 8, p = 16, d = 8: its 6 blocks), and holds one block's gradient (stage 2
-/// and 3) and two blocks' gathered weights (stage 3) besides; the once-per-step traffic is
+/// GPT-3 on t = 8, p = 16, d = 8: its 6 blocks), and holds besides, as PyTorch's
+/// pipelining keeps them between micro-batches, all its blocks' unsharded gradients
+/// (stage 2 and 3) and gathered weights (stage 3); the once-per-step traffic is
 /// the fp32 gradients' all-reduce (0), their reduce-scatter and the bf16 weights' all-gather
 /// (1), the all-gather (2), none (3).
 #[test]
@@ -940,12 +984,12 @@ fn zero_stages_shard_one_more_state_of_each_pipeline_stage() {
         let r = estimate_step(&input, &ReferenceModel::default()).unwrap();
         let g = graph(&input);
         let s = &r.stages[1];
-        let (params, block) = (s.parameters as f64, g.block.parameters as f64);
+        let params = s.parameters as f64;
         assert_eq!(s.parameters, 6 * g.block.parameters);
         let over = |stage: u64| if zero >= stage { 8.0 } else { 1.0 };
         let m = s.memory_bytes;
-        let gathered = if zero == 3 { 2.0 * block * 2.0 } else { 0.0 };
-        let unsharded = if zero >= 2 { block * 4.0 } else { 0.0 };
+        let gathered = if zero == 3 { params * 2.0 } else { 0.0 };
+        let unsharded = if zero >= 2 { params * 4.0 } else { 0.0 };
         assert!(
             rel(m.weights, params * 2.0 / over(3) + gathered) < 1e-12,
             "zero {zero}"
