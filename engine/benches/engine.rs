@@ -34,6 +34,7 @@ fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
         experts: Default::default(),
         context_parallel: 1,
         kernels: Default::default(),
+        fp8_library: Default::default(),
     }
 }
 

@@ -43,6 +43,7 @@ fn main() {
             experts: Default::default(),
             context_parallel: 1,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         },
     );
     let opts = ScheduleOptions {

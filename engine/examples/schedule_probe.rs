@@ -65,6 +65,7 @@ fn probe_gpt3_layer_schedules() {
                         experts: Default::default(),
                         context_parallel: 1,
                         kernels: Default::default(),
+                        fp8_library: Default::default(),
                     },
                 ),
             ));

@@ -161,6 +161,40 @@ impl KernelFusion {
     }
 }
 
+/// The library that runs an FP8 recipe's casts and GEMMs (`[training] fp8_library`):
+/// what a quantised linear layer keeps for its backward pass and how often it casts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Fp8Library {
+    /// NVIDIA's Transformer Engine (Megatron-Core, NeMo, Megatron-Bridge): the forward
+    /// cast writes the FP8 copies both passes use, the weight gradient's input is saved in
+    /// FP8, and a weight's FP8 copy is kept for the step (at ZeRO-3 made at each gather).
+    #[default]
+    TransformerEngine,
+    /// PyTorch's torchao (torchtitan's Float8 training): its linear layers' autograd
+    /// function (`matmul_with_hp_or_float8_args`, `torchao/float8/float8_linear.py`) saves
+    /// the 16-bit input and weight for the backward pass and casts them again there, so
+    /// the activations are the 16-bit ones and every use of a weight casts it (forward and
+    /// backward, each micro-batch); no FP8 copy outlives the kernel that reads it. Its
+    /// row-wise recipe always runs so.
+    Torchao,
+}
+
+impl Fp8Library {
+    pub const ALL: [Fp8Library; 2] = [Fp8Library::TransformerEngine, Fp8Library::Torchao];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Library::TransformerEngine => "transformer_engine",
+            Fp8Library::Torchao => "torchao",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.name() == name)
+    }
+}
+
 /// How a layer runs: operator concurrency and whether tensor-parallel collectives may
 /// overlap computation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -174,6 +208,15 @@ pub struct Execution {
     /// the layer graphs are built with ([`crate::model::BuildOptions::kernels`]).
     #[serde(default, skip_serializing_if = "is_fused")]
     pub kernels: KernelFusion,
+    /// The library that runs an FP8 recipe (Transformer Engine unless said): what the
+    /// layer graphs save and cast ([`crate::model::BuildOptions::fp8_library`]) and how
+    /// often the step casts the weights.
+    #[serde(default, skip_serializing_if = "is_transformer_engine")]
+    pub fp8_library: Fp8Library,
+}
+
+fn is_transformer_engine(l: &Fp8Library) -> bool {
+    *l == Fp8Library::TransformerEngine
 }
 
 fn is_fused(k: &KernelFusion) -> bool {
@@ -186,6 +229,7 @@ impl Execution {
         operators: OperatorExecution::Concurrent,
         tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
         kernels: KernelFusion::Fused,
+        fp8_library: Fp8Library::TransformerEngine,
     };
 
     /// Whether operators run on all cores only (no single-core durations are needed).

@@ -40,6 +40,7 @@
 //! * **Energy** is the latency model's joules of every operator the step runs, on every
 //!   device (compute only: no static power, no network energy).
 
+use crate::execution::Fp8Library;
 use crate::model::{
     AttentionKernel, BuildOptions, DISTINCT_LAYERS, ExpertLayout, Layer, ModelConfig, ModelGraph,
     OpGraph, Work, build,
@@ -983,6 +984,7 @@ pub fn graph(input: &StepInput) -> ModelGraph {
             context_parallel: pl.context_parallel.max(1),
             recompute_modules: pl.recompute_modules,
             kernels: input.execution.kernels,
+            fp8_library: input.execution.fp8_library,
         },
     )
 }
@@ -1089,7 +1091,7 @@ pub fn plan_floor(input: &StepInput, g: &ModelGraph) -> PlanFloor {
     let sum = |f: fn(&StageSummary) -> u64| stages.iter().map(f).sum::<u64>();
     let (params, experts) = (sum(|s| s.parameters), sum(|s| s.expert_parameters));
     let quantised = sum(|s| s.quantised_parameters);
-    let total = state.bytes(params, experts)[3] + quantised_copies(pl, g, quantised)
+    let total = state.bytes(params, experts)[3] + quantised_copies(input, g, quantised)
         - bf16_dropped(pl, quantised);
     let most = most_blocks(input, g, &state, micro_batches);
     // The largest stage's parameters (what the synchronisation moves), at least, for each
@@ -1183,7 +1185,7 @@ fn most_blocks(
             // ZeRO-3's copies are the largest layer's, not per block: left out.
             0.0
         } else {
-            quantised_copies(pl, g, l.quantised_parameters)
+            quantised_copies(input, g, l.quantised_parameters)
         };
         // ZeRO-2/3's buffers that grow with the stage's parameters (its gathered weights,
         // its unsharded gradients), not those of its largest layer alone.
@@ -1487,7 +1489,7 @@ fn stage_memory(
             .max()
             .unwrap_or(0);
         let (gathered, unsharded) = zero_buffers(pl, largest, params);
-        let copies = quantised_copies(pl, g, quantised) - bf16_dropped(pl, quantised);
+        let copies = quantised_copies(input, g, quantised) - bf16_dropped(pl, quantised);
         let memory = MemoryBreakdown {
             weights: weights + gathered + copies,
             gradients: gradients + unsharded,
@@ -1525,10 +1527,13 @@ fn gathered_weight_bytes(pl: &StepPlan, g: &ModelGraph) -> f64 {
 
 /// Bytes of the quantised weight copies an FP8 recipe keeps on a stage with `quantised`
 /// such weights ([`Precision::weight_copy_bytes`]): all of them for the step, or at
-/// ZeRO-3, whose weights are gathered layer by layer, the largest layer's while it runs.
-fn quantised_copies(pl: &StepPlan, g: &ModelGraph, quantised: u64) -> f64 {
+/// ZeRO-3, whose weights are gathered layer by layer — or with torchao, which casts a
+/// weight at each use and keeps no copy ([`Fp8Library::Torchao`]) — the largest layer's
+/// while it runs.
+fn quantised_copies(input: &StepInput, g: &ModelGraph, quantised: u64) -> f64 {
+    let pl = &input.plan;
     let per_weight = pl.precision.weight_copy_bytes();
-    if pl.zero_stage() >= 3 {
+    if pl.zero_stage() >= 3 || fp8_library(input) == Fp8Library::Torchao {
         let largest = g
             .layers()
             .map(|l| l.quantised_parameters)
@@ -1557,10 +1562,15 @@ fn bf16_dropped(pl: &StepPlan, quantised: u64) -> f64 {
     }
 }
 
+/// The library that runs the plan's FP8 recipe ([`Fp8Scaling::run_by`]).
+fn fp8_library(input: &StepInput) -> Fp8Library {
+    input.plan.fp8_scaling.run_by(input.execution.fp8_library)
+}
+
 /// The FP8 recipes' weight casts on the busiest stage, `quantised` weights: once per step
-/// (Transformer Engine casts a weight at the first micro-batch and keeps the copies; the
-/// row-wise recipe at every micro-batch, as torchao casts at every use), at
-/// ZeRO-3 every time a layer's weights are gathered ([`fsdp_syncs`]); with FP8 parameters once per step, of the optimizer's shard only.
+/// (Transformer Engine casts a weight at the first micro-batch and keeps the copies), at
+/// ZeRO-3 every time a layer's weights are gathered ([`fsdp_syncs`]); with torchao at
+/// every use (forward and backward, each micro-batch); with FP8 parameters once per step, of the optimizer's shard only.
 /// Seconds and joules per device; nothing without FP8.
 fn weight_casts(
     input: &StepInput,
@@ -1591,12 +1601,20 @@ fn weight_casts(
     .with_element(numerics.activations);
     let c = &input.accelerator;
     let one = cost(&c.vector_core(c.vector_cores), &op)?;
-    let times = if pl.zero_stage() >= 3 && !per_step {
+    let times = if per_step {
+        1.0
+    } else if fp8_library(input) == Fp8Library::Torchao {
+        // torchao keeps no FP8 copy of a weight: it casts it at every use, forward and
+        // again backward — the row-wise recipe's one priced cast writes both copies (the
+        // cast's two reads), row-wise forward and column-wise backward.
+        let uses = if numerics.scaling == Fp8Scaling::Rowwise {
+            1
+        } else {
+            2
+        };
+        (uses * micro_batches) as f64
+    } else if pl.zero_stage() >= 3 {
         fsdp_syncs(pl, micro_batches).0
-    } else if numerics.scaling == Fp8Scaling::Rowwise && !per_step {
-        // torchao's row-wise recipe keeps no FP8 copy of a weight: it casts it at every
-        // use, row-wise forward and column-wise backward (the cast's two reads).
-        micro_batches as f64
     } else {
         1.0
     };

@@ -270,6 +270,16 @@ pub enum Fp8Scaling {
 }
 
 impl Fp8Scaling {
+    /// The library that runs this recipe when `said` is the one named: the row-wise
+    /// recipe is torchao's whatever is said.
+    pub fn run_by(self, said: crate::execution::Fp8Library) -> crate::execution::Fp8Library {
+        if self == Fp8Scaling::Rowwise {
+            crate::execution::Fp8Library::Torchao
+        } else {
+            said
+        }
+    }
+
     pub const ALL: [Fp8Scaling; 4] = [
         Fp8Scaling::Delayed,
         Fp8Scaling::Current,

@@ -90,6 +90,7 @@ fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
             experts: Default::default(),
             context_parallel: 1,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         },
     )
 }

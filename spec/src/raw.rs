@@ -588,6 +588,11 @@ pub struct RawTraining {
     /// kernel, RMSNorm and the rotary embedding as the Llama implementations write them,
     /// over fp32 copies).
     pub kernel_fusion: Option<archplace_engine::execution::KernelFusion>,
+    /// The library that runs an FP8 recipe: "transformer_engine" (default: FP8 copies of
+    /// the GEMM inputs saved for backward, a weight's FP8 copy kept for the step) or
+    /// "torchao" (torchtitan's Float8: the 16-bit inputs and weights saved and cast again
+    /// in backward, every use of a weight cast). The row-wise recipe is torchao's.
+    pub fp8_library: Option<archplace_engine::execution::Fp8Library>,
 }
 
 /// The devices that train the model.

@@ -6,7 +6,7 @@
 
 use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
-use archplace_engine::execution::KernelFusion;
+use archplace_engine::execution::{Fp8Library, KernelFusion};
 use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::search::Strategy;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
@@ -328,6 +328,9 @@ fn training(tr: &Training) -> Table {
     );
     if tr.execution.kernels != KernelFusion::Fused {
         t.insert("kernel_fusion".into(), name(&tr.execution.kernels));
+    }
+    if tr.execution.fp8_library != Fp8Library::TransformerEngine {
+        t.insert("fp8_library".into(), name(&tr.execution.fp8_library));
     }
     t
 }

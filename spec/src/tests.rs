@@ -469,6 +469,7 @@ fn training_choices_and_their_defaults() {
             operators: archplace_engine::execution::OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         }
     );
     let d = errors(&GOOD.replace("optimizer = \"adam\"", "pipeline_interleaving = [1, 65]"));
@@ -1218,6 +1219,28 @@ fn a_named_schedule_takes_its_own_chunks_and_a_listed_one_counts_once() {
     assert!(e.message.contains("listed twice"), "{e:?}");
 }
 
+/// The row-wise FP8 recipe is torchao's: said to run on Transformer Engine it is refused
+/// at `fp8_library`; with torchao, or the key left out, accepted.
+#[test]
+fn the_row_wise_recipe_is_torchaos() {
+    let base = include_str!("../../config/specs/estimate-llama3-8b-fsdp-h100.toml");
+    let with = |keys: &str| {
+        base.replace(
+            "precision = \"bf16-mixed\"\n",
+            &format!("precision = \"fp8-hybrid\"\nfp8_recipe = \"rowwise\"\n{keys}"),
+        )
+    };
+    let d = errors(&with("fp8_library = \"transformer_engine\"\n"));
+    let e = find(&d, "training.fp8_library");
+    assert!(e.message.contains("torchao"), "{e:?}");
+    for keys in ["fp8_library = \"torchao\"\n", ""] {
+        let spec = parse(&with(keys), "s.toml").unwrap_or_else(|d| panic!("{keys}: {d:#?}"));
+        assert_eq!(
+            spec.training.fp8_scaling,
+            archplace_engine::training::Fp8Scaling::Rowwise
+        );
+    }
+}
 /// Each shipped stack profile parses, names only shipped calibrations (with their errors),
 /// and fills every `[training]` key an example spec leaves out with its value, while the
 /// spec's own keys win; its calibration follows the GPU generation of the spec's presets
@@ -1255,6 +1278,14 @@ fn stacks_fill_the_training_keys_a_spec_leaves_out() {
         assert_eq!(
             text_of("tensor_parallel_overlap"),
             Some(t.execution.tensor_parallel_overlap.name())
+        );
+        assert_eq!(
+            text_of("kernel_fusion").unwrap_or("fused"),
+            t.execution.kernels.name()
+        );
+        assert_eq!(
+            text_of("fp8_library").unwrap_or("transformer_engine"),
+            t.execution.fp8_library.name()
         );
         assert_eq!(
             text_of("context_parallel_exchange"),

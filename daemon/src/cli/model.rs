@@ -389,6 +389,7 @@ fn list_presets(json: bool) -> Result<Exit> {
                 experts: Default::default(),
                 context_parallel: 1,
                 kernels: Default::default(),
+                fp8_library: Default::default(),
             };
             let c = Counts::of(&cfg, &build(&cfg, &opts));
             Some(PresetRow {
@@ -458,6 +459,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             experts: Default::default(),
             context_parallel: 1,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         };
         let counts = Counts::of(cfg, &build(cfg, &opts(1)));
         for t in cfg.tensor_parallel_widths() {

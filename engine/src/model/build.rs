@@ -8,7 +8,7 @@ use super::config::{
 use super::graph::{
     ATTENTION_CORE, FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved,
 };
-use crate::execution::KernelFusion;
+use crate::execution::{Fp8Library, KernelFusion};
 use crate::training::{Numerics, Recomputation, RecomputeModule, RecomputeModules};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
@@ -39,6 +39,10 @@ pub struct BuildOptions {
     /// join them, or eager PyTorch's kernels, one per operator
     /// ([`crate::execution::KernelFusion`]).
     pub kernels: KernelFusion,
+    /// The library that runs an FP8 recipe: whether a quantised GEMM saves its input in
+    /// FP8 or in 16-bit for the backward pass, and casts it again there
+    /// ([`crate::execution::Fp8Library`]).
+    pub fp8_library: Fp8Library,
 }
 
 /// How the experts of a Mixture-of-Experts model are laid out over the ranks of a pipeline
@@ -389,6 +393,7 @@ struct Ctx<'a> {
     numerics: Numerics,
     recompute_modules: RecomputeModules,
     kernels: KernelFusion,
+    fp8_library: Fp8Library,
 }
 
 /// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
@@ -425,6 +430,7 @@ impl<'a> Ctx<'a> {
             cp: o.context_parallel.max(1),
             recompute_modules: o.recompute_modules,
             kernels: o.kernels,
+            fp8_library: o.numerics.scaling.run_by(o.fp8_library),
         }
     }
 
@@ -665,6 +671,7 @@ impl<'a> Ctx<'a> {
     ) -> Layer {
         lb.element = self.numerics.activations;
         lb.kernels = self.kernels;
+        lb.fp8_library = self.fp8_library;
         // Transformer Engine's linear layers are the blocks' (and the multi-token-
         // prediction modules') weight GEMMs; the routers, the embedding and the output
         // layer stay in 16-bit, as Megatron-Core builds them.

@@ -13,7 +13,7 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
-use crate::execution::KernelFusion;
+use crate::execution::{Fp8Library, KernelFusion};
 use crate::training::{Fp8Scaling, RecomputeModule};
 use archplace_plugin_sdk::{
     Attention, Cast, Direction, ElementType, FusedOp, Gemm, Op, OpKind, VectorKind,
@@ -361,6 +361,9 @@ pub struct LayerBuilder {
     /// Fused kernels (the fusion rules join operators) or eager PyTorch's (each operator
     /// its kernels, [`eager_kernels`]).
     pub kernels: KernelFusion,
+    /// What its quantised GEMMs save for the backward pass: FP8 copies (Transformer
+    /// Engine) or their 16-bit inputs, cast again in backward (torchao).
+    pub fp8_library: Fp8Library,
 }
 
 impl LayerBuilder {
@@ -409,7 +412,9 @@ impl LayerBuilder {
     /// `mm` per linear layer it stands for, `linears` giving their output widths (the
     /// fused QKV projection is three: `wq`, `wk`, `wv`; none for a linear layer with a
     /// bias, which runs `addmm`); a quantised one runs
-    /// `_scaled_mm` and the experts' GEMMs `_grouped_mm`, neither kept nor counted, nor
+    /// `_scaled_mm` under Transformer Engine — but under torchao an `mm` of its FP8 tensor
+    /// subclass, which the policy sees as `aten.mm` and treats as any — and the experts'
+    /// GEMMs `_grouped_mm`, neither kept nor counted, nor
     /// the attention core's batched products (`bmm`) when attention is not fused.
     pub fn op_checkpoint(
         &mut self,
@@ -424,7 +429,7 @@ impl LayerBuilder {
                 FwdKind::Gemm {
                     gemm,
                     second: Operand::Weight,
-                } if op.element.is_none() => {
+                } if op.element.is_none() || self.fp8_library == Fp8Library::Torchao => {
                     let widths = linears(op);
                     let mut saved = 0;
                     for w in &widths {
@@ -534,10 +539,14 @@ impl LayerBuilder {
                 if let Some(first) = op.inputs.first_mut() {
                     *first = cast_in;
                 }
-                for s in &mut op.saves {
-                    let elements = s.bytes / bytes_per_element.max(1);
-                    s.bytes = (elements as f64 * to.bytes()).ceil() as u64;
-                    s.part = "quantised";
+                // torchao saves the 16-bit input (and casts it again in backward:
+                // `backward_nodes`).
+                if self.fp8_library == Fp8Library::TransformerEngine {
+                    for s in &mut op.saves {
+                        let elements = s.bytes / bytes_per_element.max(1);
+                        s.bytes = (elements as f64 * to.bytes()).ceil() as u64;
+                        s.part = "quantised";
+                    }
                 }
                 op.element = Some(to);
             }
@@ -820,7 +829,7 @@ impl LayerBuilder {
             // next layer.
             let external = usize::from(consumers[i].is_empty());
             let element = op.element.unwrap_or(self.element);
-            let (made, grads) = backward_nodes(&mut g, op, element, self.kernels);
+            let (made, grads) = backward_nodes(&mut g, op, element, (self.kernels, self.recasts()));
             let grads = self.rescaled(&mut g, op, &made, grads);
             for &m in &made {
                 g.nodes[m].pipelined = op.is_sequence_parallel_collective();
@@ -841,6 +850,13 @@ impl LayerBuilder {
 const RESCALE: &str = ".rescale";
 
 impl LayerBuilder {
+    /// Whether the backward pass casts each quantised GEMM's saved 16-bit input again:
+    /// torchao's tensor-wise recipe does (its row-wise recipe's forward cast already
+    /// writes both copies, [`Fp8Scaling::Rowwise`]); Transformer Engine saved the FP8 one.
+    fn recasts(&self) -> bool {
+        self.fp8_library == Fp8Library::Torchao && self.scaling != Fp8Scaling::Rowwise
+    }
+
     /// Under the row-wise FP8 recipe, the rescaling a quantised weight GEMM's two backward
     /// products take after them; `grads` as [`backward_nodes`] made them, with the input
     /// gradient now the rescaled one. torchao runs the backward GEMMs with exact (fp32)
@@ -905,7 +921,7 @@ fn backward_nodes(
     g: &mut RawGraph,
     op: &FwdOp,
     element: ElementType,
-    kernels: KernelFusion,
+    (kernels, recast): (KernelFusion, bool),
 ) -> (Vec<usize>, Vec<Option<usize>>) {
     // Eager PyTorch's autograd runs each kernel's backward, the last kernel's first: a
     // chain whose first node takes the incoming gradient and whose last gives the input's.
@@ -1016,6 +1032,9 @@ fn backward_nodes(
         ),
         FwdKind::Attention(a) => one(g, Some(Core::Fused), Some(OpKind::Attention(a))),
         FwdKind::CastBackward(c) => one(g, Some(Core::Vector), Some(OpKind::Cast(c))),
+        // torchao casts the saved 16-bit input again for the weight gradient: the same
+        // cast, in the backward pass ([`LayerBuilder::recasts`]).
+        FwdKind::CastForward(c) if recast => one(g, Some(Core::Vector), Some(OpKind::Cast(c))),
         // Identities backward: contracted away.
         FwdKind::CastForward(_) | FwdKind::AllReduceForward { .. } => one(g, None, None),
         FwdKind::AllReduceBackward {

@@ -42,6 +42,7 @@ mod tests {
             experts: Default::default(),
             context_parallel: 1,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         }
     }
 
@@ -143,6 +144,62 @@ mod tests {
             gpt.forward.nodes.len(),
             fused_gpt.forward.nodes.len()
         );
+    }
+
+    /// torchao's Float8 ([`crate::execution::Fp8Library::Torchao`]) against Transformer
+    /// Engine's, tensor-wise: the same GEMMs in FP8, but each quantised GEMM saves its
+    /// 16-bit input (Transformer Engine an FP8 copy, one byte an element), so the stash is
+    /// bf16's to the byte — a 16-bit input another operator saves too is kept once — and
+    /// the backward pass casts each such input again (one cast node more per forward
+    /// cast); the row-wise recipe is torchao's whatever the library says.
+    #[test]
+    fn torchao_saves_16_bit_inputs_and_casts_them_again_backward() {
+        use crate::execution::Fp8Library;
+        use crate::training::{Fp8Scaling, Precision};
+        let cfg = preset("llama3-8b").unwrap();
+        let fp8 = |library, scaling| BuildOptions {
+            numerics: Precision::Fp8Hybrid.numerics(scaling),
+            fp8_library: library,
+            ..opts(2, 1)
+        };
+        let block = |o: &BuildOptions| build(&cfg, o).block.clone();
+        let te = block(&fp8(Fp8Library::TransformerEngine, Fp8Scaling::Current));
+        let ao = block(&fp8(Fp8Library::Torchao, Fp8Scaling::Current));
+        let bf16 = block(&opts(2, 1));
+        // The quantised GEMMs' saved inputs: half their 16-bit bytes with Transformer
+        // Engine, all of them with torchao.
+        let quantised: u64 = te
+            .kept
+            .iter()
+            .filter(|k| k.part == "quantised")
+            .map(|k| k.bytes)
+            .sum();
+        assert!(quantised > 0);
+        assert!(ao.stash_bytes > te.stash_bytes);
+        assert!(ao.stash_bytes - te.stash_bytes <= quantised);
+        assert!(ao.kept.iter().all(|k| k.part != "quantised"));
+        assert_eq!(ao.stash_bytes, bf16.stash_bytes);
+        let casts = |g: &OpGraph| {
+            g.nodes
+                .iter()
+                .filter(|n| matches!(n.op.kind, archplace_plugin_sdk::OpKind::Cast(_)))
+                .count()
+        };
+        assert_eq!(casts(&ao.forward), casts(&te.forward));
+        assert_eq!(
+            casts(&ao.backward),
+            casts(&te.backward) + casts(&te.forward)
+        );
+        assert_eq!(ao.forward.matmul_flops(), te.forward.matmul_flops());
+        // Row-wise: torchao's, saving 16-bit inputs, its forward cast writing both copies.
+        let rowwise = |library| block(&fp8(library, Fp8Scaling::Rowwise));
+        let (r_te, r_ao) = (
+            rowwise(Fp8Library::TransformerEngine),
+            rowwise(Fp8Library::Torchao),
+        );
+        assert_eq!(r_te.stash_bytes, r_ao.stash_bytes);
+        assert_eq!(r_te.stash_bytes, bf16.stash_bytes);
+        assert_eq!(casts(&r_ao.backward), casts(&r_te.backward));
     }
 
     /// Published parameter counts, within 0.5%.

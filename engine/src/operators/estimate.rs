@@ -116,6 +116,7 @@ mod tests {
                 experts: Default::default(),
                 context_parallel: 1,
                 kernels: Default::default(),
+                fp8_library: Default::default(),
             },
         );
         let ops = OpSet::of([&g.block.forward]);

@@ -175,6 +175,7 @@ mod tests {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::None,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         };
         let inst = restrict(layer(), seq);
         // 2 + 2 + 1 + 3 + 1, proven by the bound alone.
@@ -187,6 +188,7 @@ mod tests {
                 operators: OperatorExecution::Sequential,
                 tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
                 kernels: Default::default(),
+                fp8_library: Default::default(),
             },
         );
         assert_eq!(makespan(&overlap), (8.0, true));
@@ -200,6 +202,7 @@ mod tests {
                 operators: OperatorExecution::Concurrent,
                 tensor_parallel_overlap: TensorParallelOverlap::None,
                 kernels: Default::default(),
+                fp8_library: Default::default(),
             },
         );
         // Op 4 comes after the link in topological order and ops 0–2 before it: 0 (0–2),
@@ -218,6 +221,7 @@ mod tests {
                 operators: OperatorExecution::Sequential,
                 tensor_parallel_overlap: TensorParallelOverlap::None,
                 kernels: Default::default(),
+                fp8_library: Default::default(),
             },
         );
         assert_eq!(restricted, inst);

@@ -161,6 +161,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 experts: Default::default(),
                                 context_parallel: 1,
                                 kernels: Default::default(),
+                                fp8_library: Default::default(),
                             },
                         );
                         let time = |graph: &OpGraph| {
@@ -1443,6 +1444,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
             tensor_parallel_overlap: crate::execution::TensorParallelOverlap::ALL
                 [(d.next() % 3) as usize],
             kernels: Default::default(),
+            fp8_library: Default::default(),
         };
     }
     (input, space)
@@ -1620,6 +1622,7 @@ fn the_bound_through_skeletons_is_the_bound_through_instances() {
                 operators,
                 tensor_parallel_overlap,
                 kernels: Default::default(),
+                fp8_library: Default::default(),
             })
         })
         .collect();

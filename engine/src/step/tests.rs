@@ -169,6 +169,7 @@ fn stages_hold_the_model() {
             experts: Default::default(),
             context_parallel: 1,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         },
     );
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
@@ -1678,11 +1679,13 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::None,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         },
         Execution {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             kernels: Default::default(),
+            fp8_library: Default::default(),
         },
     );
     let model = ReferenceModel::default();
@@ -1757,6 +1760,7 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
         operators: OperatorExecution::Sequential,
         tensor_parallel_overlap,
         kernels: Default::default(),
+        fp8_library: Default::default(),
     };
     let (alone, pipelined, decomposed) = (
         at(TensorParallelOverlap::None),

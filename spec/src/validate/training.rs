@@ -4,10 +4,10 @@
 use super::rules::{count_in, duplicates, element_at, recompute_modules, ring_overlap};
 use crate::raw::{OneOrMany, RawRecomputation, RawSpec, RawTraining};
 use crate::{Ctx, FieldPath};
-use archplace_engine::execution::Execution;
+use archplace_engine::execution::{Execution, Fp8Library};
 use archplace_engine::pipeline::PipelineSchedule;
 use archplace_engine::training::{
-    ContextExchange, MemoryModel, Optimizer, Precision, Recomputation, Training,
+    ContextExchange, Fp8Scaling, MemoryModel, Optimizer, Precision, Recomputation, Training,
 };
 /// `[training]` as read: each value given or its default; what is wrong is reported (and
 /// left for the rules relating it to skip, see [`Ctx::fine`]).
@@ -51,6 +51,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
         );
     }
     let recipe = super::rules::fp8_recipe(ctx, &path, t.fp8_recipe, t.fp8_scaling);
+    rowwise_is_torchaos(ctx, &path, t, recipe.map(|(r, _)| r));
     if let Some((_, key)) = recipe
         && !precisions.contains(&Precision::Fp8Hybrid)
     {
@@ -150,6 +151,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
             operators: t.operator_execution.unwrap_or_default(),
             tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or_default(),
             kernels: t.kernel_fusion.unwrap_or_default(),
+            fp8_library: t.fp8_library.unwrap_or_default(),
         },
     }
 }
@@ -231,6 +233,23 @@ fn recomputation(
         }
     }
     activation_recomputation
+}
+
+/// `fp8_library`: the row-wise recipe (`recipe`, as `[training]` gives it) is torchao's,
+/// so naming Transformer Engine with it is a mismatch.
+fn rowwise_is_torchaos(
+    ctx: &mut Ctx<'_>,
+    path: &FieldPath,
+    t: &RawTraining,
+    recipe: Option<Fp8Scaling>,
+) {
+    if recipe == Some(Fp8Scaling::Rowwise) && t.fp8_library == Some(Fp8Library::TransformerEngine) {
+        ctx.mismatch(
+            &path.key("fp8_library"),
+            "the row-wise FP8 recipe is torchao's; fp8_library is \"transformer_engine\"",
+            Some("give fp8_library = \"torchao\", or leave it out".into()),
+        );
+    }
 }
 
 /// `[training] recompute_modules`, which needs selective recomputation among the choices
