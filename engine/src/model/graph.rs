@@ -359,7 +359,7 @@ pub struct LayerBuilder {
     /// The FP8 recipe its quantised GEMMs' casts follow ([`LayerBuilder::quantise`]).
     pub scaling: Fp8Scaling,
     /// Fused kernels (the fusion rules join operators) or eager PyTorch's (each operator
-    /// its kernels, [`eager_kernels`]).
+    /// its kernels, `eager_kernels`).
     pub kernels: KernelFusion,
     /// What its quantised GEMMs save for the backward pass: FP8 copies (Transformer
     /// Engine) or their 16-bit inputs, cast again in backward (torchao).
@@ -721,7 +721,8 @@ impl LayerBuilder {
         total
     }
 
-    /// The fused forward graph.
+    /// The forward graph: its operators joined by the fusion rules, or as eager PyTorch
+    /// runs them ([`KernelFusion`]).
     pub fn forward(&self) -> OpGraph {
         let mut g = RawGraph::default();
         // The node that gives each operator's output (the last of its eager kernels).
@@ -764,17 +765,15 @@ impl LayerBuilder {
                 FwdKind::AllReduceBackward { .. } | FwdKind::CastBackward(_) => (None, None),
             };
             let element = op.element.unwrap_or(self.element);
-            let made = match (self.kernels, kind) {
-                (
-                    KernelFusion::Eager,
-                    Some(OpKind::Vector {
-                        kind,
-                        elements,
-                        row,
-                    }),
-                ) if eager_kernels(kind, element).len() > 1 => {
-                    let kernels = eager_kernels(kind, element);
-                    let made: Vec<usize> = kernels
+            let eager = match (self.kernels, kind) {
+                (KernelFusion::Eager, Some(OpKind::Vector { kind, .. })) => {
+                    eager_kernels(kind, element)
+                }
+                _ => Vec::new(),
+            };
+            let made = match kind {
+                Some(OpKind::Vector { elements, row, .. }) if eager.len() > 1 => {
+                    let made: Vec<usize> = eager
                         .iter()
                         .map(|k| {
                             let name = format!("{}.{}", op.name, k.suffix);
@@ -806,7 +805,7 @@ impl LayerBuilder {
         g.finish(self.scaling, self.kernels)
     }
 
-    /// The fused backward graph.
+    /// The backward graph, fused or eager as the forward one.
     pub fn backward(&self) -> OpGraph {
         let n = self.ops.len();
         let mut g = RawGraph::default();
