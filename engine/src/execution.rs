@@ -206,21 +206,17 @@ pub struct Execution {
     pub tensor_parallel_overlap: TensorParallelOverlap,
     /// How the layer's element-wise operators become kernels (fused unless said): what
     /// the layer graphs are built with ([`crate::model::BuildOptions::kernels`]).
-    #[serde(default, skip_serializing_if = "is_fused")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub kernels: KernelFusion,
     /// The library that runs an FP8 recipe (Transformer Engine unless said): what the
     /// layer graphs save and cast ([`crate::model::BuildOptions::fp8_library`]) and how
     /// often the step casts the weights.
-    #[serde(default, skip_serializing_if = "is_transformer_engine")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub fp8_library: Fp8Library,
 }
 
-fn is_transformer_engine(l: &Fp8Library) -> bool {
-    *l == Fp8Library::TransformerEngine
-}
-
-fn is_fused(k: &KernelFusion) -> bool {
-    *k == KernelFusion::Fused
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl Execution {

@@ -1570,7 +1570,8 @@ fn fp8_library(input: &StepInput) -> Fp8Library {
 /// The FP8 recipes' weight casts on the busiest stage, `quantised` weights: once per step
 /// (Transformer Engine casts a weight at the first micro-batch and keeps the copies), at
 /// ZeRO-3 every time a layer's weights are gathered ([`fsdp_syncs`]); with torchao at
-/// every use (forward and backward, each micro-batch); with FP8 parameters once per step, of the optimizer's shard only.
+/// every use (forward and backward, each micro-batch); with FP8 parameters once per step,
+/// of the optimizer's shard only.
 /// Seconds and joules per device; nothing without FP8.
 fn weight_casts(
     input: &StepInput,

@@ -769,23 +769,15 @@ impl LayerBuilder {
                 (KernelFusion::Eager, Some(OpKind::Vector { kind, .. })) => {
                     eager_kernels(kind, element)
                 }
-                _ => Vec::new(),
+                _ => &[],
             };
             let made = match kind {
-                Some(OpKind::Vector { elements, row, .. }) if eager.len() > 1 => {
-                    let made: Vec<usize> = eager
-                        .iter()
-                        .map(|k| {
-                            let name = format!("{}.{}", op.name, k.suffix);
-                            let (kind, element) = k.op(elements, row, element);
-                            g.add(&name, core, Some(kind), Direction::Forward, element)
-                        })
-                        .collect();
-                    for pair in made.windows(2) {
-                        g.edge(pair[0], pair[1]);
-                    }
-                    made
-                }
+                Some(OpKind::Vector { elements, row, .. }) if !eager.is_empty() => g.eager_chain(
+                    eager.iter(),
+                    (&op.name, ""),
+                    (elements, row, element),
+                    Direction::Forward,
+                ),
                 _ => vec![g.add(&op.name, core, kind, Direction::Forward, element)],
             };
             for &id in &made {
@@ -934,25 +926,13 @@ fn backward_nodes(
     ) = (kernels, &op.kind)
     {
         let eager = eager_kernels(kind, element);
-        if eager.len() > 1 {
-            let made: Vec<usize> = eager
-                .iter()
-                .rev()
-                .map(|k| {
-                    let (kind, element) = k.op(elements, row, element);
-                    let name = format!("{}.{}.grad", op.name, k.suffix);
-                    g.add(
-                        &name,
-                        Some(Core::Vector),
-                        Some(kind),
-                        Direction::Backward,
-                        element,
-                    )
-                })
-                .collect();
-            for pair in made.windows(2) {
-                g.edge(pair[0], pair[1]);
-            }
+        if !eager.is_empty() {
+            let made = g.eager_chain(
+                eager.iter().rev(),
+                (&op.name, ".grad"),
+                (elements, row, element),
+                Direction::Backward,
+            );
             let last = made[made.len() - 1];
             return (vec![made[0]], vec![Some(last); op.inputs.len()]);
         }
@@ -1121,9 +1101,9 @@ impl EagerKernel {
 
 /// The kernels eager PyTorch runs for a vector operator of `kind` on 16-bit data of
 /// `element`, forward; backward, autograd runs each one's gradient, in reverse (the
-/// plugin charges a kernel's backward twice its forward's traffic). One kernel — the
-/// operator itself — where PyTorch has a native kernel for it (LayerNorm, GELU, SiLU,
-/// softmax, dropout, additions and products) or where the data is fp32 already.
+/// plugin charges a kernel's backward twice its forward's traffic). None — the operator
+/// is its own one kernel — where PyTorch has a native kernel for it (LayerNorm, GELU,
+/// SiLU, softmax, dropout, additions and products) or where the data is fp32 already.
 ///
 /// The decompositions are those of the Llama implementations that train in eager mode:
 /// RMSNorm as `(x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) +
@@ -1134,30 +1114,29 @@ impl EagerKernel {
 /// log-softmax computes in fp32 whatever its input (torchtitan's cast of the logits to
 /// fp32 before it, a cast over `tokens × vocabulary`, is left out: under 1% of a step),
 /// and llm-foundry's MPT runs flash-attn's fused cross-entropy.
-fn eager_kernels(kind: VectorKind, element: ElementType) -> Vec<EagerKernel> {
+fn eager_kernels(kind: VectorKind, element: ElementType) -> &'static [EagerKernel] {
     use Share::*;
     use VectorKind as V;
-    let one = vec![EagerKernel::new("", kind, false, All)];
-    if element.bytes() != 2.0 {
-        return one;
-    }
+    const RMS_NORM: [EagerKernel; 8] = [
+        EagerKernel::new("float", V::Scale, false, Cast),
+        EagerKernel::new("pow", V::Mul, true, All),
+        EagerKernel::new("mean", V::Add, true, Half),
+        EagerKernel::new("add_eps", V::Add, true, Rows),
+        EagerKernel::new("rsqrt", V::Scale, true, Rows),
+        EagerKernel::new("normalize", V::Mul, true, All),
+        EagerKernel::new("type_as", V::Scale, false, Cast),
+        EagerKernel::new("weight", V::Mul, false, All),
+    ];
+    const ROTARY: [EagerKernel; 3] = [
+        EagerKernel::new("float", V::Scale, false, Cast),
+        EagerKernel::new("complex_mul", V::Mul, true, All),
+        EagerKernel::new("type_as", V::Scale, false, Cast),
+    ];
     match kind {
-        V::RmsNorm => vec![
-            EagerKernel::new("float", V::Scale, false, Cast),
-            EagerKernel::new("pow", V::Mul, true, All),
-            EagerKernel::new("mean", V::Add, true, Half),
-            EagerKernel::new("add_eps", V::Add, true, Rows),
-            EagerKernel::new("rsqrt", V::Scale, true, Rows),
-            EagerKernel::new("normalize", V::Mul, true, All),
-            EagerKernel::new("type_as", V::Scale, false, Cast),
-            EagerKernel::new("weight", V::Mul, false, All),
-        ],
-        V::Rotary => vec![
-            EagerKernel::new("float", V::Scale, false, Cast),
-            EagerKernel::new("complex_mul", V::Mul, true, All),
-            EagerKernel::new("type_as", V::Scale, false, Cast),
-        ],
-        _ => one,
+        _ if element.bytes() != 2.0 => &[],
+        V::RmsNorm => &RMS_NORM,
+        V::Rotary => &ROTARY,
+        _ => &[],
     }
 }
 
@@ -1453,6 +1432,30 @@ impl RawGraph {
                 });
             }
         }
+    }
+
+    /// Adds an operator named `name` as eager PyTorch's `kernels` ([`eager_kernels`], in
+    /// the order given: reversed backward), a chain of vector nodes named
+    /// `name.suffix` plus `ending`, each the next one's predecessor, on the operator's
+    /// `elements` in rows of `row` of `element`. Returns the nodes, first to last.
+    fn eager_chain<'k>(
+        &mut self,
+        kernels: impl Iterator<Item = &'k EagerKernel>,
+        (name, ending): (&str, &str),
+        (elements, row, element): (u64, u64, ElementType),
+        direction: Direction,
+    ) -> Vec<usize> {
+        let made: Vec<usize> = kernels
+            .map(|k| {
+                let (kind, element) = k.op(elements, row, element);
+                let name = format!("{name}.{}{ending}", k.suffix);
+                self.add(&name, Some(Core::Vector), Some(kind), direction, element)
+            })
+            .collect();
+        for pair in made.windows(2) {
+            self.edge(pair[0], pair[1]);
+        }
+        made
     }
 
     fn finish(mut self, scaling: Fp8Scaling, kernels: KernelFusion) -> OpGraph {
