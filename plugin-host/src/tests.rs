@@ -604,8 +604,8 @@ fn a_million_configurations_are_costed_within_the_memory_cap() {
 }
 
 /// Interface 1.3 lets a plugin declare which parameters calibration may fit and say
-/// their configured values: `gpu-like` declares its efficiencies, launch overhead, clock
-/// and ring latency, and reports a preset's values and a given one's; a plugin of 1.2
+/// their configured values: `gpu-like` declares its efficiencies, attention's per-tile
+/// work, launch overhead, clock and ring latency, and reports a preset's values and a given one's; a plugin of 1.2
 /// loads as before and declares none.
 #[test]
 fn calibratable_parameters_and_their_configured_values_cross_interface_1_3() {
@@ -623,15 +623,18 @@ fn calibratable_parameters_and_their_configured_values_cross_interface_1_3() {
         [
             "matrix_efficiency",
             "attention_efficiency",
+            "attention_tile_overhead",
             "memory_efficiency",
             "launch_overhead",
             "clock",
             "link_latency"
         ]
     );
-    // Fitted only when asked: whole steps do not determine a per-kernel cost.
-    let launch = &loaded.info.calibratable[3];
+    // Fitted only when asked: whole steps do not determine a per-kernel cost, and the
+    // attention kernel's per-tile work is read from its published rates.
+    let launch = &loaded.info.calibratable[4];
     assert_eq!((launch.unit.as_str(), launch.fit), ("us", false));
+    assert!(!loaded.info.calibratable[2].fit);
     let p = |name: &str, value: &str| Parameter {
         name: name.into(),
         value: value.into(),
@@ -650,6 +653,7 @@ fn calibratable_parameters_and_their_configured_values_cross_interface_1_3() {
     assert!((value("matrix_efficiency") - 267.9 / 312.0).abs() < 1e-12);
     assert!((value("clock") - 1.41).abs() < 1e-12);
     assert!((value("launch_overhead") - 7.0).abs() < 1e-9);
+    assert!((value("attention_tile_overhead") - 1.9).abs() < 1e-12);
 
     let old = session(&host, "interface-1-2");
     assert_eq!(old.loaded().interface, semver::Version::new(1, 2, 0));
