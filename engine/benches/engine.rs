@@ -282,6 +282,7 @@ fn step(c: &mut Criterion) {
         network: Network {
             node_size: 8,
             host_bytes_per_second: None,
+            overlap_efficiency: 1.0,
             intra_node: Tier {
                 bytes_per_second: 300e9,
                 latency_seconds: 5e-6,
@@ -355,6 +356,7 @@ fn step_moe(c: &mut Criterion) {
         network: Network {
             node_size: 8,
             host_bytes_per_second: None,
+            overlap_efficiency: 1.0,
             intra_node: Tier {
                 bytes_per_second: 450e9,
                 latency_seconds: 5e-6,

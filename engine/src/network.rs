@@ -26,6 +26,22 @@ pub struct Network {
     /// preset or `host_bandwidth`), and nothing may be offloaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_bytes_per_second: Option<f64>,
+    /// The share of the computation's time a collective overlapped with it gets the
+    /// rate it has alone (ZeRO's prefetched gathers and its reductions, the data-parallel
+    /// synchronisation hidden behind backward): NCCL's kernels run on the SMs and through
+    /// the HBM the GEMMs beside them use, and the GEMMs on theirs, so a collective hidden
+    /// behind `c` seconds of computation moves what it moves alone in `overlap_efficiency
+    /// × c`, the rest after. 1: as fast beside computation as alone.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub overlap_efficiency: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
 
 impl Network {
@@ -40,7 +56,15 @@ impl Network {
             intra_node: tier,
             inter_node: tier,
             host_bytes_per_second: None,
+            overlap_efficiency: 1.0,
         }
+    }
+
+    /// What of `traffic` seconds of collectives (their time alone) stays exposed when they
+    /// overlap `computation` seconds: what the computation's time, at
+    /// `overlap_efficiency` of their rate alone, does not move.
+    pub fn exposed_beside(&self, traffic: f64, computation: f64) -> f64 {
+        (traffic - self.overlap_efficiency * computation).max(0.0)
     }
 
     /// The tier a group of `span` consecutive ranks communicates on.

@@ -1755,7 +1755,7 @@ fn pipeline_times(
             micro_batches,
         );
         if pl.sharding.data_parallel_overlap {
-            (traffic, (traffic - busy).max(0.0))
+            (traffic, input.network.exposed_beside(traffic, busy))
         } else {
             (traffic, traffic)
         }
@@ -2383,8 +2383,8 @@ fn data_parallel_seconds(
     let (mut gradients, mut weights) = (gd + ge, wd + we);
     if pl.sharding.data_parallel_overlap {
         let (forward, backward) = hide;
-        gradients = (gradients - backward).max(0.0);
-        weights = (weights - forward).max(0.0);
+        gradients = net.exposed_beside(gradients, backward);
+        weights = net.exposed_beside(weights, forward);
     }
     let mut dp = gradients + weights;
     // The head's copy of the input embedding (tied, or looked up by multi-token

@@ -229,6 +229,7 @@ fn the_estimate_bounds_a_search_over_domains_and_context_parallelism() {
     let domain = |node_size: u64| archplace_engine::network::Network {
         node_size,
         host_bytes_per_second: None,
+        overlap_efficiency: 1.0,
         intra_node: tier(100e9),
         inter_node: tier(4e9),
     };

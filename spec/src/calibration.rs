@@ -15,12 +15,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// archplace's own calibratable parameters: the collective efficiency of each network
-/// tier (the fraction of the link bandwidth a collective reaches), which the step model
-/// applies — a latency plugin does not price the step's collectives. Name, lower and
-/// upper bound, fitted by default.
-pub const CLUSTER_PARAMETERS: [(&str, f64, f64, bool); 2] = [
+/// tier (the fraction of the link bandwidth a collective reaches) and what a collective
+/// keeps of its rate beside computation (`overlap_efficiency`: fitted when a file asks),
+/// which the step model applies — a latency plugin does not price the step's collectives.
+/// Name, lower and upper bound, fitted by default.
+pub const CLUSTER_PARAMETERS: [(&str, f64, f64, bool); 3] = [
     ("intra_node_efficiency", 0.05, 1.0, true),
     ("inter_node_efficiency", 0.05, 1.0, true),
+    ("overlap_efficiency", 0.1, 1.0, false),
 ];
 
 /// The calibration file's `format` key.
@@ -77,6 +79,10 @@ pub fn configured(spec: &Spec, latency: &dyn LatencyModel) -> BTreeMap<Parameter
     values.insert(
         ParameterRef::new(CLUSTER, "inter_node_efficiency"),
         cluster.inter_node_efficiency.unwrap_or(1.0),
+    );
+    values.insert(
+        ParameterRef::new(CLUSTER, "overlap_efficiency"),
+        cluster.overlap_efficiency.unwrap_or(1.0),
     );
     values
 }

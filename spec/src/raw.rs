@@ -632,6 +632,11 @@ pub struct RawCluster {
     /// Fraction of `inter_node_bandwidth` collectives and transfers achieve, 0 < x ≤ 1
     /// (default 1).
     pub inter_node_efficiency: Option<f64>,
+    /// Share of the computation's time a collective overlapped with it moves at its rate
+    /// alone, 0 < x ≤ 1 (default 1): ZeRO's gathers and reduce-scatters and the
+    /// data-parallel synchronisation with `data_parallel_overlap`, whose NCCL kernels share
+    /// the SMs and HBM with the GEMMs they hide behind.
+    pub overlap_efficiency: Option<f64>,
     /// Bandwidth between each device and its host's memory, one direction, e.g. "63 GB/s"
     /// (PCIe 5.0 x16) or "450 GB/s" (GB200's NVLink-C2C): what `activation_offload_layers`
     /// moves activations over. A GPU preset sets it; without one, nothing can be offloaded.

@@ -798,6 +798,19 @@ fn gpu_presets_fill_the_chip_and_the_cluster() {
             .contains("not a fraction"),
         "{d:?}"
     );
+    // Collectives beside computation: 1 unless given; the links' rates unchanged by it.
+    assert_eq!(s.cluster.network.overlap_efficiency, 1.0);
+    let beside = src.replace("[cluster]\n", "[cluster]\noverlap_efficiency = 0.4\n");
+    let n = parse(&beside, "t.toml").unwrap().cluster.network;
+    assert_eq!(n.overlap_efficiency, 0.4);
+    assert_eq!(n.intra_node.bytes_per_second, 370e9);
+    let d = errors(&src.replace("[cluster]\n", "[cluster]\noverlap_efficiency = 0\n"));
+    assert!(
+        find(&d, "cluster.overlap_efficiency")
+            .message
+            .contains("not a fraction"),
+        "{d:?}"
+    );
     assert_eq!(s.cluster.hbm_bytes, vec![80 << 30]);
     let bad = src.replace("preset = \"a100-sxm-80gb\"", "preset = \"v100\"");
     let d = errors(&bad);

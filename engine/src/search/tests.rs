@@ -1014,6 +1014,7 @@ fn scale_up_domains_are_searched() {
     let domain = |node_size: u64| crate::network::Network {
         node_size,
         host_bytes_per_second: None,
+        overlap_efficiency: 1.0,
         intra_node: tier(100.0),
         inter_node: tier(0.5),
     };
@@ -1384,6 +1385,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
                     .map(|node_size| crate::network::Network {
                         node_size,
                         host_bytes_per_second: None,
+                        overlap_efficiency: 1.0,
                         intra_node: crate::network::Tier {
                             bytes_per_second: 16.0 * (1u64 << 30) as f64,
                             latency_seconds: 1e-6,

@@ -45,6 +45,7 @@ fn gpt3(plan: StepPlan, hbm_gib: u64) -> StepInput {
         network: Network {
             node_size: 8,
             host_bytes_per_second: None,
+            overlap_efficiency: 1.0,
             intra_node: Tier {
                 bytes_per_second: 300e9,
                 latency_seconds: 5e-6,
@@ -966,6 +967,43 @@ fn fsdp_under_pipeline_parallelism_syncs_once_a_step() {
         "{} against {once}",
         r.fsdp_traffic_seconds
     );
+}
+
+/// `overlap_efficiency`: a collective beside computation moves at its rate alone for
+/// that share of the computation's time. ZeRO-3's traffic (its time alone) is the same at
+/// any efficiency; what stays exposed is the traffic less the efficiency times the
+/// computation it hides behind (`T − e·B`, read at `e = 1` and checked at `e = 0.4`), and the
+/// tensor-parallel collectives, which overlap nothing here, do not change.
+#[test]
+fn collectives_beside_computation_move_at_the_overlap_efficiency() {
+    let mut pl = plan(2, 1, 4);
+    pl.sharding.zero_stage = 3;
+    pl.sharding.data_parallel_overlap = true;
+    pl.distributed_optimizer = true;
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("llama3-8b").unwrap();
+    input.global_batch = 16;
+    // A slow flat network: the gathers outlast the computation.
+    input.network = Network::flat(2e9);
+    let run = |e: f64| {
+        let mut input = input.clone();
+        input.network.overlap_efficiency = e;
+        estimate_step(&input, &ReferenceModel::default()).unwrap()
+    };
+    let (alone, beside) = (run(1.0), run(0.4));
+    let traffic = alone.fsdp_traffic_seconds;
+    assert!(traffic > 0.0 && rel(beside.fsdp_traffic_seconds, traffic) < 1e-12);
+    let hidden = traffic - alone.time.fsdp_communication_seconds;
+    assert!(hidden > 0.0 && alone.time.fsdp_communication_seconds > 0.0);
+    let exposed = beside.time.fsdp_communication_seconds;
+    assert!(
+        rel(exposed, traffic - 0.4 * hidden) < 1e-9,
+        "{exposed} against {}",
+        traffic - 0.4 * hidden
+    );
+    let tp = |r: &StepReport| r.time.tensor_parallel_communication_seconds;
+    assert!(tp(&alone) > 0.0 && rel(tp(&beside), tp(&alone)) < 1e-12);
+    assert!(beside.step_seconds > alone.step_seconds);
 }
 
 /// Each ZeRO stage shards one more state of every pipeline stage, exactly (a middle stage of

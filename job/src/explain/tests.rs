@@ -104,6 +104,7 @@ fn a_network_limit_names_its_tier() {
     let mut net = Network {
         node_size: 8,
         host_bytes_per_second: None,
+        overlap_efficiency: 1.0,
         intra_node: tier(300.0),
         inter_node: tier(25.0),
     };

@@ -81,8 +81,13 @@ pub(super) fn cluster(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Cluster {
         None => preset.map(|g| g.host_link_bytes_per_second),
     };
     network.host_bytes_per_second = host;
+    // Collectives beside computation: any network's (a calibration's factor, mostly).
+    let overlap =
+        efficiency(ctx, &path, "overlap_efficiency", c.overlap_efficiency, 1.0).unwrap_or(1.0);
+    network.overlap_efficiency = overlap;
     for d in &mut domains {
         d.host_bytes_per_second = host;
+        d.overlap_efficiency = overlap;
     }
     Cluster {
         devices,
@@ -204,6 +209,7 @@ fn network(raw: &RawSpec, ctx: &mut Ctx<'_>, devices: u64) -> Option<(Network, V
                 .map(|(&node_size, a)| Network {
                     node_size,
                     host_bytes_per_second: None,
+                    overlap_efficiency: 1.0,
                     // What a device achieves: the link bandwidth times the efficiency.
                     intra_node: Tier {
                         bytes_per_second: a * ea,
