@@ -213,10 +213,42 @@ pub struct Execution {
     /// often the step casts the weights.
     #[serde(default, skip_serializing_if = "is_default")]
     pub fp8_library: Fp8Library,
+    /// The share of a GEMM's time in which a collective pipelined or decomposed beside it
+    /// moves at its rate alone: the cluster's `overlap_efficiency`
+    /// ([`crate::network::Network::overlap_efficiency`]), which the layer's tensor-parallel
+    /// overlaps need where the schedule is built.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub overlap_efficiency: Share,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
+}
+
+/// A fraction that keys a cache as the rest of [`Execution`] does: equal and hashed by
+/// its bits. Default 1.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Share(pub f64);
+
+impl Default for Share {
+    fn default() -> Self {
+        Share(1.0)
+    }
+}
+
+impl PartialEq for Share {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Share {}
+
+impl std::hash::Hash for Share {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
 }
 
 impl Execution {
@@ -226,6 +258,7 @@ impl Execution {
         tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
         kernels: KernelFusion::Fused,
         fp8_library: Fp8Library::TransformerEngine,
+        overlap_efficiency: Share(1.0),
     };
 
     /// Whether operators run on all cores only (no single-core durations are needed).

@@ -28,7 +28,8 @@ pub struct Network {
     pub host_bytes_per_second: Option<f64>,
     /// The share of the computation's time a collective overlapped with it gets the
     /// rate it has alone (ZeRO's prefetched gathers and its reductions, the data-parallel
-    /// synchronisation hidden behind backward): NCCL's kernels run on the SMs and through
+    /// synchronisation hidden behind backward; tensor parallelism's overlaps, which the
+    /// layer's schedule prices from [`crate::execution::Execution::overlap_efficiency`]): NCCL's kernels run on the SMs and through
     /// the HBM the GEMMs beside them use, and the GEMMs on theirs, so a collective hidden
     /// behind `c` seconds of computation moves what it moves alone in `overlap_efficiency
     /// × c`, the rest after. 1: as fast beside computation as alone.

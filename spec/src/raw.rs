@@ -634,8 +634,9 @@ pub struct RawCluster {
     pub inter_node_efficiency: Option<f64>,
     /// Share of the computation's time a collective overlapped with it moves at its rate
     /// alone, 0 < x ≤ 1 (default 1): ZeRO's gathers and reduce-scatters and the
-    /// data-parallel synchronisation with `data_parallel_overlap`, whose NCCL kernels share
-    /// the SMs and HBM with the GEMMs they hide behind.
+    /// data-parallel synchronisation with `data_parallel_overlap`, and tensor parallelism's
+    /// pipelined or asynchronous overlap, whose transfers share the SMs and HBM with the
+    /// GEMMs they hide behind.
     pub overlap_efficiency: Option<f64>,
     /// Bandwidth between each device and its host's memory, one direction, e.g. "63 GB/s"
     /// (PCIe 5.0 x16) or "450 GB/s" (GB200's NVLink-C2C): what `activation_offload_layers`

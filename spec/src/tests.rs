@@ -470,6 +470,7 @@ fn training_choices_and_their_defaults() {
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            overlap_efficiency: Default::default(),
         }
     );
     let d = errors(&GOOD.replace("optimizer = \"adam\"", "pipeline_interleaving = [1, 65]"));

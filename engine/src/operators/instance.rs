@@ -131,9 +131,12 @@ fn unrestricted_tasks(
     if execution.all_cores_only() {
         match execution.tensor_parallel_overlap {
             TensorParallelOverlap::None => {}
-            TensorParallelOverlap::Pipelined => pipeline_collectives(graph, &mut tasks),
+            TensorParallelOverlap::Pipelined => {
+                pipeline_collectives(graph, &mut tasks, execution.overlap_efficiency.0);
+            }
             TensorParallelOverlap::Async => {
-                decompose_collective_gemms(graph, &mut tasks, &tc_all, &mut cost)?;
+                let share = execution.overlap_efficiency.0;
+                decompose_collective_gemms(graph, &mut tasks, (&tc_all, share), &mut cost)?;
             }
         }
     }
@@ -173,12 +176,14 @@ pub fn pipelined_exposure(collective: f64, gemm: f64, chunks: u32) -> f64 {
 /// [`pipelined_exposure`] leaves exposed. The collectives with no such dependency (the
 /// backward pass's extra all-gather for the weight gradient, the input gradient's
 /// reduce-scatter under the weight-gradient GEMM) overlap as the graph lets them: NVIDIA's
-/// "bulk" overlap.
-fn pipeline_collectives(graph: &OpGraph, tasks: &mut [Task]) {
+/// "bulk" overlap. Beside the GEMM a chunk moves at its rate alone for `share` of the
+/// GEMM's time (the cluster's `overlap_efficiency`).
+fn pipeline_collectives(graph: &OpGraph, tasks: &mut [Task], share: f64) {
     for p in partners(graph) {
         let Some(gemm) = p.gemms.iter().map(|&j| tasks[j].parallel).reduce(f64::max) else {
             continue;
         };
+        let gemm = share * gemm;
         let t = &mut tasks[p.collective];
         let exposed = pipelined_exposure(t.parallel, gemm, p.group);
         t.single = exposed;
@@ -250,11 +255,13 @@ fn partners(graph: &OpGraph) -> Vec<Partner> {
 /// decomposition leaves exposed: an all-gather's first GEMMs take the rank's own shard,
 /// so the `group − 1` transfers hide behind the `group − 1` shards' GEMMs after them
 /// (`max(0, c − g·(k − 1)/k)`, `g` the GEMMs' decomposed time); a reduce-scatter's last
-/// shard goes out after its GEMM ([`pipelined_exposure`]).
+/// shard goes out after its GEMM ([`pipelined_exposure`]). Beside the GEMMs the transfers
+/// move at their rate alone for `share` of the GEMMs' time (the cluster's
+/// `overlap_efficiency`).
 fn decompose_collective_gemms(
     graph: &OpGraph,
     tasks: &mut [Task],
-    tensor_cores: &CoreConfig,
+    (tensor_cores, share): (&CoreConfig, f64),
     cost: &mut impl FnMut(&CoreConfig, &Op) -> Result<OpCost, EstimateError>,
 ) -> Result<(), EstimateError> {
     let mut decomposed = vec![false; tasks.len()];
@@ -292,7 +299,7 @@ fn decompose_collective_gemms(
             t.memory = f64::from(k) * c.memory_seconds.unwrap_or(0.0);
             decomposed[j] = true;
         }
-        let gemm: f64 = p.gemms.iter().map(|&j| tasks[j].parallel).sum();
+        let gemm: f64 = share * p.gemms.iter().map(|&j| tasks[j].parallel).sum::<f64>();
         let t = &mut tasks[p.collective];
         let kf = f64::from(k);
         let exposed = if p.gathers {

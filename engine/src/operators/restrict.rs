@@ -176,6 +176,7 @@ mod tests {
             tensor_parallel_overlap: TensorParallelOverlap::None,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            overlap_efficiency: Default::default(),
         };
         let inst = restrict(layer(), seq);
         // 2 + 2 + 1 + 3 + 1, proven by the bound alone.
@@ -189,6 +190,7 @@ mod tests {
                 tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                overlap_efficiency: Default::default(),
             },
         );
         assert_eq!(makespan(&overlap), (8.0, true));
@@ -203,6 +205,7 @@ mod tests {
                 tensor_parallel_overlap: TensorParallelOverlap::None,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                overlap_efficiency: Default::default(),
             },
         );
         // Op 4 comes after the link in topological order and ops 0–2 before it: 0 (0–2),
@@ -222,6 +225,7 @@ mod tests {
                 tensor_parallel_overlap: TensorParallelOverlap::None,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                overlap_efficiency: Default::default(),
             },
         );
         assert_eq!(restricted, inst);

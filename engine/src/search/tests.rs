@@ -1447,6 +1447,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
                 [(d.next() % 3) as usize],
             kernels: Default::default(),
             fp8_library: Default::default(),
+            overlap_efficiency: Default::default(),
         };
     }
     (input, space)
@@ -1625,6 +1626,7 @@ fn the_bound_through_skeletons_is_the_bound_through_instances() {
                 tensor_parallel_overlap,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                overlap_efficiency: Default::default(),
             })
         })
         .collect();

@@ -1718,12 +1718,14 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
             tensor_parallel_overlap: TensorParallelOverlap::None,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            overlap_efficiency: Default::default(),
         },
         Execution {
             operators: OperatorExecution::Sequential,
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            overlap_efficiency: Default::default(),
         },
     );
     let model = ReferenceModel::default();
@@ -1787,7 +1789,10 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
 /// whole), and the collective keeps what the decomposition leaves: an all-gather
 /// nothing while its GEMMs take longer than its transfers (the rank's own shard first,
 /// `max(0, c − g·7/8)`), a reduce-scatter one chunk ([`pipelined_exposure`]); nothing else
-/// changes. On the step: the same traffic as without overlap, less of it exposed, the
+/// changes. Beside the GEMMs at an `overlap_efficiency` of one half, the transfers hide
+/// behind half the GEMMs' time (`max(0, c − g/2·7/8)`; the reduce-scatter's chunks as
+/// [`pipelined_exposure`] with `g/2`), and Transformer Engine's pipelined chunks expose
+/// more too. On the step: the same traffic as without overlap, less of it exposed, the
 /// GEMMs' decomposition in the forward and backward time.
 #[test]
 fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
@@ -1799,12 +1804,17 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
         tensor_parallel_overlap,
         kernels: Default::default(),
         fp8_library: Default::default(),
+        overlap_efficiency: Default::default(),
     };
     let (alone, pipelined, decomposed) = (
         at(TensorParallelOverlap::None),
         at(TensorParallelOverlap::Pipelined),
         at(TensorParallelOverlap::Async),
     );
+    let half = |e: Execution| Execution {
+        overlap_efficiency: crate::execution::Share(0.5),
+        ..e
+    };
     let model = ReferenceModel::default();
     let mut pl = plan(8, 1, 1);
     pl.sequence_parallel = true;
@@ -1814,6 +1824,8 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
     for layer in [&g.block.forward, &g.block.backward] {
         let a = instance(layer, &REFERENCE_CONFIG, alone, &model).unwrap();
         let c = instance(layer, &REFERENCE_CONFIG, decomposed, &model).unwrap();
+        let beside = instance(layer, &REFERENCE_CONFIG, half(decomposed), &model).unwrap();
+        let chunked = instance(layer, &REFERENCE_CONFIG, half(pipelined), &model).unwrap();
         let mut gemms = std::collections::HashSet::new();
         for (i, node) in layer.nodes.iter().enumerate() {
             if node.core != Core::Link || !node.pipelined {
@@ -1833,6 +1845,18 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
                 _ => (around(false), false),
             };
             assert!(!partners.is_empty(), "{}", node.name);
+            // Transformer Engine's chunks, beside the longest of the GEMMs they feed or
+            // drain, for half its time.
+            let longest = partners
+                .iter()
+                .map(|&j| a.tasks[j].parallel)
+                .fold(0.0, f64::max);
+            let want = pipelined_exposure(a.tasks[i].parallel, 0.5 * longest, 8);
+            assert!(
+                rel(chunked.tasks[i].parallel, want) < 1e-12,
+                "{}",
+                node.name
+            );
             // A weight gradient sums over the gathered tokens: not decomposed, and not
             // what the gather hides behind.
             let before = partners.len();
@@ -1863,19 +1887,28 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
                 gemms.insert(j);
             }
             let full = a.tasks[i].parallel;
-            let want = if gathers_input {
+            let exposure = |gemm: f64| {
+                if gathers_input {
+                    (full - gemm * 7.0 / 8.0).max(0.0)
+                } else {
+                    pipelined_exposure(full, gemm, 8)
+                }
+            };
+            if gathers_input {
                 gathers += 1;
-                (full - gemm * 7.0 / 8.0).max(0.0)
             } else {
                 scatters += 1;
-                pipelined_exposure(full, gemm, 8)
-            };
-            let got = c.tasks[i].parallel;
-            assert!(
-                got == want || rel(got, want) < 1e-12,
-                "{}: {got} vs {want}",
-                node.name
-            );
+            }
+            for (got, want) in [
+                (c.tasks[i].parallel, exposure(gemm)),
+                (beside.tasks[i].parallel, exposure(0.5 * gemm)),
+            ] {
+                assert!(
+                    got == want || rel(got, want) < 1e-12,
+                    "{}: {got} vs {want}",
+                    node.name
+                );
+            }
         }
         // Nothing but the collectives and their GEMMs changes.
         for (k, node) in layer.nodes.iter().enumerate() {
@@ -1901,6 +1934,11 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
     assert!(rel(traffic(&a), traffic(&c)) < 1e-12);
     let exposed = |r: &StepReport| r.time.tensor_parallel_communication_seconds;
     assert!(exposed(&c) < exposed(&a));
+    for overlap in [pipelined, decomposed] {
+        let (all, some) = (step(overlap), step(half(overlap)));
+        assert!(exposed(&all) <= exposed(&some) && exposed(&some) < exposed(&a));
+        assert!(rel(traffic(&some), traffic(&a)) < 1e-12);
+    }
     let compute = |r: &StepReport| r.time.forward_seconds + r.time.backward_seconds;
     assert!(compute(&c) >= compute(&b) * (1.0 - 1e-12));
 }

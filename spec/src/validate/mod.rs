@@ -2,6 +2,7 @@
 
 use super::raw::RawSpec;
 use super::{CostModelSpec, Ctx, FieldPath, Spec};
+use archplace_engine::execution::Share;
 
 /// Largest value of an element count we accept: products of shapes stay exact in f64.
 pub(super) const MAX_ELEMENTS: u128 = 1 << 53;
@@ -70,8 +71,10 @@ pub(super) fn validate(
     }
     // Every section is checked, also one that could not be read (it stands as its default,
     // its fields unknown: the rules that would relate them skip them, see `Ctx::fine`).
-    let training = training(raw, ctx);
+    let mut training = training(raw, ctx);
     let cluster = cluster(raw, ctx);
+    // The layers' overlapped collectives are priced where their schedules are built.
+    training.execution.overlap_efficiency = Share(cluster.network.overlap_efficiency);
     let models = models(raw, ctx, &training, &cluster);
     let space = space(&raw.search, ctx);
     let cost_model = cost_model(&raw.cost_model, ctx);
