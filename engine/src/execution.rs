@@ -218,7 +218,7 @@ pub struct Execution {
     /// ([`crate::network::Network::overlap_efficiency`]), which the layer's tensor-parallel
     /// overlaps need where the schedule is built.
     #[serde(default, skip_serializing_if = "is_default")]
-    pub overlap_efficiency: Share,
+    pub overlap_efficiency: Fraction,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -229,23 +229,23 @@ fn is_default<T: Default + PartialEq>(v: &T) -> bool {
 /// its bits. Default 1.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Share(pub f64);
+pub struct Fraction(pub f64);
 
-impl Default for Share {
+impl Default for Fraction {
     fn default() -> Self {
-        Share(1.0)
+        Fraction(1.0)
     }
 }
 
-impl PartialEq for Share {
+impl PartialEq for Fraction {
     fn eq(&self, other: &Self) -> bool {
         self.0.to_bits() == other.0.to_bits()
     }
 }
 
-impl Eq for Share {}
+impl Eq for Fraction {}
 
-impl std::hash::Hash for Share {
+impl std::hash::Hash for Fraction {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.0.to_bits().hash(state);
     }
@@ -258,7 +258,7 @@ impl Execution {
         tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
         kernels: KernelFusion::Fused,
         fp8_library: Fp8Library::TransformerEngine,
-        overlap_efficiency: Share(1.0),
+        overlap_efficiency: Fraction(1.0),
     };
 
     /// Whether operators run on all cores only (no single-core durations are needed).

@@ -26,13 +26,14 @@ pub struct Network {
     /// preset or `host_bandwidth`), and nothing may be offloaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_bytes_per_second: Option<f64>,
-    /// The share of the computation's time a collective overlapped with it gets the
-    /// rate it has alone (ZeRO's prefetched gathers and its reductions, the data-parallel
-    /// synchronisation hidden behind backward; tensor parallelism's overlaps, which the
-    /// layer's schedule prices from [`crate::execution::Execution::overlap_efficiency`]): NCCL's kernels run on the SMs and through
-    /// the HBM the GEMMs beside them use, and the GEMMs on theirs, so a collective hidden
-    /// behind `c` seconds of computation moves what it moves alone in `overlap_efficiency
-    /// × c`, the rest after. 1: as fast beside computation as alone.
+    /// The share of the computation's time in which a collective overlapped with it
+    /// moves at its rate alone (ZeRO's prefetched gathers and its reductions, the
+    /// data-parallel synchronisation hidden behind backward; tensor parallelism's
+    /// overlaps, which the layer's schedule prices from
+    /// [`crate::execution::Execution::overlap_efficiency`]): NCCL's kernels run on the SMs
+    /// and through the HBM the GEMMs beside them use, and the GEMMs on theirs, so a
+    /// collective hidden behind `c` seconds of computation moves what it moves alone in
+    /// `overlap_efficiency × c`, the rest after. 1: as fast beside computation as alone.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub overlap_efficiency: f64,
 }

@@ -1812,7 +1812,7 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
         at(TensorParallelOverlap::Async),
     );
     let half = |e: Execution| Execution {
-        overlap_efficiency: crate::execution::Share(0.5),
+        overlap_efficiency: crate::execution::Fraction(0.5),
         ..e
     };
     let model = ReferenceModel::default();

@@ -2,7 +2,7 @@
 
 use super::raw::RawSpec;
 use super::{CostModelSpec, Ctx, FieldPath, Spec};
-use archplace_engine::execution::Share;
+use archplace_engine::execution::Fraction;
 
 /// Largest value of an element count we accept: products of shapes stay exact in f64.
 pub(super) const MAX_ELEMENTS: u128 = 1 << 53;
@@ -74,7 +74,7 @@ pub(super) fn validate(
     let mut training = training(raw, ctx);
     let cluster = cluster(raw, ctx);
     // The layers' overlapped collectives are priced where their schedules are built.
-    training.execution.overlap_efficiency = Share(cluster.network.overlap_efficiency);
+    training.execution.overlap_efficiency = Fraction(cluster.network.overlap_efficiency);
     let models = models(raw, ctx, &training, &cluster);
     let space = space(&raw.search, ctx);
     let cost_model = cost_model(&raw.cost_model, ctx);
