@@ -207,8 +207,8 @@ const CAL_END: &str = "<!-- end of calibration-table -->";
 const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 12] = [
     ("DeepSpeed MT-NLG 530B, DGX A100", (3.0, 6.0)),
     ("PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB", (14.0, 21.0)),
-    ("llm-foundry MPT benchmarks, A100 80GB (RoCE)", (10.0, 23.5)),
-    ("llm-foundry MPT benchmarks, H100 80GB BF16", (9.5, 20.0)),
+    ("llm-foundry MPT benchmarks, A100 80GB (RoCE)", (10.0, 21.5)),
+    ("llm-foundry MPT benchmarks, H100 80GB BF16", (9.0, 17.5)),
     (
         "llm-foundry MPT benchmarks, H100 80GB BF16 (Large Scale, >= 128 GPUs)",
         (9.0, 19.0),

@@ -41,7 +41,9 @@
 //!   16,384 tokens and 16 heads at every length, so the same 2,048 tiles: Triton's
 //!   FlashAttention-2 329 → 477 TFLOP/s and FlashAttention-3 430 → 621 from 512 to 16,384
 //!   tokens: relative to the longest, `n/(n + 1.9)` for `n` blocks of keys is within
-//!   0.4% of the first at all six lengths, within 1.6% of the second).
+//!   0.4% of the first at all six lengths, within 1.6% of the second). The kernel is
+//!   compiled for a few head dimensions and runs a head at the next one up
+//!   (`kernel_head_dim`): a 112-wide head (MPT-30B's) costs what a 128-wide one does.
 //!
 //! Area: MACs, vector lanes, SRAM and a fixed uncore, each from a parameter; a chip beyond
 //! the reticle (default 858 mm²) is outside the model's domain.
@@ -61,6 +63,18 @@ const ELEMENT_BYTES: f64 = 2.0;
 /// sweep: FlashAttention-2's and 3's 128 × 128 blocks at head dimension 128, the unit of
 /// `attention_tile_overhead`.
 const ATTENTION_BLOCK: f64 = 128.0;
+
+/// The head dimension a fused attention kernel runs a head of `d` at: FlashAttention-2
+/// compiles its kernels for head dimensions in steps of 32 up to 192, then 256, and runs
+/// every head at the next one up (`flash_api.cpp`: `head_size_rounded = head_size <= 192 ?
+/// round_multiple(head_size, 32) : 256`), its tiles as wide as that whatever the head:
+/// 64, 96, 128, 192 and 256 run as they are, 112 as 128. FlashAttention-3 (built for 64,
+/// 96, 128, 192 and 256) rounds the same way; the Triton kernel of 2023 that llm-foundry
+/// ran (`BLOCK_HEADDIM`, the next power of two) does for 112 too, though it would run a
+/// 96-wide head as 128.
+fn kernel_head_dim(d: u64) -> u64 {
+    if d <= 192 { d.div_ceil(32) * 32 } else { 256 }
+}
 
 /// The TF32 tensor cores' throughput over the 16-bit one (every NVIDIA datasheet since
 /// the A100's: 156 of 312, 494.7 of 989.4, 1.1 of 2.25 PFLOP/s dense).
@@ -467,7 +481,8 @@ impl GpuLike {
     /// or under a causal mask those up to and including its diagonal one, computed whole
     /// (`(n + 1)/2n` of the unmasked products, where the products themselves count
     /// `(s + 1)/2s`) — and each a fixed `attention_tile_overhead` sweeps more, at
-    /// `attention_efficiency` of peak. The backward kernel's tiles (of keys, sweeping
+    /// `attention_efficiency` of peak, its heads as wide as the kernel built for them
+    /// (`kernel_head_dim`). The backward kernel's tiles (of keys, sweeping
     /// queries) are taken to cost the same per tile as the forward's: no measurement of
     /// its per-tile cost is cited.
     fn attention_seconds(
@@ -476,7 +491,12 @@ impl GpuLike {
         direction: archplace_plugin_sdk::Direction,
         peak: f64,
     ) -> f64 {
-        let unmasked = a.flops(direction) / a.computed_fraction();
+        let kernel = archplace_plugin_sdk::Attention {
+            head_dim: kernel_head_dim(a.head_dim),
+            value_dim: kernel_head_dim(a.value_dim),
+            ..*a
+        };
+        let unmasked = kernel.flops(direction) / kernel.computed_fraction();
         let blocks = (a.seq as f64 / ATTENTION_BLOCK).max(1.0);
         let swept = if a.causal {
             (blocks + 1.0) / (2.0 * blocks)
@@ -847,6 +867,16 @@ mod tests {
         (h100, core)
     }
 
+    /// A 16-bit fused attention operator: what the host asks `attention-detail` of.
+    fn attention_op(a: archplace_plugin_sdk::Attention, direction: Direction) -> Op {
+        Op {
+            kind: OpKind::Attention(a),
+            direction,
+            fused: vec![],
+            element: ElementType::Bf16,
+        }
+    }
+
     /// HBM traffic of a GEMM: its operands once when they fit on chip, else at best
     /// Hong and Kung's `2·m·n·k/√S` elements, never less than once each — so a tall GEMM
     /// (many tokens, a narrow weight) reads its operands once and its traffic grows as its
@@ -995,12 +1025,7 @@ mod tests {
                 value_dim: 128,
                 causal: true,
             };
-            let op = Op {
-                kind: OpKind::Attention(a),
-                direction,
-                fused: vec![],
-                element: ElementType::Bf16,
-            };
+            let op = attention_op(a, direction);
             let fused = m.attention(&h100, std::slice::from_ref(&op)).unwrap()[0];
             let peak = 2.0 * (132 * 64 * 32) as f64 * m.clock_hz;
             // 64 tiles of 128 queries, each sweeping up to its diagonal block (65/128 of
@@ -1039,12 +1064,7 @@ mod tests {
                 value_dim: 128,
                 causal,
             };
-            let op = Op {
-                kind: OpKind::Attention(a),
-                direction: Direction::Forward,
-                fused: vec![],
-                element: ElementType::Bf16,
-            };
+            let op = attention_op(a, Direction::Forward);
             let cost = m.latency(&h100, std::slice::from_ref(&op)).unwrap()[0];
             a.flops(Direction::Forward) / (cost.seconds - m.launch_seconds)
         };
@@ -1073,6 +1093,54 @@ mod tests {
         // 32,768: 256 tiles, nearly the inner loop's rate.
         let want = (257.0 / 512.0 + 1.9 / 256.0) / (17.0 / 32.0 + 1.9 / 16.0);
         assert!((causal[0] / causal[2] - want).abs() < 1e-3, "{causal:?}");
+    }
+
+    /// A head the kernel has no build for runs at the next width up: MPT-30B's 112-wide
+    /// heads cost exactly what 128-wide ones do (forward and backward), 64, 96, 128 and 192
+    /// run as they are, 200 as 256; the width of the values rounds on its own (MLA's
+    /// 192-wide queries and keys with 128-wide values run as they are).
+    #[test]
+    fn attention_runs_its_heads_at_the_widths_the_kernel_is_built_for() {
+        let (m, h100) = h100_tensor_cores();
+        let seconds = |head_dim: u64, value_dim: u64, direction: Direction| {
+            let a = archplace_plugin_sdk::Attention {
+                batch: 1,
+                heads: 64,
+                kv_heads: 64,
+                seq: 8192,
+                head_dim,
+                value_dim,
+                causal: true,
+            };
+            let op = attention_op(a, direction);
+            m.latency(&h100, std::slice::from_ref(&op)).unwrap()[0].seconds - m.launch_seconds
+        };
+        for direction in [Direction::Forward, Direction::Backward] {
+            let (at_112, at_128) = (seconds(112, 112, direction), seconds(128, 128, direction));
+            assert!((at_112 / at_128 - 1.0).abs() < 1e-12, "{direction:?}");
+            let (at_96, at_64) = (seconds(96, 96, direction), seconds(64, 64, direction));
+            assert!((at_96 / at_64 - 1.5).abs() < 1e-9, "{direction:?}");
+            let at_192 = seconds(192, 192, direction);
+            assert!((at_192 / at_64 - 3.0).abs() < 1e-9, "{direction:?}");
+            let at_200 = seconds(200, 200, direction);
+            assert!((at_200 / at_64 - 4.0).abs() < 1e-9, "{direction:?}");
+            // Queries and keys 192 wide, values 128 (DeepSeek-V3's latent attention):
+            // nothing rounds, so it costs what its products say.
+            let mla = seconds(192, 128, direction);
+            let (d, dv) = (192.0, 128.0);
+            let per = |d: f64, dv: f64| match direction {
+                Direction::Forward => d + dv,
+                Direction::Backward => 3.0 * d + 2.0 * dv,
+            };
+            assert!(
+                (mla / at_64 - per(d, dv) / per(64.0, 64.0)).abs() < 1e-9,
+                "{direction:?}"
+            );
+        }
+        assert_eq!(
+            [32, 33, 64, 80, 96, 112, 128, 160, 176, 192, 200, 256].map(kernel_head_dim),
+            [32, 64, 64, 96, 96, 128, 128, 160, 192, 192, 256, 256]
+        );
     }
 
     #[test]
