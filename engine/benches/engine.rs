@@ -35,6 +35,7 @@ fn options(micro_batch: u64, tensor_parallel: u64) -> BuildOptions {
         context_parallel: 1,
         kernels: Default::default(),
         fp8_library: Default::default(),
+        cross_entropy: Default::default(),
     }
 }
 
@@ -181,6 +182,7 @@ fn placement_hbm(c: &mut Criterion) {
                 id: i as i64,
                 parameter_bytes: l.parameter_bytes as f64,
                 activation_bytes: l.stash_bytes as f64,
+                workspace_bytes: l.workspace_bytes as f64,
                 forward: if block { 0.010 } else { 0.002 },
                 backward: if block { 0.020 } else { 0.004 },
                 tensor_parallel: l.tensor_parallel,

@@ -44,6 +44,7 @@ fn main() {
             context_parallel: 1,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
         },
     );
     let opts = ScheduleOptions {

@@ -66,6 +66,7 @@ fn probe_gpt3_layer_schedules() {
                         context_parallel: 1,
                         kernels: Default::default(),
                         fp8_library: Default::default(),
+                        cross_entropy: Default::default(),
                     },
                 ),
             ));

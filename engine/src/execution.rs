@@ -195,6 +195,56 @@ impl Fp8Library {
     }
 }
 
+/// How the loss over the vocabulary is computed (`[training] cross_entropy`): it decides
+/// what the head holds beside the fp32 softmax it keeps for backward while the loss and its
+/// gradient are computed — at long sequences and large vocabularies a stage's largest
+/// transient (8,192 tokens of Llama 3's 128,256-entry vocabulary are 1.05 G logits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CrossEntropy {
+    /// A fused, in-place computation, counted as keeping the fp32 softmax (4 bytes a
+    /// logit) and holding nothing beside it: Megatron-Core's vocabulary-parallel
+    /// cross-entropy turns an fp32 copy of the logits into the softmax in place and writes
+    /// the gradient over it (the 16-bit logits or gradient beside that copy, 2 bytes a
+    /// logit for a moment, are not counted); with `--cross-entropy-loss-fusion`,
+    /// Transformer Engine's kernel, like flash-attn's that llm-foundry's MPT runs, keeps
+    /// the 16-bit logits and writes the gradient into them (2 bytes kept, fewer than
+    /// counted).
+    #[default]
+    Fused,
+    /// PyTorch's `F.cross_entropy` over the logits cast to fp32 (torchtitan's
+    /// `cross_entropy_loss`: `cross_entropy(pred.flatten(0, 1).float(), labels)`; fms-fsdp's
+    /// and Hugging Face's losses likewise): log-softmax keeps its fp32 output; backward
+    /// allocates the loss's dense fp32 gradient and log-softmax's fp32 input gradient
+    /// beside it — 8 bytes per logit (forward's peak, the 16-bit logits and their fp32
+    /// copy, is 6).
+    Eager,
+}
+
+impl CrossEntropy {
+    pub const ALL: [CrossEntropy; 2] = [CrossEntropy::Fused, CrossEntropy::Eager];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CrossEntropy::Fused => "fused",
+            CrossEntropy::Eager => "eager",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Bytes per logit (on this rank) the loss holds at its peak beside the fp32 softmax
+    /// the head keeps for backward.
+    pub fn workspace_bytes_per_logit(self) -> u64 {
+        match self {
+            CrossEntropy::Fused => 0,
+            CrossEntropy::Eager => 8,
+        }
+    }
+}
+
 /// How a layer runs: operator concurrency and whether tensor-parallel collectives may
 /// overlap computation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -219,6 +269,10 @@ pub struct Execution {
     /// overlaps need where the schedule is built.
     #[serde(default, skip_serializing_if = "is_default")]
     pub overlap_efficiency: Fraction,
+    /// How the loss is computed (fused unless said): what the head holds while it runs
+    /// ([`crate::model::BuildOptions::cross_entropy`]).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub cross_entropy: CrossEntropy,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -259,6 +313,7 @@ impl Execution {
         kernels: KernelFusion::Fused,
         fp8_library: Fp8Library::TransformerEngine,
         overlap_efficiency: Fraction(1.0),
+        cross_entropy: CrossEntropy::Fused,
     };
 
     /// Whether operators run on all cores only (no single-core durations are needed).

@@ -380,6 +380,7 @@ fn chain(
                 id: n.id,
                 parameter_bytes: n.parameter_size,
                 activation_bytes: n.activation_size,
+                workspace_bytes: 0.0,
                 forward: n.optimal_latency_fw,
                 backward: n.optimal_latency_bw,
                 tensor_parallel: n.is_tensor_parallelized,

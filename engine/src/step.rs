@@ -985,6 +985,7 @@ pub fn graph(input: &StepInput) -> ModelGraph {
             recompute_modules: pl.recompute_modules,
             kernels: input.execution.kernels,
             fp8_library: input.execution.fp8_library,
+            cross_entropy: input.execution.cross_entropy,
         },
     )
 }
@@ -1467,16 +1468,28 @@ fn stage_memory(
         // do the multi-token-prediction modules' that precede it.
         activations += held.head * g.head.stash_bytes as f64;
         activations += mtp.map_or(0, |l| l.kept_bytes(pl.recomputation)) as f64;
-        if pl.recomputation != Recomputation::None && rerun.main + rerun.dense + rerun.mtp > 0.0 {
-            // One block's rematerialised activations (the larger kind's on the device).
-            activations += kinds
+        // At most one transient at a time besides what is kept: one block's rematerialised
+        // activations (the larger kind's on the device) while its backward runs, or the
+        // loss's logits and gradients while the head's runs.
+        let rematerialised = if pl.recomputation != Recomputation::None
+            && rerun.main + rerun.dense + rerun.mtp > 0.0
+        {
+            kinds
                 .iter()
                 .filter(|(_, c)| *c > 0)
                 .map(|(l, _)| *l)
                 .chain(mtp)
                 .map(|l| (l.stash_bytes - l.kept_bytes(pl.recomputation)) as f64)
-                .fold(0.0, f64::max);
-        }
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        };
+        let loss = if held.head > 0.0 {
+            g.head.workspace_bytes as f64
+        } else {
+            0.0
+        };
+        activations += rematerialised.max(loss);
         let [weights, gradients, optimizer, state_total] = state.bytes(params, experts);
         // The largest layer on the device, for what ZeRO-2/3 hold unsharded while it runs.
         let largest = kinds

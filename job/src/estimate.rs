@@ -91,6 +91,7 @@ fn whole_model(input: &StepInput) -> archplace_engine::model::ModelGraph {
             context_parallel: 1,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
         },
     )
 }

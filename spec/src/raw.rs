@@ -593,6 +593,12 @@ pub struct RawTraining {
     /// "torchao" (torchtitan's Float8: the 16-bit inputs and weights saved and cast again
     /// in backward, every use of a weight cast). The row-wise recipe is torchao's.
     pub fp8_library: Option<archplace_engine::execution::Fp8Library>,
+    /// How the loss over the vocabulary is computed: "fused" (default: Megatron-Core's,
+    /// Transformer Engine's or flash-attn's in-place cross-entropy, nothing held beside the
+    /// kept fp32 softmax) or "eager" (PyTorch's `F.cross_entropy` over the logits cast to
+    /// fp32, torchtitan's loss: its backward allocates two fp32 gradients beside the kept
+    /// log-softmax, 8 bytes a logit). Memory only.
+    pub cross_entropy: Option<archplace_engine::execution::CrossEntropy>,
 }
 
 /// The devices that train the model.

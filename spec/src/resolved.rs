@@ -6,7 +6,7 @@
 
 use super::{CostModelSpec, EstimateSpec, ModelSpec, Spec};
 use archplace_cost_port::PluginRef;
-use archplace_engine::execution::{Fp8Library, KernelFusion};
+use archplace_engine::execution::{CrossEntropy, Fp8Library, KernelFusion};
 use archplace_engine::model::{AttentionKernel, Head};
 use archplace_engine::search::Strategy;
 use archplace_engine::space::{AreaBudget, SpaceSpec};
@@ -331,6 +331,9 @@ fn training(tr: &Training) -> Table {
     }
     if tr.execution.fp8_library != Fp8Library::TransformerEngine {
         t.insert("fp8_library".into(), name(&tr.execution.fp8_library));
+    }
+    if tr.execution.cross_entropy != CrossEntropy::Fused {
+        t.insert("cross_entropy".into(), name(&tr.execution.cross_entropy));
     }
     t
 }

@@ -470,6 +470,7 @@ fn training_choices_and_their_defaults() {
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
             overlap_efficiency: Default::default(),
         }
     );
@@ -1255,6 +1256,26 @@ fn the_row_wise_recipe_is_torchaos() {
         );
     }
 }
+/// `[training] cross_entropy` reaches the execution ("fused" when left out) and an unknown
+/// one is refused at its key.
+#[test]
+fn the_loss_kernel_is_read_and_a_bad_one_located() {
+    use archplace_engine::execution::CrossEntropy;
+    let base = include_str!("../../config/specs/estimate-llama3-8b-fsdp-h100.toml");
+    let with = |keys: &str| base.replace("[training]\n", &format!("[training]\n{keys}"));
+    for (keys, want) in [
+        ("", CrossEntropy::Fused),
+        ("cross_entropy = \"fused\"\n", CrossEntropy::Fused),
+        ("cross_entropy = \"eager\"\n", CrossEntropy::Eager),
+    ] {
+        let spec = parse(&with(keys), "s.toml").unwrap_or_else(|d| panic!("{keys}: {d:#?}"));
+        assert_eq!(spec.training.execution.cross_entropy, want, "{keys}");
+    }
+    let d = errors(&with("cross_entropy = \"chunked\"\n"));
+    let e = find(&d, "training.cross_entropy");
+    assert!(e.message.contains("chunked"), "{e:?}");
+}
+
 /// Each shipped stack profile parses, names only shipped calibrations (with their errors),
 /// and fills every `[training]` key an example spec leaves out with its value, while the
 /// spec's own keys win; its calibration follows the GPU generation of the spec's presets
@@ -1300,6 +1321,10 @@ fn stacks_fill_the_training_keys_a_spec_leaves_out() {
         assert_eq!(
             text_of("fp8_library").unwrap_or("transformer_engine"),
             t.execution.fp8_library.name()
+        );
+        assert_eq!(
+            text_of("cross_entropy").unwrap_or("fused"),
+            t.execution.cross_entropy.name()
         );
         assert_eq!(
             text_of("context_parallel_exchange"),

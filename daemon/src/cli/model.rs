@@ -390,6 +390,7 @@ fn list_presets(json: bool) -> Result<Exit> {
                 context_parallel: 1,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                cross_entropy: Default::default(),
             };
             let c = Counts::of(&cfg, &build(&cfg, &opts));
             Some(PresetRow {
@@ -460,6 +461,7 @@ pub fn run(args: &ModelArgs) -> Result<Exit> {
             context_parallel: 1,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
         };
         let counts = Counts::of(cfg, &build(cfg, &opts(1)));
         for t in cfg.tensor_parallel_widths() {

@@ -8,7 +8,7 @@ use super::config::{
 use super::graph::{
     ATTENTION_CORE, FwdKind, FwdOp, Input, KeptTensor, LayerBuilder, OpGraph, Operand, Saved,
 };
-use crate::execution::{Fp8Library, KernelFusion};
+use crate::execution::{CrossEntropy, Fp8Library, KernelFusion};
 use crate::training::{Numerics, Recomputation, RecomputeModule, RecomputeModules};
 use archplace_plugin_sdk::{Attention, Gemm, VectorKind};
 use serde::Serialize;
@@ -43,6 +43,9 @@ pub struct BuildOptions {
     /// FP8 or in 16-bit for the backward pass, and casts it again there
     /// ([`crate::execution::Fp8Library`]).
     pub fp8_library: Fp8Library,
+    /// How the loss is computed: what the head holds beside its kept softmax while the
+    /// loss and its gradient are computed ([`Layer::workspace_bytes`]).
+    pub cross_entropy: CrossEntropy,
 }
 
 /// How the experts of a Mixture-of-Experts model are laid out over the ranks of a pipeline
@@ -214,6 +217,11 @@ pub struct Layer {
     /// the step casts them once and keeps their quantised copies
     /// ([`crate::training::Precision::weight_copy_bytes`]).
     pub quantised_parameters: u64,
+    /// Activations its passes hold at their peak beside what it keeps, per micro-batch: the
+    /// head's logits and their gradients while the loss runs
+    /// ([`crate::execution::CrossEntropy`]); 0 for every other layer (a block's
+    /// rematerialised activations are counted apart).
+    pub workspace_bytes: u64,
     /// The distinct tensors its forward pass keeps for the backward pass (they add up to
     /// `stash_bytes`).
     pub kept: Vec<KeptTensor>,
@@ -394,6 +402,7 @@ struct Ctx<'a> {
     recompute_modules: RecomputeModules,
     kernels: KernelFusion,
     fp8_library: Fp8Library,
+    cross_entropy: CrossEntropy,
 }
 
 /// A block's FFN: its parameters, of them the experts', and a Mixture-of-Experts layer's
@@ -431,6 +440,7 @@ impl<'a> Ctx<'a> {
             recompute_modules: o.recompute_modules,
             kernels: o.kernels,
             fp8_library: o.numerics.scaling.run_by(o.fp8_library),
+            cross_entropy: o.cross_entropy,
         }
     }
 
@@ -724,6 +734,7 @@ impl<'a> Ctx<'a> {
             all_to_all: None,
             kv_exchange: None,
             imbalance_matmul_flops: 0.0,
+            workspace_bytes: 0,
             kept: lb.kept_tensors(),
             forward: lb.forward(),
             backward: lb.backward(),
@@ -1527,6 +1538,8 @@ impl<'a> Ctx<'a> {
         let mut lb = LayerBuilder::default();
         let mut params = 0;
         let mut shared = 0;
+        // The loss's logits, whose computation holds the workspace.
+        let logit_count;
         let mut x = Input::External;
         if cfg.norm_position == NormPosition::Pre {
             params += self.norm_parameters();
@@ -1564,6 +1577,7 @@ impl<'a> Ctx<'a> {
                     vec![save(x, "out", self.rep(tok * e) * bpe)],
                 );
                 // The softmax of the logits is kept in fp32 for the backward pass.
+                logit_count = tok * v;
                 let ce = lb.push(
                     "cross_entropy",
                     self.vector(VectorKind::CrossEntropy, tok * v, v),
@@ -1592,6 +1606,7 @@ impl<'a> Ctx<'a> {
                 lb.save_output(p, "out", b * h * bpe);
                 let c = lb.push("classifier", self.gemm(b, classes, h), vec![p], vec![]);
                 let c = self.bias(&mut lb, "classifier.bias", c, b * classes);
+                logit_count = b * classes;
                 lb.push(
                     "cross_entropy",
                     self.vector(VectorKind::CrossEntropy, b * classes, classes),
@@ -1600,6 +1615,8 @@ impl<'a> Ctx<'a> {
                 );
             }
         }
-        self.layer(LayerKind::Head, lb, params, shared, 0)
+        let mut head = self.layer(LayerKind::Head, lb, params, shared, 0);
+        head.workspace_bytes = logit_count * self.cross_entropy.workspace_bytes_per_logit();
+        head
     }
 }

@@ -43,6 +43,7 @@ mod tests {
             context_parallel: 1,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
         }
     }
 
@@ -160,6 +161,7 @@ mod tests {
         let fp8 = |library, scaling| BuildOptions {
             numerics: Precision::Fp8Hybrid.numerics(scaling),
             fp8_library: library,
+            cross_entropy: Default::default(),
             ..opts(2, 1)
         };
         let block = |o: &BuildOptions| build(&cfg, o).block.clone();

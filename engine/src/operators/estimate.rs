@@ -117,6 +117,7 @@ mod tests {
                 context_parallel: 1,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                cross_entropy: Default::default(),
             },
         );
         let ops = OpSet::of([&g.block.forward]);

@@ -176,6 +176,7 @@ mod tests {
             tensor_parallel_overlap: TensorParallelOverlap::None,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
             overlap_efficiency: Default::default(),
         };
         let inst = restrict(layer(), seq);
@@ -190,6 +191,7 @@ mod tests {
                 tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                cross_entropy: Default::default(),
                 overlap_efficiency: Default::default(),
             },
         );
@@ -205,6 +207,7 @@ mod tests {
                 tensor_parallel_overlap: TensorParallelOverlap::None,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                cross_entropy: Default::default(),
                 overlap_efficiency: Default::default(),
             },
         );
@@ -225,6 +228,7 @@ mod tests {
                 tensor_parallel_overlap: TensorParallelOverlap::None,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                cross_entropy: Default::default(),
                 overlap_efficiency: Default::default(),
             },
         );

@@ -43,6 +43,11 @@ pub struct Layer {
     pub id: i64,
     pub parameter_bytes: f64,
     pub activation_bytes: f64,
+    /// What the layer holds beside its activations while its passes run (the loss's
+    /// logits and gradients: [`crate::model::Layer::workspace_bytes`]); a stage needs the
+    /// largest of its layers' and of [`MegatronMemory::transient_bytes`] on top of what it
+    /// keeps, as they never run at once.
+    pub workspace_bytes: f64,
     pub forward: f64,
     pub backward: f64,
     pub tensor_parallel: bool,

@@ -178,6 +178,7 @@ impl<'a> Stages<'a> {
         let mut finish = vec![0.0f64; end.saturating_sub(i)];
         let mut leaving: BinaryHeap<Leaving> = BinaryHeap::new();
         let (mut p, mut a, mut tp, mut fw_part, mut entering) = (0.0, 0.0, false, 0.0, 0.0);
+        let mut workspace: f64 = 0.0;
         let mut longest = f64::NEG_INFINITY;
         for j in i + 1..=end {
             let v = j - 1;
@@ -193,6 +194,7 @@ impl<'a> Stages<'a> {
             let forward = finish[v - i];
             p += layers[v].parameter_bytes;
             a += layers[v].activation_bytes;
+            workspace = workspace.max(layers[v].workspace_bytes);
             tp |= layers[v].tensor_parallel;
             fw_part += layers[v].forward;
             // Backward: v joins the range; its edges leave it until j passes their end.
@@ -208,7 +210,7 @@ impl<'a> Stages<'a> {
                 MemoryRule::Reference { .. } => {
                     (self.state * p + a, if st.recompute { entering } else { a })
                 }
-                MemoryRule::Megatron(_) => (self.state * p + a + transient, a),
+                MemoryRule::Megatron(_) => (self.state * p + a + transient.max(workspace), a),
             };
             let mut range = Range {
                 devices: if tp { self.width } else { 1 },

@@ -84,6 +84,7 @@ fn random_instance(rng: &mut Rng) -> (Vec<Chain>, Settings) {
                 id: i as i64 - 1,
                 parameter_bytes: (1 + rng.below(100)) as f64 * 1e6 / t as f64,
                 activation_bytes: (1 + rng.below(100)) as f64 * 1e6 / t as f64,
+                workspace_bytes: 0.0,
                 forward: (0.1 + rng.unit()) / t as f64,
                 backward: (0.2 + 2.0 * rng.unit()) / t as f64,
                 tensor_parallel: t > 1 && !(mixed && i == 0),
@@ -301,12 +302,50 @@ fn the_ranges_that_fit_are_a_prefix_of_each_row() {
     assert!(cut > 100 && cut < rows, "{cut} of {rows} rows cut short");
 }
 
+/// A stage holds, beside what it keeps, the larger of one block's rematerialised
+/// activations and its layers' workspaces (the head's loss), never both: they do not run
+/// at once. Four blocks and a head of workspace 30 with a transient of 5: every range that
+/// ends at the head adds 30, every other 5.
+#[test]
+fn a_stage_holds_its_largest_transient_once() {
+    let (mut chains, mut settings) = uniform(4, 8, 4, 1e12);
+    let chain = &mut chains[0];
+    let head = chain.layers.len() - 1;
+    chain.layers[head].workspace_bytes = 30.0;
+    if let MemoryRule::Megatron(m) = &mut settings.memory {
+        m.transient_bytes = 5.0;
+    }
+    let st = Stages::new(chain, &settings, 1).unwrap();
+    let n = chain.layers.len();
+    let mut row = Vec::new();
+    let mut checked = 0;
+    for i in 0..n {
+        st.row(i, n, &mut row);
+        for (j, r) in (i + 1..=n).zip(&row) {
+            let kept: f64 = chain.layers[i..j]
+                .iter()
+                .map(|l| l.parameter_bytes + l.activation_bytes)
+                .sum();
+            let transient = if j == n { 30.0 } else { 5.0 };
+            assert!(
+                (r.constant - (kept + transient)).abs() < 1e-9,
+                "[{i}, {j}): {} vs {}",
+                r.constant,
+                kept + transient
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, n * (n + 1) / 2);
+}
+
 #[test]
 fn branching_graphs_are_refused() {
     let layer = |id| Layer {
         id,
         parameter_bytes: 1.0,
         activation_bytes: 1.0,
+        workspace_bytes: 0.0,
         forward: 1.0,
         backward: 1.0,
         tensor_parallel: false,
@@ -395,6 +434,7 @@ fn uniform(
         id,
         parameter_bytes,
         activation_bytes: parameter_bytes / 10.0,
+        workspace_bytes: 0.0,
         forward,
         backward: 2.0 * forward,
         tensor_parallel: true,
@@ -624,6 +664,7 @@ fn long_chain(n: usize) -> Chain {
             id: i as i64,
             parameter_bytes: 1e6,
             activation_bytes: 1e6,
+            workspace_bytes: 0.0,
             forward: 1.0,
             backward: 2.0,
             tensor_parallel: false,

@@ -359,6 +359,7 @@ pub(crate) fn layer_graphs(input: &SearchInput) -> Vec<HashMap<GraphKey, ModelGr
                                 recompute_modules: input.training.recompute_modules,
                                 kernels: input.training.execution.kernels,
                                 fp8_library: input.training.execution.fp8_library,
+                                cross_entropy: input.training.execution.cross_entropy,
                             };
                             map.entry((b, t, e, sp, ep, cp, domain))
                                 .or_insert_with(|| build(&m.config, &opts));

@@ -156,6 +156,7 @@ impl Ctx<'_> {
                 id: i as i64,
                 parameter_bytes: 0.0,
                 activation_bytes: 0.0,
+                workspace_bytes: 0.0,
                 forward: 0.0,
                 backward: 0.0,
                 tensor_parallel: t > 1,
@@ -186,6 +187,7 @@ impl Ctx<'_> {
                 };
                 node.parameter_bytes += l.parameter_bytes as f64;
                 node.activation_bytes += activation_bytes as f64;
+                node.workspace_bytes = node.workspace_bytes.max(l.workspace_bytes as f64);
                 let (gather, scatter) = fsdp(l.parameters);
                 node.forward += timed.fwd.seconds + exchanged + gather.0 + kv_forward.0;
                 node.backward += timed.bwd.seconds + exchanged + again + gather.1 + scatter;

@@ -162,6 +162,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                 context_parallel: 1,
                                 kernels: Default::default(),
                                 fp8_library: Default::default(),
+                                cross_entropy: Default::default(),
                             },
                         );
                         let time = |graph: &OpGraph| {
@@ -188,6 +189,7 @@ fn brute_force(input: &SearchInput, space: &Space) -> Vec<Option<Found>> {
                                     id: i as i64,
                                     parameter_bytes: l.parameter_bytes as f64,
                                     activation_bytes: l.stash_bytes as f64,
+                                    workspace_bytes: l.workspace_bytes as f64,
                                     forward: per_kind[k].0,
                                     backward: per_kind[k].1,
                                     tensor_parallel: t > 1,
@@ -1447,6 +1449,7 @@ fn random_problem(seed: u64) -> (SearchInput, Space) {
                 [(d.next() % 3) as usize],
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
             overlap_efficiency: Default::default(),
         };
     }
@@ -1626,6 +1629,7 @@ fn the_bound_through_skeletons_is_the_bound_through_instances() {
                 tensor_parallel_overlap,
                 kernels: Default::default(),
                 fp8_library: Default::default(),
+                cross_entropy: Default::default(),
                 overlap_efficiency: Default::default(),
             })
         })

@@ -1,4 +1,5 @@
 use super::*;
+use crate::execution::CrossEntropy;
 use crate::model::preset;
 use crate::network::Tier;
 use crate::space::REFERENCE_CONFIG;
@@ -171,6 +172,7 @@ fn stages_hold_the_model() {
             context_parallel: 1,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
         },
     );
     let total: u64 = r.stages.iter().map(|s| s.parameters).sum();
@@ -869,6 +871,56 @@ fn multi_token_prediction_runs_in_the_last_stage() {
     assert!(a.seconds_per_micro_batch > b.seconds_per_micro_batch);
     assert!(with.model_flops_per_step > without.model_flops_per_step);
     assert!(with.hardware_flops_per_step > without.hardware_flops_per_step);
+}
+
+/// The loss holds its logits and their gradients beside the fp32 softmax the head keeps:
+/// nothing more fused (the in-place kernels), 8 bytes a logit eager (PyTorch's over an fp32
+/// copy). Llama-3-8B at TP 2 × PP 2, micro-batch 2: the head's rank computes
+/// `2 · 8,192 × 128,256 / 2` logits; on its stage the larger of that workspace and one
+/// block's rematerialised activations (full recomputation) comes on top of what is kept,
+/// the other stage does not move, nor does the step's time.
+#[test]
+fn the_loss_holds_its_logits_and_gradients_beside_the_kept_softmax() {
+    let mut pl = plan(2, 2, 4);
+    pl.micro_batch = 2;
+    pl.recomputation = Recomputation::Full;
+    let mut input = gpt3(pl, 1 << 20);
+    input.model = preset("llama3-8b").unwrap();
+    input.global_batch = 64;
+    let at = |cross_entropy| {
+        let mut i = input.clone();
+        i.execution.cross_entropy = cross_entropy;
+        (
+            estimate_step(&i, &ReferenceModel::default()).unwrap(),
+            graph(&i),
+        )
+    };
+    let (fused, g) = at(CrossEntropy::Fused);
+    let (eager, ge) = at(CrossEntropy::Eager);
+    let logits = (2 * 8192 * 128_256 / 2) as u64;
+    assert_eq!(g.head.workspace_bytes, 0);
+    assert_eq!(ge.head.workspace_bytes, 8 * logits);
+    assert_eq!(g.head.stash_bytes, ge.head.stash_bytes);
+    assert_eq!(
+        (g.block.workspace_bytes, g.embedding.workspace_bytes),
+        (0, 0)
+    );
+    let rematerialised = (g.block.stash_bytes - g.block.input_bytes) as f64;
+    let on_top = |workspace: u64| rematerialised.max(workspace as f64);
+    let (a, b) = (&eager.stages[1], &fused.stages[1]);
+    assert!(a.head && b.head);
+    assert!(
+        rel(
+            a.memory_bytes.activations - b.memory_bytes.activations,
+            on_top(8 * logits) - on_top(0)
+        ) < 1e-12
+    );
+    assert!(8 * logits as u128 > rematerialised as u128);
+    assert_eq!(
+        eager.stages[0].memory_bytes.total.to_bits(),
+        fused.stages[0].memory_bytes.total.to_bits()
+    );
+    assert_eq!(eager.step_seconds.to_bits(), fused.step_seconds.to_bits());
 }
 
 /// Pure FSDP (ZeRO-3, t = p = 1) of Llama-3-8B over 16 devices of a flat 50 GB/s network:
@@ -1718,6 +1770,7 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
             tensor_parallel_overlap: TensorParallelOverlap::None,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
             overlap_efficiency: Default::default(),
         },
         Execution {
@@ -1725,6 +1778,7 @@ fn sequence_parallel_collectives_are_pipelined_with_their_gemm() {
             tensor_parallel_overlap: TensorParallelOverlap::Pipelined,
             kernels: Default::default(),
             fp8_library: Default::default(),
+            cross_entropy: Default::default(),
             overlap_efficiency: Default::default(),
         },
     );
@@ -1804,6 +1858,7 @@ fn async_tensor_parallelism_decomposes_the_collectives_gemms() {
         tensor_parallel_overlap,
         kernels: Default::default(),
         fp8_library: Default::default(),
+        cross_entropy: Default::default(),
         overlap_efficiency: Default::default(),
     };
     let (alone, pipelined, decomposed) = (

@@ -152,6 +152,7 @@ pub(super) fn training(raw: &RawSpec, ctx: &mut Ctx<'_>) -> Training {
             tensor_parallel_overlap: t.tensor_parallel_overlap.unwrap_or_default(),
             kernels: t.kernel_fusion.unwrap_or_default(),
             fp8_library: t.fp8_library.unwrap_or_default(),
+            cross_entropy: t.cross_entropy.unwrap_or_default(),
             overlap_efficiency: Default::default(),
         },
     }
