@@ -147,17 +147,11 @@ pub enum KernelFusion {
 }
 
 impl KernelFusion {
-    pub const ALL: [KernelFusion; 2] = [KernelFusion::Fused, KernelFusion::Eager];
-
     pub fn name(self) -> &'static str {
         match self {
             KernelFusion::Fused => "fused",
             KernelFusion::Eager => "eager",
         }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
@@ -181,17 +175,11 @@ pub enum Fp8Library {
 }
 
 impl Fp8Library {
-    pub const ALL: [Fp8Library; 2] = [Fp8Library::TransformerEngine, Fp8Library::Torchao];
-
     pub fn name(self) -> &'static str {
         match self {
             Fp8Library::TransformerEngine => "transformer_engine",
             Fp8Library::Torchao => "torchao",
         }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|l| l.name() == name)
     }
 }
 
@@ -222,17 +210,11 @@ pub enum CrossEntropy {
 }
 
 impl CrossEntropy {
-    pub const ALL: [CrossEntropy; 2] = [CrossEntropy::Fused, CrossEntropy::Eager];
-
     pub fn name(self) -> &'static str {
         match self {
             CrossEntropy::Fused => "fused",
             CrossEntropy::Eager => "eager",
         }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
     /// Bytes per logit (on this rank) the loss holds at its peak beside the fp32 softmax
