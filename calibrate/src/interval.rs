@@ -76,27 +76,31 @@ pub fn draws(
         }
     }
     let base = configured(spec, models.latency.as_ref());
+    // Draw `k` takes the calibration's draw `k mod n` (its fitted factors when it kept
+    // none): each of those `n` turned into values once, not once per draw — `estimate`
+    // makes an interval on every call, and its whole process is held to milliseconds.
+    let from_calibration: Vec<BTreeMap<ParameterRef, f64>> = match calibration {
+        Some(c) if c.draws.is_empty() => vec![c.values(&base, &c.factors())?.into_iter().collect()],
+        Some(c) => c
+            .draws
+            .iter()
+            .map(|factors| Ok(c.values(&base, factors)?.into_iter().collect()))
+            .collect::<Result<_, CalibrationError>>()?,
+        None => vec![BTreeMap::new()],
+    };
     let mut rng = SplitMix(SEED);
-    (0..draws)
+    Ok((0..draws)
         .map(|k| {
-            // A calibration's draw, or its fitted factors when it kept no draws.
-            let mut values: BTreeMap<ParameterRef, f64> = match calibration {
-                Some(c) => {
-                    let fitted = c.factors();
-                    let factors = c.draws.get(k % c.draws.len().max(1)).unwrap_or(&fitted);
-                    c.values(&base, factors)?.into_iter().collect()
-                }
-                None => BTreeMap::new(),
-            };
+            let mut values = from_calibration[k % from_calibration.len()].clone();
             for r in ranges {
                 values.insert(
                     r.parameter.clone(),
                     r.lower + rng.unit() * (r.upper - r.lower),
                 );
             }
-            Ok(values.into_iter().collect())
+            values.into_iter().collect()
         })
-        .collect()
+        .collect())
 }
 
 /// The units of every declared parameter of `models`' latency plugin and the cluster.
@@ -265,30 +269,29 @@ pub fn model_errors(calibration: &Calibration, n: usize) -> Vec<f64> {
 
 /// The 5th–95th percentile interval of a positive `answer` under `draws` (each a full
 /// list of parameter values), linearised at `center` (the point estimate's values of the
-/// same parameters), whose answer is `at_center` when the caller has it, each draw's
-/// answer multiplied by `e^offset` when `offsets` gives one (the model's error,
-/// [`model_errors`]): `None` when there are no draws or an exact evaluation fails.
-pub fn propagate(
+/// same parameters). `beside` runs on the calling thread while the exact points that
+/// linearise the answer are evaluated on others (their results do not depend on it): it
+/// gives the caller's own result (the point estimate itself), the answer at `center`, and
+/// for each draw the log of a factor on its answer (the model's error, [`model_errors`];
+/// none: no factor). The interval is `None` when there are no draws, no answer at
+/// `center`, or an exact evaluation fails.
+pub fn propagate<S>(
     center: &[(ParameterRef, f64)],
-    at_center: Option<f64>,
     draws: &[Vec<(ParameterRef, f64)>],
-    offsets: &[f64],
     answer: &Answer<'_>,
-) -> Option<Propagated> {
+    beside: impl FnOnce() -> (S, Option<f64>, Vec<f64>),
+) -> (S, Option<Propagated>) {
     if draws.is_empty() {
-        return None;
+        return (beside().0, None);
     }
     let varying = varying(center, draws);
-    let mut points = moved(center, &varying);
-    if at_center.is_none() {
-        points.insert(0, center.to_vec());
-    }
-    let mut exact = crate::parallel::map(&points, |p| answer(p));
-    if let Some(t) = at_center {
-        exact.insert(0, Some(t));
-    }
-    let t0 = exact.first().copied().flatten().filter(|t| *t > 0.0)?;
-    let linear = Linearised::new(center, &varying, t0, &exact[1..]);
+    let points = moved(center, &varying);
+    let (at_moved, (own, at_center, offsets)) =
+        crate::parallel::map_beside(&points, |p| answer(p), beside);
+    let Some(t0) = at_center.filter(|t| *t > 0.0) else {
+        return (own, None);
+    };
+    let linear = Linearised::new(center, &varying, t0, &at_moved);
     let offset = |k: usize| offsets.get(k).copied().unwrap_or(0.0);
     let logs: Vec<f64> = draws
         .iter()
@@ -301,15 +304,19 @@ pub fn propagate(
     let (low, high) = (at(0.05), at(0.95));
     let ends = [draws[low].clone(), draws[high].clone()];
     let ends = crate::parallel::map(&ends, |p| answer(p));
-    let (a, b) = (ends[0]? * offset(low).exp(), ends[1]? * offset(high).exp());
-    Some(Propagated {
+    let (Some(a), Some(b)) = (ends[0], ends[1]) else {
+        return (own, None);
+    };
+    let (a, b) = (a * offset(low).exp(), b * offset(high).exp());
+    let propagated = Propagated {
         interval: Interval {
             lower: a.min(b),
             upper: a.max(b),
         },
         evaluations: points.len() + 2,
         draws: draws.len(),
-    })
+    };
+    (own, Some(propagated))
 }
 
 /// The answer of `spec` with the parameters at `values`: the spec with those values, its

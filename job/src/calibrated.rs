@@ -156,36 +156,61 @@ pub struct StepInterval {
     pub from: Vec<&'static str>,
 }
 
-/// The interval of the step of `spec` (as written; `models` its cost models) under the
-/// calibration's draws and the spec's declared ranges; `None` when nothing is uncertain.
-pub fn step_interval(
+/// The step of `spec` and its interval: `point` (the step itself, from `spec` as
+/// calibrated) runs on the calling thread while the interval's exact points are evaluated
+/// on others, and gives with its result the step's seconds and tokens per second per
+/// device (none: the plan cannot run, and there is no interval). The interval is that of the step of
+/// `spec` (as written; `models` its cost models) under the calibration's draws and the
+/// spec's declared ranges; `None` when nothing is uncertain. A declared range the latency
+/// model cannot take is an error only when the step can be made.
+pub fn step_with_interval<R>(
     spec: &Spec,
     models: &CostModels,
     applied: Option<&Applied>,
     source: &dyn CostModelSource,
     scheduling: archplace_spec::Scheduling,
-    point: &archplace_engine::step::StepReport,
-) -> Result<Option<StepInterval>, CalibrationError> {
+    point: impl FnOnce() -> (R, Option<(f64, f64)>),
+) -> Result<(R, Option<StepInterval>), CalibrationError> {
     let cal = applied.and_then(|a| a.calibration.as_ref());
-    let draws = interval::draws(spec, models, cal, interval::DRAWS)?;
-    let Some(first) = draws.first() else {
-        return Ok(None);
+    let prepared = interval::draws(spec, models, cal, interval::DRAWS).and_then(|draws| {
+        let center = match draws.first() {
+            Some(first) => center_of(spec, models, cal, first)?,
+            None => Vec::new(),
+        };
+        Ok((draws, center))
+    });
+    let (draws, center) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let (r, step) = point();
+            return match step {
+                Some(_) => Err(e),
+                None => Ok((r, None)),
+            };
+        }
     };
-    let center = center_of(spec, models, cal, first)?;
     let seconds = interval::with_answer(spec, models, source, |s, m| {
         let input = s.step_input(scheduling).ok()?;
         estimate_step(&input, m.latency.as_ref())
             .ok()
             .map(|r| r.step_seconds)
     });
-    let errors = cal.map_or_else(Vec::new, |c| interval::model_errors(c, draws.len()));
-    let Some(p) = interval::propagate(&center, Some(point.step_seconds), &draws, &errors, &seconds)
-    else {
-        return Ok(None);
+    let ((r, step, model_error), propagated) =
+        interval::propagate(&center, &draws, &seconds, || {
+            let (r, step) = point();
+            let at_center = step.map(|(seconds, _)| seconds);
+            let errors = match (cal, at_center) {
+                (Some(c), Some(_)) => interval::model_errors(c, draws.len()),
+                _ => Vec::new(),
+            };
+            ((r, step, !errors.is_empty()), at_center, errors)
+        });
+    let (Some(p), Some((step_seconds, tokens_per_second))) = (propagated, step) else {
+        return Ok((r, None));
     };
     // Tokens per step do not depend on the parameters: throughput is inverse to time.
-    let tokens_per_device = point.tokens_per_second_per_device * point.step_seconds;
-    Ok(Some(StepInterval {
+    let tokens_per_device = tokens_per_second * step_seconds;
+    let interval = StepInterval {
         step_seconds: p.interval,
         tokens_per_second_per_device: Interval {
             lower: tokens_per_device / p.interval.upper,
@@ -196,12 +221,13 @@ pub fn step_interval(
         level: 0.9,
         from: {
             let mut from = uncertain_from(spec, cal);
-            if !errors.is_empty() {
+            if model_error {
                 from.push("model error");
             }
             from
         },
-    }))
+    };
+    Ok((r, Some(interval)))
 }
 
 /// Where a spec's uncertainty comes from: its calibration's draws, its declared ranges.

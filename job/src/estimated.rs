@@ -94,28 +94,33 @@ pub fn estimate(
     let input = spec.step_input(options.scheduling)?;
     let info = models.latency.info();
     let latency_model = format!("{} {}", info.name, info.version);
-    let (result, timeline) = if options.timeline {
-        match estimate_step_timeline(&input, models.latency.as_ref()) {
-            Ok((r, t)) => (Ok(r), Some(t)),
-            Err(e) => (Err(e), None),
-        }
-    } else {
-        (estimate_step(&input, models.latency.as_ref()), None)
+    // The step, made while the interval's exact points are evaluated beside it.
+    let point = || {
+        let (result, timeline) = if options.timeline {
+            match estimate_step_timeline(&input, models.latency.as_ref()) {
+                Ok((r, t)) => (Ok(r), Some(t)),
+                Err(e) => (Err(e), None),
+            }
+        } else {
+            (estimate_step(&input, models.latency.as_ref()), None)
+        };
+        let step = result
+            .as_ref()
+            .ok()
+            .map(|r| (r.step_seconds, r.tokens_per_second_per_device));
+        ((result, timeline), step)
     };
+    let ((result, timeline), interval) = calibrated::step_with_interval(
+        written,
+        &written_models,
+        applied.as_ref(),
+        source,
+        options.scheduling,
+        point,
+    )?;
     if let Err(StepError::CostModel(e)) = &result {
         return Err(EstimateError::LatencyModel(e.to_string()));
     }
-    let interval = match &result {
-        Ok(r) => calibrated::step_interval(
-            written,
-            &written_models,
-            applied.as_ref(),
-            source,
-            options.scheduling,
-            r,
-        )?,
-        Err(_) => None,
-    };
     Ok(Estimated {
         spec,
         input,
