@@ -1997,6 +1997,17 @@ fn stacks_are_listed_and_a_stack_applies_its_defaults_and_calibration() {
         "{}",
         v["calibration"]
     );
+    // The step is made while its interval's exact points are evaluated on other threads
+    // (one per fitted factor, then the two ends): the same digits on every run, around it.
+    let again = estimate(&fsdp, &[]);
+    assert_eq!(v["step_seconds"], again["step_seconds"]);
+    assert_eq!(v["step_seconds_interval"], again["step_seconds_interval"]);
+    let fitted = v["calibration"]["parameters"].as_array().unwrap().len();
+    assert_eq!(v["uncertainty"]["evaluations"], fitted + 2);
+    assert_eq!(v["uncertainty"]["draws"], 1000);
+    let step = v["step_seconds"].as_f64().unwrap();
+    let [lo, hi] = [0, 1].map(|i| v["step_seconds_interval"][i].as_f64().unwrap());
+    assert!(lo < step && step < hi, "{lo} {step} {hi}");
 }
 
 /// An area budget beyond what the area model sizes is refused, located, with both numbers:
