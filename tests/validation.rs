@@ -527,9 +527,10 @@ struct MemoryRun {
 }
 
 /// What archplace reaches on the published peak memory today: the mean absolute error
-/// over the runs (10.3% with the eager loss's workspace, 26% before it); a change that
+/// over the runs (9.1% with the eager loss's workspace and PyTorch's loss parallelism
+/// under tensor parallelism; 10.3% before the latter, 26% before either); a change that
 /// makes it worse fails.
-const MEMORY_BOUND: f64 = 0.11;
+const MEMORY_BOUND: f64 = 0.10;
 
 /// The checked runs' memory against what their sources published (docs/validation.md,
 /// "Checked, never fitted"), from their estimates (`estimated`: each check's spec and its

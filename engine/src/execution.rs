@@ -205,7 +205,12 @@ pub enum CrossEntropy {
     /// and Hugging Face's losses likewise): log-softmax keeps its fp32 output; backward
     /// allocates the loss's dense fp32 gradient and log-softmax's fp32 input gradient
     /// beside it — 8 bytes per logit (forward's peak, the 16-bit logits and their fp32
-    /// copy, is 6).
+    /// copy, is 6). With the vocabulary split over tensor-parallel ranks, PyTorch computes
+    /// it as DTensor's loss parallelism (`torch.distributed.tensor.parallel.loss_parallel`,
+    /// torchtitan's default under tensor parallelism), which decomposes it: forward's
+    /// log-softmax is a subtraction, an exponential and a sum over the local shard, and
+    /// backward is `(zeros_like(x) + exp(x)) * grad` — three fp32 tensors the size of the
+    /// shard's logits at once beside the kept softmax, 12 bytes per logit.
     Eager,
 }
 
@@ -218,11 +223,13 @@ impl CrossEntropy {
     }
 
     /// Bytes per logit (on this rank) the loss holds at its peak beside the fp32 softmax
-    /// the head keeps for backward.
-    pub fn workspace_bytes_per_logit(self) -> u64 {
-        match self {
-            CrossEntropy::Fused => 0,
-            CrossEntropy::Eager => 8,
+    /// the head keeps for backward, its vocabulary `split` over tensor-parallel ranks or
+    /// whole.
+    pub fn workspace_bytes_per_logit(self, split: bool) -> u64 {
+        match (self, split) {
+            (CrossEntropy::Fused, _) => 0,
+            (CrossEntropy::Eager, false) => 8,
+            (CrossEntropy::Eager, true) => 12,
         }
     }
 }

@@ -1538,8 +1538,10 @@ impl<'a> Ctx<'a> {
         let mut lb = LayerBuilder::default();
         let mut params = 0;
         let mut shared = 0;
-        // The loss's logits, whose computation holds the workspace.
+        // The loss's logits, whose computation holds the workspace, and whether their
+        // vocabulary is split over the tensor-parallel ranks (how PyTorch computes it).
         let logit_count;
+        let mut vocabulary_split = false;
         let mut x = Input::External;
         if cfg.norm_position == NormPosition::Pre {
             params += self.norm_parameters();
@@ -1578,6 +1580,7 @@ impl<'a> Ctx<'a> {
                 );
                 // The softmax of the logits is kept in fp32 for the backward pass.
                 logit_count = tok * v;
+                vocabulary_split = t > 1;
                 let ce = lb.push(
                     "cross_entropy",
                     self.vector(VectorKind::CrossEntropy, tok * v, v),
@@ -1616,7 +1619,10 @@ impl<'a> Ctx<'a> {
             }
         }
         let mut head = self.layer(LayerKind::Head, lb, params, shared, 0);
-        head.workspace_bytes = logit_count * self.cross_entropy.workspace_bytes_per_logit();
+        head.workspace_bytes = logit_count
+            * self
+                .cross_entropy
+                .workspace_bytes_per_logit(vocabulary_split);
         head
     }
 }

@@ -874,11 +874,13 @@ fn multi_token_prediction_runs_in_the_last_stage() {
 }
 
 /// The loss holds its logits and their gradients beside the fp32 softmax the head keeps:
-/// nothing more fused (the in-place kernels), 8 bytes a logit eager (PyTorch's over an fp32
-/// copy). Llama-3-8B at TP 2 × PP 2, micro-batch 2: the head's rank computes
-/// `2 · 8,192 × 128,256 / 2` logits; on its stage the larger of that workspace and one
-/// block's rematerialised activations (full recomputation) comes on top of what is kept,
-/// the other stage does not move, nor does the step's time.
+/// nothing more fused (the in-place kernels); eager (PyTorch's over an fp32 copy) 8 bytes a
+/// logit over the whole vocabulary and 12 over a tensor-parallel rank's share of it (DTensor's
+/// loss parallelism, three fp32 temporaries in its backward). Llama-3-8B at TP 2 × PP 2,
+/// micro-batch 2: the head's rank computes `2 · 8,192 × 128,256 / 2` logits; on its stage
+/// the larger of that workspace and one block's rematerialised activations (full
+/// recomputation) comes on top of what is kept, the other stage does not move, nor does
+/// the step's time. At TP 1 the rank computes them all, at 8 bytes each.
 #[test]
 fn the_loss_holds_its_logits_and_gradients_beside_the_kept_softmax() {
     let mut pl = plan(2, 2, 4);
@@ -887,19 +889,21 @@ fn the_loss_holds_its_logits_and_gradients_beside_the_kept_softmax() {
     let mut input = gpt3(pl, 1 << 20);
     input.model = preset("llama3-8b").unwrap();
     input.global_batch = 64;
-    let at = |cross_entropy| {
+    let at = |cross_entropy, t: u64| {
         let mut i = input.clone();
         i.execution.cross_entropy = cross_entropy;
+        i.plan.tensor_parallel = t;
+        i.plan.data_parallel = 8 / t;
         (
             estimate_step(&i, &ReferenceModel::default()).unwrap(),
             graph(&i),
         )
     };
-    let (fused, g) = at(CrossEntropy::Fused);
-    let (eager, ge) = at(CrossEntropy::Eager);
+    let (fused, g) = at(CrossEntropy::Fused, 2);
+    let (eager, ge) = at(CrossEntropy::Eager, 2);
     let logits = (2 * 8192 * 128_256 / 2) as u64;
     assert_eq!(g.head.workspace_bytes, 0);
-    assert_eq!(ge.head.workspace_bytes, 8 * logits);
+    assert_eq!(ge.head.workspace_bytes, 12 * logits);
     assert_eq!(g.head.stash_bytes, ge.head.stash_bytes);
     assert_eq!(
         (g.block.workspace_bytes, g.embedding.workspace_bytes),
@@ -912,15 +916,19 @@ fn the_loss_holds_its_logits_and_gradients_beside_the_kept_softmax() {
     assert!(
         rel(
             a.memory_bytes.activations - b.memory_bytes.activations,
-            on_top(8 * logits) - on_top(0)
+            on_top(12 * logits) - on_top(0)
         ) < 1e-12
     );
-    assert!(8 * logits as u128 > rematerialised as u128);
+    assert!(12 * logits as u128 > rematerialised as u128);
     assert_eq!(
         eager.stages[0].memory_bytes.total.to_bits(),
         fused.stages[0].memory_bytes.total.to_bits()
     );
     assert_eq!(eager.step_seconds.to_bits(), fused.step_seconds.to_bits());
+    // The whole vocabulary on one rank: F.cross_entropy's own kernels, 8 bytes a logit.
+    let (_, whole) = at(CrossEntropy::Eager, 1);
+    assert_eq!(whole.head.workspace_bytes, 8 * 2 * 8192 * 128_256);
+    assert_eq!(at(CrossEntropy::Fused, 1).1.head.workspace_bytes, 0);
 }
 
 /// Pure FSDP (ZeRO-3, t = p = 1) of Llama-3-8B over 16 devices of a flat 50 GB/s network:
