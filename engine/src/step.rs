@@ -1317,6 +1317,26 @@ fn priced(
         (dense_max, experts_max),
         (pipeline.forward, pipeline.backward),
     );
+    // What ZeRO-2/3 moves once a step under pipeline parallelism, the largest stage's:
+    // hidden behind one micro-batch's forward pass and one's backward (with its
+    // recomputation) when overlapped.
+    let once = fsdp_traffic(
+        input,
+        g,
+        (dense_max as u64, experts_max as u64),
+        micro_batches,
+    );
+    let once_traffic = once.before_first_forward + once.after_last_backward;
+    let once_exposed = if pl.sharding.data_parallel_overlap {
+        let net = &input.network;
+        net.exposed_beside(once.before_first_forward, pipeline.forward)
+            + net.exposed_beside(
+                once.after_last_backward,
+                pipeline.backward + pipeline.recomputation,
+            )
+    } else {
+        once_traffic
+    };
     let opt_cost = optimizer_step(input, cost, (dense_max, experts_max))?;
     let quantised_max = largest(|s| s.quantised_parameters);
     let casts = weight_casts(input, cost, quantised_max as u64, micro_batches)?;
@@ -1329,7 +1349,7 @@ fn priced(
         all_to_all_seconds: m * pipeline.all_to_all,
         context_parallel_communication_seconds: m * pipeline.context,
         activation_offload_seconds: m * pipeline.activation_offload,
-        fsdp_communication_seconds: m * pipeline.fsdp,
+        fsdp_communication_seconds: m * pipeline.fsdp + once_exposed,
         pipeline_point_to_point_seconds: m * pipeline.point_to_point,
         pipeline_bubble_seconds: pipeline.bubble,
         data_parallel_communication_seconds: dp,
@@ -1374,7 +1394,7 @@ fn priced(
     Ok(StepReport {
         step_seconds: step,
         time,
-        fsdp_traffic_seconds: m * pipeline.fsdp_traffic,
+        fsdp_traffic_seconds: m * pipeline.fsdp_traffic + once_traffic,
         activation_offload_traffic_seconds: m * pipeline.activation_offload_traffic,
         operator_seconds: operators,
         hbm_busy_seconds: pipeline.memory.map(|busy| m * busy),
@@ -1757,16 +1777,17 @@ fn pipeline_times(
         }
         [f, bw, r, comm, w.min(bw)]
     };
-    // ZeRO-2/3's traffic per micro-batch: all of it, what the stage's computation does not
-    // hide.
+    // ZeRO-2/3's traffic of every micro-batch: all of it, what the stage's computation
+    // does not hide (what moves once a step is the step's: `priced`).
     let micro_batches = input.global_batch / (pl.micro_batch * pl.data_parallel).max(1);
     let fsdp = |s: &StageSummary, busy: f64| {
-        let traffic = fsdp_seconds(
+        let traffic = fsdp_traffic(
             input,
             g,
             (s.parameters - s.expert_parameters, s.expert_parameters),
             micro_batches,
-        );
+        )
+        .every_micro_batch;
         if pl.sharding.data_parallel_overlap {
             (traffic, input.network.exposed_beside(traffic, busy))
         } else {
@@ -2437,21 +2458,42 @@ pub fn fsdp_syncs(pl: &StepPlan, micro_batches: u64) -> (f64, f64) {
     (gathers, if pipelined { 1.0 } else { m })
 }
 
-/// ZeRO-2/3's traffic per micro-batch of a stage holding `dense` and `experts` parameters,
-/// in a step of `micro_batches` ([`fsdp_syncs`]: with pipeline parallelism, once a step's
-/// gathers and reduce-scatters spread over its micro-batches) — over the data-parallel
-/// group (`t` ranks apart) and, the experts', over the expert-data-parallel group
-/// (`EP × ETP` apart).
-pub fn fsdp_seconds(
+/// ZeRO-2/3's traffic of a stage, each part its time alone: what moves for every
+/// micro-batch, and what moves once a step under pipeline parallelism ([`fsdp_syncs`]) —
+/// the weights gathered when the stage's first micro-batch needs them (not resharded after
+/// forward) and the gradients reduce-scattered as its last micro-batch's backward pass
+/// makes them final. Those can hide only behind that one forward and that one backward
+/// pass, as Megatron-Core's gather and reduction of the distributed optimizer's shards
+/// do (`data_parallel_seconds`), not behind every micro-batch's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FsdpTraffic {
+    pub every_micro_batch: f64,
+    pub before_first_forward: f64,
+    pub after_last_backward: f64,
+}
+
+impl FsdpTraffic {
+    /// All of it in a step of `micro_batches`.
+    pub fn per_step(&self, micro_batches: u64) -> f64 {
+        micro_batches as f64 * self.every_micro_batch
+            + self.before_first_forward
+            + self.after_last_backward
+    }
+}
+
+/// ZeRO-2/3's traffic ([`FsdpTraffic`]) of a stage holding `dense` and `experts`
+/// parameters in a step of `micro_batches` — over the data-parallel group (`t` ranks
+/// apart) and, the experts', over the expert-data-parallel group (`EP × ETP` apart).
+pub fn fsdp_traffic(
     input: &StepInput,
     g: &ModelGraph,
     (dense, experts): (u64, u64),
     micro_batches: u64,
-) -> f64 {
+) -> FsdpTraffic {
     let pl = &input.plan;
     let (gathers, reductions) = fsdp_syncs(pl, micro_batches);
     if gathers + reductions == 0.0 {
-        return 0.0;
+        return FsdpTraffic::default();
     }
     let (_, gradient_bytes) = StateBytes::unsharded(pl.precision);
     let weight_bytes = gathered_weight_bytes(pl, g);
@@ -2463,7 +2505,20 @@ pub fn fsdp_seconds(
         net.ring_seconds(dense as f64 * bytes, 1.0, n, stride)
             + net.ring_seconds(experts as f64 * bytes, 1.0, ne, expert_stride)
     };
-    (gathers * once(weight_bytes) + reductions * once(gradient_bytes)) / micro_batches.max(1) as f64
+    let (weights, gradients) = (once(weight_bytes), once(gradient_bytes));
+    if pl.pipeline_parallel == 1 {
+        return FsdpTraffic {
+            every_micro_batch: (gathers * weights + reductions * gradients)
+                / micro_batches.max(1) as f64,
+            ..FsdpTraffic::default()
+        };
+    }
+    let (zero3, resharded) = (pl.zero_stage() >= 3, pl.sharding.reshard_after_forward);
+    FsdpTraffic {
+        every_micro_batch: if zero3 && resharded { weights } else { 0.0 },
+        before_first_forward: if zero3 && !resharded { weights } else { 0.0 },
+        after_last_backward: gradients,
+    }
 }
 
 /// What a device holds beyond its state's shards while it works at ZeRO-2/3, in bytes of

@@ -991,7 +991,9 @@ fn pure_fsdp_shards_every_state_and_gathers_every_layer() {
 /// gathered once a step when not resharded after forward (torchtitan's default with
 /// pipelines), else once a micro-batch (each backward pass's gather; they stay gathered
 /// after it); without pipelining, every micro-batch as before. The step's traffic is
-/// those counts' bytes, `(d − 1)/d` of them each over the flat network.
+/// those counts' bytes, `(d − 1)/d` of them each over the flat network. Overlapped, that
+/// once-a-step traffic hides behind one micro-batch's forward pass (the gathers) and one's
+/// backward pass (the reduce-scatters) only.
 #[test]
 fn fsdp_under_pipeline_parallelism_syncs_once_a_step() {
     let mut pl = plan(1, 4, 4);
@@ -1027,6 +1029,36 @@ fn fsdp_under_pipeline_parallelism_syncs_once_a_step() {
         "{} against {once}",
         r.fsdp_traffic_seconds
     );
+
+    // Overlapped, what moves once a step hides behind one micro-batch's passes only: the
+    // gathers behind the first forward pass, the reduce-scatters behind the last backward
+    // pass (with its recomputation) — not behind the step's other micro-batches. On a
+    // network where they take three micro-batches' passes, all sixteen would hide them.
+    let mf = m as f64;
+    let busy = |r: &StepReport| {
+        (
+            r.time.forward_seconds / mf,
+            (r.time.backward_seconds + r.time.recomputation_seconds) / mf,
+        )
+    };
+    let (fwd, bwd) = busy(&r);
+    let bandwidth = (d - 1.0) / d * busiest * 6.0 / (3.0 * (fwd + bwd));
+    let mut slow = input.clone();
+    slow.plan.sharding.data_parallel_overlap = true;
+    slow.network = Network::flat(bandwidth);
+    let o = estimate_step(&slow, &ReferenceModel::default()).unwrap();
+    let (fwd, bwd) = busy(&o);
+    let ring = |bytes: f64| (d - 1.0) / d * bytes / bandwidth;
+    let (gather, reduce) = (ring(busiest * 2.0), ring(busiest * 4.0));
+    assert!(gather + reduce < mf * (fwd + bwd));
+    let exposed = (gather - fwd).max(0.0) + (reduce - bwd).max(0.0);
+    assert!(exposed > 0.0);
+    assert!(
+        rel(o.time.fsdp_communication_seconds, exposed) < 1e-9,
+        "{} against {exposed}",
+        o.time.fsdp_communication_seconds
+    );
+    assert!(rel(o.fsdp_traffic_seconds, gather + reduce) < 1e-9);
 }
 
 /// `overlap_efficiency`: a collective beside computation moves at its rate alone for
