@@ -189,6 +189,10 @@ pub fn step_with_interval<R>(
             };
         }
     };
+    if draws.is_empty() {
+        // Nothing is uncertain: the step alone.
+        return Ok((point().0, None));
+    }
     let seconds = interval::with_answer(spec, models, source, |s, m| {
         let input = s.step_input(scheduling).ok()?;
         estimate_step(&input, m.latency.as_ref())
