@@ -2472,15 +2472,6 @@ pub struct FsdpTraffic {
     pub after_last_backward: f64,
 }
 
-impl FsdpTraffic {
-    /// All of it in a step of `micro_batches`.
-    pub fn per_step(&self, micro_batches: u64) -> f64 {
-        micro_batches as f64 * self.every_micro_batch
-            + self.before_first_forward
-            + self.after_last_backward
-    }
-}
-
 /// ZeRO-2/3's traffic ([`FsdpTraffic`]) of a stage holding `dense` and `experts`
 /// parameters in a step of `micro_batches` — over the data-parallel group (`t` ranks
 /// apart) and, the experts', over the expert-data-parallel group (`EP × ETP` apart).
@@ -2505,18 +2496,23 @@ pub fn fsdp_traffic(
         net.ring_seconds(dense as f64 * bytes, 1.0, n, stride)
             + net.ring_seconds(experts as f64 * bytes, 1.0, ne, expert_stride)
     };
-    let (weights, gradients) = (once(weight_bytes), once(gradient_bytes));
+    let (weights, gradients) = (
+        gathers * once(weight_bytes),
+        reductions * once(gradient_bytes),
+    );
+    let m = micro_batches.max(1) as f64;
     if pl.pipeline_parallel == 1 {
         return FsdpTraffic {
-            every_micro_batch: (gathers * weights + reductions * gradients)
-                / micro_batches.max(1) as f64,
+            every_micro_batch: (weights + gradients) / m,
             ..FsdpTraffic::default()
         };
     }
-    let (zero3, resharded) = (pl.zero_stage() >= 3, pl.sharding.reshard_after_forward);
+    // Pipelined, the gradients once a step; the weights gathered again for every
+    // micro-batch when resharded after forward, else once.
+    let resharded = pl.sharding.reshard_after_forward;
     FsdpTraffic {
-        every_micro_batch: if zero3 && resharded { weights } else { 0.0 },
-        before_first_forward: if zero3 && !resharded { weights } else { 0.0 },
+        every_micro_batch: if resharded { weights / m } else { 0.0 },
+        before_first_forward: if resharded { 0.0 } else { weights },
         after_last_backward: gradients,
     }
 }
