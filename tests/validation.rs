@@ -424,12 +424,17 @@ const CHECKS_END: &str = "<!-- end of checks-table -->";
 /// Published runs no calibration is fitted on (`checks-*.toml` beside the measurements
 /// files): each spec names its stack, so its stack's calibration is applied as a user's
 /// would be.
-const CHECKS: [&str; 2] = ["checks-torchtitan-h100.toml", "checks-torchtitan-a100.toml"];
+const CHECKS: [&str; 3] = [
+    "checks-torchtitan-h100.toml",
+    "checks-torchtitan-a100.toml",
+    "checks-torchtitan-2025.toml",
+];
 
 /// What archplace reaches on the checks today (mean and largest absolute error of the
-/// published figure, then of each run's ratio to its table's first run): a change that
-/// makes them worse fails.
-const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.075, 0.325, 0.05, 0.14);
+/// published figure, then of each run's ratio to its table's first run; the 40 runs with
+/// torchtitan's of June 2025, whose Float8 runs with row-wise scales are the largest
+/// ratios' errors): a change that makes them worse fails.
+const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.09, 0.325, 0.075, 0.24);
 
 /// The checks: every run against its published figure, and its ratio to the first run of
 /// its table (what a user comparing two plans reads) against the published ratio.

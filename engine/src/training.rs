@@ -254,7 +254,8 @@ pub enum Fp8Scaling {
     /// FP8 copy). The forward GEMM's epilogue scaling (one multiply per output element)
     /// is left out; the two backward GEMMs' outputs are rescaled by a kernel of their own
     /// (torchao runs them on cuBLAS's per-tensor kernel with unit scales: docs/training-model.md,
-    /// "Casts").
+    /// "Casts"). Sequence parallelism's gathers move the 16-bit inputs, cast after them
+    /// (torchtitan's plain tensor-parallel styles for this recipe).
     Rowwise,
     /// DeepSeek-V3's fine-grained scaling (Transformer Engine's `Float8BlockScaling`,
     /// Megatron-LM's `--fp8-recipe blockwise`): activations and gradients in 1 × 128

@@ -486,7 +486,11 @@ impl LayerBuilder {
         self.scaling = scaling;
         let amax_pass = scaling.casts_read_twice();
         let old = std::mem::take(&mut self.ops);
-        let gathered_quantised = quantised_gathers(&old, &quantise);
+        let gathered_quantised = if self.gathers_quantised(scaling) {
+            quantised_gathers(&old, &quantise)
+        } else {
+            vec![false; old.len()]
+        };
         // What consumers of old operator i read (its cast gradient's node for a
         // quantised GEMM), and where its own output is (for saves naming it).
         let mut out_of: Vec<Input> = Vec::with_capacity(old.len());
@@ -841,6 +845,18 @@ impl LayerBuilder {
 const RESCALE: &str = ".rescale";
 
 impl LayerBuilder {
+    /// Whether sequence parallelism's all-gathers of a quantised GEMM's input move the
+    /// quantised shard ([`Self::gather_quantised`]): Transformer Engine's do under every
+    /// recipe, torchao's under its tensor-wise one (torchtitan's `Float8ColwiseParallel`
+    /// and `PrepareFloat8ModuleInput`), but not under its row-wise one — torchtitan applies
+    /// its float8 tensor-parallel styles only to tensor-wise scaling ("for rowwise recipes,
+    /// we use regular TP and all-gather happens in high precision",
+    /// `torchtitan/models/llama3/parallelize_llama.py`, June 2025), so the gather moves the
+    /// 16-bit tensor and every rank casts all of it after.
+    fn gathers_quantised(&self, scaling: Fp8Scaling) -> bool {
+        !(self.fp8_library == Fp8Library::Torchao && scaling == Fp8Scaling::Rowwise)
+    }
+
     /// Whether the backward pass casts each quantised GEMM's saved 16-bit input again:
     /// torchao's tensor-wise recipe does (its row-wise recipe's forward cast already
     /// writes both copies, [`Fp8Scaling::Rowwise`]); Transformer Engine saved the FP8 one.

@@ -1588,16 +1588,7 @@ fn fp8_recipes_closed_form() {
             // shard and gathered in the recipe's type, forward and again backward for the
             // weight gradient; their gradients' reduce-scatters stay in bf16, and the
             // head's gather (a 16-bit GEMM's) too.
-            let link = |graph: &OpGraph, name: &str| {
-                graph
-                    .nodes
-                    .iter()
-                    .find(|n| n.name == name)
-                    .map(|n| match n.op.kind {
-                        OpKind::AllReduce { bytes, .. } => bytes,
-                        _ => panic!("{name} is not a collective"),
-                    })
-            };
+            let link = collective_bytes;
             for gather in ["attention_norm.copy_to_tp", "mlp_norm.copy_to_tp"] {
                 let again = format!("{gather}.all_gather_again.grad");
                 let (f16, f8) = (
@@ -2335,6 +2326,81 @@ fn rowwise_recipe_rescales_its_backward_products() {
     // The GEMMs are the same; the row-wise casts and rescaling take longer.
     assert_eq!(casts[0].1, casts[1].1);
     assert!(casts[1].0 > casts[0].0, "{casts:?}");
+}
+
+/// Under sequence parallelism Transformer Engine's recipes and torchao's tensor-wise one
+/// cast a quantised GEMM's input on the rank's shard and gather it in FP8; torchao's
+/// row-wise recipe gathers the 16-bit tensor (torchtitan applies its float8 tensor-parallel
+/// styles to tensor-wise scaling only) and casts all of it on every rank: on GPT-3 175B's
+/// block (t = 8) QKV's and FC1's gathers move bf16's bytes and their casts take the
+/// whole sequence, and the step is slower than with the gathers quantised.
+#[test]
+fn torchaos_rowwise_recipe_gathers_sequence_parallel_inputs_in_16_bits() {
+    use crate::execution::Fp8Library;
+    let (h, s, t) = (12_288u64, 2_048u64, 8u64);
+    let model = Typed(ReferenceModel::default());
+    let gathered = |g: &crate::model::ModelGraph, name: &str| {
+        collective_bytes(&g.block.forward, name).unwrap()
+    };
+    let input = |precision, scaling, library| {
+        let mut pl = plan(8, 16, 8);
+        pl.sequence_parallel = true;
+        pl.precision = precision;
+        pl.fp8_scaling = scaling;
+        let mut i = gpt3(pl, 1 << 20);
+        i.execution.fp8_library = library;
+        i
+    };
+    let bf16 = graph(&input(
+        Precision::Bf16Mixed,
+        Fp8Scaling::Current,
+        Fp8Library::Torchao,
+    ));
+    let mut seconds = Vec::new();
+    for (scaling, library) in [
+        (Fp8Scaling::Current, Fp8Library::Torchao),
+        (Fp8Scaling::Current, Fp8Library::TransformerEngine),
+        (Fp8Scaling::Rowwise, Fp8Library::Torchao),
+    ] {
+        let i = input(Precision::Fp8Hybrid, scaling, library);
+        let g = graph(&i);
+        let casts = casts_in(&g.block.forward);
+        for gather in ["attention_norm.copy_to_tp", "mlp_norm.copy_to_tp"] {
+            let (f16, f8) = (gathered(&bf16, gather), gathered(&g, gather));
+            if scaling == Fp8Scaling::Rowwise {
+                assert_eq!(f8, f16, "{gather}");
+            } else {
+                assert_eq!(f8, f16.div_ceil(2), "{gather} {library:?}");
+            }
+        }
+        // QKV's and FC1's inputs: the shard's cast before the gather, or the whole
+        // gathered sequence's after it.
+        let whole = casts.iter().filter(|c| c.elements == s * h).count();
+        let shard = casts.iter().filter(|c| c.elements == s * h / t).count();
+        if scaling == Fp8Scaling::Rowwise {
+            assert_eq!(whole, 2, "{casts:?}");
+        } else {
+            assert_eq!(whole, 0, "{library:?} {casts:?}");
+            assert!(shard >= 2, "{library:?} {casts:?}");
+        }
+        let r = estimate_step(&i, &model).unwrap();
+        seconds.push(r.time.tensor_parallel_communication_seconds);
+    }
+    // The 16-bit gathers take longer than the FP8 ones.
+    assert!(seconds[2] > seconds[0], "{seconds:?}");
+    assert_eq!(seconds[0], seconds[1]);
+}
+
+/// The bytes of the collective `name` of a layer graph, if it has one by that name.
+fn collective_bytes(graph: &OpGraph, name: &str) -> Option<u64> {
+    graph
+        .nodes
+        .iter()
+        .find(|n| n.name == name)
+        .map(|n| match n.op.kind {
+            OpKind::AllReduce { bytes, .. } => bytes,
+            _ => panic!("{name} is not a collective"),
+        })
 }
 
 /// The casts of a layer graph, in order.
