@@ -718,6 +718,14 @@ fn a_plan_takes_uneven_stages_as_megatron_gives_them() {
         ),
         "{e:?}"
     );
+    // Refused ends are the one error: the even split (96 blocks over 8 × 5 chunks) they
+    // would replace is not reported beside them.
+    let d = errors(&with("first_stage_layers = 6\ninterleaving = 5"));
+    find(&d, "plan.first_stage_layers");
+    assert!(
+        d.iter().all(|e| e.field != "plan.pipeline_parallel"),
+        "{d:#?}"
+    );
     let d = errors(&with("stage_layers = [12, 12]"));
     let e = find(&d, "plan.stage_layers");
     assert!(

@@ -91,10 +91,15 @@ pub(super) fn estimate(
             super::models::shape_usable(ctx, e, has_preset)
         })
         .collect();
-    if let Some(first) = fine.first()
-        && let Some(list) = stage_layers(ctx, &pp, p, first.spec.config.layers)
-    {
-        plan.stage_layers = list;
+    let mut reported = Vec::new();
+    if let Some(first) = fine.first() {
+        plan_stages(
+            ctx,
+            &pp,
+            p,
+            first.spec.config.layers,
+            (&mut plan, &mut reported),
+        );
     }
     overlap_needs_experts(ctx, &pp, p, &fine);
     plan_activations(ctx, &pp, p, &plan, (&fine, cluster));
@@ -139,7 +144,6 @@ pub(super) fn estimate(
         // model, for each model whose shape is fine — a problem of a [plan] key that
         // several models share reported once, for the first (a spec with several models is
         // refused above).
-        let mut reported = Vec::new();
         if let Some(e) = models.first() {
             plan_fits(ctx, &pp, &template, (&e.spec, false), &mut reported);
         }
@@ -678,6 +682,33 @@ fn plan_of(p: &RawPlan, training: &Training) -> StepPlan {
                 .unwrap_or(training.context_exchange.overlap),
         },
         stage_layers: None,
+    }
+}
+
+/// The plan's blocks per pipeline stage ([`stage_layers`]) set in `plan`; when they are
+/// refused, the even split left in their place is no mistake of the user's: it is marked
+/// `reported`, so that [`plan_fits`] does not report it beside them.
+fn plan_stages(
+    ctx: &mut Ctx<'_>,
+    pp: &FieldPath,
+    p: &RawPlan,
+    layers: u64,
+    (plan, reported): (
+        &mut StepPlan,
+        &mut Vec<(FieldPath, std::mem::Discriminant<StepError>)>,
+    ),
+) {
+    match stage_layers(ctx, pp, p, layers) {
+        Some(list) => plan.stage_layers = list,
+        None => reported.push((
+            pp.key("pipeline_parallel"),
+            std::mem::discriminant(&StepError::Pipeline {
+                pipeline: 0,
+                interleaving: 0,
+                layers: 0,
+                chunks: 0,
+            }),
+        )),
     }
 }
 
