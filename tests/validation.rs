@@ -424,17 +424,19 @@ const CHECKS_END: &str = "<!-- end of checks-table -->";
 /// Published runs no calibration is fitted on (`checks-*.toml` beside the measurements
 /// files): each spec names its stack, so its stack's calibration is applied as a user's
 /// would be.
-const CHECKS: [&str; 3] = [
+const CHECKS: [&str; 4] = [
     "checks-torchtitan-h100.toml",
     "checks-torchtitan-a100.toml",
     "checks-torchtitan-2025.toml",
+    "checks-megatron-h100.toml",
 ];
 
 /// What archplace reaches on the checks today (mean and largest absolute error of the
-/// published figure, then of each run's ratio to its table's first run; the 40 runs with
+/// published figure, then of each run's ratio to its table's first run; the 49 runs with
 /// torchtitan's of June 2025, whose Float8 runs with row-wise scales are the largest
-/// ratios' errors): a change that makes them worse fails.
-const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.09, 0.325, 0.075, 0.24);
+/// ratios' errors, and Megatron-LM's weak scaling on H100, whose first run, 1.7B, is 15%
+/// fast): a change that makes them worse fails.
+const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.085, 0.325, 0.09, 0.24);
 
 /// The checks: every run against its published figure, and its ratio to the first run of
 /// its table (what a user comparing two plans reads) against the published ratio.
@@ -492,7 +494,7 @@ fn estimates_of_runs_no_calibration_saw() {
     let (mean, max) = stats(&absolute);
     let (rel_mean, rel_max) = stats(&relative);
     t.push_str(&format!(
-        "\nTokens/s per GPU; {} runs: mean absolute error {:.1}%, largest {:.1}%; their {} ratios to their table's first run: mean absolute error {:.1}%, largest {:.1}%.\n",
+        "\nTokens/s per GPU (Megatron-LM's table: teraFLOP/s per GPU, its model-FLOP count); {} runs: mean absolute error {:.1}%, largest {:.1}%; their {} ratios to their table's first run: mean absolute error {:.1}%, largest {:.1}%.\n",
         absolute.len(),
         100.0 * mean,
         100.0 * max,
