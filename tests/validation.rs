@@ -434,9 +434,9 @@ const CHECKS: [&str; 4] = [
 /// What archplace reaches on the checks today (mean and largest absolute error of the
 /// published figure, then of each run's ratio to its table's first run; the 49 runs with
 /// torchtitan's of June 2025, whose Float8 runs with row-wise scales are the largest
-/// ratios' errors, and Megatron-LM's weak scaling on H100, whose first run, 1.7B, is 15%
+/// ratios' errors, and Megatron-LM's weak scaling on H100, whose first run, 1.7B, is 7%
 /// fast): a change that makes them worse fails.
-const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.085, 0.325, 0.09, 0.24);
+const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.085, 0.325, 0.08, 0.24);
 
 /// The checks: every run against its published figure, and its ratio to the first run of
 /// its table (what a user comparing two plans reads) against the published ratio.

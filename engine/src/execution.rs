@@ -186,20 +186,32 @@ impl Fp8Library {
 /// How the loss over the vocabulary is computed (`[training] cross_entropy`): it decides
 /// what the head holds beside the fp32 softmax it keeps for backward while the loss and its
 /// gradient are computed — at long sequences and large vocabularies a stage's largest
-/// transient (8,192 tokens of Llama 3's 128,256-entry vocabulary are 1.05 G logits).
+/// transient (8,192 tokens of Llama 3's 128,256-entry vocabulary are 1.05 G logits) — and
+/// how many times its kernels move the logits through HBM
+/// (the layer graph's cross-entropy kernels: one kernel each way when fused, every
+/// PyTorch operation its own otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CrossEntropy {
     /// A fused, in-place computation, counted as keeping the fp32 softmax (4 bytes a
-    /// logit) and holding nothing beside it: Megatron-Core's vocabulary-parallel
-    /// cross-entropy turns an fp32 copy of the logits into the softmax in place and writes
-    /// the gradient over it (the 16-bit logits or gradient beside that copy, 2 bytes a
-    /// logit for a moment, are not counted); with `--cross-entropy-loss-fusion`,
-    /// Transformer Engine's kernel, like flash-attn's that llm-foundry's MPT runs, keeps
-    /// the 16-bit logits and writes the gradient into them (2 bytes kept, fewer than
-    /// counted).
+    /// logit) and holding nothing beside it, one kernel forward and one backward:
+    /// Megatron-Core's with `--cross-entropy-loss-fusion` (NeMo's and Megatron-Bridge's
+    /// recipes), Transformer Engine's kernel, like flash-attn's that llm-foundry's MPT runs,
+    /// keeps the 16-bit logits and writes the gradient into them (2 bytes kept, fewer than
+    /// counted); torch.compile's generated kernels.
     #[default]
     Fused,
+    /// Megatron-Core's vocabulary-parallel cross-entropy as separate PyTorch operations
+    /// (Megatron-LM without `--cross-entropy-loss-fusion`, off unless given:
+    /// `megatron/core/tensor_parallel/cross_entropy.py`): an fp32 copy of the logits
+    /// (`.float()`), their row maxima, then in place the subtraction, the exponential and,
+    /// after the row sums, the division that leaves the softmax it keeps; backward
+    /// multiplies that softmax in place by the loss's gradient (after subtracting one at
+    /// each target) and casts it to 16 bits for the output layer. Memory as fused (the
+    /// 16-bit logits or gradient beside the fp32 copy, 2 bytes a logit for a moment, are
+    /// not counted); six kernels forward, two backward, some 56 bytes of HBM traffic a
+    /// logit where the fused kernels move about 18.
+    Unfused,
     /// PyTorch's `F.cross_entropy` over the logits cast to fp32 (torchtitan's
     /// `cross_entropy_loss`: `cross_entropy(pred.flatten(0, 1).float(), labels)`; fms-fsdp's
     /// and Hugging Face's losses likewise): log-softmax keeps its fp32 output; backward
@@ -218,6 +230,7 @@ impl CrossEntropy {
     pub fn name(self) -> &'static str {
         match self {
             CrossEntropy::Fused => "fused",
+            CrossEntropy::Unfused => "unfused",
             CrossEntropy::Eager => "eager",
         }
     }
@@ -227,7 +240,7 @@ impl CrossEntropy {
     /// whole.
     pub fn workspace_bytes_per_logit(self, split: bool) -> u64 {
         match (self, split) {
-            (CrossEntropy::Fused, _) => 0,
+            (CrossEntropy::Fused | CrossEntropy::Unfused, _) => 0,
             (CrossEntropy::Eager, false) => 8,
             (CrossEntropy::Eager, true) => 12,
         }

@@ -593,11 +593,14 @@ pub struct RawTraining {
     /// "torchao" (torchtitan's Float8: the 16-bit inputs and weights saved and cast again
     /// in backward, every use of a weight cast). The row-wise recipe is torchao's.
     pub fp8_library: Option<archplace_engine::execution::Fp8Library>,
-    /// How the loss over the vocabulary is computed: "fused" (default: Megatron-Core's,
-    /// Transformer Engine's or flash-attn's in-place cross-entropy, nothing held beside the
-    /// kept fp32 softmax) or "eager" (PyTorch's `F.cross_entropy` over the logits cast to
-    /// fp32, torchtitan's loss: its backward allocates two fp32 gradients beside the kept
-    /// log-softmax, 8 bytes a logit). Memory only.
+    /// How the loss over the vocabulary is computed: "fused" (default: one kernel each way
+    /// — Megatron-Core's with `--cross-entropy-loss-fusion`, Transformer Engine's,
+    /// flash-attn's, torch.compile's — nothing held beside the kept fp32 softmax),
+    /// "unfused" (Megatron-Core's vocabulary-parallel cross-entropy as separate PyTorch
+    /// operations, Megatron-LM's default: the memory of "fused", eight kernels over fp32
+    /// logits) or "eager" (PyTorch's `F.cross_entropy` over the logits cast to fp32,
+    /// torchtitan's loss: its backward allocates two fp32 gradients beside the kept
+    /// log-softmax, 8 bytes a logit, and each operation is a kernel of its own).
     pub cross_entropy: Option<archplace_engine::execution::CrossEntropy>,
 }
 

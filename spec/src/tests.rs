@@ -1275,6 +1275,7 @@ fn the_loss_kernel_is_read_and_a_bad_one_located() {
         ("", CrossEntropy::Fused),
         ("cross_entropy = \"fused\"\n", CrossEntropy::Fused),
         ("cross_entropy = \"eager\"\n", CrossEntropy::Eager),
+        ("cross_entropy = \"unfused\"\n", CrossEntropy::Unfused),
     ] {
         let spec = parse(&with(keys), "s.toml").unwrap_or_else(|d| panic!("{keys}: {d:#?}"));
         assert_eq!(spec.training.execution.cross_entropy, want, "{keys}");

@@ -13,7 +13,7 @@
 //!   operator with an operand from outside the layer (a residual) is never taken for a
 //!   single-input one, and fused element-wise work keeps its element count.
 
-use crate::execution::{Fp8Library, KernelFusion};
+use crate::execution::{CrossEntropy, Fp8Library, KernelFusion};
 use crate::training::{Fp8Scaling, RecomputeModule};
 use archplace_plugin_sdk::{
     Attention, Cast, Direction, ElementType, FusedOp, Gemm, Op, OpKind, VectorKind,
@@ -364,6 +364,9 @@ pub struct LayerBuilder {
     /// What its quantised GEMMs save for the backward pass: FP8 copies (Transformer
     /// Engine) or their 16-bit inputs, cast again in backward (torchao).
     pub fp8_library: Fp8Library,
+    /// How its loss runs, and whether its vocabulary is split over tensor-parallel ranks:
+    /// the kernels of a cross-entropy operator (`loss_kernels`).
+    pub cross_entropy: (CrossEntropy, bool),
 }
 
 impl LayerBuilder {
@@ -770,6 +773,13 @@ impl LayerBuilder {
             };
             let element = op.element.unwrap_or(self.element);
             let eager = match (self.kernels, kind) {
+                (
+                    _,
+                    Some(OpKind::Vector {
+                        kind: VectorKind::CrossEntropy,
+                        ..
+                    }),
+                ) => loss_kernels(self.cross_entropy).0,
                 (KernelFusion::Eager, Some(OpKind::Vector { kind, .. })) => {
                     eager_kernels(kind, element)
                 }
@@ -785,6 +795,8 @@ impl LayerBuilder {
                 _ => vec![g.add(&op.name, core, kind, Direction::Forward, element)],
             };
             for &id in &made {
+                // The loss's PyTorch operations run as they are, whatever else fuses.
+                g.nodes[id].own_kernel |= made.len() > 1 && is_loss(kind);
                 g.nodes[id].pipelined = op.is_sequence_parallel_collective();
                 g.nodes[id].checkpoint_saved = op.checkpoint_saved;
                 g.nodes[id].selective = op.recompute.is_some();
@@ -824,7 +836,12 @@ impl LayerBuilder {
             // next layer.
             let external = usize::from(consumers[i].is_empty());
             let element = op.element.unwrap_or(self.element);
-            let (made, grads) = backward_nodes(&mut g, op, element, (self.kernels, self.recasts()));
+            let (made, grads) = backward_nodes(
+                &mut g,
+                op,
+                element,
+                (self.kernels, self.recasts(), self.cross_entropy),
+            );
             let grads = self.rescaled(&mut g, op, &made, grads);
             for &m in &made {
                 g.nodes[m].pipelined = op.is_sequence_parallel_collective();
@@ -922,14 +939,51 @@ impl LayerBuilder {
     }
 }
 
+/// A loss of separate operations ([`loss_kernels`]): its own backward kernels, in the
+/// order they run, added to `g` as [`backward_nodes`] gives them; `None` for any other
+/// operator or a fused loss.
+fn loss_backward(
+    g: &mut RawGraph,
+    op: &FwdOp,
+    element: ElementType,
+    loss: (CrossEntropy, bool),
+) -> Option<(Vec<usize>, Vec<Option<usize>>)> {
+    let &FwdKind::Vector {
+        kind: VectorKind::CrossEntropy,
+        elements,
+        row,
+    } = &op.kind
+    else {
+        return None;
+    };
+    let backward = loss_kernels(loss).1;
+    if backward.is_empty() {
+        return None;
+    }
+    let made = g.eager_chain(
+        backward.iter(),
+        (&op.name, ".grad"),
+        (elements, row, element),
+        Direction::Backward,
+    );
+    for &m in &made {
+        g.nodes[m].own_kernel = true;
+    }
+    let last = made[made.len() - 1];
+    Some((vec![made[0]], vec![Some(last); op.inputs.len()]))
+}
+
 /// The backward nodes of forward operator `op` (its data of type `element`), added to `g`:
 /// the nodes made, and for each of its operands the node that produces its gradient.
 fn backward_nodes(
     g: &mut RawGraph,
     op: &FwdOp,
     element: ElementType,
-    (kernels, recast): (KernelFusion, bool),
+    (kernels, recast, loss): (KernelFusion, bool, (CrossEntropy, bool)),
 ) -> (Vec<usize>, Vec<Option<usize>>) {
+    if let Some(made) = loss_backward(g, op, element, loss) {
+        return made;
+    }
     // Eager PyTorch's autograd runs each kernel's backward, the last kernel's first: a
     // chain whose first node takes the incoming gradient and whose last gives the input's.
     if let (
@@ -1067,6 +1121,13 @@ enum Share {
     Cast,
     /// One per row (a row's statistic: its mean plus epsilon, its reciprocal square root).
     Rows,
+    /// Every element, in rows as the operator's (a row-wise kernel the plugin makes read
+    /// rows too long for the chip's buffer twice: log-softmax).
+    AllRows,
+    /// `num / den` of the elements: a kernel whose traffic is that share of what the
+    /// plugin charges an operator of every element (a backward one reads and writes each
+    /// element twice: one that reads and writes it once is half).
+    Of(u64, u64),
 }
 
 /// One kernel of an element-wise operator as eager PyTorch runs it: the name it adds to
@@ -1098,6 +1159,8 @@ impl EagerKernel {
             Share::Half => (elements.div_ceil(2), row),
             Share::Cast => (elements + elements / 2, 1),
             Share::Rows => (elements / row.max(1), 1),
+            Share::AllRows => (elements, row),
+            Share::Of(num, den) => ((elements * num).div_ceil(den.max(1)), 1),
         };
         let element = if self.fp32 {
             ElementType::Fp32
@@ -1115,6 +1178,89 @@ impl EagerKernel {
     }
 }
 
+/// Whether `kind` is the loss's cross-entropy operator.
+fn is_loss(kind: Option<OpKind>) -> bool {
+    matches!(
+        kind,
+        Some(OpKind::Vector {
+            kind: VectorKind::CrossEntropy,
+            ..
+        })
+    )
+}
+
+/// The kernels of the loss over `tokens × vocabulary` logits, forward and backward, as
+/// `loss` runs it (its vocabulary split over tensor-parallel ranks or whole): none for a
+/// fused loss (one kernel each way, the operator itself). Each moves, in bytes a logit:
+///
+/// * Megatron-Core's unfused loss (`megatron/core/tensor_parallel/cross_entropy.py`):
+///   forward `.float()` (2 read, 4 written), the row maxima (4), in place the subtraction
+///   (4, 4) and the exponential (4, 4), the row sums (4) and the division (4, 4); backward,
+///   in place, the product with the loss's gradient (4, 4), then the cast to 16 bits for
+///   the output layer (4, 2) — 56 in all (the maxima and sums read long rows twice).
+/// * PyTorch's `F.cross_entropy(logits.float())`: forward the cast (2, 4) and
+///   log-softmax (its row read twice, 4 written); backward the loss's dense gradient (4
+///   written, the targets scattered into it), log-softmax's backward (4 and 4 read, 4
+///   written) and the cast back (4, 2) — 40.
+/// * The same under DTensor's loss parallelism (the vocabulary split): forward the cast,
+///   the row maxima, the subtraction, the exponential, the row sums and the logarithm's
+///   subtraction as separate operations; backward `(zeros_like(x) + exp(x)) * grad`
+///   (`torch/distributed/tensor/parallel/loss.py`) — the zeros (4 written), the
+///   exponential (4, 4), the sum (8, 4), the product (4, 4) — and the cast back (4, 2) —
+///   some 80.
+///
+/// The plugin charges an element-wise operator reading and writing each element (twice
+/// backward), so a kernel's share of the logits ([`Share`]) gives its traffic.
+fn loss_kernels(
+    (loss, split): (CrossEntropy, bool),
+) -> (&'static [EagerKernel], &'static [EagerKernel]) {
+    use Share::*;
+    use VectorKind as V;
+    const CAST: EagerKernel = EagerKernel::new("float", V::Scale, false, Cast);
+    const CAST_BACK: EagerKernel = EagerKernel::new("type_as", V::Scale, false, Of(3, 4));
+    const UNFUSED: [EagerKernel; 6] = [
+        CAST,
+        EagerKernel::new("max", V::Add, true, Half),
+        EagerKernel::new("sub", V::Add, true, All),
+        EagerKernel::new("exp", V::Scale, true, All),
+        EagerKernel::new("sum", V::Add, true, Half),
+        EagerKernel::new("div", V::Mul, true, All),
+    ];
+    const UNFUSED_BACKWARD: [EagerKernel; 2] =
+        [EagerKernel::new("mul", V::Mul, true, Of(1, 2)), CAST_BACK];
+    const EAGER: [EagerKernel; 2] = [
+        CAST,
+        EagerKernel::new("log_softmax", V::Softmax, true, AllRows),
+    ];
+    const EAGER_BACKWARD: [EagerKernel; 3] = [
+        EagerKernel::new("nll_loss", V::Scale, true, Of(1, 4)),
+        EagerKernel::new("log_softmax", V::Softmax, true, Of(3, 4)),
+        CAST_BACK,
+    ];
+    const PARALLEL: [EagerKernel; 7] = [
+        CAST,
+        EagerKernel::new("max", V::Add, true, Half),
+        EagerKernel::new("sub", V::Add, true, All),
+        EagerKernel::new("exp", V::Scale, true, All),
+        EagerKernel::new("sum", V::Add, true, Half),
+        EagerKernel::new("log", V::Scale, true, Rows),
+        EagerKernel::new("sub_log", V::Add, true, All),
+    ];
+    const PARALLEL_BACKWARD: [EagerKernel; 5] = [
+        EagerKernel::new("zeros", V::Scale, true, Of(1, 4)),
+        EagerKernel::new("exp", V::Scale, true, Of(1, 2)),
+        EagerKernel::new("add", V::Add, true, Of(3, 4)),
+        EagerKernel::new("mul", V::Mul, true, Of(1, 2)),
+        CAST_BACK,
+    ];
+    match (loss, split) {
+        (CrossEntropy::Fused, _) => (&[], &[]),
+        (CrossEntropy::Unfused, _) => (&UNFUSED, &UNFUSED_BACKWARD),
+        (CrossEntropy::Eager, false) => (&EAGER, &EAGER_BACKWARD),
+        (CrossEntropy::Eager, true) => (&PARALLEL, &PARALLEL_BACKWARD),
+    }
+}
+
 /// The kernels eager PyTorch runs for a vector operator of `kind` on 16-bit data of
 /// `element`, forward; backward, autograd runs each one's gradient, in reverse (the
 /// plugin charges a kernel's backward twice its forward's traffic). None — the operator
@@ -1126,10 +1272,8 @@ impl EagerKernel {
 /// eps)).type_as(x) * weight` (Meta's `llama/model.py`, Hugging Face's `LlamaRMSNorm`,
 /// torchtitan's `RMSNorm`, fms's `LayerNormParameterized`); the rotary embedding as
 /// `view_as_complex(x.float()) * freqs_cis` cast back with `type_as` (Meta's and
-/// torchtitan's `apply_rotary_emb`). The loss keeps its one kernel: PyTorch's
-/// log-softmax computes in fp32 whatever its input (torchtitan's cast of the logits to
-/// fp32 before it, a cast over `tokens × vocabulary`, is left out: under 1% of a step),
-/// and llm-foundry's MPT runs flash-attn's fused cross-entropy.
+/// torchtitan's `apply_rotary_emb`). The loss's kernels are `[training] cross_entropy`'s
+/// ([`loss_kernels`]), not this setting's.
 fn eager_kernels(kind: VectorKind, element: ElementType) -> &'static [EagerKernel] {
     use Share::*;
     use VectorKind as V;
