@@ -682,7 +682,6 @@ impl<'a> Ctx<'a> {
         lb.element = self.numerics.activations;
         lb.kernels = self.kernels;
         lb.fp8_library = self.fp8_library;
-        lb.cross_entropy = (self.cross_entropy, self.t > 1);
         // Transformer Engine's linear layers are the blocks' (and the multi-token-
         // prediction modules') weight GEMMs; the routers, the embedding and the output
         // layer stay in 16-bit, as Megatron-Core builds them.
@@ -1619,6 +1618,7 @@ impl<'a> Ctx<'a> {
                 );
             }
         }
+        lb.cross_entropy = (self.cross_entropy, vocabulary_split);
         let mut head = self.layer(LayerKind::Head, lb, params, shared, 0);
         head.workspace_bytes = logit_count
             * self

@@ -772,14 +772,9 @@ impl LayerBuilder {
                 FwdKind::AllReduceBackward { .. } | FwdKind::CastBackward(_) => (None, None),
             };
             let element = op.element.unwrap_or(self.element);
+            let loss = is_loss(kind);
             let eager = match (self.kernels, kind) {
-                (
-                    _,
-                    Some(OpKind::Vector {
-                        kind: VectorKind::CrossEntropy,
-                        ..
-                    }),
-                ) => loss_kernels(self.cross_entropy).0,
+                _ if loss => loss_kernels(self.cross_entropy).0,
                 (KernelFusion::Eager, Some(OpKind::Vector { kind, .. })) => {
                     eager_kernels(kind, element)
                 }
@@ -796,7 +791,7 @@ impl LayerBuilder {
             };
             for &id in &made {
                 // The loss's PyTorch operations run as they are, whatever else fuses.
-                g.nodes[id].own_kernel |= made.len() > 1 && is_loss(kind);
+                g.nodes[id].own_kernel |= loss && !eager.is_empty();
                 g.nodes[id].pipelined = op.is_sequence_parallel_collective();
                 g.nodes[id].checkpoint_saved = op.checkpoint_saved;
                 g.nodes[id].selective = op.recompute.is_some();
@@ -1178,6 +1173,9 @@ impl EagerKernel {
     }
 }
 
+/// The cast of 16-bit data to fp32 (`.float()`) that eager decompositions begin with.
+const TO_FP32: EagerKernel = EagerKernel::new("float", VectorKind::Scale, false, Share::Cast);
+
 /// Whether `kind` is the loss's cross-entropy operator.
 fn is_loss(kind: Option<OpKind>) -> bool {
     matches!(
@@ -1216,10 +1214,9 @@ fn loss_kernels(
 ) -> (&'static [EagerKernel], &'static [EagerKernel]) {
     use Share::*;
     use VectorKind as V;
-    const CAST: EagerKernel = EagerKernel::new("float", V::Scale, false, Cast);
     const CAST_BACK: EagerKernel = EagerKernel::new("type_as", V::Scale, false, Of(3, 4));
     const UNFUSED: [EagerKernel; 6] = [
-        CAST,
+        TO_FP32,
         EagerKernel::new("max", V::Add, true, Half),
         EagerKernel::new("sub", V::Add, true, All),
         EagerKernel::new("exp", V::Scale, true, All),
@@ -1229,7 +1226,7 @@ fn loss_kernels(
     const UNFUSED_BACKWARD: [EagerKernel; 2] =
         [EagerKernel::new("mul", V::Mul, true, Of(1, 2)), CAST_BACK];
     const EAGER: [EagerKernel; 2] = [
-        CAST,
+        TO_FP32,
         EagerKernel::new("log_softmax", V::Softmax, true, AllRows),
     ];
     const EAGER_BACKWARD: [EagerKernel; 3] = [
@@ -1238,7 +1235,7 @@ fn loss_kernels(
         CAST_BACK,
     ];
     const PARALLEL: [EagerKernel; 7] = [
-        CAST,
+        TO_FP32,
         EagerKernel::new("max", V::Add, true, Half),
         EagerKernel::new("sub", V::Add, true, All),
         EagerKernel::new("exp", V::Scale, true, All),
@@ -1278,7 +1275,7 @@ fn eager_kernels(kind: VectorKind, element: ElementType) -> &'static [EagerKerne
     use Share::*;
     use VectorKind as V;
     const RMS_NORM: [EagerKernel; 8] = [
-        EagerKernel::new("float", V::Scale, false, Cast),
+        TO_FP32,
         EagerKernel::new("pow", V::Mul, true, All),
         EagerKernel::new("mean", V::Add, true, Half),
         EagerKernel::new("add_eps", V::Add, true, Rows),
@@ -1288,7 +1285,7 @@ fn eager_kernels(kind: VectorKind, element: ElementType) -> &'static [EagerKerne
         EagerKernel::new("weight", V::Mul, false, All),
     ];
     const ROTARY: [EagerKernel; 3] = [
-        EagerKernel::new("float", V::Scale, false, Cast),
+        TO_FP32,
         EagerKernel::new("complex_mul", V::Mul, true, All),
         EagerKernel::new("type_as", V::Scale, false, Cast),
     ];
