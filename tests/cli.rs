@@ -1942,7 +1942,7 @@ fn stacks_are_listed_and_a_stack_applies_its_defaults_and_calibration() {
     for name in ["megatron-core", "pytorch-fsdp", "deepspeed"] {
         assert!(text.contains(&format!("{name} — ")), "{text}");
     }
-    assert!(text.contains("calibration nvidia-2024-2026 for b200, gb200, h100, h200: 26 runs"));
+    assert!(text.contains("calibration nvidia-2024-2026 for b200, gb200, h100, h200: 30 runs"));
     let o = run(&["stacks", "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 3);
