@@ -365,6 +365,16 @@ fn apply_stack<'a>(
     let defaults = entry(table.get_ref(), "training")
         .and_then(|v| v.get_ref().as_table())
         .ok_or_else(|| format!("the stack profile {} has no [training] table", parsed.name))?;
+    // The generation's own defaults first: a key is filled once, from the first table
+    // that has it.
+    let generation = preset_named(doc).map(|p| stack::generation(p).to_string());
+    let generation_defaults = generation.as_deref().and_then(|g| {
+        let generations = entry(table.get_ref(), "generations")?
+            .get_ref()
+            .as_table()?;
+        let training = entry(entry(generations, g)?.get_ref().as_table()?, "training")?;
+        training.get_ref().as_table()
+    });
     let training = doc
         .iter_mut()
         .find(|(k, _)| k.get_ref().as_ref() == "training")
@@ -373,7 +383,11 @@ fn apply_stack<'a>(
             _ => None,
         })
         .ok_or("`[training]` is not a table")?;
-    for (key, value) in defaults.iter() {
+    for (key, value) in generation_defaults
+        .into_iter()
+        .flat_map(|t| t.iter())
+        .chain(defaults.iter())
+    {
         let name = key.get_ref().as_ref();
         if training.iter().any(|(k, _)| k.get_ref().as_ref() == name) {
             continue;
@@ -384,6 +398,16 @@ fn apply_stack<'a>(
         );
     }
     Ok(parsed)
+}
+
+/// The preset whose GPU generation picks a stack's defaults and calibration: the
+/// `[cluster]` one, else the `[accelerator]` one.
+fn preset_named<'d>(doc: &'d DeTable<'_>) -> Option<&'d str> {
+    ["cluster", "accelerator"].into_iter().find_map(|section| {
+        entry(entry(doc, section)?.get_ref().as_table()?, "preset")?
+            .get_ref()
+            .as_str()
+    })
 }
 
 /// `value` with every span inside it moved to `at`.

@@ -80,6 +80,21 @@ pub struct Stack {
     /// generation (`a100`, `h100`, `h200`, `b200`, `gb200`).
     #[serde(default)]
     pub calibrations: BTreeMap<String, String>,
+    /// What the framework ran on one GPU generation where it differs from `[training]`
+    /// (`[generations.a100.training]`): a calibration is fitted on runs of one era, and its
+    /// factors mean what they were fitted with — Megatron-LM's A100 runs had none of the
+    /// overlaps its H100 recipes turn on. These win over `[training]`; the spec's keys win
+    /// over both.
+    #[serde(default)]
+    pub generations: BTreeMap<String, Generation>,
+}
+
+/// A profile's defaults for one GPU generation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generation {
+    /// `[training]` keys that replace the profile's own for this generation.
+    pub training: toml::Table,
 }
 
 impl Stack {
@@ -93,7 +108,32 @@ impl Stack {
                 s.format, s.format_version
             ));
         }
+        // A misspelt generation would silently apply to no spec.
+        let known = generations();
+        for (table, name) in s
+            .calibrations
+            .keys()
+            .map(|g| ("calibrations", g))
+            .chain(s.generations.keys().map(|g| ("generations", g)))
+        {
+            if !known.contains(&name.as_str()) {
+                return Err(format!(
+                    "[{table}] names the GPU generation \"{name}\", which no preset has (generations: {})",
+                    known.join(", ")
+                ));
+            }
+        }
         Ok(s)
+    }
+
+    /// The profile's `[training]` defaults for a spec whose GPUs are of `generation`: the
+    /// generation's own where it has them, the profile's others.
+    pub fn training_for(&self, generation: Option<&str>) -> toml::Table {
+        let mut t = self.training.clone();
+        if let Some(g) = generation.and_then(|g| self.generations.get(g)) {
+            t.extend(g.training.clone());
+        }
+        t
     }
 
     /// The calibration this stack names for a GPU of `generation`.
@@ -116,9 +156,23 @@ pub fn all_shipped() -> Vec<Stack> {
 }
 
 /// The GPU generation of a cluster or accelerator preset (`"h100-sxm-80gb"` → `"h100"`),
-/// which picks a stack's calibration.
+/// which picks a stack's calibration and its generation's defaults.
 pub fn generation(preset: &str) -> &str {
     preset.split('-').next().unwrap_or(preset)
+}
+
+/// The GPU generations of the presets (`a100`, `h100`, …), in the presets' order.
+pub fn generations() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for g in archplace_plugin_sdk::gpus::GPUS
+        .iter()
+        .map(|g| generation(g.name))
+    {
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    out
 }
 
 /// The text of the profile `name` names: a shipped one, else a file relative to the folder

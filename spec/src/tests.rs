@@ -1374,10 +1374,59 @@ fn stacks_fill_the_training_keys_a_spec_leaves_out() {
     let a100 = base
         .replace("[training]\n", "[training]\nstack = \"megatron-core\"\n")
         .replace("h100-sxm-80gb", "a100-sxm-80gb");
+    let spec = parse(&a100, "s.toml").unwrap();
     assert_eq!(
-        parse(&a100, "s.toml").unwrap().stack_calibration.as_deref(),
+        spec.stack_calibration.as_deref(),
         Some("a100-megatron-2022")
     );
+    // And its defaults: Megatron-LM's as its A100 runs ran it, none of the H100 recipes'
+    // overlaps — unless the spec says otherwise.
+    let t = &spec.training;
+    assert_eq!(
+        (
+            t.execution.tensor_parallel_overlap,
+            t.data_parallel_overlap,
+            t.pipeline_parallel_overlap,
+            t.distributed_optimizer.clone()
+        ),
+        (TensorParallelOverlap::None, false, false, vec![false])
+    );
+    assert_eq!(t.context_exchange.method.name(), "ring");
+    let own = a100.replace(
+        "stack = \"megatron-core\"\n",
+        "stack = \"megatron-core\"\ndata_parallel_overlap = true\n",
+    );
+    let t = parse(&own, "s.toml").unwrap().training;
+    assert!(t.data_parallel_overlap);
+    assert_eq!(
+        t.execution.tensor_parallel_overlap,
+        TensorParallelOverlap::None
+    );
+}
+
+/// A profile's generations are the presets' (a misspelt one would apply to no spec),
+/// and a profile file's generation defaults reach a spec of that generation only.
+#[test]
+fn stack_generations_are_the_presets() {
+    let megatron = stack::shipped("megatron-core").unwrap();
+    let bad = megatron.replace(
+        "[generations.a100.training]",
+        "[generations.a1000.training]",
+    );
+    let e = stack::Stack::parse(&bad).unwrap_err();
+    assert!(e.contains("\"a1000\"") && e.contains("a100, h100"), "{e}");
+    let bad = megatron.replace("\nh200 = ", "\nh20 = ");
+    assert!(stack::Stack::parse(&bad).unwrap_err().contains("\"h20\""));
+    let profile = stack::Stack::parse(megatron).unwrap();
+    assert_eq!(
+        profile.training_for(Some("a100"))["tensor_parallel_overlap"].as_str(),
+        Some("none")
+    );
+    assert_eq!(
+        profile.training_for(Some("h100"))["tensor_parallel_overlap"].as_str(),
+        Some("pipelined")
+    );
+    assert_eq!(profile.training_for(None), profile.training);
 }
 
 /// A stack that is neither shipped nor a readable profile, and a profile value that is

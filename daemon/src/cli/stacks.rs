@@ -20,6 +20,8 @@ struct Row {
     title: String,
     /// The `[training]` keys a spec naming the stack gets when it leaves them out.
     defaults: toml::Table,
+    /// Per GPU generation, the defaults that replace those (what the framework ran there).
+    generations: BTreeMap<String, toml::Table>,
     /// Per GPU generation, the shipped calibration and its errors.
     calibrations: BTreeMap<String, CalibrationRow>,
     sources: Vec<String>,
@@ -45,6 +47,11 @@ fn rows() -> Vec<Row> {
                     };
                     (gpu.clone(), row)
                 })
+                .collect(),
+            generations: s
+                .generations
+                .into_iter()
+                .map(|(gpu, g)| (gpu, g.training))
                 .collect(),
             name: s.name,
             title: s.title,
@@ -72,6 +79,10 @@ pub fn run(args: &StacksArgs) -> Result<Exit> {
             .map(|(k, v)| format!("{k} = {v}"))
             .collect();
         outln!("  defaults: {}", defaults.join(", "))?;
+        for (gpu, keys) in &r.generations {
+            let keys: Vec<String> = keys.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            outln!("  on {gpu}: {}", keys.join(", "))?;
+        }
         if r.calibrations.is_empty() {
             outln!("  calibration: none yet (uncalibrated estimates)")?;
         }
