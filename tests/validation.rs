@@ -520,7 +520,7 @@ const CHECKS: [&str; 6] = [
 ];
 
 /// What archplace reaches on the checks today (mean and largest absolute error of the
-/// published figure, then of each run's ratio to its table's first run; the 52 runs with
+/// published figure, then of each run's ratio to its table's first run; the 54 runs with
 /// torchtitan's of June 2025, whose Float8 runs with row-wise scales are the largest
 /// ratios' errors, Megatron-LM's weak scaling on H100, whose first run, 1.7B, is 6%
 /// fast, Meta's Llama 3 405B, 9–10% fast, and BLOOM 176B, 9% slow): a change that makes
