@@ -397,7 +397,87 @@ fn apply_stack<'a>(
             respan(value, &at),
         );
     }
+    // The cost-model parameters the framework's runs set, for the plugins the spec uses:
+    // the generation's first, then the profile's.
+    let generation_parameters = generation.as_deref().and_then(|g| {
+        let generations = entry(table.get_ref(), "generations")?
+            .get_ref()
+            .as_table()?;
+        entry(entry(generations, g)?.get_ref().as_table()?, "parameters")?
+            .get_ref()
+            .as_table()
+    });
+    let profile_parameters =
+        entry(table.get_ref(), "parameters").and_then(|v| v.get_ref().as_table());
+    let plugins = plugins_named(doc);
+    for per_plugin in generation_parameters.into_iter().chain(profile_parameters) {
+        for (plugin, values) in per_plugin.iter() {
+            let (Some(values), true) = (
+                values.get_ref().as_table(),
+                plugins.iter().any(|p| p == plugin.get_ref().as_ref()),
+            ) else {
+                continue;
+            };
+            let cost_model = subtable(doc, "cost_model", &at)?;
+            let parameters = subtable(cost_model, "parameters", &at)?;
+            let own = subtable(parameters, plugin.get_ref().as_ref(), &at)?;
+            for (key, value) in values.iter() {
+                if own.iter().any(|(k, _)| k.get_ref() == key.get_ref()) {
+                    continue;
+                }
+                own.insert(
+                    Spanned::new(at.clone(), key.get_ref().clone()),
+                    respan(value, &at),
+                );
+            }
+        }
+    }
     Ok(parsed)
+}
+
+/// The table `key` of `parent`, made (located at `at`) when it has none; an error when
+/// `key` is there but not a table.
+fn subtable<'d, 'a>(
+    parent: &'d mut DeTable<'a>,
+    key: &str,
+    at: &std::ops::Range<usize>,
+) -> Result<&'d mut DeTable<'a>, String> {
+    if !parent.iter().any(|(k, _)| k.get_ref().as_ref() == key) {
+        parent.insert(
+            Spanned::new(at.clone(), std::borrow::Cow::Owned(key.to_string())),
+            Spanned::new(at.clone(), DeValue::Table(DeTable::new())),
+        );
+    }
+    parent
+        .iter_mut()
+        .find(|(k, _)| k.get_ref().as_ref() == key)
+        .and_then(|(_, v)| match v.get_mut() {
+            DeValue::Table(t) => Some(t),
+            _ => None,
+        })
+        .ok_or_else(|| format!("`{key}` is not a table"))
+}
+
+/// The plugins the spec's `[cost_model]` names as its area and latency models (a name, or
+/// a table with `plugin`); "reference" for one it leaves out.
+fn plugins_named(doc: &DeTable<'_>) -> Vec<String> {
+    let cost_model = entry(doc, "cost_model").and_then(|v| v.get_ref().as_table());
+    ["area", "latency"]
+        .into_iter()
+        .map(|role| {
+            let Some(v) = cost_model.and_then(|c| entry(c, role)) else {
+                return "reference".to_string();
+            };
+            match v.get_ref() {
+                DeValue::String(s) => s.to_string(),
+                DeValue::Table(t) => entry(t, "plugin")
+                    .and_then(|p| p.get_ref().as_str())
+                    .unwrap_or("reference")
+                    .to_string(),
+                _ => "reference".to_string(),
+            }
+        })
+        .collect()
 }
 
 /// The preset whose GPU generation picks a stack's defaults and calibration: the

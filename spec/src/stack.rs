@@ -87,6 +87,12 @@ pub struct Stack {
     /// over both.
     #[serde(default)]
     pub generations: BTreeMap<String, Generation>,
+    /// Cost-model parameters that describe what the framework runs, per plugin
+    /// (`[parameters.gpu-like] fused_epilogues = false`: its GEMMs' element-wise work as
+    /// kernels of their own), given to a spec whose area or latency model is that plugin
+    /// and which leaves them out — as `[cost_model.parameters.PLUGIN]` would.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, toml::Table>,
 }
 
 /// A profile's defaults for one GPU generation.
@@ -94,7 +100,12 @@ pub struct Stack {
 #[serde(deny_unknown_fields)]
 pub struct Generation {
     /// `[training]` keys that replace the profile's own for this generation.
+    #[serde(default)]
     pub training: toml::Table,
+    /// Cost-model parameters, per plugin, that replace the profile's own for this
+    /// generation.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, toml::Table>,
 }
 
 impl Stack {

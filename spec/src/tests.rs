@@ -1404,6 +1404,41 @@ fn stacks_fill_the_training_keys_a_spec_leaves_out() {
     );
 }
 
+/// A profile gives the cost-model parameters its framework's runs set (Megatron-LM on A100:
+/// `gpu-like`'s `fused_epilogues = false`) to a spec whose latency or area model is that
+/// plugin and which leaves them out; not to another generation's, not to a spec of another
+/// plugin, and never over the spec's own value.
+#[test]
+fn stacks_give_the_parameters_their_runs_set() {
+    let base = include_str!("../../config/specs/estimate-llama3-8b-fsdp-h100.toml")
+        .replace("[training]\n", "[training]\nstack = \"megatron-core\"\n");
+    let epilogues = |text: &str| {
+        parse(text, "s.toml").unwrap().cost_model.parameters["gpu-like"]
+            .get("fused_epilogues")
+            .cloned()
+    };
+    let a100 = base.replace("h100-sxm-80gb", "a100-sxm-80gb");
+    assert_eq!(epilogues(&a100).as_deref(), Some("false"));
+    assert_eq!(epilogues(&base), None);
+    let own = a100.replace(
+        "[cost_model.parameters.gpu-like]\n",
+        "[cost_model.parameters.gpu-like]\nfused_epilogues = true\n",
+    );
+    assert_eq!(epilogues(&own).as_deref(), Some("true"));
+    // A spec without a parameters table gets one; a spec of another plugin gets nothing.
+    let bare = a100.replace(
+        "[cost_model.parameters.gpu-like]\npreset = \"a100-sxm-80gb\"\n",
+        "",
+    );
+    assert_eq!(epilogues(&bare).as_deref(), Some("false"));
+    let reference = bare.replace("\"gpu-like\"", "\"reference\"");
+    let spec = parse(&reference, "s.toml").unwrap_or_else(|d| panic!("{d:#?}"));
+    assert!(!spec.cost_model.parameters.contains_key("gpu-like"));
+    // DeepSpeed's profile gives it on every generation.
+    let deepspeed = base.replace("stack = \"megatron-core\"", "stack = \"deepspeed\"");
+    assert_eq!(epilogues(&deepspeed).as_deref(), Some("false"));
+}
+
 /// A profile's generations are the presets' (a misspelt one would apply to no spec),
 /// and a profile file's generation defaults reach a spec of that generation only.
 #[test]

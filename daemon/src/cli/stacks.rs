@@ -20,11 +20,19 @@ struct Row {
     title: String,
     /// The `[training]` keys a spec naming the stack gets when it leaves them out.
     defaults: toml::Table,
+    /// The cost-model parameters a spec using that plugin gets when it leaves them out.
+    parameters: BTreeMap<String, toml::Table>,
     /// Per GPU generation, the defaults that replace those (what the framework ran there).
-    generations: BTreeMap<String, toml::Table>,
+    generations: BTreeMap<String, GenerationRow>,
     /// Per GPU generation, the shipped calibration and its errors.
     calibrations: BTreeMap<String, CalibrationRow>,
     sources: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct GenerationRow {
+    training: toml::Table,
+    parameters: BTreeMap<String, toml::Table>,
 }
 
 #[derive(Serialize)]
@@ -51,14 +59,33 @@ fn rows() -> Vec<Row> {
             generations: s
                 .generations
                 .into_iter()
-                .map(|(gpu, g)| (gpu, g.training))
+                .map(|(gpu, g)| {
+                    let row = GenerationRow {
+                        training: g.training,
+                        parameters: g.parameters,
+                    };
+                    (gpu, row)
+                })
                 .collect(),
+            parameters: s.parameters,
             name: s.name,
             title: s.title,
             defaults: s.training,
             sources: s.sources,
         })
         .collect()
+}
+
+/// Cost-model parameters per plugin, as `gpu-like: fused_epilogues = false`.
+fn parameters(per_plugin: &BTreeMap<String, toml::Table>) -> String {
+    per_plugin
+        .iter()
+        .map(|(plugin, values)| {
+            let values: Vec<String> = values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            format!("{plugin}: {}", values.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn percent(e: &ErrorPercent) -> String {
@@ -79,8 +106,18 @@ pub fn run(args: &StacksArgs) -> Result<Exit> {
             .map(|(k, v)| format!("{k} = {v}"))
             .collect();
         outln!("  defaults: {}", defaults.join(", "))?;
-        for (gpu, keys) in &r.generations {
-            let keys: Vec<String> = keys.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        if !r.parameters.is_empty() {
+            outln!("  cost-model parameters: {}", parameters(&r.parameters))?;
+        }
+        for (gpu, g) in &r.generations {
+            let mut keys: Vec<String> = g
+                .training
+                .iter()
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect();
+            if !g.parameters.is_empty() {
+                keys.push(parameters(&g.parameters));
+            }
             outln!("  on {gpu}: {}", keys.join(", "))?;
         }
         if r.calibrations.is_empty() {
