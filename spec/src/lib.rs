@@ -418,9 +418,11 @@ fn apply_stack<'a>(
             ) else {
                 continue;
             };
-            let cost_model = subtable(doc, "cost_model", &at)?;
-            let parameters = subtable(cost_model, "parameters", &at)?;
-            let own = subtable(parameters, plugin.get_ref().as_ref(), &at)?;
+            let plugin = plugin.get_ref().as_ref();
+            let own = subtable(doc, "cost_model", &at)
+                .and_then(|c| subtable(c, "parameters", &at))
+                .and_then(|p| subtable(p, plugin, &at))
+                .map_err(|why| format!("cannot give the profile's `{plugin}` parameters: {why}"))?;
             for (key, value) in values.iter() {
                 if own.iter().any(|(k, _)| k.get_ref() == key.get_ref()) {
                     continue;

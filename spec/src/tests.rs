@@ -1431,6 +1431,16 @@ fn stacks_give_the_parameters_their_runs_set() {
         "",
     );
     assert_eq!(epilogues(&bare).as_deref(), Some("false"));
+    // Where the spec's own parameters are not a table, the stack says it cannot add them.
+    let wrong = bare.replace("[cost_model]\n", "[cost_model]\nparameters = 5\n");
+    let e = errors(&wrong);
+    let d = find(&e, "training.stack");
+    assert!(
+        d.message
+            .contains("cannot give the profile's `gpu-like` parameters"),
+        "{}",
+        d.message
+    );
     let reference = bare.replace("\"gpu-like\"", "\"reference\"");
     let spec = parse(&reference, "s.toml").unwrap_or_else(|d| panic!("{d:#?}"));
     assert!(!spec.cost_model.parameters.contains_key("gpu-like"));
