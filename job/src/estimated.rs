@@ -145,7 +145,7 @@ impl Estimated {
         let mut parts = Vec::new();
         if let Some(stack) = &self.spec.stack {
             parts.push(format!(
-                "stack: {stack} (its defaults for the [training] keys the spec leaves out)"
+                "stack: {stack} (its defaults for the [training] keys and cost-model parameters the spec leaves out)"
             ));
         }
         match &self.result {
