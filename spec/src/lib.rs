@@ -317,15 +317,9 @@ fn parse_keeping_cost_model(
     let spec = match spec {
         Some(mut spec) if ctx.diagnostics.is_empty() => {
             if spec.cost_model.calibration.is_none() {
-                let preset = raw
-                    .cluster
-                    .preset
-                    .as_deref()
-                    .or_else(|| raw.accelerator.as_ref().and_then(|a| a.preset.as_deref()));
                 spec.stack_calibration = profile
                     .as_ref()
-                    .zip(preset)
-                    .and_then(|(p, preset)| p.calibration_for(stack::generation(preset)))
+                    .and_then(|(p, generation)| p.calibration_for(generation.as_deref()?))
                     .map(str::to_string);
             }
             Ok(spec)
@@ -353,28 +347,30 @@ fn stack_named(doc: &DeTable<'_>) -> Option<(String, std::ops::Range<usize>)> {
     Some((stack.get_ref().as_str()?.to_string(), stack.span()))
 }
 
-/// Gives the spec's `[training]` the profile's value of every key it leaves out, each
-/// located at the spec's `stack` value (`at`): a problem with one is reported there.
+/// Gives the spec's `[training]` the profile's value of every key it leaves out, and its
+/// `[cost_model.parameters]` the profile's parameters for the plugins it uses, each
+/// located at the spec's `stack` value (`at`): a problem with one is reported there. The
+/// spec's GPU generation's defaults come before the profile's own. Returns the profile and
+/// that generation, which also picks the profile's calibration.
 fn apply_stack<'a>(
     doc: &mut DeTable<'a>,
     profile: &'a str,
     at: std::ops::Range<usize>,
-) -> Result<stack::Stack, String> {
+) -> Result<(stack::Stack, Option<String>), String> {
     let parsed = stack::Stack::parse(profile)?;
     let (table, _) = DeTable::parse_recoverable(profile);
-    let defaults = entry(table.get_ref(), "training")
+    let table = table.get_ref();
+    let defaults = entry(table, "training")
         .and_then(|v| v.get_ref().as_table())
         .ok_or_else(|| format!("the stack profile {} has no [training] table", parsed.name))?;
-    // The generation's own defaults first: a key is filled once, from the first table
-    // that has it.
     let generation = preset_named(doc).map(|p| stack::generation(p).to_string());
-    let generation_defaults = generation.as_deref().and_then(|g| {
-        let generations = entry(table.get_ref(), "generations")?
+    let of_generation = |section: &str| {
+        let generations = entry(table, "generations")?.get_ref().as_table()?;
+        let own = entry(generations, generation.as_deref()?)?
             .get_ref()
             .as_table()?;
-        let training = entry(entry(generations, g)?.get_ref().as_table()?, "training")?;
-        training.get_ref().as_table()
-    });
+        entry(own, section)?.get_ref().as_table()
+    };
     let training = doc
         .iter_mut()
         .find(|(k, _)| k.get_ref().as_ref() == "training")
@@ -383,58 +379,45 @@ fn apply_stack<'a>(
             _ => None,
         })
         .ok_or("`[training]` is not a table")?;
-    for (key, value) in generation_defaults
-        .into_iter()
-        .flat_map(|t| t.iter())
-        .chain(defaults.iter())
-    {
-        let name = key.get_ref().as_ref();
-        if training.iter().any(|(k, _)| k.get_ref().as_ref() == name) {
-            continue;
-        }
-        training.insert(
-            Spanned::new(at.clone(), key.get_ref().clone()),
-            respan(value, &at),
-        );
+    for from in of_generation("training").into_iter().chain([defaults]) {
+        fill(training, from, &at);
     }
-    // The cost-model parameters the framework's runs set, for the plugins the spec uses:
-    // the generation's first, then the profile's.
-    let generation_parameters = generation.as_deref().and_then(|g| {
-        let generations = entry(table.get_ref(), "generations")?
-            .get_ref()
-            .as_table()?;
-        entry(entry(generations, g)?.get_ref().as_table()?, "parameters")?
-            .get_ref()
-            .as_table()
-    });
-    let profile_parameters =
-        entry(table.get_ref(), "parameters").and_then(|v| v.get_ref().as_table());
+    // The cost-model parameters the framework's runs set, for the plugins the spec uses.
     let plugins = plugins_named(doc);
-    for per_plugin in generation_parameters.into_iter().chain(profile_parameters) {
+    let profile_parameters = entry(table, "parameters").and_then(|v| v.get_ref().as_table());
+    for per_plugin in of_generation("parameters")
+        .into_iter()
+        .chain(profile_parameters)
+    {
         for (plugin, values) in per_plugin.iter() {
-            let (Some(values), true) = (
-                values.get_ref().as_table(),
-                plugins.iter().any(|p| p == plugin.get_ref().as_ref()),
-            ) else {
+            let plugin = plugin.get_ref().as_ref();
+            let Some(values) = values.get_ref().as_table() else {
                 continue;
             };
-            let plugin = plugin.get_ref().as_ref();
+            if !plugins.iter().any(|p| p == plugin) {
+                continue;
+            }
             let own = subtable(doc, "cost_model", &at)
                 .and_then(|c| subtable(c, "parameters", &at))
                 .and_then(|p| subtable(p, plugin, &at))
                 .map_err(|why| format!("cannot give the profile's `{plugin}` parameters: {why}"))?;
-            for (key, value) in values.iter() {
-                if own.iter().any(|(k, _)| k.get_ref() == key.get_ref()) {
-                    continue;
-                }
-                own.insert(
-                    Spanned::new(at.clone(), key.get_ref().clone()),
-                    respan(value, &at),
-                );
-            }
+            fill(own, values, &at);
         }
     }
-    Ok(parsed)
+    Ok((parsed, generation))
+}
+
+/// Gives `into` each key of `from` it lacks, located at `at`.
+fn fill<'a>(into: &mut DeTable<'a>, from: &DeTable<'a>, at: &std::ops::Range<usize>) {
+    for (key, value) in from.iter() {
+        if into.iter().any(|(k, _)| k.get_ref() == key.get_ref()) {
+            continue;
+        }
+        into.insert(
+            Spanned::new(at.clone(), key.get_ref().clone()),
+            respan(value, at),
+        );
+    }
 }
 
 /// The table `key` of `parent`, made (located at `at`) when it has none; an error when

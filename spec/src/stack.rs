@@ -137,16 +137,6 @@ impl Stack {
         Ok(s)
     }
 
-    /// The profile's `[training]` defaults for a spec whose GPUs are of `generation`: the
-    /// generation's own where it has them, the profile's others.
-    pub fn training_for(&self, generation: Option<&str>) -> toml::Table {
-        let mut t = self.training.clone();
-        if let Some(g) = generation.and_then(|g| self.generations.get(g)) {
-            t.extend(g.training.clone());
-        }
-        t
-    }
-
     /// The calibration this stack names for a GPU of `generation`.
     pub fn calibration_for(&self, generation: &str) -> Option<&str> {
         self.calibrations.get(generation).map(String::as_str)

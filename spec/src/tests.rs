@@ -1462,16 +1462,23 @@ fn stack_generations_are_the_presets() {
     assert!(e.contains("\"a1000\"") && e.contains("a100, h100"), "{e}");
     let bad = megatron.replace("\nh200 = ", "\nh20 = ");
     assert!(stack::Stack::parse(&bad).unwrap_err().contains("\"h20\""));
-    let profile = stack::Stack::parse(megatron).unwrap();
+    // The generation's key wins over the profile's; a generation without a section gets
+    // the profile's own.
+    use archplace_engine::execution::TensorParallelOverlap;
+    let base = include_str!("../../config/specs/estimate-llama3-8b-fsdp-h100.toml")
+        .replace("[training]\n", "[training]\nstack = \"megatron-core\"\n");
+    let overlap = |text: &str| {
+        parse(text, "s.toml")
+            .unwrap()
+            .training
+            .execution
+            .tensor_parallel_overlap
+    };
     assert_eq!(
-        profile.training_for(Some("a100"))["tensor_parallel_overlap"].as_str(),
-        Some("none")
+        overlap(&base.replace("h100-sxm-80gb", "a100-sxm-80gb")),
+        TensorParallelOverlap::None
     );
-    assert_eq!(
-        profile.training_for(Some("h100"))["tensor_parallel_overlap"].as_str(),
-        Some("pipelined")
-    );
-    assert_eq!(profile.training_for(None), profile.training);
+    assert_eq!(overlap(&base), TensorParallelOverlap::Pipelined);
 }
 
 /// A stack that is neither shipped nor a readable profile, and a profile value that is

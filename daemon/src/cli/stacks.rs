@@ -76,14 +76,17 @@ fn rows() -> Vec<Row> {
         .collect()
 }
 
+/// A table's keys as `key = value, …`.
+fn keys(table: &toml::Table) -> String {
+    let keys: Vec<String> = table.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    keys.join(", ")
+}
+
 /// Cost-model parameters per plugin, as `gpu-like: fused_epilogues = false`.
 fn parameters(per_plugin: &BTreeMap<String, toml::Table>) -> String {
     per_plugin
         .iter()
-        .map(|(plugin, values)| {
-            let values: Vec<String> = values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            format!("{plugin}: {}", values.join(", "))
-        })
+        .map(|(plugin, values)| format!("{plugin}: {}", keys(values)))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -100,25 +103,18 @@ pub fn run(args: &StacksArgs) -> Result<Exit> {
     }
     for r in &rows {
         outln!("{} — {}", r.name, r.title)?;
-        let defaults: Vec<String> = r
-            .defaults
-            .iter()
-            .map(|(k, v)| format!("{k} = {v}"))
-            .collect();
-        outln!("  defaults: {}", defaults.join(", "))?;
+        outln!("  defaults: {}", keys(&r.defaults))?;
         if !r.parameters.is_empty() {
             outln!("  cost-model parameters: {}", parameters(&r.parameters))?;
         }
         for (gpu, g) in &r.generations {
-            let mut keys: Vec<String> = g
-                .training
+            let parts = [keys(&g.training), parameters(&g.parameters)];
+            let line: Vec<&str> = parts
                 .iter()
-                .map(|(k, v)| format!("{k} = {v}"))
+                .map(String::as_str)
+                .filter(|p| !p.is_empty())
                 .collect();
-            if !g.parameters.is_empty() {
-                keys.push(parameters(&g.parameters));
-            }
-            outln!("  on {gpu}: {}", keys.join(", "))?;
+            outln!("  on {gpu}: {}", line.join(", "))?;
         }
         if r.calibrations.is_empty() {
             outln!("  calibration: none yet (uncalibrated estimates)")?;
