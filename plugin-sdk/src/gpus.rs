@@ -70,6 +70,23 @@
 //!   Dimensions in cuBLAS and Performance" and §3 "Dimension Quantization Effects"): a
 //!   GEMM's tiles run in waves of one tile per SM, so a GEMM whose tiles do not fill the
 //!   last wave, or whose sides are not multiples of the tile, wastes the difference.
+//! * The fused attention kernels' speed ([`AttentionKernel`]): cudnn-frontend's attention
+//!   benchmarks (github.com/NVIDIA/cudnn-frontend), forward and backward TFLOP/s of causal
+//!   attention with 128-wide heads at 4,096 to 32,768 tokens (a causal mask's FLOPs
+//!   counted half, backward 2.5 times forward), each kernel's inner-loop fraction of the
+//!   preset's dense 16-bit peak and fixed work per tile of 128 queries fitted to its
+//!   combined forward and backward rate (within 3% at every length):
+//!   H200 at 1,980 MHz, cuDNN 9.1.0 against PyTorch 2.3's SDPA FlashAttention-2
+//!   (`benchmark/benchmark_results.csv`, commit b740542, 2024-05): cuDNN 468 → 520,
+//!   FlashAttention-2 264 → 325 TFLOP/s from 4K to 32K tokens, 0.54 with 1.9 sweeps a tile
+//!   and 0.34 with 3.8 — the Hopper presets'; B200, cuDNN 9.10.2 against
+//!   flash-attn 2.7.3 (`benchmark/sdpa_benchmark_bf16_training/artifacts/`, commit
+//!   f937055, 2025-06): cuDNN 754 → 1,206, FlashAttention-2 305 → 382 TFLOP/s, 0.60 with
+//!   11.5 and 0.18 with 4.4 — the Blackwell presets' (FlashAttention-2 runs Ampere's
+//!   instructions there). The A100's is FlashAttention-2 at 0.6 with 1.9, within the
+//!   50–73% of peak its paper measured forward (Dao 2023, §4.1): what the A100's stacks
+//!   run (Transformer Engine prefers cuDNN's kernel only from sm90), no separate cuDNN
+//!   figure.
 //!
 //! NVLink figures are both directions together; a device sends half of it. The tensor
 //! cores of an SM are described as one `width × depth` MAC array per SM (the archplace
@@ -127,7 +144,30 @@ pub struct Gpu {
     pub max_matmul_fraction: f64,
     /// The output tiles (rows × columns, either way round) one SM may compute per wave.
     pub gemm_tiles: &'static [(u32, u32)],
+    /// The fused attention kernel the GPU's training stacks pick by default: cuDNN's
+    /// (Transformer Engine's `FusedAttention`, preferred on sm90 and later) on Hopper and
+    /// Blackwell, FlashAttention-2 on Ampere.
+    pub default_attention: AttentionKernel,
+    /// Tri Dao's FlashAttention-2 (the `flash-attn` package; PyTorch's SDPA flash backend),
+    /// what a stack that turns cuDNN's kernel off runs instead.
+    pub flash_attention_2: AttentionKernel,
 }
+
+/// A fused attention kernel's speed on one GPU, measured (the sources above): the
+/// fraction of the dense 16-bit peak its inner loop reaches, and its fixed work per tile
+/// of 128 queries in sweeps of one block of 128 keys — how far a short sequence falls
+/// from the long ones' rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionKernel {
+    pub peak_fraction: f64,
+    pub tile_overhead: f64,
+}
+
+/// FlashAttention-2 on A100 (its paper's forward range) — the A100's default too.
+const FLASH_ATTENTION_2_AMPERE: AttentionKernel = AttentionKernel {
+    peak_fraction: 0.6,
+    tile_overhead: 1.9,
+};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -170,6 +210,8 @@ const A100: Gpu = Gpu {
     max_memory_fraction: Some(1.80 / 2.039),
     max_matmul_fraction: 267.9 / 312.0,
     gemm_tiles: CUBLAS_TILES,
+    default_attention: FLASH_ATTENTION_2_AMPERE,
+    flash_attention_2: FLASH_ATTENTION_2_AMPERE,
 };
 
 const H100: Gpu = Gpu {
@@ -197,6 +239,14 @@ const H100: Gpu = Gpu {
     max_memory_fraction: None,
     max_matmul_fraction: 792.1 / 989.0,
     gemm_tiles: CUBLAS_TILES,
+    default_attention: AttentionKernel {
+        peak_fraction: 0.54,
+        tile_overhead: 1.9,
+    },
+    flash_attention_2: AttentionKernel {
+        peak_fraction: 0.34,
+        tile_overhead: 3.8,
+    },
 };
 
 /// The H100's die with more and faster HBM; its GEMM fraction is the H100's measured one
@@ -241,6 +291,14 @@ const B200: Gpu = Gpu {
     node_size: 8,
     l2_bytes_per_second: None,
     max_memory_fraction: None,
+    default_attention: AttentionKernel {
+        peak_fraction: 0.60,
+        tile_overhead: 11.5,
+    },
+    flash_attention_2: AttentionKernel {
+        peak_fraction: 0.18,
+        tile_overhead: 4.4,
+    },
     ..H100
 };
 
@@ -372,5 +430,77 @@ mod tests {
         assert_eq!(system("h100-sxm-80gb"), gpu("h100-sxm-80gb"));
         assert!(system("nvl72").is_none());
         assert!(system_names().contains(&"gb200-nvl72"));
+    }
+
+    /// Each preset's attention kernels reproduce the benchmark they were taken from: the
+    /// combined forward and backward rate of causal attention (128-wide heads; FLOPs of the
+    /// masked half not counted, backward 2.5 times forward) as `gpu-like` prices it — tiles
+    /// of 128 queries sweeping their keys up to the diagonal block, plus the kernel's fixed
+    /// sweeps per tile, at its fraction of the peak — within 3.5% from 4K to 32K tokens.
+    #[test]
+    fn attention_kernels_reproduce_their_benchmarks() {
+        let rate = |g: &Gpu, k: AttentionKernel, seq: f64| {
+            let blocks = seq / 128.0;
+            g.peak_dense_16bit_flops_per_second * k.peak_fraction * 0.5
+                / ((blocks + 1.0) / (2.0 * blocks) + k.tile_overhead / blocks)
+        };
+        // (forward, backward) TFLOP/s → combined.
+        let both = |f: f64, b: f64| 3.5 / (1.0 / f + 2.5 / b);
+        let h200 = gpu("h200-sxm-141gb").unwrap();
+        let b200 = gpu("b200-sxm-180gb").unwrap();
+        // cudnn-frontend b740542 (H200, cuDNN 9.1.0; combined rates as published).
+        let hopper_cudnn = [
+            (4096.0, 467.939),
+            (8192.0, 490.273),
+            (16384.0, 520.258),
+            (32768.0, 519.641),
+        ];
+        let hopper_fa2 = [
+            (4096.0, 264.475),
+            (8192.0, 289.580),
+            (16384.0, 310.532),
+            (32768.0, 324.813),
+        ];
+        // cudnn-frontend f937055 (B200, cuDNN 9.10.2 and flash-attn 2.7.3; forward, backward).
+        let blackwell_cudnn = [
+            (4096.0, both(897.309, 709.138)),
+            (8192.0, both(1211.140, 945.440)),
+            (16384.0, both(1358.566, 1074.499)),
+            (32768.0, both(1435.072, 1132.387)),
+        ];
+        let blackwell_fa2 = [
+            (4096.0, both(347.732, 291.053)),
+            (8192.0, both(403.305, 335.386)),
+            (16384.0, both(428.611, 354.678)),
+            (32768.0, both(438.873, 363.713)),
+        ];
+        for (g, k, table) in [
+            (h200, h200.default_attention, &hopper_cudnn),
+            (h200, h200.flash_attention_2, &hopper_fa2),
+            (b200, b200.default_attention, &blackwell_cudnn),
+            (b200, b200.flash_attention_2, &blackwell_fa2),
+        ] {
+            for &(seq, measured) in table {
+                let modelled = rate(g, k, seq) / 1e12;
+                assert!(
+                    (modelled / measured - 1.0).abs() < 0.035,
+                    "{} at {seq}: {modelled:.0} against {measured:.0} TFLOP/s",
+                    g.name
+                );
+            }
+        }
+        // The Hopper variants share the die's kernels, the GB200 the B200's; on the A100
+        // FlashAttention-2 is the default.
+        for name in ["h100-sxm-80gb", "h800-sxm-80gb"] {
+            let g = gpu(name).unwrap();
+            assert_eq!(
+                (g.default_attention, g.flash_attention_2),
+                (h200.default_attention, h200.flash_attention_2)
+            );
+        }
+        let gb200 = gpu("gb200").unwrap();
+        assert_eq!(gb200.default_attention, b200.default_attention);
+        let a100 = gpu("a100-sxm-80gb").unwrap();
+        assert_eq!(a100.default_attention, a100.flash_attention_2);
     }
 }

@@ -28,20 +28,24 @@
 //!   element; the same `matrix_efficiency` for every type (no measured FP8 GEMM ceiling is
 //!   cited: an assumption). A quantising cast reads its input (twice with current
 //!   scaling) and writes both layouts of its output, memory-bound;
-//! * fused attention (FlashAttention) runs its products at `attention_efficiency` of peak
-//!   — default 0.6, within the 50–73% of A100 peak FlashAttention-2 reports forward (Dao
-//!   2023, §4.1; 45–63% backward) and below the 75% FlashAttention-3 reaches on H100 (Shah
-//!   et al. 2024) — and moves only Q, K, V, the output and its statistics through HBM. It
-//!   works in tiles of 128 queries, each sweeping the keys 128 at a time (under a causal
-//!   mask, up to and including its diagonal block, computed whole), and each tile has a
-//!   fixed cost besides — its queries loaded, its output rescaled and written with its
-//!   statistics — of `attention_tile_overhead` sweeps of one block: a short sequence runs
-//!   further from the kernel's peak than a long one. The default, 1.9, is what the
-//!   forward kernels measured on H100 in pytorch/benchmark#2391 (head dimension 128,
-//!   16,384 tokens and 16 heads at every length, so the same 2,048 tiles: Triton's
-//!   FlashAttention-2 329 → 477 TFLOP/s and FlashAttention-3 430 → 621 from 512 to 16,384
-//!   tokens: relative to the longest, `n/(n + 1.9)` for `n` blocks of keys is within
-//!   0.4% of the first at all six lengths, within 1.6% of the second). The kernel is
+//! * fused attention runs its products at `attention_efficiency` of peak and moves only
+//!   Q, K, V, the output and its statistics through HBM. It works in tiles of 128
+//!   queries, each sweeping the keys 128 at a time (under a causal mask, up to and
+//!   including its diagonal block, computed whole), and each tile has a fixed cost
+//!   besides — its queries loaded, its output rescaled and written with its statistics —
+//!   of `attention_tile_overhead` sweeps of one block: a short sequence runs further from
+//!   the kernel's peak than a long one. Both are the kernel's, measured on the GPU
+//!   (`attention_kernel`, the preset's
+//!   [`archplace_plugin_sdk::gpus::AttentionKernel`]s: cuDNN's, which Transformer
+//!   Engine prefers on Hopper and Blackwell, or FlashAttention-2, which runs at 0.6 to 0.3
+//!   of cuDNN's rate there; cudnn-frontend's benchmarks, `archplace_plugin_sdk::gpus`).
+//!   Without a preset: 0.6, within the 50–73% of A100 peak FlashAttention-2 reports
+//!   forward (Dao 2023, §4.1; 45–63% backward), and 1.9, what the forward kernels
+//!   measured on H100 in pytorch/benchmark#2391 (head dimension 128, 16,384 tokens and
+//!   16 heads at every length, so the same 2,048 tiles: Triton's FlashAttention-2 329 →
+//!   477 TFLOP/s and FlashAttention-3 430 → 621 from 512 to 16,384 tokens: relative to
+//!   the longest, `n/(n + 1.9)` for `n` blocks of keys is within 0.4% of the first at all
+//!   six lengths, within 1.6% of the second). The kernel is
 //!   compiled for a few head dimensions and runs a head at the next one up
 //!   (`kernel_head_dim`): a 112-wide head (MPT-30B's) costs what a 128-wide one does.
 //!
@@ -160,7 +164,7 @@ struct Param {
     default: &'static str,
 }
 
-const PARAMETERS: [Param; 22] = [
+const PARAMETERS: [Param; 23] = [
     Param {
         name: "preset",
         description: "a GPU that sets clock, hbm_bandwidth and on_chip_bandwidth (datasheet; L2 for A100 only), matrix_efficiency (measured GEMM ceiling), memory_efficiency (measured, A100 only), gemm_tiles (cuBLAS), fp8_speedup and mx_formats (datasheet), fp8_transpose (cuBLASLt's FP8 layouts): a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, h800-sxm-80gb, b200-sxm-180gb, gb200 (parameters given override it)",
@@ -177,13 +181,18 @@ const PARAMETERS: [Param; 22] = [
         default: "0.75",
     },
     Param {
+        name: "attention_kernel",
+        description: "the fused attention kernel: `default` (what the GPU's training stacks pick: cuDNN's on Hopper and Blackwell, FlashAttention-2 on Ampere) or `flash-attn-2` (Tri Dao's, as a stack that turns cuDNN's off runs); with a `preset` it sets attention_efficiency and attention_tile_overhead from the kernel's benchmark on that GPU (given ones override it)",
+        default: "default",
+    },
+    Param {
         name: "attention_efficiency",
-        description: "fraction of peak matrix throughput a fused attention kernel's (FlashAttention's) inner loop reaches, what long sequences approach (0 < x ≤ 1; FlashAttention-2: 0.50–0.73 forward on A100)",
+        description: "fraction of peak matrix throughput a fused attention kernel's inner loop reaches, what long sequences approach (0 < x ≤ 1; the preset's attention_kernel: cuDNN 0.54 and FlashAttention-2 0.34 on Hopper, 0.60 and 0.18 on Blackwell, FlashAttention-2 0.6 on A100)",
         default: "0.6",
     },
     Param {
         name: "attention_tile_overhead",
-        description: "a fused attention kernel's fixed work per tile of 128 queries, in sweeps of one block of 128 keys (≥ 0; FlashAttention-2 and 3 on H100: 1.9)",
+        description: "a fused attention kernel's fixed work per tile of 128 queries, in sweeps of one block of 128 keys (≥ 0; the preset's attention_kernel: cuDNN 1.9 and FlashAttention-2 3.8 on Hopper, 11.5 and 4.4 on Blackwell)",
         default: "1.9",
     },
     Param {
@@ -337,11 +346,33 @@ fn parse_positive(v: &str) -> Result<f64, String> {
     }
 }
 
+/// The fused attention kernels `attention_kernel` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AttentionKernelName {
+    /// What the GPU's training stacks pick (the preset's `default_attention`).
+    Default,
+    /// Tri Dao's FlashAttention-2.
+    FlashAttention2,
+}
+
+impl AttentionKernelName {
+    fn parse(v: &str) -> Result<Self, String> {
+        match v.trim() {
+            "default" => Ok(Self::Default),
+            "flash-attn-2" => Ok(Self::FlashAttention2),
+            other => Err(format!(
+                "no attention kernel `{other}`: `default` (the GPU's stacks' choice) or `flash-attn-2`"
+            )),
+        }
+    }
+}
+
 impl GpuLike {
     /// The model from the spec's parameters; every bad one is reported.
     pub fn with_parameters(parameters: &[Parameter]) -> Result<Self, Vec<ParameterError>> {
         let mut m = GpuLike::default();
         let mut errors = Vec::new();
+        let mut preset = None;
         // The preset first, whatever the order: the other parameters override it.
         for p in parameters.iter().filter(|p| p.name == "preset") {
             match (
@@ -350,6 +381,7 @@ impl GpuLike {
             ) {
                 ("none", _) => {}
                 (_, Some(g)) => {
+                    preset = Some(g);
                     m.clock_hz = g.clock_hz;
                     m.hbm_bytes_per_second = g.hbm_bytes_per_second;
                     if let Some(f) = g.max_memory_fraction {
@@ -379,11 +411,13 @@ impl GpuLike {
                 )),
             }
         }
+        let mut kernel = AttentionKernelName::Default;
         for p in parameters {
             let v = p.value.as_str();
             let r: Result<(), String> = (|| {
                 match p.name.as_str() {
                     "preset" => {}
+                    "attention_kernel" => kernel = AttentionKernelName::parse(v)?,
                     "clock" => m.clock_hz = parse_hertz(v).map_err(|e| e.message)?,
                     "matrix_efficiency" => m.matrix_efficiency = parse_fraction(v)?,
                     "memory_efficiency" => m.memory_efficiency = parse_fraction(v)?,
@@ -428,6 +462,21 @@ impl GpuLike {
             })();
             if let Err(message) = r {
                 errors.push(ParameterError::new(&p.name, message));
+            }
+        }
+        // The attention kernel's measured speed on the preset's GPU, where the spec does
+        // not give it (without a preset the kernels are not told apart).
+        if let Some(g) = preset {
+            let k = match kernel {
+                AttentionKernelName::Default => g.default_attention,
+                AttentionKernelName::FlashAttention2 => g.flash_attention_2,
+            };
+            let given = |name: &str| parameters.iter().any(|p| p.name == name);
+            if !given("attention_efficiency") {
+                m.attention_efficiency = k.peak_fraction;
+            }
+            if !given("attention_tile_overhead") {
+                m.attention_tile_overhead = k.tile_overhead;
             }
         }
         for (name, value) in [
@@ -855,6 +904,10 @@ mod tests {
     }
 
     /// The H100 preset and its tensor cores (132 SMs, 50 MiB of L2).
+    fn h100_param() -> Parameter {
+        p("preset", "h100-sxm-80gb")
+    }
+
     fn h100_tensor_cores() -> (GpuLike, CoreConfig) {
         let h100 = GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb")]).unwrap();
         let core = CoreConfig {
@@ -1006,6 +1059,86 @@ mod tests {
             GpuLike::with_parameters(&[p("preset", "b200-sxm-180gb"), p("fp8_transpose", "true")])
                 .unwrap();
         assert!(spelled.fp8_transpose);
+    }
+
+    /// `attention_kernel` takes the preset's measured kernel: cuDNN's by default on
+    /// Hopper (0.54 of peak, 1.9 sweeps a tile), FlashAttention-2 when named (0.34, 3.8);
+    /// a value the spec gives wins whatever the order; without a preset the kernels are
+    /// not told apart; an unknown kernel is refused with the two it may be.
+    #[test]
+    fn the_attention_kernel_sets_its_measured_speed() {
+        let kernel = |ps: &[(&str, &str)]| {
+            let ps: Vec<Parameter> = ps.iter().map(|(n, v)| p(n, v)).collect();
+            let m = GpuLike::with_parameters(&ps).unwrap();
+            (m.attention_efficiency, m.attention_tile_overhead)
+        };
+        let h100 = ("preset", "h100-sxm-80gb");
+        assert_eq!(kernel(&[h100]), (0.54, 1.9));
+        assert_eq!(
+            kernel(&[h100, ("attention_kernel", "default")]),
+            (0.54, 1.9)
+        );
+        assert_eq!(
+            kernel(&[("attention_kernel", "flash-attn-2"), h100]),
+            (0.34, 3.8)
+        );
+        assert_eq!(
+            kernel(&[
+                ("attention_efficiency", "0.3"),
+                ("attention_kernel", "flash-attn-2"),
+                h100
+            ]),
+            (0.3, 3.8)
+        );
+        assert_eq!(kernel(&[("preset", "b200-sxm-180gb")]), (0.60, 11.5));
+        assert_eq!(
+            kernel(&[("preset", "gb200"), ("attention_kernel", "flash-attn-2")]),
+            (0.18, 4.4)
+        );
+        assert_eq!(
+            kernel(&[
+                ("preset", "a100-sxm-80gb"),
+                ("attention_kernel", "flash-attn-2")
+            ]),
+            kernel(&[("preset", "a100-sxm-80gb")])
+        );
+        assert_eq!(kernel(&[("attention_kernel", "flash-attn-2")]), (0.6, 1.9));
+        let errors =
+            GpuLike::with_parameters(&[h100_param(), p("attention_kernel", "fa3")]).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].name, "attention_kernel");
+        assert!(
+            errors[0].message.contains("flash-attn-2"),
+            "{}",
+            errors[0].message
+        );
+    }
+
+    /// On an H100, FlashAttention-2 takes about 1.6 times cuDNN's time at 8,192 tokens —
+    /// what the benchmark both come from measured (490 against 290 TFLOP/s): NeMo's
+    /// launcher ran it until August 2024.
+    #[test]
+    fn flash_attention_2_on_hopper_is_cudnns_rate_times_six_tenths() {
+        let (cudnn, core) = h100_tensor_cores();
+        let fa2 = GpuLike::with_parameters(&[h100_param(), p("attention_kernel", "flash-attn-2")])
+            .unwrap();
+        let a = archplace_plugin_sdk::Attention {
+            batch: 2,
+            heads: 16,
+            kv_heads: 16,
+            seq: 8192,
+            head_dim: 128,
+            value_dim: 128,
+            causal: true,
+        };
+        let time = |m: &GpuLike| -> f64 {
+            [Direction::Forward, Direction::Backward]
+                .into_iter()
+                .map(|d| m.attention(&core, &[attention_op(a, d)]).unwrap()[0].seconds)
+                .sum()
+        };
+        let ratio = time(&fa2) / time(&cudnn);
+        assert!((ratio - 490.273 / 289.580).abs() < 0.06, "{ratio}");
     }
 
     /// `attention-detail` (what the host asks a fused kernel of) prices the kernel at
