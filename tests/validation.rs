@@ -228,10 +228,10 @@ const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 12] = [
     ("Korthikanti et al. 2022, Table 5", (3.0, 6.0)),
     ("Narayanan et al. 2021, Table 1", (3.0, 6.0)),
     ("Megatron MoE model zoo, H100", (8.0, 10.0)),
-    ("Megatron-Core MoE guide (MCore v0.9), H100", (5.5, 5.5)),
-    ("NeMo 24.07 performance summary, DGX-H100", (4.0, 8.0)),
+    ("Megatron-Core MoE guide (MCore v0.9), H100", (5.0, 5.0)),
+    ("NeMo 24.07 performance summary, DGX-H100", (3.5, 8.0)),
     ("NeMo long-sequence table, DGX-H100", (1.5, 3.5)),
-    ("Megatron-Bridge 25.11 performance summary", (7.0, 13.5)),
+    ("Megatron-Bridge 25.11 performance summary", (6.0, 12.0)),
 ];
 
 /// What calibrating on each measurements file gives: the per-source table and errors.
