@@ -469,7 +469,7 @@ fn identifiability(
             // computation) stops mattering part-way, and its factor is then only a limit.
             if bounds[j].0 == bounds[j].1 {
                 out.push(format!(
-                    "{name}: no measurement depends on it; it stays at the specs' values (give measurements it affects, or leave it out of `fit`)"
+                    "{name}: no measurement depends on it at the specs' values (what it prices is absent from these runs, hidden behind other costs, or held there by another of the model's limits); it stays at them (give measurements it affects, or leave it out of `fit`)"
                 ));
             } else {
                 out.push(format!(
