@@ -914,13 +914,14 @@ mod tests {
         }
     }
 
-    /// The H100 preset and its tensor cores (132 SMs, 50 MiB of L2).
+    /// The H100 preset.
     fn h100_param() -> Parameter {
         p("preset", "h100-sxm-80gb")
     }
 
+    /// The H100 preset and its tensor cores (132 SMs, 50 MiB of L2).
     fn h100_tensor_cores() -> (GpuLike, CoreConfig) {
-        let h100 = GpuLike::with_parameters(&[p("preset", "h100-sxm-80gb")]).unwrap();
+        let h100 = GpuLike::with_parameters(&[h100_param()]).unwrap();
         let core = CoreConfig {
             kind: CoreKind::Tensor,
             cores: 132,
