@@ -92,7 +92,10 @@ const BOUNDS: [(&str, f64, f64); 12] = [
     ),
     ("Korthikanti et al. 2022, Table 5", 0.070, 0.090),
     ("Narayanan et al. 2021, Table 1", 0.165, 0.235),
-    ("Megatron MoE model zoo, H100", 0.40, 0.47),
+    // Qwen3-235B-A22B on its own plan (3 virtual stages a device, not plain 1F1B): 53%
+    // fast uncalibrated, where the plain-1F1B approximation's larger bubble had hidden 9
+    // points of it.
+    ("Megatron MoE model zoo, H100", 0.43, 0.54),
     ("Megatron-Core MoE guide (MCore v0.9), H100", 0.41, 0.41),
     ("NeMo 24.07 performance summary, DGX-H100", 0.52, 0.76),
     ("NeMo long-sequence table, DGX-H100", 0.78, 0.87),
@@ -227,8 +230,11 @@ const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 12] = [
     ),
     ("Korthikanti et al. 2022, Table 5", (3.0, 6.0)),
     ("Narayanan et al. 2021, Table 1", (3.0, 6.0)),
-    ("Megatron MoE model zoo, H100", (8.0, 10.0)),
-    ("Megatron-Core MoE guide (MCore v0.9), H100", (5.0, 5.0)),
+    // Qwen3-235B-A22B priced on its own plan (see BOUNDS) is 10% fast calibrated: the cost
+    // the model lacks for its 128 fine-grained experts shows now that the plain-1F1B
+    // bubble no longer hides it (7.7% (9.3%) before).
+    ("Megatron MoE model zoo, H100", (10.5, 11.0)),
+    ("Megatron-Core MoE guide (MCore v0.9), H100", (5.5, 5.5)),
     ("NeMo 24.07 performance summary, DGX-H100", (3.5, 8.0)),
     ("NeMo long-sequence table, DGX-H100", (1.5, 3.5)),
     ("Megatron-Bridge 25.11 performance summary", (6.0, 12.0)),

@@ -172,8 +172,6 @@ const FLASH_ATTENTION_2_AMPERE: AttentionKernel = AttentionKernel {
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-/// cuBLAS's tile sizes for 16-bit GEMMs (the NVIDIA guide above, §2.3), each either way
-/// round.
 /// PCIe 4.0 x16, one direction: 16 GT/s × 16 lanes, 128b/130b encoding (DGX A100's GPUs
 /// hang off PCIe 4.0 switches).
 const PCIE4_X16: f64 = 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
@@ -181,6 +179,8 @@ const PCIE4_X16: f64 = 16e9 * 16.0 * 128.0 / 130.0 / 8.0;
 /// CPU-offloading guide: "128 GB/s bidirectional").
 const PCIE5_X16: f64 = 2.0 * PCIE4_X16;
 
+/// cuBLAS's tile sizes for 16-bit GEMMs (the NVIDIA guide above, §2.3), each either way
+/// round.
 const CUBLAS_TILES: &[(u32, u32)] = &[(256, 128), (128, 128), (256, 64), (128, 64), (64, 64)];
 
 /// The presets, by name.
