@@ -112,10 +112,22 @@ pub fn fit(
     };
     let linear = jacobian(problem, &all, &x, &r, &bounds, &mut evaluations)?;
     // A parameter no measurement depends on stays where it is: the loss is flat along it
-    // and a minimiser would wander.
+    // and a minimiser would wander. Whether one does at its lower bound is worth saying:
+    // what it prices may hide behind other costs at the specs' value and show below it
+    // (a collective beside computation), where a fit started lower would find it.
     let mut bounds = bounds;
+    let mut shows_below: Vec<Option<f64>> = vec![None; p];
     for j in 0..p {
         if column_norm(&linear, j) < INERT {
+            if bounds[j].0 < x[j] {
+                let mut low = x.clone();
+                low[j] = bounds[j].0;
+                evaluations += n as u64;
+                let at_low = problem.residuals(&all, &factors_of(&low))?;
+                if at_low.iter().zip(&r).any(|(a, b)| (a - b).abs() > INERT) {
+                    shows_below[j] = Some(bounds[j].0.exp());
+                }
+            }
             bounds[j] = (x[j], x[j]);
         }
     }
@@ -163,7 +175,7 @@ pub fn fit(
             continue;
         }
         let factors = factors_of(&x);
-        let found = identifiability(problem, &linear, &x, &bounds);
+        let found = identifiability(problem, &linear, &x, &bounds, &shows_below);
         for w in &found {
             progress(&format!("calibrate: warning: {w}"));
         }
@@ -449,12 +461,15 @@ fn jacobian(
 
 /// What the measurements cannot determine: a parameter no measurement depends on, two
 /// whose effects the measurements cannot tell apart (their columns of the linearised model
-/// nearly parallel), a parameter held at a bound.
+/// nearly parallel), a parameter held at a bound. `shows_below`: for a parameter held
+/// from the start, the lower-bound factor at which a measurement depends on it, if one
+/// does.
 fn identifiability(
     problem: &Problem<'_>,
     l: &Linear,
     x: &[f64],
     bounds: &[(f64, f64)],
+    shows_below: &[Option<f64>],
 ) -> Vec<String> {
     let p = problem.parameters.len();
     let column = |j: usize| l.jacobian.iter().map(|row| row[j]).collect::<Vec<f64>>();
@@ -467,7 +482,11 @@ fn identifiability(
             // Held from the start (no measurement depended on it at the specs' values), or
             // moved until none did: a cost that hides behind another (a collective behind
             // computation) stops mattering part-way, and its factor is then only a limit.
-            if bounds[j].0 == bounds[j].1 {
+            if let (true, Some(low)) = (bounds[j].0 == bounds[j].1, shows_below[j]) {
+                out.push(format!(
+                    "{name}: no measurement depends on it at the specs' values, but some do at its lower bound ({low:.2} times them): what it prices hides behind other costs down to some value below the specs'; it stays at them (to fit it, give the specs a value where it shows)"
+                ));
+            } else if bounds[j].0 == bounds[j].1 {
                 out.push(format!(
                     "{name}: no measurement depends on it at the specs' values (what it prices is absent from these runs, hidden behind other costs, or held there by another of the model's limits); it stays at them (give measurements it affects, or leave it out of `fit`)"
                 ));

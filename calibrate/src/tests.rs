@@ -265,3 +265,49 @@ fn a_parameter_that_moved_until_nothing_depended_on_it_says_so() {
         "factor {inter}: {warning}"
     );
 }
+
+/// A parameter whose cost hides behind others at the specs' value but shows below it is
+/// held there, and the warning says it shows at the lower bound (so a user can start it
+/// lower): FSDP's gathers and reduce-scatters for MPT-13B on 64 H100s, hidden at their full
+/// rate beside an attention kernel as slow as llm-foundry's Triton one.
+#[test]
+fn a_parameter_hidden_at_the_specs_value_but_not_below_says_so() {
+    let host = host();
+    let dir = root().join("tests/fixtures/validation");
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(dir.join("foundry-mpt-13b-2048-64.toml"))
+        .unwrap()
+        .replace(
+            "[cost_model.parameters.gpu-like]\n",
+            "[cost_model.parameters.gpu-like]\nattention_efficiency = 0.17\nattention_tile_overhead = 3.8\n",
+        );
+    std::fs::write(tmp.path().join("run.toml"), spec).unwrap();
+    let path = tmp.path().join("measurements.toml");
+    std::fs::write(
+        &path,
+        "schema_version = 1\n[[measurement]]\nsource = \"llm-foundry MPT benchmarks, H100 80GB BF16\"\nlabel = \"MPT-13b, 2048 tokens, 64 GPUs\"\nspec = \"run.toml\"\nmetric = \"step_seconds\"\nvalue = 0.853308\n",
+    )
+    .unwrap();
+    let loaded = measurements::load(&path).unwrap();
+    let names = ["cluster.overlap_efficiency".to_string()];
+    let problem = Problem::new(&host, &loaded.measurements, Some(&names)).unwrap();
+    let f = fit::fit(
+        &problem,
+        Options {
+            bootstrap: 10,
+            ..Options::default()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    let warning = f
+        .warnings
+        .iter()
+        .find(|w| w.starts_with("cluster.overlap_efficiency"))
+        .unwrap_or_else(|| panic!("{:?}", f.warnings));
+    assert!(
+        f.factors[0] == 1.0 && warning.contains("at its lower bound (0.10 times them)"),
+        "factor {}: {warning}",
+        f.factors[0]
+    );
+}
