@@ -482,14 +482,15 @@ fn identifiability(
             // Held from the start (no measurement depended on it at the specs' values), or
             // moved until none did: a cost that hides behind another (a collective behind
             // computation) stops mattering part-way, and its factor is then only a limit.
-            if let (true, Some(low)) = (bounds[j].0 == bounds[j].1, shows_below[j]) {
-                out.push(format!(
-                    "{name}: no measurement depends on it at the specs' values, but some do at its lower bound ({low:.2} times them): what it prices hides behind other costs down to some value below the specs'; it stays at them (to fit it, give the specs a value where it shows)"
-                ));
-            } else if bounds[j].0 == bounds[j].1 {
-                out.push(format!(
-                    "{name}: no measurement depends on it at the specs' values (what it prices is absent from these runs, hidden behind other costs, or held there by another of the model's limits); it stays at them (give measurements it affects, or leave it out of `fit`)"
-                ));
+            if bounds[j].0 == bounds[j].1 {
+                out.push(match shows_below[j] {
+                    Some(low) => format!(
+                        "{name}: no measurement depends on it at the specs' values, but some do at its lower bound ({low:.2} times them): what it prices hides behind other costs down to some value below the specs'; it stays at them (to fit it, give the specs a value where it shows)"
+                    ),
+                    None => format!(
+                        "{name}: no measurement depends on it at the specs' values (what it prices is absent from these runs, hidden behind other costs, or held there by another of the model's limits); it stays at them (give measurements it affects, or leave it out of `fit`)"
+                    ),
+                });
             } else {
                 out.push(format!(
                     "{name}: no measurement depends on it at its fitted factor ({:.3}): it moved there, then what it prices hid behind other costs in every run, so the factor is a limit the measurements set, not a value they determine",

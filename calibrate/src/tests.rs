@@ -243,8 +243,21 @@ fn a_parameter_that_moved_until_nothing_depended_on_it_says_so() {
     ]
     .map(String::from);
     let problem = Problem::new(&host, &loaded.measurements, Some(&names)).unwrap();
+    let (factors, warning) = fitted_with_warning(&problem, "cluster.inter_node_efficiency");
+    let inter = factors[2];
+    assert!(
+        (inter - 1.0).abs() > 0.05
+            && warning.contains("at its fitted factor")
+            && !warning.contains("stays at the specs' values"),
+        "factor {inter}: {warning}"
+    );
+}
+
+/// Fits `problem` (a small bootstrap) and returns the factors and the warning about
+/// `parameter`, which must be there.
+fn fitted_with_warning(problem: &Problem<'_>, parameter: &str) -> (Vec<f64>, String) {
     let f = fit::fit(
-        &problem,
+        problem,
         Options {
             bootstrap: 10,
             ..Options::default()
@@ -252,18 +265,13 @@ fn a_parameter_that_moved_until_nothing_depended_on_it_says_so() {
         &|_| {},
     )
     .unwrap();
-    let inter = f.factors[2];
     let warning = f
         .warnings
         .iter()
-        .find(|w| w.starts_with("cluster.inter_node_efficiency"))
-        .unwrap_or_else(|| panic!("{:?}", f.warnings));
-    assert!(
-        (inter - 1.0).abs() > 0.05
-            && warning.contains("at its fitted factor")
-            && !warning.contains("stays at the specs' values"),
-        "factor {inter}: {warning}"
-    );
+        .find(|w| w.starts_with(parameter))
+        .unwrap_or_else(|| panic!("no warning about {parameter}: {:?}", f.warnings))
+        .clone();
+    (f.factors, warning)
 }
 
 /// A parameter whose cost hides behind others at the specs' value but shows below it is
@@ -291,23 +299,10 @@ fn a_parameter_hidden_at_the_specs_value_but_not_below_says_so() {
     let loaded = measurements::load(&path).unwrap();
     let names = ["cluster.overlap_efficiency".to_string()];
     let problem = Problem::new(&host, &loaded.measurements, Some(&names)).unwrap();
-    let f = fit::fit(
-        &problem,
-        Options {
-            bootstrap: 10,
-            ..Options::default()
-        },
-        &|_| {},
-    )
-    .unwrap();
-    let warning = f
-        .warnings
-        .iter()
-        .find(|w| w.starts_with("cluster.overlap_efficiency"))
-        .unwrap_or_else(|| panic!("{:?}", f.warnings));
+    let (factors, warning) = fitted_with_warning(&problem, "cluster.overlap_efficiency");
     assert!(
-        f.factors[0] == 1.0 && warning.contains("at its lower bound (0.10 times them)"),
+        factors[0] == 1.0 && warning.contains("at its lower bound (0.10 times them)"),
         "factor {}: {warning}",
-        f.factors[0]
+        factors[0]
     );
 }
