@@ -86,9 +86,17 @@ const STACK_OF: [(&str, &str); 6] = [
 
 /// Bounds per source on the mean and the largest absolute relative error: what archplace
 /// reaches (docs/validation.md), not the target (5% mean, 10% largest).
-const BOUNDS: [(&str, f64, f64); 12] = [
+const BOUNDS: [(&str, f64, f64); 14] = [
     ("DeepSpeed MT-NLG 530B, DGX A100", 0.31, 0.33),
-    ("PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB", 0.27, 0.42),
+    // With the network its README states (400 Gb/s a node): 13B's HSDP all-reduce at one
+    // sequence a GPU is exposed, as measured (18.3% (34.2%) on the A100 preset's network).
+    ("PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB", 0.11, 0.23),
+    (
+        "PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB (March 2024)",
+        0.17,
+        0.22,
+    ),
+    ("PyTorch/IBM fms-fsdp Llama 2, 96 H100 80GB", 0.35, 0.39),
     ("llm-foundry MPT benchmarks, A100 80GB (RoCE)", 0.29, 0.43),
     ("llm-foundry MPT benchmarks, H100 80GB BF16", 0.45, 0.605),
     (
@@ -244,11 +252,19 @@ const CAL_END: &str = "<!-- end of calibration-table -->";
 /// Bounds on each source's leave-one-out error (mean, largest, percent) once calibrated on
 /// its measurements file: the target (3%, 6%) for the two A100 sources, what
 /// archplace reaches today for the others.
-const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 12] = [
+const CALIBRATED_BOUNDS: [(&str, (f64, f64)); 14] = [
     ("DeepSpeed MT-NLG 530B, DGX A100", (3.0, 6.0)),
-    ("PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB", (14.0, 21.0)),
-    ("llm-foundry MPT benchmarks, A100 80GB (RoCE)", (10.0, 21.5)),
-    ("llm-foundry MPT benchmarks, H100 80GB BF16", (9.0, 17.5)),
+    ("PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB", (9.0, 12.0)),
+    (
+        "PyTorch/IBM fms-fsdp Llama 2, 128 A100 80GB (March 2024)",
+        (4.5, 7.0),
+    ),
+    ("PyTorch/IBM fms-fsdp Llama 2, 96 H100 80GB", (5.5, 10.0)),
+    // fms-fsdp's runs in the same fits pull the GEMM ceiling and the overlap's rate their
+    // way: llm-foundry's leave-one-out was 9.3% (20.8%) on A100 and 8.8% (17.0%) on H100
+    // while the fits had only them and the February A100 table.
+    ("llm-foundry MPT benchmarks, A100 80GB (RoCE)", (10.0, 22.5)),
+    ("llm-foundry MPT benchmarks, H100 80GB BF16", (10.0, 17.5)),
     (
         "llm-foundry MPT benchmarks, H100 80GB BF16 (Large Scale, >= 128 GPUs)",
         (9.0, 19.0),
@@ -597,10 +613,10 @@ const CHECKS: [&str; 7] = [
 /// change that makes them worse fails.
 const CHECK_BOUNDS: (f64, f64, f64, f64) = (0.085, 0.325, 0.08, 0.24);
 
-/// The share of the checks whose published figure the 90% interval must cover (53 of 57
-/// today: the four outside are torchtitan's two shortest context-parallel runs, 22–32%
-/// slow, Megatron-LM's 1.7B, 13% fast, and the 8B row-wise Float8 run with vanilla TP,
-/// 30% fast): below it, the intervals claim more than they hold on runs no calibration saw.
+/// The share of the checks whose published figure the 90% interval must cover (52 of 57
+/// today: the five outside are torchtitan's two shortest context-parallel runs, 22–32%
+/// slow, Megatron-LM's 1.7B, 13% fast, and the two 8B row-wise Float8 runs, 25–30% fast):
+/// below it, the intervals claim more than they hold on runs no calibration saw.
 const CHECK_COVERAGE_BOUND: f64 = 0.85;
 
 /// The checks: every run against its published figure, and its ratio to the first run of
